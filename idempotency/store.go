@@ -1,0 +1,132 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors a [Store] returns. They are definite answers: the store was reached,
+// and the call changed nothing. [IsDefinite] tells them apart from errors whose
+// outcome is unknown.
+var (
+	// ErrPending is returned by Claim when another claim holds the key. The
+	// caller must not run the side effect; it should ask its client to retry.
+	ErrPending = errors.New("idempotency: key is pending")
+
+	// ErrDone matches (with errors.Is) the *DoneError that Claim returns for
+	// a key whose side effect is done.
+	ErrDone = errors.New("idempotency: key is done")
+
+	// ErrFingerprintMismatch is returned by Claim when the key is pending or
+	// done for a request whose fingerprint differs: the same key was reused
+	// for a different payload. Nothing is claimed.
+	ErrFingerprintMismatch = errors.New("idempotency: key reused with a different request")
+
+	// ErrClaimLost is returned by Complete and Release when the key no longer
+	// holds the claim: its pending TTL ran out, and the key expired or was
+	// claimed by someone else. The store is left unchanged; in particular
+	// another owner's claim is never overwritten.
+	ErrClaimLost = errors.New("idempotency: claim lost")
+
+	// ErrStoreFull is returned by a bounded store's Claim when it holds its
+	// maximum number of pending keys and can evict nothing.
+	ErrStoreFull = errors.New("idempotency: store full")
+
+	// ErrInvalid is returned for an empty key or a TTL that is not positive.
+	ErrInvalid = errors.New("idempotency: invalid argument")
+)
+
+// DoneError is returned by Claim for a key whose side effect is done. Its
+// Record holds the response to replay. errors.Is(err, ErrDone) reports true.
+type DoneError struct {
+	Record Record
+}
+
+// Error implements error.
+func (e *DoneError) Error() string {
+	return fmt.Sprintf("idempotency: key %q is done (status %d)", e.Record.Key, e.Record.Response.Status)
+}
+
+// Is reports whether target is ErrDone.
+func (e *DoneError) Is(target error) bool { return target == ErrDone }
+
+// IsDefinite reports whether err is a definite answer from a store: one of
+// the sentinel errors above, or a *DoneError. The call changed nothing.
+//
+// Any other error from a store (a timeout, a dropped connection) leaves the
+// outcome unknown: a Claim may have taken the key, which then stays pending
+// until its TTL runs out; a Complete may have marked it done; a Release may
+// have deleted it.
+func IsDefinite(err error) bool {
+	for _, s := range []error{ErrPending, ErrDone, ErrFingerprintMismatch, ErrClaimLost, ErrStoreFull, ErrInvalid} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Claim is a pending hold on a key, returned by Store.Claim. Its Token is
+// unique to this claim: Complete and Release act only while the key still
+// holds the same token, so a claim that expired and was taken over can never
+// overwrite its successor.
+type Claim struct {
+	Key         string
+	Token       string
+	Fingerprint string
+}
+
+// Response is what a done key replays to a duplicate request.
+type Response struct {
+	Status      int
+	ContentType string
+	Body        []byte
+}
+
+// Record is the stored state of a done key.
+type Record struct {
+	Key         string
+	Fingerprint string
+	Response    Response
+}
+
+// Store keeps the two-state record of each idempotency key: pending while a
+// side effect runs, done once it has completed. A key says "done" only after
+// the side effect is done: that ordering is the whole point of the package.
+//
+// Implementations are safe for concurrent use, and each method is atomic:
+// two concurrent Claims of one absent key give exactly one claim.
+type Store interface {
+	// Claim takes an absent key: it becomes pending for ttl, held by the
+	// returned Claim. For a key that is present it returns, without changing
+	// anything:
+	//   - ErrFingerprintMismatch when the stored fingerprint differs;
+	//   - a *DoneError carrying the stored Record when the key is done;
+	//   - ErrPending when another claim holds it.
+	// A pending key whose ttl has run out is absent.
+	Claim(ctx context.Context, key, fingerprint string, ttl time.Duration) (Claim, error)
+
+	// Complete turns the key held by c done, storing resp for ttl, so that
+	// later Claims return it. It returns ErrClaimLost if the key no longer
+	// holds c.
+	Complete(ctx context.Context, c Claim, resp Response, ttl time.Duration) error
+
+	// Release deletes the key held by c, so that a retry can claim it at
+	// once. It returns ErrClaimLost if the key no longer holds c.
+	Release(ctx context.Context, c Claim) error
+}
+
+// CheckClaimArgs validates the arguments of Store.Claim and Store.Complete:
+// key must not be empty and ttl must be positive. Backends call it so that
+// every Store rejects the same input with ErrInvalid.
+func CheckClaimArgs(key string, ttl time.Duration) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("%w: ttl %v is not positive", ErrInvalid, ttl)
+	}
+	return nil
+}
