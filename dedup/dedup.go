@@ -1,0 +1,283 @@
+package dedup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+)
+
+var _ checkpoint.Participant = (*Deduplicator)(nil)
+
+// maxClockNanos is the largest clock value: expiries are 32-bit Unix seconds.
+const maxClockNanos = int64(math.MaxUint32) * int64(time.Second)
+
+// Deduplicator remembers the keys it has seen for a TTL and tells first
+// sights from duplicates. See the package documentation for the semantics.
+//
+// A Deduplicator is owned by one partition's processing chain and is not
+// safe for concurrent use: call its methods from one goroutine at a time.
+// Its metrics may be collected concurrently.
+type Deduplicator struct {
+	ttl    int64 // nanoseconds
+	opts   Options
+	t      table
+	clock  int64 // Unix nanoseconds, the latest time seen; never decreases
+	cursor int   // next slot the incremental cleanup examines
+	closed bool
+
+	stats stats
+	reg   metric.Registration
+}
+
+// stats are written by the owner and read by metric collection.
+type stats struct {
+	firstSeen, dropped, expired, live atomic.Int64
+}
+
+// New returns a Deduplicator that remembers each key for ttl after it was
+// written (see UpdateType). A ttl is required: there is no "keep forever",
+// because state that is never cleaned grows without bound. DefaultTTL is the
+// recommended value for webhook sources.
+func New(ttl time.Duration, opts Options) (*Deduplicator, error) {
+	if ttl < time.Second || ttl > MaxTTL {
+		return nil, fmt.Errorf("%w: TTL %v must be between 1s and %v", ErrInvalidOptions, ttl, MaxTTL)
+	}
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	d := &Deduplicator{
+		ttl:  int64(ttl),
+		opts: opts,
+		t:    newTable(homesFor(opts.ExpectedKeys), overflowSlots, opts.ExactKeys),
+	}
+	if err := d.registerMetrics(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Observe records key as seen at time t and reports whether this is its first
+// sight: true if the key is absent or its entry has expired (the caller
+// passes the event on), false if it is a duplicate (the caller drops it).
+//
+// With EventTime, t advances the clock (to the largest t seen so far); with
+// ProcessingTime, t is ignored and Options.Now is read instead.
+//
+// On error nothing is recorded and the event is neither first-seen nor a
+// duplicate: see ErrFull, ErrTimeOutOfRange, ErrKeyTooLong, ErrClosed.
+//
+// Each call also examines Options.CleanupBudget slots for expired entries.
+// A call that grows the table (see Options.ExpectedKeys) rehashes it.
+func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
+	if d.closed {
+		return false, ErrClosed
+	}
+	clock, err := d.advance(t)
+	if err != nil {
+		return false, err
+	}
+	if d.t.exact && len(key) > maxExactKeyLen {
+		return false, fmt.Errorf("%w: %d bytes", ErrKeyTooLong, len(key))
+	}
+	nowSec := uint32(clock / int64(time.Second))
+	exp := uint32((clock + d.ttl + int64(time.Second) - 1) / int64(time.Second))
+	h := hashKey(key)
+
+	i, found := d.t.find(h, key)
+	if found {
+		s := &d.t.slots[i]
+		if old := s.exp(); old > nowSec {
+			if d.opts.UpdateType == OnReadAndWrite && exp > old {
+				s.setExp(exp)
+			}
+			d.clock = clock
+			d.stats.dropped.Add(1)
+			d.cleanup(d.opts.CleanupBudget)
+			return false, nil
+		}
+		// Expired but not yet cleaned up: absent, so write it anew.
+		s.setExp(exp)
+		d.clock = clock
+		d.stats.firstSeen.Add(1)
+		d.cleanup(d.opts.CleanupBudget)
+		return true, nil
+	}
+
+	if d.opts.MaxKeys > 0 && d.t.count >= d.opts.MaxKeys {
+		// Free what already expired at the committed clock (invisible
+		// entries, so the visible state does not change), then retry.
+		d.cleanup(fullCleanupBudget)
+		if d.t.count >= d.opts.MaxKeys {
+			return false, fmt.Errorf("%w: %d keys stored", ErrFull, d.t.count)
+		}
+		i, _ = d.t.find(h, key)
+	}
+	if d.t.count >= d.t.growAt {
+		d.resize(d.t.homes*growNum/growDen, "load")
+		i, _ = d.t.find(h, key)
+	}
+	for !d.t.insert(i, h, key, exp) {
+		// The run reached the end of the array: very rare, grow.
+		d.resize(d.t.homes*growNum/growDen, "overflow")
+		i, _ = d.t.find(h, key)
+	}
+	d.clock = clock
+	d.stats.firstSeen.Add(1)
+	d.stats.live.Store(int64(d.t.count))
+	d.cleanup(d.opts.CleanupBudget)
+	return true, nil
+}
+
+// Contains reports whether key is stored and not expired at the current
+// clock (the latest time Observe saw). It changes nothing: it neither
+// records the key nor extends it, whatever the UpdateType.
+func (d *Deduplicator) Contains(key []byte) bool {
+	if d.closed {
+		return false
+	}
+	i, found := d.t.find(hashKey(key), key)
+	return found && d.t.slots[i].exp() > uint32(d.clock/int64(time.Second))
+}
+
+// Len returns the number of stored entries, including expired entries that
+// cleanup has not removed yet.
+func (d *Deduplicator) Len() int { return d.t.count }
+
+// Clock returns the deduplicator's clock: the latest time Observe saw (the
+// largest event time, or the latest processing time), or the Unix epoch
+// before the first call.
+func (d *Deduplicator) Clock() time.Time { return time.Unix(0, d.clock).UTC() }
+
+// Cleanup examines up to n slots for expired entries (continuing where the
+// last examination stopped), removes those it finds and returns how many it
+// removed. Observe already does this with Options.CleanupBudget; call Cleanup
+// when the partition is idle to free memory sooner.
+func (d *Deduplicator) Cleanup(n int) int {
+	if d.closed {
+		return 0
+	}
+	return d.cleanup(n)
+}
+
+// Snapshot implements checkpoint.Participant: it returns the live entries and
+// the clock in the format described in the package documentation. The same
+// state always gives the same bytes.
+func (d *Deduplicator) Snapshot(ctx context.Context, _ checkpoint.ID) ([]byte, error) {
+	if d.closed {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return d.encodeSnapshot(), nil
+}
+
+// Restore implements checkpoint.Participant: it replaces the state with one
+// returned by Snapshot. A truncated, corrupt or unknown snapshot is rejected
+// with an error wrapping ErrCorruptSnapshot, ErrSnapshotVersion,
+// ErrIncompatibleSnapshot or ErrFull, and the state is left unchanged.
+func (d *Deduplicator) Restore(ctx context.Context, state []byte) error {
+	if d.closed {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t, clock, err := decodeSnapshot(state, d.opts.ExactKeys, d.opts.ExpectedKeys)
+	if err != nil {
+		return err
+	}
+	if d.opts.MaxKeys > 0 && t.count > d.opts.MaxKeys {
+		return fmt.Errorf("%w: snapshot holds %d keys, MaxKeys is %d", ErrFull, t.count, d.opts.MaxKeys)
+	}
+	d.t = t
+	d.clock = clock
+	d.cursor = 0
+	d.stats.live.Store(int64(t.count))
+	return nil
+}
+
+// CheckpointCompleted implements checkpoint.Participant. The deduplicator's
+// whole state is in each snapshot, so there is nothing to do.
+func (d *Deduplicator) CheckpointCompleted(context.Context, checkpoint.ID) error {
+	return nil
+}
+
+// Close releases the state and unregisters the metrics callback. It is safe
+// to call more than once; every other method returns ErrClosed afterwards.
+func (d *Deduplicator) Close() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	d.t = table{}
+	return d.reg.Unregister()
+}
+
+// advance returns the clock after time t, without committing it.
+func (d *Deduplicator) advance(t time.Time) (int64, error) {
+	if d.opts.TimeCharacteristic == ProcessingTime {
+		t = d.opts.Now()
+	}
+	sec := t.Unix()
+	if sec < 0 {
+		return d.clock, nil // before the epoch: cannot advance the clock
+	}
+	if sec > int64(math.MaxUint32) {
+		return 0, fmt.Errorf("%w: %v", ErrTimeOutOfRange, t)
+	}
+	c := max(d.clock, t.UnixNano())
+	if c+d.ttl > maxClockNanos {
+		return 0, fmt.Errorf("%w: %v plus TTL", ErrTimeOutOfRange, t)
+	}
+	return c, nil
+}
+
+func (d *Deduplicator) cleanup(n int) int {
+	nowSec := uint32(d.clock / int64(time.Second))
+	removed := 0
+	for ; n > 0; n-- {
+		if d.cursor >= len(d.t.slots) {
+			d.cursor = 0
+		}
+		if e := d.t.slots[d.cursor].exp(); e != 0 && e <= nowSec {
+			// The next entry may shift into the cursor: examine it next.
+			d.t.remove(d.cursor)
+			removed++
+			continue
+		}
+		d.cursor++
+	}
+	if removed > 0 {
+		d.stats.expired.Add(int64(removed))
+		d.stats.live.Store(int64(d.t.count))
+		if d.t.exact && d.t.dead > 1<<20 && d.t.dead > len(d.t.arena)/2 {
+			d.resize(d.t.homes, "compact")
+		}
+	}
+	return removed
+}
+
+func (d *Deduplicator) resize(homes uint64, reason string) {
+	start := time.Now()
+	nowSec := uint32(d.clock / int64(time.Second))
+	before := d.t.count
+	d.t = d.t.rebuild(homes, nowSec)
+	if dropped := before - d.t.count; dropped > 0 {
+		d.stats.expired.Add(int64(dropped))
+	}
+	d.stats.live.Store(int64(d.t.count))
+	d.cursor = 0
+	d.opts.Logger.Debug("dedup: table rebuilt",
+		slog.String("reason", reason),
+		slog.Int("entries", d.t.count),
+		slog.Int("slots", len(d.t.slots)),
+		slog.Duration("took", time.Since(start)))
+}

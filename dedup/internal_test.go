@@ -1,0 +1,103 @@
+package dedup
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// checkTable verifies the ordered linear-probing invariants.
+func checkTable(t testing.TB, tb *table) {
+	t.Helper()
+	count := 0
+	last := -1
+	for i := range tb.slots {
+		s := &tb.slots[i]
+		if s.exp() == 0 {
+			continue
+		}
+		count++
+		h := tb.home(s.hi())
+		require.LessOrEqualf(t, h, i, "slot %d before its home %d", i, h)
+		for j := h; j < i; j++ {
+			require.NotZerof(t, tb.slots[j].exp(), "gap at %d between home %d and entry %d", j, h, i)
+		}
+		if last >= 0 {
+			p := tb.slots[last].hash()
+			c := 0
+			if p.less(s.hash()) {
+				c = -1
+			} else if s.hash().less(p) {
+				c = 1
+			} else if tb.exact {
+				c = bytes.Compare(tb.key(last), tb.key(i))
+			}
+			require.Equalf(t, -1, c, "entries %d and %d out of order", last, i)
+		}
+		last = i
+	}
+	require.Equal(t, tb.count, count)
+}
+
+func TestHashKeyVectors(t *testing.T) {
+	// Published MurmurHash3_x64_128 outputs for seed 0 (h1, h2).
+	tests := []struct {
+		give string
+		want hash128
+	}{
+		{give: "", want: hash128{}},
+		{give: "hello", want: hash128{hi: 0xcbd8a7b341bd9b02, lo: 0x5b1e906a48ae1d19}},
+		{give: "hello, world", want: hash128{hi: 0x342fac623a5ebc8e, lo: 0x4cdcbc079642414d}},
+		{give: "19 Jan 2038 at 3:14:07 AM", want: hash128{hi: 0xb89e5988b737affc, lo: 0x664fc2950231b2cb}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			assert.Equal(t, tt.want, hashKey([]byte(tt.give)))
+		})
+	}
+}
+
+// TestTableEqualHashes forces fingerprint collisions, which real keys never
+// produce, to check that exact mode keeps colliding keys apart and ordered.
+func TestTableEqualHashes(t *testing.T) {
+	for _, exact := range []bool{false, true} {
+		t.Run(fmt.Sprint("exact=", exact), func(t *testing.T) {
+			tb := newTable(minHomes, overflowSlots, exact)
+			h := hash128{hi: 1 << 63, lo: 7}
+			keys := []string{"m", "z", "a", "q"}
+			for _, k := range keys {
+				i, found := tb.find(h, []byte(k))
+				if found {
+					require.False(t, exact, "exact mode found %q", k)
+					continue
+				}
+				require.True(t, tb.insert(i, h, []byte(k), 100))
+			}
+			checkTable(t, &tb)
+			if !exact {
+				assert.Equal(t, 1, tb.count)
+				return
+			}
+			assert.Equal(t, len(keys), tb.count)
+			for _, k := range keys {
+				_, found := tb.find(h, []byte(k))
+				assert.True(t, found, k)
+			}
+			_, found := tb.find(h, []byte("b"))
+			assert.False(t, found)
+
+			// Remove "m" and check the rest survive the shift.
+			i, found := tb.find(h, []byte("m"))
+			require.True(t, found)
+			tb.remove(i)
+			checkTable(t, &tb)
+			for _, k := range []string{"a", "q", "z"} {
+				_, found := tb.find(h, []byte(k))
+				assert.True(t, found, k)
+			}
+		})
+	}
+}
