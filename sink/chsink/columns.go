@@ -1,0 +1,88 @@
+package chsink
+
+import (
+	"time"
+
+	"github.com/ClickHouse/ch-go/proto"
+)
+
+// Column maps one field of a row type T to a ClickHouse column. It owns a
+// ch-go proto column whose buffers the sink resets and reuses between
+// batches. Appending a row calls a typed getter: no reflection.
+//
+// A Column belongs to one sink: build columns in a Schema function, which
+// the sink calls once.
+type Column[T any] struct {
+	name string
+	data proto.Column
+	add  func(*T)
+}
+
+// Name returns the ClickHouse column name.
+func (c Column[T]) Name() string { return c.name }
+
+// Schema builds a fresh set of columns for one sink. The sink calls it once
+// at construction; every sink must own its columns.
+type Schema[T any] func() []Column[T]
+
+// Col maps get's result into col, any ch-go column of V. The other
+// constructors are shorthands for it.
+func Col[T, V any](name string, col proto.ColumnOf[V], get func(*T) V) Column[T] {
+	return Column[T]{name: name, data: col, add: func(r *T) { col.Append(get(r)) }}
+}
+
+// String maps a String column.
+func String[T any](name string, get func(*T) string) Column[T] {
+	return Col(name, new(proto.ColStr), get)
+}
+
+// LowCardinality maps a LowCardinality(String) column.
+func LowCardinality[T any](name string, get func(*T) string) Column[T] {
+	return Col(name, proto.NewLowCardinality[string](new(proto.ColStr)), get)
+}
+
+// Int64 maps an Int64 column.
+func Int64[T any](name string, get func(*T) int64) Column[T] {
+	return Col(name, new(proto.ColInt64), get)
+}
+
+// Int32 maps an Int32 column.
+func Int32[T any](name string, get func(*T) int32) Column[T] {
+	return Col(name, new(proto.ColInt32), get)
+}
+
+// UInt64 maps a UInt64 column.
+func UInt64[T any](name string, get func(*T) uint64) Column[T] {
+	return Col(name, new(proto.ColUInt64), get)
+}
+
+// UInt32 maps a UInt32 column.
+func UInt32[T any](name string, get func(*T) uint32) Column[T] {
+	return Col(name, new(proto.ColUInt32), get)
+}
+
+// UInt8 maps a UInt8 column (also Bool).
+func UInt8[T any](name string, get func(*T) uint8) Column[T] {
+	return Col(name, new(proto.ColUInt8), get)
+}
+
+// Float64 maps a Float64 column.
+func Float64[T any](name string, get func(*T) float64) Column[T] {
+	return Col(name, new(proto.ColFloat64), get)
+}
+
+// DateTime64 maps a DateTime64(precision) column; precision is the number of
+// decimal digits of the fraction of a second (3 = milliseconds).
+func DateTime64[T any](name string, precision proto.Precision, get func(*T) time.Time) Column[T] {
+	return Col(name, new(proto.ColDateTime64).WithPrecision(precision), get)
+}
+
+// Nullable maps a Nullable(V) column over inner, a fresh column of V.
+func Nullable[T, V any](name string, inner proto.ColumnOf[V], get func(*T) proto.Nullable[V]) Column[T] {
+	return Col(name, proto.NewColNullable(inner), get)
+}
+
+// Array maps an Array(V) column over inner, a fresh column of V.
+func Array[T, V any](name string, inner proto.ColumnOf[V], get func(*T) []V) Column[T] {
+	return Col(name, proto.NewArray(inner), get)
+}

@@ -1,0 +1,150 @@
+package chsink
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxRows       = 100_000
+	DefaultMaxBytes      = 64 << 20
+	DefaultMaxDelay      = time.Second
+	DefaultMaxRetries    = 5
+	DefaultRetryBase     = 100 * time.Millisecond
+	DefaultRetryMax      = 5 * time.Second
+	DefaultInsertTimeout = 30 * time.Second
+	DefaultDialTimeout   = 2 * time.Second
+)
+
+// MismatchPolicy says what to do when replayed rows differ from the
+// journaled batch that covers their positions (non-deterministic processing).
+type MismatchPolicy int
+
+const (
+	// MismatchFail (default) returns a *sink.ContentMismatchError and stops
+	// the sink: nothing is inserted for the batch.
+	MismatchFail MismatchPolicy = iota
+	// MismatchKeepFirst reuses the journaled token for the new content, so
+	// ClickHouse keeps exactly one version of the batch: the old one if it
+	// had landed (the replayed version is dropped), else the replayed one.
+	// Use it only when the versions differ in ways that do not matter
+	// (a processing timestamp). The mismatch is logged at Warn.
+	MismatchKeepFirst
+)
+
+// WindowPolicy says what to do with a journaled batch whose insert outcome is
+// unknown when it is no longer inside the table's deduplication window.
+type WindowPolicy int
+
+const (
+	// WindowFail (default) returns a *sink.OutsideWindowError: an operator
+	// decides (widen the window, check the table, choose a policy).
+	WindowFail WindowPolicy = iota
+	// WindowReinsert inserts the batch anyway: at-least-once for that batch
+	// (it may be duplicated). Logged at Error.
+	WindowReinsert
+	// WindowSkip does not insert it: at-most-once for that batch (it may be
+	// lost). Logged at Error.
+	WindowSkip
+)
+
+// Options configures a Sink. The zero value is valid.
+type Options struct {
+	// Database defaults to "default".
+	Database string
+	// User and Password default to ClickHouse's "default" user, no password.
+	User, Password string
+	// DialTimeout bounds connecting; default DefaultDialTimeout.
+	DialTimeout time.Duration
+
+	// MaxRows flushes a batch at this many rows; default DefaultMaxRows.
+	// Keep it below the server's max_insert_block_size (1,048,449) so a
+	// batch is one block, deduplicated as a whole.
+	MaxRows int
+	// MaxBytes flushes a batch when its estimated encoded size reaches this;
+	// default DefaultMaxBytes. The estimate uses the previous batch's exact
+	// bytes per row.
+	MaxBytes int
+	// MaxDelay flushes a non-empty batch this long after its first row, by a
+	// real timer (Run must be running); default DefaultMaxDelay. Smaller
+	// values make more blocks: size the deduplication window for them.
+	MaxDelay time.Duration
+
+	// MaxRetries bounds attempts after the first failed insert of a batch;
+	// default DefaultMaxRetries; negative means no retry. When exhausted the
+	// error is returned and the checkpoint fails; the batch is never dropped.
+	MaxRetries int
+	// RetryBase and RetryMax shape the exponential backoff with full jitter:
+	// attempt n sleeps rand[0, min(RetryMax, RetryBase*2^n)). Defaults
+	// DefaultRetryBase and DefaultRetryMax.
+	RetryBase, RetryMax time.Duration
+	// InsertTimeout bounds one insert attempt; default DefaultInsertTimeout.
+	InsertTimeout time.Duration
+
+	// OnMismatch: default MismatchFail.
+	OnMismatch MismatchPolicy
+	// OnOutsideWindow: default WindowFail.
+	OnOutsideWindow WindowPolicy
+
+	// Now is the clock used for journal timestamps and window ages; default
+	// time.Now. The flush timer always measures real time.
+	Now func() time.Time
+	// Logger defaults to a logger that discards.
+	Logger *slog.Logger
+	// MeterProvider defaults to a no-op provider.
+	MeterProvider metric.MeterProvider
+}
+
+func (o *Options) setDefaults() error {
+	if o.Database == "" {
+		o.Database = "default"
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.MaxRows == 0 {
+		o.MaxRows = DefaultMaxRows
+	}
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxDelay == 0 {
+		o.MaxDelay = DefaultMaxDelay
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = DefaultMaxRetries
+	}
+	if o.MaxRetries < 0 {
+		o.MaxRetries = 0
+	}
+	if o.RetryBase == 0 {
+		o.RetryBase = DefaultRetryBase
+	}
+	if o.RetryMax == 0 {
+		o.RetryMax = DefaultRetryMax
+	}
+	if o.InsertTimeout == 0 {
+		o.InsertTimeout = DefaultInsertTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case o.MaxRows < 0 || o.MaxRows > 1_000_000:
+		return fmt.Errorf("chsink: MaxRows %d out of range (1..1000000)", o.MaxRows)
+	case o.MaxBytes < 0, o.MaxDelay < 0, o.RetryBase < 0, o.RetryMax < o.RetryBase, o.InsertTimeout < 0, o.DialTimeout < 0:
+		return fmt.Errorf("chsink: negative or inconsistent durations/sizes in Options")
+	case o.OnMismatch != MismatchFail && o.OnMismatch != MismatchKeepFirst:
+		return fmt.Errorf("chsink: unknown MismatchPolicy %d", o.OnMismatch)
+	case o.OnOutsideWindow < WindowFail || o.OnOutsideWindow > WindowSkip:
+		return fmt.Errorf("chsink: unknown WindowPolicy %d", o.OnOutsideWindow)
+	}
+	return nil
+}

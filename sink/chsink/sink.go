@@ -1,0 +1,739 @@
+package chsink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+	"github.com/cespare/xxhash/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink"
+)
+
+var _ checkpoint.Participant = (*Sink[struct{}])(nil)
+
+// InsertError reports a batch that could not be inserted. Whether ClickHouse
+// holds the batch is unknown unless Permanent is true (the server rejected
+// it); either way the batch's intent stays in the journal, so a replay
+// re-inserts it with the same token and ClickHouse keeps exactly one copy.
+type InsertError struct {
+	Intent    sink.Intent
+	Attempts  int
+	Permanent bool // the last error is not retryable
+	Err       error
+}
+
+func (e *InsertError) Error() string {
+	kind := "retries exhausted"
+	if e.Permanent {
+		kind = "permanent error"
+	}
+	return fmt.Sprintf("chsink: insert %s..%s (%d rows, token %s) into %s: %s after %d attempts: %v",
+		e.Intent.First, e.Intent.Last, e.Intent.Rows, e.Intent.Token, e.Intent.Table, kind, e.Attempts, e.Err)
+}
+
+func (e *InsertError) Unwrap() error { return e.Err }
+
+// Table names the ClickHouse server and table a sink writes to.
+type Table struct {
+	Addr string // host:port of the native protocol
+	Name string // table name; the database is Options.Database
+}
+
+// Sink writes rows of type T for one source partition into one ClickHouse
+// table, exactly once, as a checkpoint.Participant. See the package doc.
+//
+// Add, Snapshot, Restore and CheckpointCompleted are called by the chain's
+// goroutine; Run runs in a goroutine of its own (the flush timer); Close may
+// be called from anywhere. The sink synchronises them with one mutex, held
+// during a flush.
+type Sink[T any] struct {
+	opts    Options
+	table   Table
+	src     sink.Source
+	journal *sink.Journal
+	store   checkpoint.Storage
+
+	cols    []Column[T]
+	input   proto.Input
+	body    string
+	info    tableInfo
+	hashBuf proto.Buffer
+
+	mu          sync.Mutex
+	conn        *ch.Client
+	inited      bool
+	restored    bool
+	expect      pendingRange
+	n           int
+	first, last sink.Position // of the buffered rows
+	bufSince    time.Time
+	bytesPerRow int
+	hasPos      bool
+	pos         sink.Position // last position added
+	covered     sink.Position // every row at or before it is in ClickHouse
+	hasCovered  bool
+	pending     []sink.Intent // journaled batches after covered, not replayed yet
+	replaying   bool          // the buffer holds rows of pending[0]
+	snaps       map[checkpoint.ID]sink.Position
+	err         error // sticky: the sink is broken until Restore
+	closed      bool
+
+	closeCh chan struct{}
+	kick    chan struct{}
+
+	m metrics
+}
+
+type metrics struct {
+	attrs    metric.MeasurementOption
+	rows     metric.Int64Counter
+	batches  metric.Int64Counter
+	retries  metric.Int64Counter
+	latency  metric.Float64Histogram
+	buffered metric.Int64UpDownCounter
+}
+
+type pendingRange struct {
+	Count int           `json:"count"`
+	First sink.Position `json:"first"`
+	Last  sink.Position `json:"last"`
+}
+
+type snapshotState struct {
+	Version    int           `json:"v"`
+	Table      string        `json:"table"`
+	Topic      string        `json:"topic"`
+	Partition  int32         `json:"partition"`
+	HasCovered bool          `json:"has_covered"`
+	Covered    sink.Position `json:"covered"`
+	Pending    pendingRange  `json:"pending"`
+}
+
+const snapshotVersion = 1
+
+// New connects to the table, checks that it deduplicates inserted blocks
+// (see TableCheckError) and has the schema's columns, and returns a sink for
+// src whose journal lives in store. New does not read the journal: that
+// happens in Restore, or before the first row on a fresh start.
+func New[T any](ctx context.Context, table Table, src sink.Source, store checkpoint.Storage, schema Schema[T], opts Options) (*Sink[T], error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	if schema == nil {
+		return nil, errors.New("chsink: nil schema")
+	}
+	cols := schema()
+	if len(cols) == 0 {
+		return nil, errors.New("chsink: schema has no columns")
+	}
+	j, err := sink.OpenJournal(store, opts.Database+"."+table.Name, src)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink[T]{
+		opts: opts, table: table, src: src, journal: j, store: store, cols: cols,
+		snaps: map[checkpoint.ID]sink.Position{}, closeCh: make(chan struct{}), kick: make(chan struct{}, 1),
+		bytesPerRow: 64,
+	}
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		if c.name == "" || c.data == nil || c.add == nil {
+			return nil, fmt.Errorf("chsink: column %d is not built by a chsink column constructor", i)
+		}
+		names[i] = c.name
+		s.input = append(s.input, proto.InputColumn{Name: c.name, Data: c.data})
+	}
+	s.body = "INSERT INTO " + ident(opts.Database) + "." + ident(table.Name) + " (" + joinIdents(names) + ") VALUES"
+	if err := s.initMetrics(); err != nil {
+		return nil, err
+	}
+	conn, err := s.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.conn = conn
+	info, err := checkTable(ctx, conn, opts.Database, table.Name, names)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	s.info = info
+	return s, nil
+}
+
+func (s *Sink[T]) initMetrics() error {
+	mp := s.opts.MeterProvider
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/exactlyonce/exactlyonce/sink/chsink")
+	s.m.attrs = metric.WithAttributes(
+		attribute.String("table", s.opts.Database+"."+s.table.Name),
+		attribute.String("topic", s.src.Topic),
+		attribute.Int("partition", int(s.src.Partition)))
+	var err, e error
+	s.m.rows, e = m.Int64Counter("exactlyonce.sink.rows_written", metric.WithDescription("Rows acknowledged by ClickHouse (replayed batches included)."))
+	err = errors.Join(err, e)
+	s.m.batches, e = m.Int64Counter("exactlyonce.sink.batches_written", metric.WithDescription("Batches acknowledged by ClickHouse."))
+	err = errors.Join(err, e)
+	s.m.retries, e = m.Int64Counter("exactlyonce.sink.retries", metric.WithDescription("Insert attempts after a failed one."))
+	err = errors.Join(err, e)
+	s.m.latency, e = m.Float64Histogram("exactlyonce.sink.batch_duration", metric.WithUnit("s"), metric.WithDescription("Time to write a batch: journal, insert with retries, ack."))
+	err = errors.Join(err, e)
+	s.m.buffered, e = m.Int64UpDownCounter("exactlyonce.sink.buffered_rows", metric.WithDescription("Rows buffered, not yet flushed."))
+	err = errors.Join(err, e)
+	if err != nil {
+		return fmt.Errorf("chsink: metrics: %w", err)
+	}
+	return nil
+}
+
+func (s *Sink[T]) dial(ctx context.Context) (*ch.Client, error) {
+	c, err := ch.Dial(ctx, ch.Options{
+		Address: s.table.Addr, Database: s.opts.Database, User: s.opts.User, Password: s.opts.Password,
+		DialTimeout: s.opts.DialTimeout, ClientName: "exactlyonce-chsink",
+		ReadTimeout: s.opts.InsertTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chsink: dial %s: %w", s.table.Addr, err)
+	}
+	return c, nil
+}
+
+// Add buffers row at pos, flushing when the batch is full. pos must be after
+// the previous row's. An error other than ErrOutOfOrder breaks the sink
+// until Restore: the checkpoint must fail.
+func (s *Sink[T]) Add(ctx context.Context, pos sink.Position, row T) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if s.hasPos && pos.Compare(s.pos) <= 0 {
+		return fmt.Errorf("%w: %s after %s", sink.ErrOutOfOrder, pos, s.pos)
+	}
+	if !s.restored && !s.hasPos {
+		s.dropPassed(pos)
+	}
+	s.hasPos, s.pos = true, pos
+	if err := s.add(ctx, pos, &row); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
+}
+
+// dropPassed discards, on a fresh start, journaled batches that end before
+// the first row: the source did not replay them.
+func (s *Sink[T]) dropPassed(pos sink.Position) {
+	i := 0
+	for i < len(s.pending) && s.pending[i].Last.Compare(pos) < 0 {
+		s.opts.Logger.Warn("chsink: fresh start after journaled batch; not replayed by the source",
+			"source", s.src.String(), "first", s.pending[i].First.String(), "last", s.pending[i].Last.String(), "acked", s.pending[i].Acked)
+		i++
+	}
+	s.pending = s.pending[i:]
+}
+
+func (s *Sink[T]) usable(ctx context.Context) error {
+	if s.closed {
+		return sink.ErrClosed
+	}
+	if s.err != nil {
+		return s.err
+	}
+	return s.ensureInit(ctx)
+}
+
+func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
+	for len(s.pending) > 0 {
+		p := &s.pending[0]
+		if s.replaying {
+			if pos.Compare(p.Last) <= 0 {
+				s.appendRow(pos, row)
+				if pos == p.Last {
+					return s.finishReplay(ctx)
+				}
+				return nil
+			}
+			if err := s.finishReplay(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if pos.Compare(p.First) < 0 {
+			if s.restored && s.opts.OnMismatch == MismatchFail {
+				return &sink.ContentMismatchError{Intent: *p, Rows: 1, Last: pos, Detached: true}
+			}
+			break // a row outside any journaled batch: normal batching
+		}
+		if pos.Compare(p.Last) > 0 { // the batch got no rows at all
+			if err := s.finishReplay(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
+		s.replaying = true
+		s.appendRow(pos, row)
+		if pos == p.Last {
+			return s.finishReplay(ctx)
+		}
+		return nil
+	}
+	s.appendRow(pos, row)
+	if s.n >= s.opts.MaxRows || s.n*s.bytesPerRow >= s.opts.MaxBytes {
+		return s.flush(ctx)
+	}
+	if s.n == 1 {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (s *Sink[T]) appendRow(pos sink.Position, row *T) {
+	for i := range s.cols {
+		s.cols[i].add(row)
+	}
+	if s.n == 0 {
+		s.first = pos
+		s.bufSince = time.Now()
+	}
+	s.last = pos
+	s.n++
+	s.m.buffered.Add(context.Background(), 1, s.m.attrs)
+}
+
+func (s *Sink[T]) resetBuffer() {
+	s.m.buffered.Add(context.Background(), -int64(s.n), s.m.attrs)
+	s.input.Reset()
+	s.n = 0
+	s.replaying = false
+}
+
+// hash encodes the buffered columns as they go on the wire and hashes them.
+func (s *Sink[T]) hash() (uint64, int, error) {
+	d := xxhash.New()
+	size := 0
+	for _, c := range s.input {
+		s.hashBuf.Reset()
+		if p, ok := c.Data.(proto.Preparable); ok {
+			if err := p.Prepare(); err != nil {
+				return 0, 0, fmt.Errorf("chsink: prepare column %s: %w", c.Name, err)
+			}
+		}
+		if st, ok := c.Data.(proto.StateEncoder); ok {
+			st.EncodeState(&s.hashBuf)
+		}
+		c.Data.EncodeColumn(&s.hashBuf)
+		_, _ = d.WriteString(c.Name)
+		_, _ = d.Write(s.hashBuf.Buf)
+		size += len(s.hashBuf.Buf)
+	}
+	return d.Sum64(), size, nil
+}
+
+// flush writes the buffered rows as a new journaled batch.
+func (s *Sink[T]) flush(ctx context.Context) error {
+	if s.n == 0 || s.replaying {
+		return nil
+	}
+	start := time.Now()
+	h, size, err := s.hash()
+	if err != nil {
+		return err
+	}
+	if s.n > 0 {
+		s.bytesPerRow = max(1, size/s.n)
+	}
+	in := sink.Intent{
+		First: s.first, Last: s.last, Rows: s.n, Hash: h,
+		Token:   s.journal.Token(s.first, s.last),
+		Created: s.opts.Now(), Block: -1,
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b, err := s.blockNumber(ctx); err == nil {
+		in.Block = b
+	}
+	if err := s.journal.Record(ctx, &in); err != nil {
+		return err
+	}
+	if err := s.insert(ctx, in); err != nil {
+		return err
+	}
+	if err := s.journal.Ack(ctx, &in); err != nil {
+		return err
+	}
+	s.written(in, start)
+	return nil
+}
+
+func (s *Sink[T]) written(in sink.Intent, start time.Time) {
+	s.covered, s.hasCovered = in.Last, true
+	s.m.rows.Add(context.Background(), int64(in.Rows), s.m.attrs)
+	s.m.batches.Add(context.Background(), 1, s.m.attrs)
+	s.m.latency.Record(context.Background(), time.Since(start).Seconds(), s.m.attrs)
+	s.resetBuffer()
+}
+
+// finishReplay resolves pending[0] with the rows buffered for it.
+func (s *Sink[T]) finishReplay(ctx context.Context) error {
+	start := time.Now()
+	p := s.pending[0]
+	var h uint64
+	if s.n > 0 {
+		var err error
+		if h, _, err = s.hash(); err != nil {
+			return err
+		}
+	}
+	match := s.n == p.Rows && h == p.Hash && (s.n == 0 || s.last == p.Last)
+	if !match {
+		mis := &sink.ContentMismatchError{Intent: p, Rows: s.n, Hash: h, Last: s.last}
+		if s.opts.OnMismatch == MismatchFail {
+			return mis
+		}
+		s.opts.Logger.Warn("chsink: replayed batch differs from the journal; keeping the first version", "err", mis)
+	}
+	switch {
+	case p.Acked:
+		// Already in ClickHouse: the replayed rows are dropped here.
+	case s.n == 0:
+		// KeepFirst with nothing replayed: the old version landed or nothing did.
+	default:
+		skip, err := s.guardWindow(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !skip {
+			if err := s.journal.CheckOwner(ctx); err != nil {
+				return err
+			}
+			if err := s.insert(ctx, p); err != nil {
+				return err
+			}
+		}
+	}
+	if !p.Acked {
+		if err := s.journal.Ack(ctx, &p); err != nil {
+			return err
+		}
+	}
+	s.pending = s.pending[1:]
+	if s.n > 0 && !p.Acked {
+		s.written(p, start)
+	} else {
+		s.resetBuffer()
+		s.covered, s.hasCovered = p.Last, true
+	}
+	return nil
+}
+
+// guardWindow checks that an unacknowledged journaled batch is still inside
+// the table's deduplication window; it reports whether to skip the insert.
+func (s *Sink[T]) guardWindow(ctx context.Context, p sink.Intent) (bool, error) {
+	out := &sink.OutsideWindowError{Intent: p, BlocksSince: -1, WindowBlocks: s.info.windowBlocks}
+	outside := false
+	if p.Block >= 0 {
+		if now, err := s.blockNumber(ctx); err == nil {
+			out.BlocksSince = now - p.Block
+			outside = out.BlocksSince >= s.info.windowBlocks
+		}
+	}
+	if s.info.windowSeconds > 0 && s.opts.Now().Sub(p.Created) >= time.Duration(s.info.windowSeconds)*time.Second {
+		outside = true
+	}
+	if !outside {
+		return false, nil
+	}
+	switch s.opts.OnOutsideWindow {
+	case WindowReinsert:
+		s.opts.Logger.Error("chsink: re-inserting a batch outside the deduplication window; it may be duplicated", "err", out)
+		return false, nil
+	case WindowSkip:
+		s.opts.Logger.Error("chsink: skipping a batch outside the deduplication window; it may be lost", "err", out)
+		return true, nil
+	}
+	return false, out
+}
+
+func (s *Sink[T]) blockNumber(ctx context.Context) (int64, error) {
+	if err := s.connect(ctx); err != nil {
+		return -1, err
+	}
+	n, err := blockNumber(ctx, s.conn, s.opts.Database, s.table.Name, s.info.replicated)
+	if err != nil {
+		s.dropConn()
+	}
+	return n, err
+}
+
+func (s *Sink[T]) connect(ctx context.Context) error {
+	if s.conn != nil && !s.conn.IsClosed() {
+		return nil
+	}
+	s.dropConn()
+	c, err := s.dial(ctx)
+	if err != nil {
+		return err
+	}
+	s.conn = c
+	return nil
+}
+
+func (s *Sink[T]) dropConn() {
+	if s.conn != nil {
+		_ = s.conn.Close()
+		s.conn = nil
+	}
+}
+
+// insert sends the buffered columns with in's token, retrying retryable
+// errors with exponential backoff and full jitter.
+func (s *Sink[T]) insert(ctx context.Context, in sink.Intent) error {
+	settings := []ch.Setting{
+		{Key: "insert_deduplication_token", Value: in.Token, Important: true},
+		ch.SettingInt("insert_deduplicate", 1),
+		ch.SettingInt("deduplicate_blocks_in_dependent_materialized_views", 1),
+		ch.SettingInt("async_insert", 0),
+	}
+	for attempt := 0; ; attempt++ {
+		err := ctx.Err()
+		if err == nil && attempt > 0 {
+			err = s.journal.CheckOwner(ctx)
+		}
+		if err == nil {
+			err = s.connect(ctx)
+		}
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, s.opts.InsertTimeout)
+			err = s.conn.Do(actx, ch.Query{Body: s.body, Input: s.input, Settings: settings})
+			cancel()
+			if err == nil {
+				return nil
+			}
+			s.dropConn()
+		}
+		if errors.Is(err, sink.ErrFenced) || ctx.Err() != nil {
+			return &InsertError{Intent: in, Attempts: attempt + 1, Err: errors.Join(err, ctx.Err())}
+		}
+		if !IsRetryable(err) || attempt >= s.opts.MaxRetries {
+			return &InsertError{Intent: in, Attempts: attempt + 1, Permanent: !IsRetryable(err), Err: err}
+		}
+		s.m.retries.Add(ctx, 1, s.m.attrs)
+		ceil := s.opts.RetryBase << min(attempt, 20)
+		if ceil > s.opts.RetryMax || ceil <= 0 {
+			ceil = s.opts.RetryMax
+		}
+		delay := time.Duration(rand.Int64N(int64(ceil) + 1))
+		s.opts.Logger.Debug("chsink: insert failed, retrying", "token", in.Token, "attempt", attempt+1, "delay", delay, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// ensureInit claims the journal and loads the batches to replay.
+func (s *Sink[T]) ensureInit(ctx context.Context) error {
+	if s.inited {
+		return nil
+	}
+	if err := s.journal.Claim(ctx); err != nil {
+		return err
+	}
+	var after *sink.Position
+	if s.hasCovered {
+		after = &s.covered
+		pruned, ok, err := s.journal.Pruned(ctx)
+		if err != nil {
+			return err
+		}
+		if ok && s.covered.Compare(pruned) < 0 {
+			return fmt.Errorf("%w: restored at %s, journal pruned through %s", sink.ErrStaleCheckpoint, s.covered, pruned)
+		}
+	}
+	pending, err := s.journal.Load(ctx, after)
+	if err != nil {
+		return err
+	}
+	if e := s.expect; s.restored && e.Count > 0 {
+		if len(pending) < e.Count || pending[0].First != e.First || pending[len(pending)-1].Last.Compare(e.Last) < 0 {
+			return fmt.Errorf("%w: snapshot expects %d batches %s..%s, journal has %d", sink.ErrJournalMissing, e.Count, e.First, e.Last, len(pending))
+		}
+	}
+	s.pending = pending
+	s.inited = true
+	return nil
+}
+
+// Snapshot flushes every buffered row and waits for ClickHouse to
+// acknowledge it, then returns the sink's state: the position through which
+// rows are durable and the journaled batches still to be replayed. An error
+// fails the checkpoint. A barrier inside a journaled batch being replayed
+// returns sink.ErrReplayInProgress and leaves the sink usable.
+func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	if s.replaying {
+		return nil, fmt.Errorf("%w: %s..%s at %s", sink.ErrReplayInProgress, s.pending[0].First, s.pending[0].Last, s.pos)
+	}
+	if err := s.flush(ctx); err != nil {
+		s.err = err
+		return nil, err
+	}
+	st := snapshotState{
+		Version: snapshotVersion, Table: s.opts.Database + "." + s.table.Name, Topic: s.src.Topic, Partition: s.src.Partition,
+		HasCovered: s.hasCovered || s.hasPos, Covered: s.covered,
+	}
+	if s.hasPos && s.pos.Compare(st.Covered) > 0 {
+		st.Covered = s.pos
+	}
+	if n := len(s.pending); n > 0 {
+		st.Pending = pendingRange{Count: n, First: s.pending[0].First, Last: s.pending[n-1].Last}
+	}
+	if st.HasCovered {
+		s.snaps[id] = st.Covered
+	}
+	return json.Marshal(st)
+}
+
+// Restore replaces the sink's state with a snapshot's, claims the journal
+// (fencing the previous owner) and loads the batches to replay.
+func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
+	var st snapshotState
+	dec := json.NewDecoder(strings.NewReader(string(state)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return fmt.Errorf("chsink: restore: corrupt state: %w", err)
+	}
+	table := s.opts.Database + "." + s.table.Name
+	if st.Version != snapshotVersion || st.Table != table || st.Topic != s.src.Topic || st.Partition != s.src.Partition {
+		return fmt.Errorf("chsink: restore: state v%d for %s %s/%d does not belong to this sink (%s %s)",
+			st.Version, st.Table, st.Topic, st.Partition, table, s.src)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return sink.ErrClosed
+	}
+	s.resetBuffer()
+	s.err, s.inited, s.restored = nil, false, true
+	s.hasCovered, s.covered = st.HasCovered, st.Covered
+	s.hasPos, s.pos = st.HasCovered, st.Covered
+	s.expect = st.Pending
+	s.pending = nil
+	clear(s.snaps)
+	if err := s.ensureInit(ctx); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
+}
+
+// CheckpointCompleted prunes journal entries that the completed checkpoint
+// made unnecessary. It is idempotent; skipping it only lets the journal grow.
+func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var through sink.Position
+	found := false
+	for sid, pos := range s.snaps {
+		if sid <= id {
+			if !found || pos.Compare(through) > 0 {
+				through = pos
+			}
+			found = true
+			delete(s.snaps, sid)
+		}
+	}
+	if !found || s.closed {
+		return nil
+	}
+	return s.journal.Prune(ctx, through)
+}
+
+// Run flushes a non-empty batch MaxDelay after its first row, so a quiet
+// stream still reaches ClickHouse. It returns nil after Close, ctx.Err()
+// when ctx ends (the chain's generation ended: no insert starts after), or
+// the error of a failed flush, which also breaks the sink.
+func (s *Sink[T]) Run(ctx context.Context) error {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.err != nil {
+			err := s.err
+			s.mu.Unlock()
+			return err
+		}
+		wait := time.Hour
+		if s.n > 0 && !s.replaying && ctx.Err() == nil {
+			wait = s.opts.MaxDelay - time.Since(s.bufSince)
+			if wait <= 0 {
+				if err := s.flush(ctx); err != nil {
+					// Sticky even when ctx ended: the batch's intent may be
+					// journaled, so it must never be re-cut differently.
+					s.err = err
+					s.mu.Unlock()
+					return err
+				}
+				wait = time.Hour
+			}
+		}
+		s.mu.Unlock()
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closeCh:
+			return nil
+		case <-s.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// Close releases the connection and stops Run. Buffered rows are not
+// flushed: they are not acknowledged, so the checkpoint that covers them
+// cannot have completed, and a replay restores them. Close is safe to call
+// more than once.
+func (s *Sink[T]) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	close(s.closeCh)
+	s.dropConn()
+	return nil
+}

@@ -1,0 +1,224 @@
+package chsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+)
+
+// ErrNoDedupWindow is matched by *TableCheckError when a table cannot
+// deduplicate inserted blocks: a plain MergeTree with
+// non_replicated_deduplication_window = 0 (the default), or an engine that
+// does not deduplicate at all.
+var ErrNoDedupWindow = errors.New("chsink: table does not deduplicate inserted blocks")
+
+// ErrTableSchema is matched by *TableCheckError when the table is missing or
+// lacks a column that the sink writes.
+var ErrTableSchema = errors.New("chsink: table does not match the sink's columns")
+
+// TableCheckError is returned by New when the target table cannot give
+// exactly-once inserts.
+type TableCheckError struct {
+	Database, Table string
+	Engine          string
+	Reason          string
+	Err             error // ErrNoDedupWindow or ErrTableSchema
+}
+
+func (e *TableCheckError) Error() string {
+	return fmt.Sprintf("chsink: table %s.%s (%s): %s", e.Database, e.Table, e.Engine, e.Reason)
+}
+
+func (e *TableCheckError) Unwrap() error { return e.Err }
+
+// tableInfo is what New learns about the target table.
+type tableInfo struct {
+	engine        string
+	replicated    bool
+	windowBlocks  int64 // deduplication window in blocks
+	windowSeconds int64 // 0: no time bound (plain MergeTree)
+}
+
+// quote returns s as a ClickHouse string literal.
+func quote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+	return "'" + r.Replace(s) + "'"
+}
+
+// ident returns s as a quoted identifier.
+func ident(s string) string {
+	return "`" + strings.ReplaceAll(s, "`", "``") + "`"
+}
+
+// queryStrings runs body and returns the rows of its String columns.
+func queryStrings(ctx context.Context, c *ch.Client, body string, ncols int) ([][]string, error) {
+	cols := make([]*proto.ColStr, ncols)
+	var res proto.Results
+	for i := range cols {
+		cols[i] = new(proto.ColStr)
+		res = append(res, proto.ResultColumn{Name: fmt.Sprintf("c%d", i), Data: cols[i]})
+	}
+	var rows [][]string
+	err := c.Do(ctx, ch.Query{
+		Body:   body,
+		Result: res,
+		OnResult: func(context.Context, proto.Block) error {
+			for r := 0; r < cols[0].Rows(); r++ {
+				row := make([]string, ncols)
+				for i, col := range cols {
+					row[i] = col.Row(r)
+				}
+				rows = append(rows, row)
+			}
+			for _, col := range cols {
+				col.Reset()
+			}
+			return nil
+		},
+	})
+	return rows, err
+}
+
+var windowSetting = regexp.MustCompile(`\b(non_replicated_deduplication_window|replicated_deduplication_window|replicated_deduplication_window_seconds)\s*=\s*'?(\d+)`)
+
+// checkTable verifies the table's engine, deduplication window and columns.
+func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []string) (tableInfo, error) {
+	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT engine AS c0, engine_full AS c1 FROM system.tables WHERE database = %s AND name = %s",
+		quote(db), quote(table)), 2)
+	if err != nil {
+		return tableInfo{}, fmt.Errorf("chsink: check table %s.%s: %w", db, table, err)
+	}
+	if len(rows) == 0 {
+		return tableInfo{}, &TableCheckError{Database: db, Table: table, Reason: "table does not exist", Err: ErrTableSchema}
+	}
+	info := tableInfo{engine: rows[0][0]}
+	full := rows[0][1]
+	if !strings.HasSuffix(info.engine, "MergeTree") {
+		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
+			Reason: "only MergeTree-family tables deduplicate inserted blocks", Err: ErrNoDedupWindow}
+	}
+	info.replicated = strings.HasPrefix(info.engine, "Replicated") || strings.HasPrefix(info.engine, "Shared")
+
+	defaults, err := queryStrings(ctx, c, "SELECT name AS c0, value AS c1 FROM system.merge_tree_settings WHERE name IN "+
+		"('non_replicated_deduplication_window','replicated_deduplication_window','replicated_deduplication_window_seconds')", 2)
+	if err != nil {
+		return info, fmt.Errorf("chsink: read merge_tree_settings: %w", err)
+	}
+	settings := map[string]int64{}
+	for _, r := range defaults {
+		v, _ := strconv.ParseInt(r[1], 10, 64)
+		settings[r[0]] = v
+	}
+	for _, m := range windowSetting.FindAllStringSubmatch(full, -1) {
+		v, _ := strconv.ParseInt(m[2], 10, 64)
+		settings[m[1]] = v
+	}
+	if info.replicated {
+		info.windowBlocks = settings["replicated_deduplication_window"]
+		info.windowSeconds = settings["replicated_deduplication_window_seconds"]
+	} else {
+		info.windowBlocks = settings["non_replicated_deduplication_window"]
+	}
+	if info.windowBlocks <= 0 {
+		setting := "non_replicated_deduplication_window"
+		if info.replicated {
+			setting = "replicated_deduplication_window"
+		}
+		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
+			Reason: fmt.Sprintf("%s = 0: ClickHouse would not deduplicate retried or replayed blocks, so the sink would degrade to at-least-once; "+
+				"set it above the replay depth in blocks, e.g. ALTER TABLE %s.%s MODIFY SETTING %s = 1000", setting, db, table, setting),
+			Err: ErrNoDedupWindow}
+	}
+
+	have, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT name AS c0, type AS c1 FROM system.columns WHERE database = %s AND table = %s", quote(db), quote(table)), 2)
+	if err != nil {
+		return info, fmt.Errorf("chsink: read columns of %s.%s: %w", db, table, err)
+	}
+	known := map[string]bool{}
+	for _, r := range have {
+		known[r[0]] = true
+	}
+	var missing []string
+	for _, name := range columns {
+		if !known[name] {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
+			Reason: "missing columns " + strings.Join(missing, ", "), Err: ErrTableSchema}
+	}
+	return info, nil
+}
+
+// blockNumber returns a counter that grows by one per block inserted into
+// the table: the highest block number for a plain MergeTree (numbers are
+// table-wide), the sum over partitions of the highest block number for a
+// replicated table (numbers are per partition). -1 when unknown.
+func blockNumber(ctx context.Context, c *ch.Client, db, table string, replicated bool) (int64, error) {
+	q := "SELECT toString(max(max_block_number)) AS c0 FROM system.parts WHERE database = %s AND table = %s"
+	if replicated {
+		q = "SELECT toString(sum(m)) AS c0 FROM (SELECT max(max_block_number) AS m FROM system.parts WHERE database = %s AND table = %s GROUP BY partition_id)"
+	}
+	rows, err := queryStrings(ctx, c, fmt.Sprintf(q, quote(db), quote(table)), 1)
+	if err != nil {
+		return -1, err
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(rows[0][0], 10, 64)
+	if err != nil {
+		return 0, nil
+	}
+	return n, nil
+}
+
+// SelectFinal returns a query that reads a ReplacingMergeTree table with
+// FINAL, so rows that share a sorting key and were not merged yet are
+// collapsed to the one with the highest version at read time:
+//
+//	SELECT cols FROM db.table FINAL [WHERE where]
+//
+// where is inserted verbatim; pass "" for none.
+func SelectFinal(db, table string, cols []string, where string) string {
+	q := "SELECT " + joinIdents(cols) + " FROM " + ident(db) + "." + ident(table) + " FINAL"
+	if where != "" {
+		q += " WHERE " + where
+	}
+	return q
+}
+
+// SelectLatest returns a query that reads the latest version of each key of
+// a ReplacingMergeTree table with argMax, without FINAL:
+//
+//	SELECT keys, argMax(col, version) AS col, ... FROM db.table GROUP BY keys
+//
+// It gives the same answer as FINAL for tables without an is_deleted column
+// and can be cheaper when only a few columns are read.
+func SelectLatest(db, table string, keys []string, version string, cols []string) string {
+	parts := make([]string, 0, len(keys)+len(cols))
+	for _, k := range keys {
+		parts = append(parts, ident(k))
+	}
+	for _, c := range cols {
+		parts = append(parts, fmt.Sprintf("argMax(%s, %s) AS %s", ident(c), ident(version), ident(c)))
+	}
+	return "SELECT " + strings.Join(parts, ", ") + " FROM " + ident(db) + "." + ident(table) + " GROUP BY " + joinIdents(keys)
+}
+
+func joinIdents(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = ident(n)
+	}
+	return strings.Join(q, ", ")
+}
