@@ -1,0 +1,59 @@
+// Package chsink is the ClickHouse backend of package sink: a batching,
+// checkpoint-coordinated sink over ch-go that inserts each row exactly once
+// into a MergeTree-family table and through its materialized views.
+//
+// Package sink holds the journal, positions and shared errors; this package
+// holds everything that imports ch-go, so importing the concept package does
+// not pull in a ClickHouse client.
+//
+// # Tour
+//
+// Describe how a row type maps to columns with a Schema built from typed
+// column constructors (String, LowCardinality, Int64, Float64, DateTime64,
+// Nullable, Array, or Col for any ch-go column); no reflection runs per row
+// and column buffers are reused between batches. New connects, checks the
+// table (engine, deduplication window, columns) and returns a *Sink for one
+// source partition. The chain then calls Restore (if a checkpoint holds
+// state), Add for each row, Snapshot at each barrier and CheckpointCompleted
+// when a checkpoint is durable; a goroutine runs Run for the flush timer
+// until Close. One sink serves one topic-partition chain.
+//
+// Batches are flushed at MaxRows, at an estimated MaxBytes, after MaxDelay
+// (a real timer, so a quiet stream flushes) and in Snapshot, which returns
+// only when ClickHouse acknowledged every row before the barrier. Inserts
+// retry with exponential backoff and full jitter, classified by IsRetryable;
+// when a batch fails permanently or runs out of retries the error is
+// returned, the sink stops accepting rows, and the checkpoint fails: a batch
+// is never dropped. Every insert carries insert_deduplication_token from the
+// journal and deduplicate_blocks_in_dependent_materialized_views = 1.
+//
+// # Table requirements
+//
+// A plain MergeTree needs non_replicated_deduplication_window > 0 (it is 0
+// by default; New fails with ErrNoDedupWindow otherwise); replicated tables
+// deduplicate by default (10,000 blocks and one hour since 25.9). The window
+// must cover the replay depth: the blocks that every writer of the table
+// inserts between a batch's intent and its re-insert after a failure, i.e.
+// roughly writers x flushes per second x failover seconds. Before
+// re-inserting a batch whose outcome is unknown, the sink compares the
+// table's block counter (system.parts) with the one journaled with the
+// intent and, for replicated tables, the intent's age with
+// replicated_deduplication_window_seconds; outside the window it follows
+// Options.OnOutsideWindow (default: fail loudly with
+// *sink.OutsideWindowError).
+//
+// ReplacingMergeTree tables deduplicate only when parts merge; read them
+// with SelectFinal or SelectLatest (argMax by version).
+//
+// # Guarantees
+//
+// Exactly once into the table and its dependent views, given what package
+// sink's Guarantees assume: deterministic processing (else
+// *sink.ContentMismatchError, or Options.OnMismatch), a shared
+// checkpoint.Storage, a deduplication window deeper than the replay, and a
+// chain that cancels the context it passes to Add, Snapshot and Run when its
+// consumer-group generation ends. Each batch is one insert block (MaxRows is
+// capped below max_insert_block_size). A checkpoint whose barrier falls
+// inside a journaled batch being replayed fails with
+// sink.ErrReplayInProgress; the next one succeeds.
+package chsink
