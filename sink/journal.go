@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -229,7 +230,7 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		if c := a.First.Compare(b.First); c != 0 {
 			return c
 		}
-		return int(a.Epoch) - int(b.Epoch)
+		return cmp.Compare(a.Epoch, b.Epoch)
 	})
 	out := all[:0]
 	for _, in := range all {

@@ -1,0 +1,154 @@
+package sink_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink"
+)
+
+var src = sink.Source{Topic: "events", Partition: 3}
+
+func pos(o int64, i uint32) sink.Position { return sink.Position{Offset: o, Index: i} }
+
+func record(t *testing.T, j *sink.Journal, first, last sink.Position) sink.Intent {
+	t.Helper()
+	in := sink.Intent{First: first, Last: last, Rows: 1, Token: j.Token(first, last), Created: time.Unix(1, 0).UTC()}
+	require.NoError(t, j.Record(context.Background(), &in))
+	return in
+}
+
+func TestPositionCompare(t *testing.T) {
+	tests := []struct {
+		give, other sink.Position
+		want        int
+	}{
+		{pos(1, 0), pos(1, 0), 0},
+		{pos(1, 0), pos(1, 1), -1},
+		{pos(2, 0), pos(1, 9), 1},
+		{pos(0, 5), pos(1, 0), -1},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, tt.give.Compare(tt.other), "%s vs %s", tt.give, tt.other)
+	}
+}
+
+func TestJournalRecordAckLoad(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	j, err := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, err)
+	require.NoError(t, j.Claim(ctx))
+
+	a := record(t, j, pos(0, 0), pos(9, 1))
+	require.NoError(t, j.Ack(ctx, &a))
+	b := record(t, j, pos(10, 0), pos(19, 0))
+
+	got, err := j.Load(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, a, got[0])
+	assert.True(t, got[0].Acked)
+	assert.Equal(t, b, got[1])
+	assert.False(t, got[1].Acked)
+
+	after := pos(9, 1)
+	got, err = j.Load(ctx, &after)
+	require.NoError(t, err)
+	assert.Equal(t, []sink.Intent{b}, got)
+
+	// A new instance sees the same journal and the same tokens.
+	j2, err := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, err)
+	require.NoError(t, j2.Claim(ctx))
+	assert.Equal(t, b.Token, j2.Token(b.First, b.Last))
+	assert.Equal(t, uint64(2), j2.Epoch())
+}
+
+func TestJournalFencing(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	old, err := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, err)
+	require.NoError(t, old.Claim(ctx))
+	inFlight := record(t, old, pos(0, 0), pos(4, 0)) // passed the owner check
+
+	// A new owner claims: it sees the old owner's in-flight intent.
+	next, err := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, err)
+	require.NoError(t, next.Claim(ctx))
+	got, err := next.Load(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []sink.Intent{inFlight}, got)
+
+	// The old owner resumes: its next intent is refused.
+	late := sink.Intent{First: pos(5, 0), Last: pos(9, 0), Rows: 1, Token: old.Token(pos(5, 0), pos(9, 0))}
+	err = old.Record(ctx, &late)
+	require.ErrorIs(t, err, sink.ErrFenced)
+
+	// The new owner cuts the same positions differently; the stale,
+	// never-inserted intent of the old epoch is dropped on load.
+	require.NoError(t, next.Ack(ctx, &got[0]))
+	mine := record(t, next, pos(5, 0), pos(7, 0))
+	third, err := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, err)
+	require.NoError(t, third.Claim(ctx))
+	loaded, err := third.Load(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, loaded, 2)
+	assert.Equal(t, mine, loaded[1])
+}
+
+func TestJournalOverlapOfAckedBatchesIsCorrupt(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	a, _ := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, a.Claim(ctx))
+	x := record(t, a, pos(0, 0), pos(9, 0))
+	require.NoError(t, a.Ack(ctx, &x))
+	b, _ := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, b.Claim(ctx))
+	y := record(t, b, pos(5, 0), pos(12, 0))
+	require.NoError(t, b.Ack(ctx, &y))
+	_, err := b.Load(ctx, nil)
+	require.ErrorIs(t, err, sink.ErrJournalCorrupt)
+}
+
+func TestJournalPrune(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	j, _ := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, j.Claim(ctx))
+	record(t, j, pos(0, 0), pos(9, 0))
+	keep := record(t, j, pos(10, 0), pos(19, 0))
+	require.NoError(t, j.Prune(ctx, pos(9, 0)))
+	require.NoError(t, j.Prune(ctx, pos(3, 0))) // older: no-op
+	got, err := j.Load(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []sink.Intent{keep}, got)
+	through, ok, err := j.Pruned(ctx)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, pos(9, 0), through)
+}
+
+func TestOpenJournalRejectsBadNames(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	tests := []struct {
+		table string
+		src   sink.Source
+	}{
+		{"db/t", src},
+		{"db.t", sink.Source{Topic: "a b", Partition: 0}},
+		{"db.t", sink.Source{Topic: "ok", Partition: -1}},
+	}
+	for _, tt := range tests {
+		_, err := sink.OpenJournal(store, tt.table, tt.src)
+		assert.Error(t, err, "%q %v", tt.table, tt.src)
+	}
+}
