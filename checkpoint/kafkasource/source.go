@@ -1,0 +1,269 @@
+package kafkasource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+)
+
+// Defaults for Options.
+const (
+	DefaultSessionTimeout    = 10 * time.Second
+	DefaultRebalanceTimeout  = 10 * time.Second
+	DefaultHeartbeatInterval = time.Second
+	DefaultMaxWait           = 500 * time.Millisecond
+	DefaultMaxBytes          = 1 << 20
+	DefaultBuffer            = 256
+)
+
+var (
+	// ErrRunning is returned by Run on a Source that is already running.
+	ErrRunning = errors.New("kafkasource: already running")
+	// errGenerationEnded marks a skipped offset commit.
+	errGenerationEnded = errors.New("kafkasource: generation ended, offset commit skipped")
+)
+
+// OffsetOutOfRangeError reports that a partition's restored offset is no
+// longer (or not yet) in the log, and the OutOfRange policy is
+// OutOfRangeFail.
+type OffsetOutOfRangeError struct {
+	Partition    checkpoint.Partition
+	Offset       int64 // the offset the chain must read next
+	First, Last  int64 // the log's first offset and high watermark
+	CheckpointID checkpoint.ID
+}
+
+func (e *OffsetOutOfRangeError) Error() string {
+	return fmt.Sprintf("kafkasource: %s: offset %d (checkpoint %d) is outside the log [%d, %d]",
+		e.Partition, e.Offset, e.CheckpointID, e.First, e.Last)
+}
+
+// OutOfRange says what a chain does when the offset it must read is outside
+// the partition's log: records were deleted by retention before they were
+// processed, or the topic was recreated.
+type OutOfRange int
+
+const (
+	// OutOfRangeFail stops Run with an *OffsetOutOfRangeError. Nothing is
+	// skipped silently. This is the default.
+	OutOfRangeFail OutOfRange = iota
+	// OutOfRangeEarliest continues at the log's first offset, keeping the
+	// restored state. Records before it are lost to the pipeline.
+	OutOfRangeEarliest
+	// OutOfRangeLatest continues at the high watermark, keeping the
+	// restored state.
+	OutOfRangeLatest
+)
+
+// StartOffset says where a partition without any checkpoint starts.
+type StartOffset int
+
+const (
+	// StartEarliest reads a partition without checkpoint from its first
+	// offset. This is the default.
+	StartEarliest StartOffset = iota
+	// StartLatest reads a partition without checkpoint from its high
+	// watermark: earlier records are never processed.
+	StartLatest
+)
+
+// Group names the consumer group and what it reads.
+type Group struct {
+	Brokers []string
+	ID      string
+	Topics  []string
+}
+
+// Options configures a Source. The zero value is valid.
+type Options struct {
+	// OutOfRange policy. Default: OutOfRangeFail.
+	OutOfRange OutOfRange
+	// StartOffset for a partition without checkpoint. Default:
+	// StartEarliest.
+	StartOffset StartOffset
+	// ReadUncommitted reads transactional records before their transaction
+	// commits. Default false: ReadCommitted, so nothing past the last stable
+	// offset is read. See the package doc on transactional input.
+	ReadUncommitted bool
+	// SessionTimeout, RebalanceTimeout and HeartbeatInterval of the
+	// consumer group. A shorter heartbeat notices rebalances sooner.
+	// Defaults: DefaultSessionTimeout, DefaultRebalanceTimeout,
+	// DefaultHeartbeatInterval.
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
+	HeartbeatInterval time.Duration
+	// MaxWait is the longest a fetch waits at the end of the log. Default:
+	// DefaultMaxWait.
+	MaxWait time.Duration
+	// MaxBytes is the most a fetch returns. Default: DefaultMaxBytes.
+	MaxBytes int
+	// Buffer is how many fetched records wait ahead of the chain. Default:
+	// DefaultBuffer.
+	Buffer int
+	// Dialer for brokers. Default: kafka-go's default dialer.
+	Dialer *kafka.Dialer
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Processor is one partition's processing chain, returned by a NewProcessor
+// for every partition the Source is assigned.
+type Processor struct {
+	// Participants are the chain's stateful operators by stable name; the
+	// names key their state in every checkpoint.
+	Participants map[string]checkpoint.Participant
+	// Process handles one record. It is called from the chain goroutine
+	// only, in offset order, never concurrently with a participant's
+	// methods. Its ctx ends when the partition's ownership ends (the
+	// generation ended or Run stopped): a sink fences on it. An error stops
+	// Run, unless ctx has ended.
+	Process func(ctx context.Context, m kafka.Message) error
+	// Close, if set, is called once when the chain stops, after the last
+	// Process or checkpoint.
+	Close func() error
+}
+
+// NewProcessor builds a fresh chain for partition p. ctx ends with the
+// ownership of p; it is the same ctx Process receives. Keep no state outside
+// the participants: it would not survive a move of p to another instance.
+type NewProcessor func(ctx context.Context, p checkpoint.Partition) (*Processor, error)
+
+// Source reads a consumer group's partitions, one chain per partition, and
+// coordinates their checkpoints with a checkpoint.Coordinator.
+type Source struct {
+	group   Group
+	coord   *checkpoint.Coordinator
+	newProc NewProcessor
+	opts    Options
+	log     *slog.Logger
+	running atomic.Bool
+
+	commitMu sync.Mutex // serialises commits on the generation's connection
+}
+
+// New returns a Source. Run starts it.
+func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, opts Options) (*Source, error) {
+	switch {
+	case len(group.Brokers) == 0:
+		return nil, errors.New("kafkasource: New: no brokers")
+	case group.ID == "":
+		return nil, errors.New("kafkasource: New: empty group ID")
+	case len(group.Topics) == 0:
+		return nil, errors.New("kafkasource: New: no topics")
+	case coord == nil:
+		return nil, errors.New("kafkasource: New: nil Coordinator")
+	case newProcessor == nil:
+		return nil, errors.New("kafkasource: New: nil NewProcessor")
+	case opts.OutOfRange < OutOfRangeFail || opts.OutOfRange > OutOfRangeLatest:
+		return nil, fmt.Errorf("kafkasource: New: unknown OutOfRange policy %d", opts.OutOfRange)
+	case opts.StartOffset < StartEarliest || opts.StartOffset > StartLatest:
+		return nil, fmt.Errorf("kafkasource: New: unknown StartOffset %d", opts.StartOffset)
+	case opts.SessionTimeout < 0 || opts.RebalanceTimeout < 0 || opts.HeartbeatInterval < 0 ||
+		opts.MaxWait < 0 || opts.MaxBytes < 0 || opts.Buffer < 0:
+		return nil, errors.New("kafkasource: New: negative option")
+	}
+	setDefault(&opts.SessionTimeout, DefaultSessionTimeout)
+	setDefault(&opts.RebalanceTimeout, DefaultRebalanceTimeout)
+	setDefault(&opts.HeartbeatInterval, DefaultHeartbeatInterval)
+	setDefault(&opts.MaxWait, DefaultMaxWait)
+	setDefault(&opts.MaxBytes, DefaultMaxBytes)
+	setDefault(&opts.Buffer, DefaultBuffer)
+	if opts.Dialer == nil {
+		opts.Dialer = kafka.DefaultDialer
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Source{group: group, coord: coord, newProc: newProcessor, opts: opts, log: opts.Logger}, nil
+}
+
+func setDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// Checkpoint takes a checkpoint of every partition the Source owns now and
+// waits for it; see checkpoint.Coordinator.Trigger.
+func (s *Source) Checkpoint(ctx context.Context) error { return s.coord.Trigger(ctx) }
+
+// Run joins the consumer group and processes its partitions until ctx ends
+// or a chain fails. It drives the coordinator's interval checkpoints. It
+// returns nil when ctx ended, else the first chain's error (a failed
+// checkpoint, Process or restore): the caller restarts, and every partition
+// resumes from its last completed checkpoint.
+//
+// On every rebalance each chain stops where it is: work since its last
+// checkpoint is abandoned, not committed, and the partition's next owner
+// (maybe this instance again) restores from the checkpoint.
+func (s *Source) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer s.running.Store(false)
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	cfg := kafka.ConsumerGroupConfig{
+		ID: s.group.ID, Brokers: s.group.Brokers, Topics: s.group.Topics, Dialer: s.opts.Dialer,
+		SessionTimeout: s.opts.SessionTimeout, RebalanceTimeout: s.opts.RebalanceTimeout,
+		HeartbeatInterval: s.opts.HeartbeatInterval,
+		JoinGroupBackoff:  s.opts.HeartbeatInterval,
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
+			s.log.Warn("kafkasource: kafka-go: " + fmt.Sprintf(f, a...))
+		}),
+	}
+	cg, err := kafka.NewConsumerGroup(cfg)
+	if err != nil {
+		return fmt.Errorf("kafkasource: %w", err)
+	}
+
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		chainErr error
+	)
+	wg.Go(func() { _ = s.coord.Run(runCtx) })
+	var nextErr error
+	for {
+		gen, err := cg.Next(runCtx)
+		if err != nil {
+			if runCtx.Err() == nil {
+				nextErr = fmt.Errorf("kafkasource: consumer group: %w", err)
+			}
+			break
+		}
+		s.log.Info("kafkasource: new generation", "generation", gen.ID, "member", gen.MemberID,
+			"assignments", fmt.Sprint(gen.Assignments))
+		for topic, as := range gen.Assignments {
+			for _, a := range as {
+				p := checkpoint.Partition{Topic: topic, Partition: a.ID}
+				wg.Add(1)
+				gen.Start(func(gctx context.Context) {
+					defer wg.Done()
+					if err := s.runChain(runCtx, gctx, gen, p); err != nil {
+						errOnce.Do(func() { chainErr = err })
+						cancel(err)
+					}
+				})
+			}
+		}
+	}
+	// Leaving the group is best effort: the session timeout covers it.
+	_ = cg.Close()
+	cancel(nil)
+	wg.Wait()
+	if chainErr != nil {
+		return chainErr
+	}
+	return nextErr
+}
