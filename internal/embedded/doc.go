@@ -1,0 +1,40 @@
+// Package embedded starts the servers the pipeline needs on one machine with
+// nothing installed by hand: ClickHouse (clickhouse-local from libchdb.so,
+// serving the native TCP protocol), Kafka (franz-go's kfake, in process) and
+// Redis (Debian's redis-server). The demo uses it directly; tests use it
+// through internal/testenv.
+//
+// A tour:
+//
+//	ch, err := embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{})
+//	defer ch.Stop()
+//	ch.Addr()          // 127.0.0.1:port for ch-go
+//	ch.Kill()          // kill -9, waits until the process is gone
+//	ch.Restart(ctx)    // same directory and port, waits until ready
+//
+//	k, err := embedded.StartKafka(embedded.KafkaOptions{})
+//	defer k.Close()
+//	err = embedded.CreateTopic(ctx, k.Brokers(), "events", 3)
+//
+//	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
+//	defer r.Stop()
+//
+// ClickHouse needs libchdb.so (566 MB) from the npm package
+// @chdb/lib-linux-x64-gnu. EnsureChDB fetches it with `npm pack` into the
+// cache directory (CacheDir: $EXACTLYONCE_CACHE, else
+// $HOME/.cache/exactlyonce) once, under a file lock, and extracts it beside
+// the tarball. The launcher, a small cgo program that dlopens the library
+// (so this module builds and vets without it), is compiled with `go build`
+// into the cache the first time, keyed by a hash of its source.
+//
+// # Guarantees
+//
+// Every child process runs in its own process group with Pdeathsig SIGKILL:
+// it dies with the program that started it, even on a crash. Kill sends
+// SIGKILL to the group and returns only after the process is reaped, so a
+// following Restart never races the old process for the port or the data
+// directory. Start functions return only once the server answers its
+// protocol (ClickHouse: Ping and SELECT version(); Redis: PING). ClickHouse
+// keeps its data in its directory across Kill and Restart; Redis keeps
+// nothing.
+package embedded

@@ -1,0 +1,137 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ErrTopicMismatch is returned by CreateTopic when the topic exists with a
+// different partition count.
+var ErrTopicMismatch = errors.New("embedded: topic exists with another partition count")
+
+// KafkaOptions configures StartKafka. The zero value is valid.
+type KafkaOptions struct {
+	// DataDir, when set, makes the cluster persist its logs, offsets and
+	// groups there and reload them when a cluster starts on the same
+	// directory. Default: in memory only.
+	DataDir string
+	// Port to listen on. Default: a free port.
+	Port int
+	// Extra are further kfake options (fault injection, broker configs),
+	// applied after the ones derived from the fields above.
+	Extra []kfake.Opt
+}
+
+// Kafka is an in-process, single-broker franz-go kfake cluster. It speaks
+// the Kafka protocol on 127.0.0.1, including the classic consumer-group
+// protocol that segmentio/kafka-go uses, offset commits and acks=all
+// produces. It is safe for concurrent use.
+type Kafka struct {
+	cluster   *kfake.Cluster
+	closeOnce sync.Once
+}
+
+// StartKafka starts a one-broker kfake cluster.
+func StartKafka(opts KafkaOptions) (*Kafka, error) {
+	kopts := []kfake.Opt{kfake.NumBrokers(1)}
+	if opts.Port != 0 {
+		kopts = append(kopts, kfake.Ports(opts.Port))
+	}
+	if opts.DataDir != "" {
+		kopts = append(kopts, kfake.DataDir(opts.DataDir))
+	}
+	kopts = append(kopts, opts.Extra...)
+	c, err := kfake.NewCluster(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: start kfake: %w", err)
+	}
+	return &Kafka{cluster: c}, nil
+}
+
+// Brokers returns the bootstrap addresses.
+func (k *Kafka) Brokers() []string { return k.cluster.ListenAddrs() }
+
+// Cluster returns the kfake cluster, for fault injection with Control and
+// ControlKey.
+func (k *Kafka) Cluster() *kfake.Cluster { return k.cluster }
+
+// Close shuts the cluster down. It is safe to call more than once.
+func (k *Kafka) Close() {
+	k.closeOnce.Do(k.cluster.Close)
+}
+
+// CreateTopic creates topic with the given number of partitions on the
+// cluster at brokers (kfake or real Kafka) and waits until every partition
+// has a leader. It is idempotent: a topic that already exists with the same
+// partition count is success; with another count, the error wraps
+// ErrTopicMismatch.
+func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
+	if partitions <= 0 {
+		return fmt.Errorf("embedded: create topic %q: partitions must be positive, got %d", topic, partitions)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("embedded: create topic %q: %w", topic, err)
+	}
+	defer cl.Close()
+
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = topic
+	rt.NumPartitions = int32(partitions)
+	rt.ReplicationFactor = -1
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30_000
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("embedded: create topic %q: %w", topic, err)
+	}
+	if len(resp.Topics) != 1 {
+		return fmt.Errorf("embedded: create topic %q: %d topics in response", topic, len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("embedded: create topic %q: %w", topic, err)
+	}
+	return waitTopic(ctx, cl, topic, partitions)
+}
+
+// waitTopic polls metadata until topic has partitions partitions, each with
+// a leader.
+func waitTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int) error {
+	for {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == 0 {
+			t := resp.Topics[0]
+			if len(t.Partitions) > 0 && len(t.Partitions) != partitions {
+				return fmt.Errorf("embedded: topic %q has %d partitions, want %d: %w",
+					topic, len(t.Partitions), partitions, ErrTopicMismatch)
+			}
+			ready := len(t.Partitions) == partitions
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 || p.Leader < 0 {
+					ready = false
+				}
+			}
+			if ready {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("embedded: wait for topic %q: %w (last error: %v)", topic, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,37 @@
+// Package testenv gives every test in the module real servers: ClickHouse
+// 26.7, Kafka and Redis. Tests never talk to mocks.
+//
+// A tour:
+//
+//	addr, db := testenv.ClickHouse(t)   // shared server, fresh database per test
+//	srv := testenv.StartClickHouse(t)   // dedicated server: Kill, Restart, Stop
+//	brokers := testenv.Kafka(t)         // in-process kfake cluster per test
+//	testenv.CreateTopic(t, brokers, topic, 3)
+//	addr := testenv.Redis(t)            // fresh redis-server per test
+//	rs := testenv.StartRedis(t)         // dedicated: Stop, Start, Kill
+//	topic := testenv.Name(t, "events")  // unique names for shared servers
+//
+// Every server started here is stopped at the test's cleanup; processes are
+// also killed by the kernel if the test binary dies (Pdeathsig). The
+// service-starting code lives in internal/embedded, which the demo uses too.
+//
+// # External servers
+//
+// CLICKHOUSE_ADDR, KAFKA_BROKERS and REDIS_ADDR point ClickHouse, Kafka and
+// Redis at existing servers; nothing is downloaded or started for them.
+// Such servers are shared by every test, so tests name their topics, groups
+// and keys with Name. ClickHouse still gets a fresh database per test. The
+// Start* functions always start a dedicated local server, since they hand
+// the test a process to kill; StartClickHouse skips when CLICKHOUSE_ADDR is
+// set.
+//
+// # Guarantees
+//
+// A service that cannot start skips the test with the reason, unless
+// CI=true, where it fails the test: CI never passes by skipping. Servers are
+// real: ClickHouse is clickhouse-local from libchdb.so serving the native
+// protocol; Kafka is franz-go's kfake, which implements the broker protocol
+// (acks=all produce, classic consumer groups, offset commits); Redis is
+// Debian's redis-server without persistence. Kill is SIGKILL and waits for
+// the process to be gone; Restart reuses the data directory and port.
+package testenv
