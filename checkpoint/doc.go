@@ -1,0 +1,120 @@
+// Package checkpoint takes consistent snapshots of a stream processor's
+// state together with the input position they match, and restores them after
+// a crash or when a partition moves to another instance.
+//
+// # Tour
+//
+// A Participant (dedup, window, sink) is an operator whose state is part of
+// every checkpoint. Processing is partitioned by Kafka topic-partition: each
+// partition has its own chain of participants, run by one goroutine.
+//
+// Storage keeps named blobs durably. FSStorage is the default (temp file,
+// fsync, rename, fsync of the directory); MemStorage is for tests. The
+// checkpointtest package is the conformance suite every Storage runs.
+//
+// Store lays checkpoints out in a Storage and finds the newest intact one,
+// skipping a corrupt or partial one with a logged reason. Coordinator
+// triggers checkpoints on an interval (Run) and on demand (Trigger), and
+// runs the protocol of each chain through a Task:
+//
+//	storage, _ := checkpoint.NewFSStorage("/var/lib/pipeline")
+//	store, _ := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+//	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Second})
+//
+//	// in the chain goroutine of partition p:
+//	task, _ := coord.Attach(ctx, p, map[string]checkpoint.Participant{"dedup": d, "sink": s})
+//	defer task.Detach()
+//	next := task.Restored().NextOffset // or the start policy when Restored is nil
+//	for {
+//		select {
+//		case b := <-task.Barriers(): // between two records: an exact position
+//			if err := task.Checkpoint(ctx, b, next, meta, commitOffset); err != nil { return err }
+//		case rec := <-records:
+//			process(rec); next = rec.Offset + 1
+//		}
+//	}
+//
+// The kafkasource subpackage runs exactly this loop for every partition of a
+// kafka-go consumer group; most programs use it and never see a Task.
+//
+// # Barriers and the protocol
+//
+// A barrier is delivered to a chain in-band: the chain goroutine takes it
+// between two records, so the snapshot reflects every record before the
+// barrier and none after it, and the checkpoint's NextOffset is exact. For
+// checkpoint N of a partition, Task.Checkpoint
+//
+//  1. calls Snapshot(N) on every participant (a sink flushes here, so the
+//     checkpoint completes only once every row before the barrier is
+//     durable downstream);
+//  2. writes one file holding N, the next offset, every participant's state,
+//     the time, the duration and the consumer-group generation, atomically;
+//  3. only then commits the next offset to the consumer group, for lag
+//     monitoring, while the generation is current;
+//  4. notifies every participant with CheckpointCompleted(N).
+//
+// A failure in 1 or 2 aborts checkpoint N: nothing is written, no offset
+// moves, and the error reaches the chain and the Trigger caller. The caller
+// restarts from the last completed checkpoint.
+//
+// # Layout: one file per partition and checkpoint
+//
+//	<prefix>/<topic>/<partition>/<id, 20 digits>-<generation, 10 digits>.ckpt
+//
+// Checkpoints are per partition, not per instance, because state is per
+// partition and partitions move between instances of a consumer group: the
+// new owner of a partition lists that partition's directory and restores
+// its newest checkpoint, whoever wrote it, without reading anyone else's
+// state. Each partition's chain checkpoints independently, so a slow
+// partition delays no other one. IDs grow per partition and continue from
+// the restored checkpoint. If a revoked owner still finishes a write while
+// the new owner writes the same ID, the later generation sorts first; both
+// files are consistent (state and offset of the same barrier), which is all
+// restore needs. The file format (see Encode) is a JSON header, the raw
+// states and a CRC-32C, so a partial or bit-flipped file is detected and
+// skipped. Store keeps the newest StoreOptions.Keep files per partition.
+//
+// # Shared storage
+//
+// For partitions to move between instances, all instances must use one
+// Storage: a shared filesystem, or an object store. An object-store
+// backend needs atomic whole-object Put (S3, GCS and Azure give it),
+// read-after-write consistency for Get and List (S3 has it since 2020), and
+// names mapped to keys one to one; rename and directory fsync are not
+// needed. The Storage interface is already shaped for it: whole blobs, no
+// append, no rename.
+//
+// # The rule that makes replay safe
+//
+// After a restore, the records after the checkpoint are processed again.
+// That yields the same state and the same output only if processing depends
+// on nothing but the restored state and the records, in offset order: use
+// event time carried in the records, never the wall clock, random numbers
+// or lookups of mutable outside data. Participants' Snapshot must be
+// deterministic, and a sink must be idempotent or transactional for rows
+// written after the last checkpoint.
+//
+// # Guarantees
+//
+//   - A checkpoint is durable before any offset it covers is committed to the
+//     consumer group; a committed group offset never passes the newest
+//     completed checkpoint.
+//   - Every checkpoint's states reflect exactly the records before its
+//     NextOffset: restoring it and reading from NextOffset processes every
+//     record at least once and every record's effect on state exactly once.
+//   - A failed snapshot or write leaves the previous checkpoint as the
+//     newest; nothing partial is ever restored.
+//   - Restore takes the newest intact checkpoint and logs why it skipped
+//     newer ones.
+//
+// What it assumes: participants keep the Participant contract (the sink
+// flushes in Snapshot), processing obeys the replay rule above, and the
+// Storage keeps its atomic-Put promise.
+//
+// # Metrics
+//
+// Through Options.MeterProvider: checkpoint.duration (s),
+// checkpoint.size (By), checkpoint.failures, checkpoint.offset_commit.failures,
+// checkpoint.last_completed.age (s) and checkpoint.consumer.lag (records),
+// each with topic and partition attributes.
+package checkpoint

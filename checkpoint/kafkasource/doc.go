@@ -1,0 +1,83 @@
+// Package kafkasource runs checkpointed processing chains over the
+// partitions of a Kafka consumer group, with segmentio/kafka-go.
+//
+// # Tour
+//
+// Write a NewProcessor that builds one partition's chain: its participants
+// (by stable name) and a Process function. New ties it to a consumer group
+// and a checkpoint.Coordinator; Run blocks:
+//
+//	src, err := kafkasource.New(
+//		kafkasource.Group{Brokers: brokers, ID: "aggregator", Topics: []string{"events"}},
+//		coord,
+//		func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+//			d, _ := dedup.New(24*time.Hour, dedup.Options{})
+//			s := newSink(p)
+//			return &kafkasource.Processor{
+//				Participants: map[string]checkpoint.Participant{"dedup": d, "sink": s},
+//				Process: func(ctx context.Context, m kafka.Message) error { ... },
+//			}, nil
+//		},
+//		kafkasource.Options{})
+//	err = src.Run(ctx)
+//
+// # How it works
+//
+// Run uses kafka-go's ConsumerGroup and Generation API, not a Reader with a
+// GroupID (which has no assignment callbacks, cannot seek, keeps buffered
+// messages of revoked partitions and commits before processing). For every
+// generation, each assigned partition gets a goroutine that builds the
+// chain, restores it from the partition's newest checkpoint, and reads the
+// partition with its own partition Reader positioned at the checkpoint's
+// offset. Barriers from the coordinator arrive between records (see package
+// checkpoint); after a completed checkpoint the chain commits its offset
+// with Generation.CommitOffsets, which the broker refuses for a stale
+// generation, and only while the generation's context is live. Per-partition
+// order is kept: one goroutine processes one partition.
+//
+// # Rebalances and fencing
+//
+// Every rebalance ends the generation, and with it the context passed to
+// NewProcessor and Process. The chain stops where it is and abandons the
+// work since its last checkpoint: nothing past a checkpoint is committed,
+// and the partition's next owner restores that checkpoint and replays. A
+// sink should fence on that context (stop writing once it ends), and be
+// idempotent for the replay.
+//
+// # Offsets out of range
+//
+// Before reading, a chain checks the restored offset against the log's
+// first offset and high watermark. Options.OutOfRange decides what happens
+// when it is outside: fail (default; Run returns *OffsetOutOfRangeError),
+// or continue at the earliest or latest offset, keeping the restored state.
+// kafka-go is configured with OffsetOutOfRangeError, so a reader that finds
+// its offset gone reports it instead of moving silently; the chain applies
+// the policy again. (kafka-go v0.4.51 still skips silently when retention
+// deletes records under a reader in the middle of a fetch loop; keep
+// retention well above the checkpoint interval plus the longest outage.)
+//
+// # Transactional input
+//
+// kafka-go with IsolationLevel ReadCommitted (the default here) reads only
+// up to the last stable offset, so open transactions are not read; but it
+// does not filter records of aborted transactions, nor transaction control
+// markers, and its Message does not say which is which. This source
+// therefore supports input topics written without transactions (idempotent
+// producers, as this SDK's gateway uses). If an input topic may hold
+// transactional writes, either guarantee that its producers never abort
+// after writing, or make Process drop records a downstream check identifies
+// (an event-ID dedup makes a re-sent record harmless, but cannot tell an
+// aborted record from a committed one).
+//
+// # Guarantees
+//
+//   - Every record is processed at least once, and its effect on
+//     checkpointed state exactly once, across crashes and rebalances.
+//   - Offsets committed to the group never pass a completed checkpoint; the
+//     checkpoint, not the group offset, is where a chain restarts.
+//   - A chain's Process and its participants are called from one goroutine,
+//     in offset order.
+//   - Run returns a chain's error (failed checkpoint, Process error, restore
+//     error, offset out of range) after stopping every chain; it returns
+//     nil when its context ends.
+package kafkasource
