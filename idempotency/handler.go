@@ -1,0 +1,405 @@
+package idempotency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxBodyBytes bounds request bodies. GitHub caps payloads at
+	// 25 MB but nearly all are far below 1 MB; raise it if you subscribe to
+	// push events with very large commit lists.
+	DefaultMaxBodyBytes = 5 << 20
+	// DefaultPendingTTL is how long a claim lives if its owner dies between
+	// Claim and Complete: a retry within it is answered 503, one after it
+	// runs the side effect.
+	DefaultPendingTTL = 30 * time.Second
+	// DefaultDoneTTL is how long a done key replays its response: it must
+	// cover the longest gap between retries of one delivery. GitHub lets
+	// deliveries be redelivered for 3 days.
+	DefaultDoneTTL = 72 * time.Hour
+	// DefaultSideEffectTimeout bounds the side effect. GitHub records a
+	// delivery as failed when the answer takes over 10 s.
+	DefaultSideEffectTimeout = 5 * time.Second
+	// DefaultStoreTimeout bounds each store call.
+	DefaultStoreTimeout = 2 * time.Second
+	// DefaultRetryAfter is the Retry-After of 503 answers.
+	DefaultRetryAfter = 5 * time.Second
+)
+
+// HeaderReplayed is set to "true" on a response replayed from a done key.
+const HeaderReplayed = "Idempotent-Replayed"
+
+// Func is the side effect of a delivery, typically publishing it to Kafka.
+// It returns nil only once the effect is durable (the broker acknowledged):
+// the Handler then marks the key done and answers 2xx. It may be called again
+// for the same delivery after an error, a timeout, or a crash, so it must
+// carry d.Key along for downstream deduplication.
+//
+// ctx carries Options.SideEffectTimeout but is not cancelled when the client
+// disconnects: a half-finished publish is worse than a finished one.
+type Func func(ctx context.Context, d Delivery) error
+
+// Options configures a Handler. The zero value is valid: GitHub delivery ids,
+// no signature check, body fingerprints and the Default constants.
+type Options struct {
+	// Key returns a request's idempotency key. Default
+	// HeaderKey(HeaderGitHubDelivery); for Jira use
+	// HeaderKey(HeaderJiraWebhookID).
+	Key KeyFunc
+	// Verify checks the signature before anything else is looked at.
+	// Default nil: no check. Set GitHubSignature(secret) whenever the
+	// webhook has a secret.
+	Verify Verifier
+	// Source names the provider in each Delivery ("github", "jira").
+	Source string
+	// Fingerprint identifies the request's payload. A retry with the same
+	// key and another fingerprint is refused with 422 and nothing is
+	// published. Default BodyFingerprint; choose fields instead when a
+	// provider's retries may differ in irrelevant bytes.
+	Fingerprint func(d Delivery) string
+
+	// MaxBodyBytes bounds the body (413 above). Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// PendingTTL is the life of a claim. It must exceed SideEffectTimeout
+	// plus StoreTimeout, or a slow side effect could lose its claim and a
+	// concurrent retry publish a second copy. Default DefaultPendingTTL.
+	PendingTTL time.Duration
+	// DoneTTL is how long a done key replays its response. Past it, a
+	// retry is published again (downstream dedup drops it). Default
+	// DefaultDoneTTL.
+	DoneTTL time.Duration
+	// SideEffectTimeout bounds Func. Default DefaultSideEffectTimeout.
+	SideEffectTimeout time.Duration
+	// StoreTimeout bounds each Store call. Default DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// RetryAfter is sent with every 503. Default DefaultRetryAfter.
+	RetryAfter time.Duration
+
+	// Now is the clock for latency metrics. Default time.Now.
+	Now func() time.Time
+	// Logger receives warnings about lost claims and failed store calls.
+	// Default: discards.
+	Logger *slog.Logger
+	// MeterProvider receives the metrics. Default: no-op.
+	MeterProvider metric.MeterProvider
+}
+
+func (o *Options) setDefaults() error {
+	if o.Key == nil {
+		o.Key = HeaderKey(HeaderGitHubDelivery)
+	}
+	if o.Fingerprint == nil {
+		o.Fingerprint = BodyFingerprint
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"PendingTTL", &o.PendingTTL, DefaultPendingTTL},
+		{"DoneTTL", &o.DoneTTL, DefaultDoneTTL},
+		{"SideEffectTimeout", &o.SideEffectTimeout, DefaultSideEffectTimeout},
+		{"StoreTimeout", &o.StoreTimeout, DefaultStoreTimeout},
+		{"RetryAfter", &o.RetryAfter, DefaultRetryAfter},
+	} {
+		if *d.v < 0 {
+			return fmt.Errorf("%w: %s %v is negative", ErrInvalid, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if o.MaxBodyBytes < 0 {
+		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalid, o.MaxBodyBytes)
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.PendingTTL <= o.SideEffectTimeout+o.StoreTimeout {
+		return fmt.Errorf("%w: PendingTTL %v must exceed SideEffectTimeout %v + StoreTimeout %v",
+			ErrInvalid, o.PendingTTL, o.SideEffectTimeout, o.StoreTimeout)
+	}
+	if o.DoneTTL < o.PendingTTL {
+		return fmt.Errorf("%w: DoneTTL %v is shorter than PendingTTL %v", ErrInvalid, o.DoneTTL, o.PendingTTL)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = noop.NewMeterProvider()
+	}
+	return nil
+}
+
+// Handler is the webhook endpoint: an http.Handler that runs a side effect at
+// most once per idempotency key while the store remembers the key, and
+// answers 2xx only after the side effect is durable.
+//
+// For each POST it:
+//  1. limits the body (413), verifies the signature (401), reads the key
+//     and checks the body is a JSON object (400). A rejected request claims
+//     nothing and publishes nothing.
+//  2. claims the key. A done key replays its stored 2xx with the header
+//     Idempotent-Replayed: true; a pending key is answered 503 with
+//     Retry-After; a key reused with another payload, 422; a store error,
+//     503 with Retry-After.
+//  3. runs the side effect. On success it completes the key with the 202
+//     response and sends that response; on failure it releases the key and
+//     answers 503 with Retry-After, so the provider's retry runs it again.
+//
+// A duplicate of a pending key gets 503 rather than 409 because the first
+// delivery may still fail and be released: the duplicate must then be
+// retried. Jira Cloud retries both 409 and 5xx, and GitHub records any
+// non-2xx as a failed delivery for redelivery, but many senders treat 4xx as
+// final and would drop the event; 5xx with Retry-After is the one answer
+// every sender reads as "try again later".
+//
+// A Handler is safe for concurrent use.
+type Handler struct {
+	store  Store
+	effect Func
+	opts   Options
+	parser parser
+	m      handlerMetrics
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// NewHandler returns a Handler that claims keys in store and runs effect.
+func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
+	if store == nil || effect == nil {
+		return nil, fmt.Errorf("%w: store and effect are required", ErrInvalid)
+	}
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newHandlerMetrics(opts.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{
+		store:  store,
+		effect: effect,
+		opts:   opts,
+		parser: parser{maxBody: opts.MaxBodyBytes, key: opts.Key, verify: opts.Verify, source: opts.Source},
+		m:      m,
+	}, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.opts.Now()
+	status := h.serve(w, r)
+	h.m.duration.Record(r.Context(), h.opts.Now().Sub(start).Seconds(),
+		metric.WithAttributes(attribute.Int("http.response.status_code", status)))
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.m.reject(r.Context(), "method")
+		return writeText(w, http.StatusMethodNotAllowed, "method not allowed")
+	}
+	d, err := h.parser.parse(r.Header, http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		status, reason := rejectStatus(err)
+		h.m.reject(r.Context(), reason)
+		return writeText(w, status, err.Error())
+	}
+
+	// Store calls and the side effect outlive a client that hangs up: a
+	// claim must be completed or released, never left to its TTL.
+	ctx := context.WithoutCancel(r.Context())
+	fp := h.opts.Fingerprint(d)
+	claim, err := h.claim(ctx, d.Key, fp)
+	if err != nil {
+		var done *DoneError
+		switch {
+		case errors.As(err, &done):
+			h.m.claim(ctx, "done")
+			w.Header().Set(HeaderReplayed, "true")
+			return writeResponse(w, done.Record.Response)
+		case errors.Is(err, ErrFingerprintMismatch):
+			h.m.claim(ctx, "mismatch")
+			return writeText(w, http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
+		case errors.Is(err, ErrPending):
+			h.m.claim(ctx, "pending")
+			return h.retryLater(w, "delivery in progress")
+		default:
+			h.m.claim(ctx, "error")
+			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: claim failed", slog.String("key", d.Key), slog.Any("error", err))
+			return h.retryLater(w, "idempotency store unavailable")
+		}
+	}
+	h.m.claim(ctx, "claimed")
+
+	if err := h.run(ctx, d); err != nil {
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: side effect failed; releasing", slog.String("key", d.Key), slog.Any("error", err))
+		h.release(ctx, claim)
+		return h.retryLater(w, "delivery failed, retry later")
+	}
+
+	resp := acceptedResponse(d.Key)
+	if err := h.complete(ctx, claim, resp); err != nil {
+		// The side effect is durable: answer 2xx whatever the store says.
+		// The key stays pending until its TTL or belongs to a newer claim;
+		// a later duplicate runs the side effect again, which downstream
+		// deduplication absorbs. Nothing is lost.
+		if errors.Is(err, ErrClaimLost) {
+			h.m.lost(ctx, "complete")
+		}
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: complete failed after the side effect; a retry may duplicate",
+			slog.String("key", d.Key), slog.Any("error", err))
+	}
+	return writeResponse(w, resp)
+}
+
+func (h *Handler) claim(ctx context.Context, key, fp string) (Claim, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
+	defer cancel()
+	return h.store.Claim(ctx, key, fp, h.opts.PendingTTL)
+}
+
+func (h *Handler) run(ctx context.Context, d Delivery) error {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.SideEffectTimeout)
+	defer cancel()
+	start := h.opts.Now()
+	err := h.effect(ctx, d)
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	h.m.effect.Record(ctx, h.opts.Now().Sub(start).Seconds(), metric.WithAttributes(attribute.String("result", result)))
+	return err
+}
+
+func (h *Handler) complete(ctx context.Context, c Claim, resp Response) error {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
+	defer cancel()
+	return h.store.Complete(ctx, c, resp, h.opts.DoneTTL)
+}
+
+func (h *Handler) release(ctx context.Context, c Claim) {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
+	defer cancel()
+	err := h.store.Release(ctx, c)
+	result := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrClaimLost):
+		result = "lost"
+		h.m.lost(ctx, "release")
+	default:
+		// The key stays pending until PendingTTL: retries get 503 until
+		// then, and the one after it runs the side effect.
+		result = "error"
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: release failed; key stays pending until its TTL",
+			slog.String("key", c.Key), slog.Any("error", err))
+	}
+	h.m.releases.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+}
+
+func (h *Handler) retryLater(w http.ResponseWriter, msg string) int {
+	secs := int((h.opts.RetryAfter + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	return writeText(w, http.StatusServiceUnavailable, msg)
+}
+
+func rejectStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrBodyTooLarge):
+		return http.StatusRequestEntityTooLarge, "too_large"
+	case errors.Is(err, ErrSignature):
+		return http.StatusUnauthorized, "signature"
+	case errors.Is(err, ErrNoKey):
+		return http.StatusBadRequest, "key"
+	case errors.Is(err, ErrMalformed):
+		return http.StatusBadRequest, "malformed"
+	default:
+		return http.StatusBadRequest, "read"
+	}
+}
+
+// acceptedResponse is the response stored with a done key and replayed.
+func acceptedResponse(key string) Response {
+	body, _ := json.Marshal(struct {
+		Status   string `json:"status"`
+		Delivery string `json:"delivery"`
+	}{"accepted", key}) // cannot fail: two strings
+	return Response{Status: http.StatusAccepted, ContentType: "application/json", Body: body}
+}
+
+func writeResponse(w http.ResponseWriter, r Response) int {
+	if r.ContentType != "" {
+		w.Header().Set("Content-Type", r.ContentType)
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(r.Body)))
+	w.WriteHeader(r.Status)
+	_, _ = w.Write(r.Body) // the client may be gone; the outcome is stored
+	return r.Status
+}
+
+func writeText(w http.ResponseWriter, status int, msg string) int {
+	return writeResponse(w, Response{Status: status, ContentType: "text/plain; charset=utf-8", Body: []byte(msg + "\n")})
+}
+
+type handlerMetrics struct {
+	claims   metric.Int64Counter
+	releases metric.Int64Counter
+	lostC    metric.Int64Counter
+	rejected metric.Int64Counter
+	duration metric.Float64Histogram
+	effect   metric.Float64Histogram
+}
+
+func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
+	m := mp.Meter("github.com/exactlyonce/exactlyonce/idempotency")
+	var (
+		hm   handlerMetrics
+		errs []error
+		err  error
+	)
+	hm.claims, err = m.Int64Counter("idempotency.claims", metric.WithDescription("Claims by outcome: claimed, done, pending, mismatch, error."))
+	errs = append(errs, err)
+	hm.releases, err = m.Int64Counter("idempotency.releases", metric.WithDescription("Releases after a failed side effect, by result: ok, lost, error."))
+	errs = append(errs, err)
+	hm.lostC, err = m.Int64Counter("idempotency.claims.lost", metric.WithDescription("Claims found taken over or expired, by step: complete, release."))
+	errs = append(errs, err)
+	hm.rejected, err = m.Int64Counter("idempotency.rejected", metric.WithDescription("Requests rejected before claiming, by reason."))
+	errs = append(errs, err)
+	hm.duration, err = m.Float64Histogram("idempotency.request.duration", metric.WithUnit("s"), metric.WithDescription("Time to answer a webhook."))
+	errs = append(errs, err)
+	hm.effect, err = m.Float64Histogram("idempotency.side_effect.duration", metric.WithUnit("s"), metric.WithDescription("Time the side effect took."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return handlerMetrics{}, fmt.Errorf("idempotency: metrics: %w", err)
+	}
+	return hm, nil
+}
+
+func (m handlerMetrics) claim(ctx context.Context, outcome string) {
+	m.claims.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+}
+
+func (m handlerMetrics) lost(ctx context.Context, step string) {
+	m.lostC.Add(ctx, 1, metric.WithAttributes(attribute.String("step", step)))
+}
+
+func (m handlerMetrics) reject(ctx context.Context, reason string) {
+	m.rejected.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+}

@@ -1,0 +1,185 @@
+package idempotency
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Header names of the providers' delivery ids and signatures.
+const (
+	// HeaderGitHubDelivery carries GitHub's delivery GUID. A redelivery of
+	// the same event carries the same GUID.
+	HeaderGitHubDelivery = "X-GitHub-Delivery"
+	// HeaderGitHubSignature carries "sha256=" and the hex HMAC-SHA256 of the
+	// body under the webhook's secret.
+	HeaderGitHubSignature = "X-Hub-Signature-256"
+	// HeaderJiraWebhookID carries Jira Cloud's webhook identifier, the same
+	// across Jira's retries of one webhook.
+	HeaderJiraWebhookID = "X-Atlassian-Webhook-Identifier"
+)
+
+// MaxKeyBytes bounds the length of an idempotency key. Longer keys are
+// rejected with 400 before anything is claimed.
+const MaxKeyBytes = 512
+
+// Errors that reject a request before anything is claimed.
+var (
+	// ErrBodyTooLarge: the body exceeds Options.MaxBodyBytes (413).
+	ErrBodyTooLarge = errors.New("idempotency: request body too large")
+	// ErrSignature: the signature is missing or wrong (401).
+	ErrSignature = errors.New("idempotency: bad signature")
+	// ErrNoKey: the request carries no usable idempotency key (400).
+	ErrNoKey = errors.New("idempotency: no idempotency key")
+	// ErrMalformed: the body is not a JSON object (400).
+	ErrMalformed = errors.New("idempotency: malformed body")
+)
+
+// Delivery is one verified webhook request, handed to the side effect.
+// Header and Body belong to the Handler; a side effect must not modify them
+// or keep them after it returns.
+type Delivery struct {
+	// Key is the idempotency key: the provider's delivery id. It is the
+	// event id that downstream deduplication relies on, so a side effect
+	// must carry it along (kafkapub puts it in a message header).
+	Key string
+	// Source names the provider, from Options.Source ("github", "jira").
+	Source string
+	Header http.Header
+	// Body is the raw request body, a valid JSON object.
+	Body []byte
+}
+
+// KeyFunc returns the idempotency key of a request. It must return the same
+// key for every retry of one delivery and different keys for different
+// deliveries. An error or an empty key rejects the request with 400.
+type KeyFunc func(h http.Header, body []byte) (string, error)
+
+// HeaderKey returns a KeyFunc that reads the key from the named header.
+func HeaderKey(name string) KeyFunc {
+	return func(h http.Header, _ []byte) (string, error) {
+		k := h.Get(name)
+		if k == "" {
+			return "", fmt.Errorf("%w: header %s is missing", ErrNoKey, name)
+		}
+		return k, nil
+	}
+}
+
+// Verifier checks a request's signature over the raw body, returning an
+// error wrapping ErrSignature when it is missing or wrong.
+type Verifier func(h http.Header, body []byte) error
+
+// HMACSHA256 returns a Verifier for signatures of the form "sha256=<hex>" in
+// the named header: the HMAC-SHA256 of the body under secret, compared in
+// constant time. GitHub sends it in X-Hub-Signature-256; Jira Cloud webhooks
+// with a secret send the same form in X-Hub-Signature.
+func HMACSHA256(header string, secret []byte) Verifier {
+	secret = append([]byte(nil), secret...)
+	return func(h http.Header, body []byte) error {
+		got, ok := strings.CutPrefix(h.Get(header), "sha256=")
+		if !ok {
+			return fmt.Errorf("%w: header %s is missing or not sha256", ErrSignature, header)
+		}
+		sig, err := hex.DecodeString(got)
+		if err != nil || len(sig) != sha256.Size {
+			return fmt.Errorf("%w: header %s is not a hex SHA-256", ErrSignature, header)
+		}
+		mac := hmac.New(sha256.New, secret)
+		mac.Write(body)
+		if !hmac.Equal(sig, mac.Sum(nil)) {
+			return fmt.Errorf("%w: mismatch", ErrSignature)
+		}
+		return nil
+	}
+}
+
+// GitHubSignature returns the Verifier of GitHub's X-Hub-Signature-256.
+func GitHubSignature(secret []byte) Verifier {
+	return HMACSHA256(HeaderGitHubSignature, secret)
+}
+
+// SignGitHub returns the X-Hub-Signature-256 value of body under secret:
+// what GitHub sends. It is meant for tests and for clients of the gateway.
+func SignGitHub(secret, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// BodyFingerprint is the default fingerprint: the hex SHA-256 of the body.
+func BodyFingerprint(d Delivery) string {
+	sum := sha256.Sum256(d.Body)
+	return hex.EncodeToString(sum[:])
+}
+
+// parser turns a request into a Delivery, or rejects it. It claims nothing.
+type parser struct {
+	maxBody int64
+	key     KeyFunc
+	verify  Verifier
+	source  string
+}
+
+// parse reads and checks r. Rejections wrap ErrBodyTooLarge, ErrSignature,
+// ErrNoKey or ErrMalformed; an error reading the body is returned as is.
+func (p *parser) parse(h http.Header, body io.Reader) (Delivery, error) {
+	b, err := io.ReadAll(io.LimitReader(body, p.maxBody+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return Delivery{}, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, p.maxBody)
+		}
+		return Delivery{}, fmt.Errorf("idempotency: read body: %w", err)
+	}
+	if int64(len(b)) > p.maxBody {
+		return Delivery{}, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, p.maxBody)
+	}
+	// Authenticate before looking at anything else the sender controls.
+	if p.verify != nil {
+		if err := p.verify(h, b); err != nil {
+			if !errors.Is(err, ErrSignature) {
+				err = fmt.Errorf("%w: %w", ErrSignature, err)
+			}
+			return Delivery{}, err
+		}
+	}
+	key, err := p.key(h, b)
+	if err != nil {
+		if !errors.Is(err, ErrNoKey) {
+			err = fmt.Errorf("%w: %w", ErrNoKey, err)
+		}
+		return Delivery{}, err
+	}
+	if key == "" || len(key) > MaxKeyBytes {
+		return Delivery{}, fmt.Errorf("%w: key length %d not in [1, %d]", ErrNoKey, len(key), MaxKeyBytes)
+	}
+	if !isJSONObject(b) {
+		return Delivery{}, fmt.Errorf("%w: not a JSON object", ErrMalformed)
+	}
+	return Delivery{Key: key, Source: p.source, Header: h, Body: b}, nil
+}
+
+// isJSONObject reports whether b is one valid JSON object.
+func isJSONObject(b []byte) bool {
+	if !json.Valid(b) {
+		return false
+	}
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
