@@ -1,0 +1,290 @@
+package window
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+)
+
+// Snapshot format, version 1. Integers are varints (signed) or uvarints
+// (unsigned, lengths) as in encoding/binary; times are Unix nanoseconds.
+//
+//	magic "EOWN" | version byte = 1
+//	size | slide | offset                     the Spec, checked on Restore
+//	watermark                                 math.MinInt64: none yet
+//	uvarint #inputs, ascending by id:         id | hasTs byte | maxTs
+//	uvarint #windows, ascending by (key, start):
+//	    uvarint len | key | start | uvarint events | uvarint len | accumulator
+//	CRC-32C (Castagnoli) of everything before, big endian
+//
+// Processing-time state (when an input last spoke, whether it is idle) is
+// not saved: a restored operator treats every input as having just spoken,
+// so the same state always gives the same bytes.
+const (
+	snapshotMagic   = "EOWN"
+	snapshotVersion = 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Snapshot returns the operator's state: every open window with its
+// accumulator, the watermark and each input's newest event time. Equal
+// states give identical bytes (windows and inputs are sorted). It never
+// blocks and ignores ctx and id.
+func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([]byte, error) {
+	b := make([]byte, 0, 64+len(o.panes)*48)
+	b = append(b, snapshotMagic...)
+	b = append(b, snapshotVersion)
+	b = binary.AppendVarint(b, int64(o.spec.Size))
+	b = binary.AppendVarint(b, int64(o.spec.Slide))
+	b = binary.AppendVarint(b, int64(o.spec.Offset))
+	b = binary.AppendVarint(b, o.wm)
+
+	ids := make([]int, 0, len(o.inputs))
+	for id := range o.inputs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		in := o.inputs[id]
+		b = binary.AppendVarint(b, int64(id))
+		if in.hasTs {
+			b = append(b, 1)
+			b = binary.AppendVarint(b, in.maxTs)
+		} else {
+			b = append(b, 0)
+		}
+	}
+
+	ps := o.scratch[:0]
+	for _, p := range o.panes {
+		ps = append(ps, p)
+	}
+	slices.SortFunc(ps, comparePanes)
+	b = binary.AppendUvarint(b, uint64(len(ps)))
+	var acc []byte
+	for i, p := range ps {
+		b = binary.AppendUvarint(b, uint64(len(p.key)))
+		b = append(b, p.key...)
+		b = binary.AppendVarint(b, p.start)
+		b = binary.AppendUvarint(b, p.n)
+		acc = o.agg.AppendState(acc[:0], p.acc)
+		b = binary.AppendUvarint(b, uint64(len(acc)))
+		b = append(b, acc...)
+		ps[i] = nil
+	}
+	o.scratch = ps[:0]
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+}
+
+func comparePanes[Acc any](a, b *pane[Acc]) int {
+	if c := cmp.Compare(a.key, b.key); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.start, b.start)
+}
+
+// Restore replaces the operator's state with a snapshot. Inputs are treated
+// as having just spoken (their idle timers restart). Windows past their
+// allowed lateness under the current options are dropped without emission:
+// they fired before the snapshot.
+//
+// A truncated or altered snapshot returns an error wrapping ErrCorrupt (a
+// *CorruptError), a newer format ErrUnsupportedVersion, one taken with a
+// different Spec ErrIncompatible; the state is then unchanged.
+func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error {
+	d := decoder{b: state}
+	if len(state) < len(snapshotMagic)+1+4 || string(state[:len(snapshotMagic)]) != snapshotMagic {
+		return &CorruptError{Offset: 0, Reason: "not a window snapshot"}
+	}
+	if v := state[len(snapshotMagic)]; v != snapshotVersion {
+		return fmt.Errorf("%w: version %d, this build reads %d", ErrUnsupportedVersion, v, snapshotVersion)
+	}
+	body := state[:len(state)-4]
+	if binary.BigEndian.Uint32(state[len(body):]) != crc32.Checksum(body, castagnoli) {
+		return &CorruptError{Offset: len(body), Reason: "checksum mismatch"}
+	}
+	d.b, d.off = body, len(snapshotMagic)+1
+
+	spec := Spec{Size: durationOf(d.varint()), Slide: durationOf(d.varint()), Offset: durationOf(d.varint())}
+	wm := d.varint()
+	if wm != noWatermark && (wm > maxAbsTime || wm < -maxAbsTime) {
+		d.fail("watermark out of range")
+	}
+	if d.err == nil && spec != o.spec {
+		return fmt.Errorf("%w: snapshot windows %+v, operator windows %+v", ErrIncompatible, spec, o.spec)
+	}
+
+	now := o.now().UnixNano()
+	nIn := d.count(2)
+	inputs := make(map[int]*input, nIn)
+	prevID := int64(0)
+	for i := 0; i < nIn && d.err == nil; i++ {
+		id := d.varint()
+		if i > 0 && id <= prevID {
+			d.fail("inputs not ascending")
+		}
+		prevID = id
+		in := &input{lastArrival: now}
+		switch d.byte() {
+		case 0:
+		case 1:
+			in.maxTs, in.hasTs = d.varint(), true
+			if in.maxTs > maxAbsTime || in.maxTs < -maxAbsTime {
+				d.fail("event time out of range")
+			}
+		default:
+			d.fail("bad input flag")
+		}
+		inputs[int(id)] = in
+	}
+
+	for _, id := range o.declared {
+		if inputs[id] == nil {
+			inputs[id] = &input{lastArrival: now}
+		}
+	}
+
+	nPanes := d.count(4)
+	panes := make(map[paneKey]*pane[Acc], nPanes)
+	var prev *pane[Acc]
+	for i := 0; i < nPanes && d.err == nil; i++ {
+		p := &pane[Acc]{key: string(d.bytes()), start: d.varint(), n: d.uvarint()}
+		p.end = p.start + int64(o.spec.Size)
+		accOff, raw := d.off, d.bytes()
+		if d.err != nil {
+			break
+		}
+		switch {
+		case p.start > maxAbsTime || p.start < -maxAbsTime:
+			d.fail("window start out of range")
+		case o.spec.lastStart(p.start) != p.start:
+			d.fail("window start not aligned to the spec")
+		case p.n == 0:
+			d.fail("window without events")
+		case prev != nil && comparePanes(prev, p) >= 0:
+			d.fail("windows not ascending")
+		}
+		acc, err := o.agg.ParseState(raw)
+		if err != nil && d.err == nil {
+			d.err = &CorruptError{Offset: accOff, Reason: err.Error()}
+		}
+		p.acc, prev = acc, p
+		panes[paneKey{key: p.key, start: p.start}] = p
+	}
+	if d.err == nil && d.off != len(body) {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return d.err
+	}
+
+	o.inst.open.Add(context.Background(), int64(len(panes)-len(o.panes)), o.inst.attrs)
+	o.inputs, o.wm, o.panes = inputs, wm, panes
+	o.timers, o.times = make(map[int64][]*pane[Acc]), nil
+	for _, p := range panes {
+		switch {
+		case wm == noWatermark || p.end > wm:
+			o.schedule(p.end, p)
+		default:
+			o.schedule(p.end+o.lateness, p)
+		}
+	}
+	// Drop windows past their lateness (possible when AllowedLateness
+	// shrank); they fired before the snapshot, so nothing is emitted.
+	var discard Output[In, Out]
+	o.fire(&discard)
+	return nil
+}
+
+// CheckpointCompleted does nothing: the operator keeps no journal.
+func (o *Operator[In, Acc, Out]) CheckpointCompleted(context.Context, checkpoint.ID) error {
+	return nil
+}
+
+func durationOf(n int64) time.Duration { return time.Duration(n) }
+
+// decoder reads a snapshot body, remembering the first error.
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) fail(reason string) {
+	if d.err == nil {
+		d.err = &CorruptError{Offset: d.off, Reason: reason}
+	}
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.off:])
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.fail("bad uvarint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.off >= len(d.b) {
+		d.fail("truncated")
+		return 0
+	}
+	d.off++
+	return d.b[d.off-1]
+}
+
+// count reads an element count, rejecting one that the remaining bytes
+// cannot hold at minSize bytes an element (so a corrupt count cannot make
+// Restore allocate without bound).
+func (d *decoder) count(minSize int) int {
+	n := d.uvarint()
+	if d.err == nil && n > uint64((len(d.b)-d.off)/minSize) {
+		d.fail("count exceeds the remaining bytes")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail("truncated")
+		return nil
+	}
+	b := d.b[d.off : d.off+int(n)]
+	d.off += int(n)
+	return b
+}
