@@ -1,0 +1,207 @@
+package dedup_test
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/dedup"
+)
+
+// The benchmarks compare the Deduplicator with the obvious baseline, a
+// map[string]int64 from key to first-sight time, on the same keys: 53-byte
+// keys built like orgId:source:eventId with a GUID event id. They hold
+// benchKeys() live keys (10 million unless DEDUP_BENCH_KEYS says otherwise),
+// which takes about 400 MB for the Deduplicator and 1.2 GB for the map, one
+// after the other. Run them on one core:
+//
+//	go test -run '^$' -bench . -cpu 1 -benchtime 3s ./dedup
+func benchKeys(b *testing.B) int {
+	if s := os.Getenv("DEDUP_BENCH_KEYS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("DEDUP_BENCH_KEYS=%q", s)
+		}
+		return n
+	}
+	return 10_000_000
+}
+
+// appendBenchKey appends the i-th benchmark key: org, source, and a
+// GUID-shaped event id derived from i.
+func appendBenchKey(dst []byte, i uint64) []byte {
+	const hexdigits = "0123456789abcdef"
+	var org [8]byte
+	o := strconv.AppendUint(append(org[:0], "org-"...), i%1000, 10)
+	var guid [36]byte
+	x, y := mix(i), mix(i+0x9e3779b97f4a7c15)
+	for j := range guid {
+		switch j {
+		case 8, 13, 18, 23:
+			guid[j] = '-'
+			continue
+		}
+		guid[j] = hexdigits[x&15]
+		x = x>>4 | y<<60
+		y >>= 4
+	}
+	dst = append(dst, byte(len(o)))
+	dst = append(dst, o...)
+	dst = append(dst, 6)
+	dst = append(dst, "github"...)
+	dst = append(dst, 36)
+	return append(dst, guid[:]...)
+}
+
+func mix(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// decider is what the benchmark needs from either implementation.
+type decider interface {
+	observe(key []byte, at time.Time) bool
+}
+
+type dedupDecider struct{ d *dedup.Deduplicator }
+
+func (d dedupDecider) observe(key []byte, at time.Time) bool {
+	first, err := d.d.Observe(key, at)
+	if err != nil {
+		panic(err)
+	}
+	return first
+}
+
+type mapDecider map[string]int64
+
+func (m mapDecider) observe(key []byte, at time.Time) bool {
+	if _, ok := m[string(key)]; ok {
+		return false
+	}
+	m[string(key)] = at.UnixNano()
+	return true
+}
+
+// BenchmarkObserve fills each implementation with n first sights (reported
+// as fill-decisions/s, including table growth), then measures duplicate
+// decisions at n live keys in pseudo-random order (ns/op and
+// dup-decisions/s), and reports live heap per key after GC.
+func BenchmarkObserve(b *testing.B) {
+	impls := []struct {
+		name string
+		make func(n int) decider
+	}{
+		{name: "map", make: func(int) decider { return mapDecider{} }},
+		{name: "dedup", make: func(int) decider {
+			d, err := dedup.New(time.Hour, dedup.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return dedupDecider{d}
+		}},
+	}
+	for _, impl := range impls {
+		b.Run(impl.name, func(b *testing.B) {
+			n := benchKeys(b)
+			at := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
+			base := heapAlloc()
+			d := impl.make(n)
+			buf := make([]byte, 0, 64)
+			start := time.Now()
+			for i := range uint64(n) {
+				buf = appendBenchKey(buf[:0], i)
+				if !d.observe(buf, at) {
+					b.Fatalf("key %d reported as duplicate", i)
+				}
+			}
+			fill := time.Since(start)
+			heap := heapAlloc() - base
+
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := uint64(0)
+			for b.Loop() {
+				// A full-period walk over [0, n) in scattered order.
+				i = (i + 7_919_993) % uint64(n)
+				buf = appendBenchKey(buf[:0], i)
+				if d.observe(buf, at) {
+					b.Fatalf("key %d reported as first", i)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "dup-decisions/s")
+			b.ReportMetric(float64(n)/fill.Seconds(), "fill-decisions/s")
+			b.ReportMetric(float64(heap)/float64(n), "heap-B/key")
+			runtime.KeepAlive(d)
+		})
+		runtime.GC()
+	}
+}
+
+// BenchmarkSnapshot measures Snapshot and Restore of n live keys and reports
+// the snapshot size.
+func BenchmarkSnapshot(b *testing.B) {
+	n := benchKeys(b)
+	ctx := context.Background()
+	at := time.Date(2026, 10, 28, 0, 0, 0, 0, time.UTC)
+	d, err := dedup.New(time.Hour, dedup.Options{ExpectedKeys: n})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	buf := make([]byte, 0, 64)
+	for i := range uint64(n) {
+		buf = appendBenchKey(buf[:0], i)
+		if _, err := d.Observe(buf, at); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var state []byte
+	b.Run("snapshot", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			state, err = d.Snapshot(ctx, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(int64(len(state)))
+		b.ReportMetric(float64(len(state)), "snapshot-B")
+		b.ReportMetric(float64(len(state))/float64(n), "snapshot-B/key")
+	})
+	b.Run("restore", func(b *testing.B) {
+		r, err := dedup.New(time.Hour, dedup.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+		b.ReportAllocs()
+		b.SetBytes(int64(len(state)))
+		for b.Loop() {
+			if err := r.Restore(ctx, state); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkKey measures building a key from its parts.
+func BenchmarkKey(b *testing.B) {
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = dedup.AppendKey(buf[:0], "org-42", "github", "0b1a2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d")
+	}
+}
