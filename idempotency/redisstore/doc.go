@@ -1,0 +1,29 @@
+// Package redisstore is the Redis backend of idempotency.Store, over
+// go-redis v9.
+//
+// Use it when several gateway instances must share their keys:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store, err := redisstore.New(rdb, redisstore.Options{})
+//	h, err := idempotency.NewHandler(store, publisher.Publish, idempotency.Options{...})
+//
+// Each operation is one Lua script, so it is atomic on the server even when
+// many instances race on one key.
+//
+// # Guarantees
+//
+//   - Claim takes a key only if it is absent: of any number of concurrent
+//     Claims of one key, exactly one succeeds.
+//   - Complete and Release act only while the key holds the caller's token;
+//     a claim that expired and was taken over is reported as
+//     idempotency.ErrClaimLost and never overwrites its successor.
+//   - A pending key expires after its TTL (Redis's own expiry, on the
+//     server's clock), so a gateway that dies between Claim and Complete
+//     blocks retries for at most that TTL.
+//
+// It assumes Redis is a cache of keys, not the guarantee: if Redis loses
+// keys (restart without persistence, failover before replication), a
+// duplicate is published again and the downstream deduplicator drops it. When
+// Redis is unreachable, Claim fails and the Handler answers 503 without
+// running the side effect.
+package redisstore

@@ -1,0 +1,174 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+)
+
+// DefaultPrefix is prepended to every key unless Options.Prefix is set.
+const DefaultPrefix = "idem:"
+
+// Options configures a Store. The zero value is valid.
+type Options struct {
+	// Prefix is prepended to every idempotency key to form the Redis key,
+	// so that one Redis can serve several gateways. Default DefaultPrefix.
+	Prefix string
+}
+
+// Store is an idempotency.Store in Redis. Each key is a Redis hash with the
+// fields s (state: "p" pending or "d" done), t (the owner token), f (the
+// fingerprint) and, once done, c, y and b (status, content type and body of
+// the response). Its Redis TTL is the pending TTL, then the done TTL.
+//
+// Every method is one Lua script, so each step is atomic on the server:
+// Claim creates the hash only if it is absent, and Complete and Release act
+// only if the hash still holds the caller's token.
+//
+// Durability is Redis's: a Redis without persistence that restarts forgets
+// every key, so duplicates of events published before the restart are
+// published again. Downstream deduplication absorbs them; nothing is lost.
+//
+// Errors other than the idempotency sentinels (a timeout, a refused
+// connection) leave the outcome unknown; see idempotency.IsDefinite. A Store
+// is safe for concurrent use.
+type Store struct {
+	rdb    redis.Scripter
+	prefix string
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+// New returns a Store over rdb, a *redis.Client, *redis.ClusterClient or
+// any other go-redis client that runs scripts. The caller keeps ownership
+// of rdb and closes it.
+func New(rdb redis.Scripter, opts Options) (*Store, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil redis client", idempotency.ErrInvalid)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	return &Store{rdb: rdb, prefix: opts.Prefix}, nil
+}
+
+// claimScript: KEYS[1] key; ARGV token, fingerprint, ttl ms.
+var claimScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 's', 'f', 'c', 'y', 'b')
+if not v[1] then
+  redis.call('HSET', KEYS[1], 's', 'p', 't', ARGV[1], 'f', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {'claimed'}
+end
+if v[2] ~= ARGV[2] then return {'mismatch'} end
+if v[1] == 'p' then return {'pending'} end
+return {'done', v[3] or '0', v[4] or '', v[5] or ''}
+`)
+
+// completeScript: KEYS[1] key; ARGV token, status, content type, body, ttl ms.
+var completeScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 's', 't')
+if v[1] ~= 'p' or v[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 's', 'd', 'c', ARGV[2], 'y', ARGV[3], 'b', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+`)
+
+// releaseScript: KEYS[1] key; ARGV token.
+var releaseScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 's', 't')
+if v[1] ~= 'p' or v[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// Claim implements idempotency.Store.
+func (s *Store) Claim(ctx context.Context, key, fingerprint string, ttl time.Duration) (idempotency.Claim, error) {
+	if err := idempotency.CheckClaimArgs(key, ttl); err != nil {
+		return idempotency.Claim{}, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return idempotency.Claim{}, err
+	}
+	res, err := claimScript.Run(ctx, s.rdb, []string{s.prefix + key}, token, fingerprint, ms(ttl)).StringSlice()
+	if err != nil {
+		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: %w", key, err)
+	}
+	switch {
+	case len(res) == 1 && res[0] == "claimed":
+		return idempotency.Claim{Key: key, Token: token, Fingerprint: fingerprint}, nil
+	case len(res) == 1 && res[0] == "mismatch":
+		return idempotency.Claim{}, idempotency.ErrFingerprintMismatch
+	case len(res) == 1 && res[0] == "pending":
+		return idempotency.Claim{}, idempotency.ErrPending
+	case len(res) == 4 && res[0] == "done":
+		status, err := strconv.Atoi(res[1])
+		if err != nil {
+			return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: corrupt status %q", key, res[1])
+		}
+		var body []byte
+		if res[3] != "" {
+			body = []byte(res[3])
+		}
+		return idempotency.Claim{}, &idempotency.DoneError{Record: idempotency.Record{
+			Key:         key,
+			Fingerprint: fingerprint,
+			Response:    idempotency.Response{Status: status, ContentType: res[2], Body: body},
+		}}
+	default:
+		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: unexpected reply %q", key, res)
+	}
+}
+
+// Complete implements idempotency.Store.
+func (s *Store) Complete(ctx context.Context, c idempotency.Claim, resp idempotency.Response, ttl time.Duration) error {
+	if err := idempotency.CheckClaimArgs(c.Key, ttl); err != nil {
+		return err
+	}
+	n, err := completeScript.Run(ctx, s.rdb, []string{s.prefix + c.Key},
+		c.Token, resp.Status, resp.ContentType, resp.Body, ms(ttl)).Int()
+	if err != nil {
+		return fmt.Errorf("redisstore: complete %q: %w", c.Key, err)
+	}
+	if n != 1 {
+		return idempotency.ErrClaimLost
+	}
+	return nil
+}
+
+// Release implements idempotency.Store.
+func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
+	if c.Key == "" || c.Token == "" {
+		return idempotency.ErrClaimLost
+	}
+	n, err := releaseScript.Run(ctx, s.rdb, []string{s.prefix + c.Key}, c.Token).Int()
+	if err != nil {
+		return fmt.Errorf("redisstore: release %q: %w", c.Key, err)
+	}
+	if n != 1 {
+		return idempotency.ErrClaimLost
+	}
+	return nil
+}
+
+// ms converts a TTL to whole milliseconds, at least 1.
+func ms(d time.Duration) int64 {
+	return max(int64(d/time.Millisecond), 1)
+}
+
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("redisstore: token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+

@@ -1,0 +1,81 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/idempotencytest"
+	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+func newClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func TestConformance(t *testing.T) {
+	addr := testenv.Redis(t)
+	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
+		s, err := redisstore.New(newClient(t, addr), redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestLayout(t *testing.T) {
+	ctx := context.Background()
+	rdb := newClient(t, testenv.Redis(t))
+	prefix := testenv.Name(t, "idem") + ":"
+	s, err := redisstore.New(rdb, redisstore.Options{Prefix: prefix})
+	require.NoError(t, err)
+
+	c, err := s.Claim(ctx, "k", "fp", 30*time.Second)
+	require.NoError(t, err)
+	got, err := rdb.HGetAll(ctx, prefix+"k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"s": "p", "t": c.Token, "f": "fp"}, got)
+	ttl, err := rdb.PTTL(ctx, prefix+"k").Result()
+	require.NoError(t, err)
+	assert.InDelta(t, 30*time.Second, ttl, float64(2*time.Second))
+
+	require.NoError(t, s.Complete(ctx, c, idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte(`{}`)}, time.Hour))
+	got, err = rdb.HGetAll(ctx, prefix+"k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"s": "d", "t": c.Token, "f": "fp", "c": "202", "y": "application/json", "b": "{}"}, got)
+	ttl, err = rdb.PTTL(ctx, prefix+"k").Result()
+	require.NoError(t, err)
+	assert.InDelta(t, time.Hour, ttl, float64(2*time.Second))
+}
+
+func TestRedisDownAndBack(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	s, err := redisstore.New(newClient(t, srv.Addr()), redisstore.Options{})
+	require.NoError(t, err)
+
+	srv.Stop()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = s.Claim(cctx, "k", "fp", time.Minute)
+	require.Error(t, err)
+	assert.False(t, idempotency.IsDefinite(err), "an unreachable store is not a definite answer: %v", err)
+
+	srv.Start()
+	c, err := s.Claim(ctx, "k", "fp", time.Minute)
+	require.NoError(t, err)
+	assert.NoError(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, time.Minute))
+}
+
+func TestNewRejectsNilClient(t *testing.T) {
+	_, err := redisstore.New(nil, redisstore.Options{})
+	assert.ErrorIs(t, err, idempotency.ErrInvalid)
+}
