@@ -171,4 +171,3 @@ func newToken() (string, error) {
 	}
 	return hex.EncodeToString(b[:]), nil
 }
-
