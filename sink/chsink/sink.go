@@ -93,6 +93,8 @@ type Sink[T any] struct {
 	closeCh chan struct{}
 	kick    chan struct{}
 
+	beforeRecord, beforeInsert func() // test hooks
+
 	m metrics
 }
 
@@ -374,6 +376,9 @@ func (s *Sink[T]) flush(ctx context.Context) error {
 	if b, err := s.blockNumber(ctx); err == nil {
 		in.Block = b
 	}
+	if s.beforeRecord != nil {
+		s.beforeRecord()
+	}
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
@@ -525,6 +530,9 @@ func (s *Sink[T]) insert(ctx context.Context, in sink.Intent) error {
 			err = s.connect(ctx)
 		}
 		if err == nil {
+			if s.beforeInsert != nil {
+				s.beforeInsert()
+			}
 			actx, cancel := context.WithTimeout(ctx, s.opts.InsertTimeout)
 			err = s.conn.Do(actx, ch.Query{Body: s.body, Input: s.input, Settings: settings})
 			cancel()

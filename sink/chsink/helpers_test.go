@@ -1,0 +1,252 @@
+package chsink_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+)
+
+// event is the row type of the tests.
+type event struct {
+	ID    uint64
+	Org   string
+	Kind  string
+	At    time.Time
+	Score float64
+	Tags  []string
+	Note  proto.Nullable[string]
+}
+
+func eventSchema() []chsink.Column[event] {
+	return []chsink.Column[event]{
+		chsink.UInt64("id", func(e *event) uint64 { return e.ID }),
+		chsink.String("org", func(e *event) string { return e.Org }),
+		chsink.LowCardinality("kind", func(e *event) string { return e.Kind }),
+		chsink.DateTime64("at", proto.PrecisionMilli, func(e *event) time.Time { return e.At }),
+		chsink.Float64("score", func(e *event) float64 { return e.Score }),
+		chsink.Array("tags", new(proto.ColStr), func(e *event) []string { return e.Tags }),
+		chsink.Nullable("note", new(proto.ColStr), func(e *event) proto.Nullable[string] { return e.Note }),
+	}
+}
+
+const eventsDDL = `CREATE TABLE %s.events (
+	id UInt64, org String, kind LowCardinality(String), at DateTime64(3),
+	score Float64, tags Array(String), note Nullable(String)
+) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`
+
+// rowsOf is the deterministic processing of the tests: record at offset o
+// produces o%3 rows (so a third of the records produce none).
+func rowsOf(o int64) []event {
+	n := int(o % 3)
+	out := make([]event, n)
+	for i := range out {
+		id := uint64(o)*10 + uint64(i)
+		out[i] = event{
+			ID: id, Org: fmt.Sprintf("org-%d", o%4), Kind: []string{"push", "pr.merged", "issue"}[id%3],
+			At: time.UnixMilli(1_700_000_000_000 + int64(id)).UTC(), Score: float64(id) / 2,
+			Tags: []string{"a", fmt.Sprint(i)},
+		}
+		if i == 1 {
+			out[i].Note = proto.NewNullable("second")
+		}
+	}
+	return out
+}
+
+// expectedRows is how many rows records [from, to) produce.
+func expectedRows(from, to int64) int {
+	n := 0
+	for o := from; o < to; o++ {
+		n += len(rowsOf(o))
+	}
+	return n
+}
+
+// feed hands records [from, to) to s.
+func feed(ctx context.Context, t *testing.T, s *chsink.Sink[event], from, to int64) error {
+	t.Helper()
+	for o := from; o < to; o++ {
+		for i, r := range rowsOf(o) {
+			if err := s.Add(ctx, sink.Position{Offset: o, Index: uint32(i)}, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+type chEnv struct {
+	addr, db string
+	conn     *ch.Client
+}
+
+func setup(t *testing.T, ddl ...string) chEnv {
+	t.Helper()
+	addr, db := clickHouse(t)
+	ctx := context.Background()
+	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: db})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	env := chEnv{addr: addr, db: db, conn: c}
+	for _, q := range ddl {
+		env.exec(t, fmt.Sprintf(q, db))
+	}
+	return env
+}
+
+func (e chEnv) exec(t *testing.T, q string) {
+	t.Helper()
+	require.NoError(t, e.conn.Do(context.Background(), ch.Query{Body: q}), q)
+}
+
+// count runs a query returning one UInt64.
+func (e chEnv) count(t *testing.T, q string) uint64 {
+	t.Helper()
+	var col proto.ColUInt64
+	body := "SELECT toUInt64(assumeNotNull((" + q + "))) AS c"
+	require.NoError(t, e.conn.Do(context.Background(), ch.Query{Body: body, Result: proto.Results{{Name: "c", Data: &col}}}), q)
+	require.Equal(t, 1, col.Rows(), q)
+	return col.Row(0)
+}
+
+func (e chEnv) newSink(t *testing.T, store checkpoint.Storage, opts chsink.Options) *chsink.Sink[event] {
+	t.Helper()
+	return e.newSinkAt(t, e.addr, store, opts)
+}
+
+func (e chEnv) newSinkAt(t *testing.T, addr string, store checkpoint.Storage, opts chsink.Options) *chsink.Sink[event] {
+	t.Helper()
+	opts.Database = e.db
+	s, err := chsink.New(context.Background(), chsink.Table{Addr: addr, Name: "events"},
+		sink.Source{Topic: "events", Partition: 0}, store, eventSchema, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// proxy forwards TCP to a ClickHouse server. Armed, it cuts the first
+// connection that sends more than cutAfter bytes: it swallows the server's
+// answer and closes the connection, so the client cannot know whether the
+// insert it sent landed.
+type proxy struct {
+	ln       net.Listener
+	target   string
+	cutAfter atomic.Int64 // 0: disarmed
+	cuts     atomic.Int64
+	refuse   atomic.Bool
+	mu       sync.Mutex
+	conns    []net.Conn
+	wg       sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.refuse.Load() {
+			_ = c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		var cut atomic.Bool
+		p.wg.Add(2)
+		go func() { // client -> server
+			defer p.wg.Done()
+			buf := make([]byte, 32<<10)
+			var sent int64
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					if _, werr := s.Write(buf[:n]); werr != nil {
+						break
+					}
+					sent += int64(n)
+					if lim := p.cutAfter.Load(); lim > 0 && sent > lim && p.cutAfter.CompareAndSwap(lim, 0) {
+						cut.Store(true)
+						p.cuts.Add(1)
+						go func() { // let the server finish the insert, then cut
+							time.Sleep(300 * time.Millisecond)
+							_ = c.Close()
+							_ = s.Close()
+						}()
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			_ = s.Close()
+		}()
+		go func() { // server -> client
+			defer p.wg.Done()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := s.Read(buf)
+				if n > 0 && !cut.Load() {
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						break
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			_ = c.Close()
+		}()
+	}
+}
+
+// closeAll drops every open connection.
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+var _ = io.EOF
