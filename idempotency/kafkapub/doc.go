@@ -1,0 +1,34 @@
+// Package kafkapub publishes webhook deliveries to Kafka with kafka-go, as
+// the side effect of an idempotency.Handler:
+//
+//	pub, err := kafkapub.New(ctx, brokers, "webhooks", kafkapub.Options{
+//		PartitionKey: orgID, // per-organisation order
+//		Logger:       logger,
+//	})
+//	defer pub.Close()
+//	h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{Source: "github"})
+//
+// The writer is configured so that "returned nil" means "durable": acks=all
+// set explicitly (kafka-go's zero value is acks=none, which reports no
+// errors at all), synchronous writes, and a BatchTimeout of a few
+// milliseconds instead of kafka-go's 1 s, which would make every webhook wait
+// a second. Messages are keyed by Options.PartitionKey, so all events of one
+// entity land on one partition in publish order.
+//
+// At start-up New reads the topic's min.insync.replicas and replication
+// factor and warns through the logger when acks=all is weaker than it sounds
+// (min.insync.replicas 1 is acks=1 in disguise).
+//
+// # Guarantees
+//
+//   - Publish returns nil only after every in-sync replica acknowledged the
+//     message, so a 2xx from the Handler means the event is in Kafka.
+//   - At least once, not exactly once: kafka-go has no idempotent producer.
+//     Its retries after a lost acknowledgement, and a Publish whose context
+//     ends while the batch is in flight, can write a message twice, even when
+//     Publish returned an error (IsOutcomeUnknown). Each message carries the
+//     delivery id in its event-id header; the downstream deduplicator drops
+//     copies by that id. The pipeline is exactly-once only with it.
+//   - Per-key order holds for messages published one after another; two
+//     concurrent Publishes of one key may land in either order.
+package kafkapub

@@ -1,0 +1,353 @@
+package kafkapub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+)
+
+// Defaults of Options.
+const (
+	// DefaultBatchTimeout is how long the writer waits for more messages
+	// before sending a batch. kafka-go's own default of 1 s would make
+	// every webhook wait a second: each Publish is synchronous.
+	DefaultBatchTimeout = 2 * time.Millisecond
+	// DefaultMaxAttempts is how many times kafka-go tries a batch. Every
+	// retry may duplicate a message the broker had already written.
+	DefaultMaxAttempts = 3
+	// DefaultWriteTimeout bounds each produce request on the wire.
+	DefaultWriteTimeout = 5 * time.Second
+)
+
+// Header names set on every message.
+const (
+	// HeaderEventID carries Delivery.Key, the provider's delivery id: the
+	// id downstream deduplication drops copies by.
+	HeaderEventID = "event-id"
+	// HeaderSource carries Delivery.Source.
+	HeaderSource = "source"
+)
+
+// ErrInvalid is returned by New for an unusable configuration.
+var ErrInvalid = errors.New("kafkapub: invalid configuration")
+
+// Options configures a Publisher. The zero value is valid.
+type Options struct {
+	// PartitionKey returns the message key of a delivery: the entity whose
+	// events must stay in order, for example the organisation id. Messages
+	// with one key go to one partition, in publish order. Default: the
+	// delivery key, which spreads load but orders nothing. An error fails
+	// the Publish (and so answers the webhook 503).
+	PartitionKey func(d idempotency.Delivery) ([]byte, error)
+	// Balancer maps keys to partitions. Default kafka.Murmur2Balancer, the
+	// Java client's partitioner, so producers in other languages agree.
+	Balancer kafka.Balancer
+	// BatchTimeout: see DefaultBatchTimeout.
+	BatchTimeout time.Duration
+	// MaxAttempts: see DefaultMaxAttempts.
+	MaxAttempts int
+	// WriteTimeout: see DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// SkipDurabilityCheck skips the start-up check of the topic's
+	// min.insync.replicas and replication factor. Default false.
+	SkipDurabilityCheck bool
+	// Logger receives the durability warning. Default: discards.
+	Logger *slog.Logger
+	// MeterProvider receives the metrics. Default: no-op.
+	MeterProvider metric.MeterProvider
+	// Now is the clock for latency metrics. Default time.Now.
+	Now func() time.Time
+}
+
+// Publisher publishes webhook deliveries to one Kafka topic and returns only
+// once every in-sync replica has acknowledged them. Its Publish method is an
+// idempotency.Func. A Publisher is safe for concurrent use; concurrent
+// Publishes share batches.
+type Publisher struct {
+	w         *kafka.Writer
+	transport *kafka.Transport
+	brokers   []string
+	topic     string
+	opts      Options
+
+	published metric.Int64Counter
+	latency   metric.Float64Histogram
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New returns a Publisher to topic, reached through brokers. Unless
+// Options.SkipDurabilityCheck is set, it reads the topic's
+// min.insync.replicas and replication factor and logs a warning when acks=all
+// is weaker than it sounds (see Durability.Weak). The check only warns; a
+// failed check is logged too, and New still succeeds.
+func New(ctx context.Context, brokers []string, topic string, opts Options) (*Publisher, error) {
+	if len(brokers) == 0 || topic == "" {
+		return nil, fmt.Errorf("%w: brokers and topic are required", ErrInvalid)
+	}
+	if opts.BatchTimeout < 0 || opts.MaxAttempts < 0 || opts.WriteTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative BatchTimeout, MaxAttempts or WriteTimeout", ErrInvalid)
+	}
+	if opts.PartitionKey == nil {
+		opts.PartitionKey = func(d idempotency.Delivery) ([]byte, error) { return []byte(d.Key), nil }
+	}
+	if opts.Balancer == nil {
+		opts.Balancer = kafka.Murmur2Balancer{}
+	}
+	if opts.BatchTimeout == 0 {
+		opts.BatchTimeout = DefaultBatchTimeout
+	}
+	if opts.MaxAttempts == 0 {
+		opts.MaxAttempts = DefaultMaxAttempts
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = noop.NewMeterProvider()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	m := opts.MeterProvider.Meter("github.com/exactlyonce/exactlyonce/idempotency/kafkapub")
+	published, err1 := m.Int64Counter("kafkapub.messages", metric.WithDescription("Publishes by result: ok, failed, unknown."))
+	latency, err2 := m.Float64Histogram("kafkapub.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from Publish to the broker's acknowledgement."))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("kafkapub: metrics: %w", err)
+	}
+
+	transport := &kafka.Transport{}
+	p := &Publisher{
+		w: &kafka.Writer{
+			Addr:     kafka.TCP(brokers...),
+			Topic:    topic,
+			Balancer: opts.Balancer,
+			// acks=all, explicitly: the zero value is acks=none, which
+			// reports no error at all when the broker loses the message.
+			RequiredAcks: kafka.RequireAll,
+			Async:        false,
+			BatchTimeout: opts.BatchTimeout,
+			MaxAttempts:  opts.MaxAttempts,
+			WriteTimeout: opts.WriteTimeout,
+			Transport:    transport,
+		},
+		transport: transport,
+		brokers:   append([]string(nil), brokers...),
+		topic:     topic,
+		opts:      opts,
+		published: published,
+		latency:   latency,
+	}
+	if !opts.SkipDurabilityCheck {
+		d, err := p.CheckDurability(ctx)
+		switch {
+		case err != nil:
+			opts.Logger.LogAttrs(ctx, slog.LevelWarn, "kafkapub: could not check the topic's durability settings",
+				slog.String("topic", topic), slog.Any("error", err))
+		case d.Weak():
+			opts.Logger.LogAttrs(ctx, slog.LevelWarn, "kafkapub: acks=all is weaker than it sounds: "+d.Reason(),
+				slog.String("topic", topic),
+				slog.Int("min_insync_replicas", d.MinInSyncReplicas),
+				slog.Int("replication_factor", d.ReplicationFactor))
+		}
+	}
+	return p, nil
+}
+
+// Publish writes one message for d and returns nil only once the broker has
+// acknowledged it with acks=all. The message's key comes from
+// Options.PartitionKey, its value is d.Body, and its headers carry
+// HeaderEventID (d.Key) and HeaderSource.
+//
+// Publish may write d twice: kafka-go has no idempotent producer, so a retry
+// after a lost acknowledgement, or a Publish whose ctx ends while the batch
+// is in flight, can leave a copy behind even when Publish returns an error.
+// IsOutcomeUnknown tells those errors apart. The event id header is what
+// lets the downstream deduplicator drop the copy.
+func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
+	key, err := p.opts.PartitionKey(d)
+	if err != nil {
+		return fmt.Errorf("kafkapub: partition key of %q: %w", d.Key, err)
+	}
+	msg := kafka.Message{
+		Key:   key,
+		Value: d.Body,
+		Headers: []kafka.Header{
+			{Key: HeaderEventID, Value: []byte(d.Key)},
+			{Key: HeaderSource, Value: []byte(d.Source)},
+		},
+	}
+	start := p.opts.Now()
+	err = p.w.WriteMessages(ctx, msg)
+	result := "ok"
+	switch {
+	case err == nil:
+	case IsOutcomeUnknown(err):
+		result = "unknown"
+	default:
+		result = "failed"
+	}
+	p.published.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+	p.latency.Record(ctx, p.opts.Now().Sub(start).Seconds())
+	if err != nil {
+		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, flatten(err))
+	}
+	return nil
+}
+
+// Close flushes nothing (Publish is synchronous), closes the writer and its
+// connections. Publish after Close fails. Close is safe to call twice.
+func (p *Publisher) Close() error {
+	p.closeOnce.Do(func() {
+		p.closeErr = p.w.Close()
+		p.transport.CloseIdleConnections()
+	})
+	return p.closeErr
+}
+
+// IsOutcomeUnknown reports whether a Publish error leaves it open whether the
+// message was written: the broker may hold it although Publish failed. It
+// returns false only for errors the broker answered with, which mean the
+// message was not written (except NotEnoughReplicasAfterAppend, which means
+// it was written to the leader but not replicated, and RequestTimedOut).
+//
+// Either way the webhook is answered 503 and retried; the distinction tells
+// an operator whether duplicates downstream are to be expected.
+func IsOutcomeUnknown(err error) bool {
+	if err == nil {
+		return false
+	}
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && IsOutcomeUnknown(e) {
+				return true
+			}
+		}
+		return we.Count() == 0
+	}
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		return ke == kafka.NotEnoughReplicasAfterAppend || ke == kafka.RequestTimedOut
+	}
+	return true
+}
+
+// flatten turns kafka.WriteErrors of one message into its one error, so that
+// errors.Is and errors.As see it.
+func flatten(err error) error {
+	var we kafka.WriteErrors
+	if errors.As(err, &we) && we.Count() == 1 {
+		for _, e := range we {
+			if e != nil {
+				return e
+			}
+		}
+	}
+	return err
+}
+
+// Durability is what a topic's configuration makes of acks=all.
+type Durability struct {
+	Topic string
+	// MinInSyncReplicas is the topic's min.insync.replicas: how many
+	// replicas must hold a write before acks=all acknowledges it.
+	MinInSyncReplicas int
+	// ReplicationFactor is the number of replicas of the topic's
+	// partitions (the smallest, if they differ).
+	ReplicationFactor int
+}
+
+// Weak reports whether an acknowledged write can be lost with a single
+// broker: with min.insync.replicas 1, acks=all is acks=1 in disguise, since
+// the leader alone may acknowledge when its followers fall behind.
+func (d Durability) Weak() bool {
+	return d.MinInSyncReplicas <= 1 || d.ReplicationFactor <= 1
+}
+
+// Reason explains Weak in one sentence, or returns "" when it is false.
+func (d Durability) Reason() string {
+	switch {
+	case d.ReplicationFactor <= 1:
+		return "the topic has a single replica, so one broker's disk holds every acknowledged event"
+	case d.MinInSyncReplicas <= 1:
+		return "min.insync.replicas is " + strconv.Itoa(d.MinInSyncReplicas) +
+			", so the leader alone may acknowledge a write (acks=1 in disguise); set it to " +
+			strconv.Itoa(min(2, d.ReplicationFactor)) + " or more"
+	default:
+		return ""
+	}
+}
+
+// CheckDurability reads the topic's min.insync.replicas (DescribeConfigs)
+// and replication factor (Metadata).
+func (p *Publisher) CheckDurability(ctx context.Context) (Durability, error) {
+	c := &kafka.Client{Addr: kafka.TCP(p.brokers...), Transport: p.transport}
+	d := Durability{Topic: p.topic}
+
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{p.topic}})
+	if err != nil {
+		return d, fmt.Errorf("kafkapub: metadata of %s: %w", p.topic, err)
+	}
+	for _, t := range md.Topics {
+		if t.Name != p.topic {
+			continue
+		}
+		if t.Error != nil {
+			return d, fmt.Errorf("kafkapub: metadata of %s: %w", p.topic, t.Error)
+		}
+		for _, part := range t.Partitions {
+			if n := len(part.Replicas); d.ReplicationFactor == 0 || n < d.ReplicationFactor {
+				d.ReplicationFactor = n
+			}
+		}
+	}
+	if d.ReplicationFactor == 0 {
+		return d, fmt.Errorf("kafkapub: topic %s has no partitions", p.topic)
+	}
+
+	dc, err := c.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{
+		Resources: []kafka.DescribeConfigRequestResource{{
+			ResourceType: kafka.ResourceTypeTopic,
+			ResourceName: p.topic,
+			ConfigNames:  []string{"min.insync.replicas"},
+		}},
+	})
+	if err != nil {
+		return d, fmt.Errorf("kafkapub: describe configs of %s: %w", p.topic, err)
+	}
+	for _, r := range dc.Resources {
+		if r.Error != nil {
+			return d, fmt.Errorf("kafkapub: describe configs of %s: %w", p.topic, r.Error)
+		}
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName != "min.insync.replicas" {
+				continue
+			}
+			n, err := strconv.Atoi(e.ConfigValue)
+			if err != nil {
+				return d, fmt.Errorf("kafkapub: min.insync.replicas of %s is %q", p.topic, e.ConfigValue)
+			}
+			d.MinInSyncReplicas = n
+		}
+	}
+	if d.MinInSyncReplicas == 0 {
+		return d, fmt.Errorf("kafkapub: topic %s reports no min.insync.replicas", p.topic)
+	}
+	return d, nil
+}

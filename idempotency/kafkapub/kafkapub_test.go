@@ -1,0 +1,233 @@
+package kafkapub_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+// partitionEnd returns the end offset of one partition.
+func partitionEnd(t *testing.T, brokers []string, topic string, part int) int64 {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(part)}}})
+	require.NoError(t, err)
+	require.NoError(t, res.Topics[topic][0].Error)
+	return res.Topics[topic][0].LastOffset
+}
+
+// messageCount returns how many messages the topic's partitions hold.
+func messageCount(t *testing.T, brokers []string, topic string, partitions int) int64 {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	reqs := make([]kafka.OffsetRequest, partitions)
+	for i := range reqs {
+		reqs[i] = kafka.LastOffsetOf(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	require.NoError(t, err)
+	var n int64
+	for _, p := range res.Topics[topic] {
+		require.NoError(t, p.Error)
+		n += p.LastOffset
+	}
+	return n
+}
+
+func newPublisher(t *testing.T, brokers []string, topic string, opts kafkapub.Options) *kafkapub.Publisher {
+	t.Helper()
+	p, err := kafkapub.New(context.Background(), brokers, topic, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, p.Close()) })
+	return p
+}
+
+func TestPublishWritesKeyedMessageWithEventID(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "events")
+	testenv.CreateTopic(t, brokers, topic, 4)
+	p := newPublisher(t, brokers, topic, kafkapub.Options{
+		PartitionKey: func(d idempotency.Delivery) ([]byte, error) { return []byte("org-7"), nil },
+	})
+
+	ctx := context.Background()
+	for _, k := range []string{"d1", "d2", "d3"} {
+		require.NoError(t, p.Publish(ctx, idempotency.Delivery{Key: k, Source: "github", Body: []byte(`{"k":"` + k + `"}`)}))
+	}
+	require.Equal(t, int64(3), messageCount(t, brokers, topic, 4), "acknowledged before Publish returned")
+
+	// One key, one partition, publish order.
+	var got []string
+	for part := range 4 {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: part, MaxWait: 50 * time.Millisecond})
+		for range partitionEnd(t, brokers, topic, part) {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			m, err := r.ReadMessage(rctx)
+			cancel()
+			require.NoError(t, err)
+			assert.Equal(t, "org-7", string(m.Key))
+			assert.Equal(t, []kafka.Header{
+				{Key: kafkapub.HeaderEventID, Value: []byte(eventID(m))},
+				{Key: kafkapub.HeaderSource, Value: []byte("github")},
+			}, m.Headers)
+			assert.Equal(t, `{"k":"`+eventID(m)+`"}`, string(m.Value))
+			got = append(got, eventID(m))
+		}
+		require.NoError(t, r.Close())
+	}
+	assert.Equal(t, []string{"d1", "d2", "d3"}, got)
+}
+
+// eventID returns the event id header of m.
+func eventID(m kafka.Message) string {
+	for _, h := range m.Headers {
+		if h.Key == kafkapub.HeaderEventID {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func TestDurabilityCheck(t *testing.T) {
+	tests := []struct {
+		name     string
+		extra    []kfake.Opt
+		want     kafkapub.Durability
+		wantWarn bool
+	}{
+		{
+			name:     "one broker",
+			want:     kafkapub.Durability{MinInSyncReplicas: 1, ReplicationFactor: 1},
+			wantWarn: true,
+		},
+		{
+			name:     "three replicas, min.insync.replicas 1",
+			extra:    []kfake.Opt{kfake.NumBrokers(3)},
+			want:     kafkapub.Durability{MinInSyncReplicas: 1, ReplicationFactor: 3},
+			wantWarn: true,
+		},
+		{
+			name:     "three replicas, min.insync.replicas 2",
+			extra:    []kfake.Opt{kfake.NumBrokers(3), kfake.BrokerConfigs(map[string]string{"min.insync.replicas": "2"})},
+			want:     kafkapub.Durability{MinInSyncReplicas: 2, ReplicationFactor: 3},
+			wantWarn: false,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := testenv.StartKafka(t, embedded.KafkaOptions{Extra: tt.extra})
+			topic := testenv.Name(t, "events")
+			testenv.CreateTopic(t, k.Brokers(), topic, 2)
+			var logs bytes.Buffer
+			p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			d, err := p.CheckDurability(context.Background())
+			require.NoError(t, err)
+			tt.want.Topic = topic
+			assert.Equal(t, tt.want, d)
+			assert.Equal(t, tt.wantWarn, d.Weak())
+			if tt.wantWarn {
+				assert.Contains(t, logs.String(), "acks=all is weaker than it sounds")
+				assert.NotEmpty(t, d.Reason())
+			} else {
+				assert.Empty(t, logs.String())
+			}
+		})
+	}
+}
+
+func TestDurabilityCheckFailureOnlyWarns(t *testing.T) {
+	var logs bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	p, err := kafkapub.New(ctx, []string{closedAddr(t)}, "events", kafkapub.Options{
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	require.NoError(t, err)
+	defer p.Close()
+	assert.Contains(t, logs.String(), "could not check")
+}
+
+func TestPublishFailsWhenKafkaIsGone(t *testing.T) {
+	p := newPublisher(t, []string{closedAddr(t)}, "events", kafkapub.Options{SkipDurabilityCheck: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := p.Publish(ctx, idempotency.Delivery{Key: "d1", Body: []byte(`{}`)})
+	require.Error(t, err)
+	assert.True(t, kafkapub.IsOutcomeUnknown(err), "a transport error may hide a written message")
+}
+
+func TestCloseTwice(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	p, err := kafkapub.New(context.Background(), brokers, "events", kafkapub.Options{SkipDurabilityCheck: true})
+	require.NoError(t, err)
+	assert.NoError(t, p.Close())
+	assert.NoError(t, p.Close())
+	assert.Error(t, p.Publish(context.Background(), idempotency.Delivery{Key: "d", Body: []byte(`{}`)}))
+}
+
+func TestIsOutcomeUnknown(t *testing.T) {
+	tests := []struct {
+		name string
+		give error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"broker refused", kafka.MessageSizeTooLarge, false},
+		{"broker refused, wrapped", kafka.WriteErrors{kafka.NotEnoughReplicas}, false},
+		{"written, not replicated", kafka.NotEnoughReplicasAfterAppend, true},
+		{"request timed out", kafka.WriteErrors{kafka.RequestTimedOut}, true},
+		{"deadline", context.DeadlineExceeded, true},
+		{"transport", errors.New("connection reset by peer"), true},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, kafkapub.IsOutcomeUnknown(tt.give), tt.name)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		brokers []string
+		topic   string
+		opts    kafkapub.Options
+	}{
+		{"no brokers", nil, "t", kafkapub.Options{}},
+		{"no topic", []string{"127.0.0.1:1"}, "", kafkapub.Options{}},
+		{"negative batch timeout", []string{"127.0.0.1:1"}, "t", kafkapub.Options{BatchTimeout: -1}},
+	}
+	for _, tt := range tests {
+		_, err := kafkapub.New(ctx, tt.brokers, tt.topic, tt.opts)
+		assert.ErrorIs(t, err, kafkapub.ErrInvalid, tt.name)
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
