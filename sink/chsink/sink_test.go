@@ -14,7 +14,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
-
 func (e chEnv) withRollup(t *testing.T) {
 	e.exec(t, "CREATE TABLE "+e.db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = 1000")
 	e.exec(t, "CREATE MATERIALIZED VIEW "+e.db+".mv_kind_counts TO "+e.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+e.db+".events GROUP BY kind")
@@ -43,6 +42,16 @@ func TestNewRejectsTableWithoutDedupWindow(t *testing.T) {
 	_, err = chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "missing"},
 		sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
 	require.ErrorIs(t, err, chsink.ErrTableSchema)
+}
+
+func TestNewRejectsViewTargetWithoutDedupWindow(t *testing.T) {
+	env := setup(t, eventsDDL)
+	env.exec(t, "CREATE TABLE "+env.db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind")
+	env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events GROUP BY kind")
+	_, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
+		sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+	require.ErrorIs(t, err, chsink.ErrNoDedupWindow)
+	assert.Contains(t, err.Error(), "materialized view")
 }
 
 // TestKilledBeforeCheckpointCompleted abandons a sink (as kill -9 would)

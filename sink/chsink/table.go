@@ -87,56 +87,18 @@ func queryStrings(ctx context.Context, c *ch.Client, body string, ncols int) ([]
 
 var windowSetting = regexp.MustCompile(`\b(non_replicated_deduplication_window|replicated_deduplication_window|replicated_deduplication_window_seconds)\s*=\s*'?(\d+)`)
 
-// checkTable verifies the table's engine, deduplication window and columns.
+// checkTable verifies the table's engine, deduplication window and columns,
+// and the deduplication window of every materialized view target fed by it:
+// with deduplicate_blocks_in_dependent_materialized_views = 1 a target table
+// deduplicates the view's blocks only if it has a window itself.
 func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []string) (tableInfo, error) {
-	rows, err := queryStrings(ctx, c, fmt.Sprintf(
-		"SELECT engine AS c0, engine_full AS c1 FROM system.tables WHERE database = %s AND name = %s",
-		quote(db), quote(table)), 2)
+	info, err := dedupWindow(ctx, c, db, table)
 	if err != nil {
-		return tableInfo{}, fmt.Errorf("chsink: check table %s.%s: %w", db, table, err)
+		return info, err
 	}
-	if len(rows) == 0 {
-		return tableInfo{}, &TableCheckError{Database: db, Table: table, Reason: "table does not exist", Err: ErrTableSchema}
+	if err := checkViews(ctx, c, db, table, 0); err != nil {
+		return info, err
 	}
-	info := tableInfo{engine: rows[0][0]}
-	full := rows[0][1]
-	if !strings.HasSuffix(info.engine, "MergeTree") {
-		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
-			Reason: "only MergeTree-family tables deduplicate inserted blocks", Err: ErrNoDedupWindow}
-	}
-	info.replicated = strings.HasPrefix(info.engine, "Replicated") || strings.HasPrefix(info.engine, "Shared")
-
-	defaults, err := queryStrings(ctx, c, "SELECT name AS c0, value AS c1 FROM system.merge_tree_settings WHERE name IN "+
-		"('non_replicated_deduplication_window','replicated_deduplication_window','replicated_deduplication_window_seconds')", 2)
-	if err != nil {
-		return info, fmt.Errorf("chsink: read merge_tree_settings: %w", err)
-	}
-	settings := map[string]int64{}
-	for _, r := range defaults {
-		v, _ := strconv.ParseInt(r[1], 10, 64)
-		settings[r[0]] = v
-	}
-	for _, m := range windowSetting.FindAllStringSubmatch(full, -1) {
-		v, _ := strconv.ParseInt(m[2], 10, 64)
-		settings[m[1]] = v
-	}
-	if info.replicated {
-		info.windowBlocks = settings["replicated_deduplication_window"]
-		info.windowSeconds = settings["replicated_deduplication_window_seconds"]
-	} else {
-		info.windowBlocks = settings["non_replicated_deduplication_window"]
-	}
-	if info.windowBlocks <= 0 {
-		setting := "non_replicated_deduplication_window"
-		if info.replicated {
-			setting = "replicated_deduplication_window"
-		}
-		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
-			Reason: fmt.Sprintf("%s = 0: ClickHouse would not deduplicate retried or replayed blocks, so the sink would degrade to at-least-once; "+
-				"set it above the replay depth in blocks, e.g. ALTER TABLE %s.%s MODIFY SETTING %s = 1000", setting, db, table, setting),
-			Err: ErrNoDedupWindow}
-	}
-
 	have, err := queryStrings(ctx, c, fmt.Sprintf(
 		"SELECT name AS c0, type AS c1 FROM system.columns WHERE database = %s AND table = %s", quote(db), quote(table)), 2)
 	if err != nil {
@@ -221,4 +183,90 @@ func joinIdents(names []string) string {
 		q[i] = ident(n)
 	}
 	return strings.Join(q, ", ")
+}
+
+// dedupWindow reads a table's engine and deduplication window and fails
+// unless the table deduplicates inserted blocks.
+func dedupWindow(ctx context.Context, c *ch.Client, db, table string) (tableInfo, error) {
+	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT engine AS c0, engine_full AS c1 FROM system.tables WHERE database = %s AND name = %s",
+		quote(db), quote(table)), 2)
+	if err != nil {
+		return tableInfo{}, fmt.Errorf("chsink: check table %s.%s: %w", db, table, err)
+	}
+	if len(rows) == 0 {
+		return tableInfo{}, &TableCheckError{Database: db, Table: table, Reason: "table does not exist", Err: ErrTableSchema}
+	}
+	info := tableInfo{engine: rows[0][0]}
+	full := rows[0][1]
+	if !strings.HasSuffix(info.engine, "MergeTree") {
+		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
+			Reason: "only MergeTree-family tables deduplicate inserted blocks", Err: ErrNoDedupWindow}
+	}
+	info.replicated = strings.HasPrefix(info.engine, "Replicated") || strings.HasPrefix(info.engine, "Shared")
+
+	defaults, err := queryStrings(ctx, c, "SELECT name AS c0, value AS c1 FROM system.merge_tree_settings WHERE name IN "+
+		"('non_replicated_deduplication_window','replicated_deduplication_window','replicated_deduplication_window_seconds')", 2)
+	if err != nil {
+		return info, fmt.Errorf("chsink: read merge_tree_settings: %w", err)
+	}
+	settings := map[string]int64{}
+	for _, r := range defaults {
+		v, _ := strconv.ParseInt(r[1], 10, 64)
+		settings[r[0]] = v
+	}
+	for _, m := range windowSetting.FindAllStringSubmatch(full, -1) {
+		v, _ := strconv.ParseInt(m[2], 10, 64)
+		settings[m[1]] = v
+	}
+	if info.replicated {
+		info.windowBlocks = settings["replicated_deduplication_window"]
+		info.windowSeconds = settings["replicated_deduplication_window_seconds"]
+	} else {
+		info.windowBlocks = settings["non_replicated_deduplication_window"]
+	}
+	if info.windowBlocks <= 0 {
+		setting := "non_replicated_deduplication_window"
+		if info.replicated {
+			setting = "replicated_deduplication_window"
+		}
+		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
+			Reason: fmt.Sprintf("%s = 0: ClickHouse would not deduplicate retried or replayed blocks, so the sink would degrade to at-least-once; "+
+				"set it above the replay depth in blocks, e.g. ALTER TABLE %s.%s MODIFY SETTING %s = 1000", setting, db, table, setting),
+			Err: ErrNoDedupWindow}
+	}
+	return info, nil
+}
+
+// checkViews checks the target tables of the materialized views that read
+// db.table, recursively.
+func checkViews(ctx context.Context, c *ch.Client, db, table string, depth int) error {
+	if depth > 8 {
+		return nil
+	}
+	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT database AS c0, name AS c1, target_database AS c2, target_table AS c3 FROM system.tables "+
+			"WHERE engine = 'MaterializedView' AND (database, name) IN "+
+			"(SELECT arrayJoin(arrayZip(dependencies_database, dependencies_table)) FROM system.tables WHERE database = %s AND name = %s)",
+		quote(db), quote(table)), 4)
+	if err != nil {
+		return fmt.Errorf("chsink: list materialized views of %s.%s: %w", db, table, err)
+	}
+	for _, r := range rows {
+		tdb, tt := r[2], r[3]
+		if tt == "" {
+			continue // a view with an inner table: not checked (name it with TO)
+		}
+		if _, err := dedupWindow(ctx, c, tdb, tt); err != nil {
+			var tce *TableCheckError
+			if errors.As(err, &tce) {
+				tce.Reason = fmt.Sprintf("target of materialized view %s.%s over %s.%s: %s", r[0], r[1], db, table, tce.Reason)
+			}
+			return err
+		}
+		if err := checkViews(ctx, c, tdb, tt, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
