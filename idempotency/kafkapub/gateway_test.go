@@ -1,0 +1,235 @@
+package kafkapub_test
+
+// These tests run the whole gateway of stage 1 over loopback HTTP: the
+// idempotency.Handler with the Redis store and this package's publisher, on a
+// real redis-server and an in-process kfake cluster.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+var secret = []byte("gateway-secret")
+
+type gateway struct {
+	url     string
+	rdb     *redis.Client
+	prefix  string
+	brokers []string
+	topic   string
+}
+
+func newGateway(t *testing.T, redisAddr string, brokers []string, opts idempotency.Options) *gateway {
+	t.Helper()
+	g := &gateway{brokers: brokers, topic: testenv.Name(t, "webhooks"), prefix: testenv.Name(t, "idem") + ":"}
+	testenv.CreateTopic(t, brokers, g.topic, 3)
+	g.rdb = redis.NewClient(&redis.Options{Addr: redisAddr, DialTimeout: 500 * time.Millisecond, MaxRetries: 1})
+	t.Cleanup(func() { _ = g.rdb.Close() })
+	store, err := redisstore.New(g.rdb, redisstore.Options{Prefix: g.prefix})
+	require.NoError(t, err)
+	pub := newPublisher(t, brokers, g.topic, kafkapub.Options{})
+	opts.Verify = idempotency.GitHubSignature(secret)
+	opts.Source = "github"
+	h, err := idempotency.NewHandler(store, pub.Publish, opts)
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	g.url = srv.URL
+	return g
+}
+
+type reply struct {
+	status     int
+	retryAfter string
+	replayed   bool
+	body       string
+}
+
+// deliver sends one signed GitHub delivery, as GitHub would.
+func (g *gateway) deliver(t *testing.T, key, body string) reply {
+	t.Helper()
+	return g.send(t, key, body, idempotency.SignGitHub(secret, []byte(body)))
+}
+
+func (g *gateway) send(t *testing.T, key, body, sig string) reply {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotency.HeaderGitHubDelivery, key)
+	req.Header.Set(idempotency.HeaderGitHubSignature, sig)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return reply{
+		status:     resp.StatusCode,
+		retryAfter: resp.Header.Get("Retry-After"),
+		replayed:   resp.Header.Get(idempotency.HeaderReplayed) == "true",
+		body:       string(b),
+	}
+}
+
+func (g *gateway) published(t *testing.T) int64 {
+	t.Helper()
+	return messageCount(t, g.brokers, g.topic, 3)
+}
+
+// keys returns how many idempotency keys Redis holds for this gateway.
+func (g *gateway) keys(t *testing.T) int {
+	t.Helper()
+	ks, err := g.rdb.Keys(context.Background(), g.prefix+"*").Result()
+	require.NoError(t, err)
+	return len(ks)
+}
+
+// The seed's bug, reproduced and fixed: Kafka fails after the key is claimed.
+// The gateway must answer 5xx, release the key, and publish the retry.
+func TestGatewayKafkaFailsAfterClaim(t *testing.T) {
+	k := testenv.StartKafka(t)
+	g := newGateway(t, testenv.Redis(t), k.Brokers(), idempotency.Options{})
+
+	var failing atomic.Bool
+	failing.Store(true)
+	k.Cluster().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		if failing.Load() {
+			return nil, errors.New("injected: broker down"), true
+		}
+		return nil, nil, false
+	})
+
+	const body = `{"action":"opened","organization":{"id":7}}`
+	r := g.deliver(t, "delivery-1", body)
+	assert.Equal(t, http.StatusServiceUnavailable, r.status, r.body)
+	assert.Equal(t, "5", r.retryAfter)
+	assert.Equal(t, 0, g.keys(t), "the claim was released")
+	assert.Equal(t, int64(0), g.published(t))
+
+	failing.Store(false)
+	r = g.deliver(t, "delivery-1", body)
+	assert.Equal(t, http.StatusAccepted, r.status, "the provider's retry is not mistaken for a duplicate")
+	assert.False(t, r.replayed)
+	assert.Equal(t, int64(1), g.published(t))
+
+	r = g.deliver(t, "delivery-1", body)
+	assert.Equal(t, http.StatusAccepted, r.status)
+	assert.True(t, r.replayed)
+	assert.Equal(t, int64(1), g.published(t))
+}
+
+func TestGatewayConcurrentDuplicates(t *testing.T) {
+	g := newGateway(t, testenv.Redis(t), testenv.Kafka(t), idempotency.Options{})
+	const n = 50
+	const body = `{"action":"closed"}`
+	replies := make([]reply, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			replies[i] = g.deliver(t, "delivery-1", body)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var fresh, replayed, retry int
+	for _, r := range replies {
+		switch {
+		case r.status == http.StatusAccepted && !r.replayed:
+			fresh++
+		case r.status == http.StatusAccepted && r.replayed:
+			replayed++
+			assert.JSONEq(t, `{"status":"accepted","delivery":"delivery-1"}`, r.body)
+		case r.status == http.StatusServiceUnavailable && r.retryAfter != "":
+			retry++
+		default:
+			t.Errorf("unexpected reply %+v", r)
+		}
+	}
+	assert.Equal(t, 1, fresh, "exactly one delivery ran the side effect")
+	assert.Equal(t, n, fresh+replayed+retry)
+	assert.Equal(t, int64(1), g.published(t), "exactly one publish")
+}
+
+// The gateway dies between Claim and Complete: its claim stays pending. A
+// retry within the pending TTL is asked to retry later; one after it is
+// published.
+func TestGatewayCrashBetweenClaimAndComplete(t *testing.T) {
+	g := newGateway(t, testenv.Redis(t), testenv.Kafka(t), idempotency.Options{})
+	const body = `{"action":"opened"}`
+
+	// The dead gateway's claim, made as the Handler makes it.
+	store, err := redisstore.New(g.rdb, redisstore.Options{Prefix: g.prefix})
+	require.NoError(t, err)
+	fp := idempotency.BodyFingerprint(idempotency.Delivery{Body: []byte(body)})
+	_, err = store.Claim(context.Background(), "delivery-1", fp, 300*time.Millisecond)
+	require.NoError(t, err)
+
+	r := g.deliver(t, "delivery-1", body)
+	assert.Equal(t, http.StatusServiceUnavailable, r.status)
+	assert.Equal(t, int64(0), g.published(t))
+
+	time.Sleep(500 * time.Millisecond)
+	r = g.deliver(t, "delivery-1", body)
+	assert.Equal(t, http.StatusAccepted, r.status, "the retry after the TTL succeeds")
+	assert.Equal(t, int64(1), g.published(t))
+}
+
+func TestGatewayRedisDown(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	g := newGateway(t, srv.Addr(), testenv.Kafka(t), idempotency.Options{StoreTimeout: time.Second})
+	const body = `{"action":"opened"}`
+
+	srv.Stop()
+	r := g.deliver(t, "delivery-1", body)
+	assert.Equal(t, http.StatusServiceUnavailable, r.status)
+	assert.Equal(t, "5", r.retryAfter)
+	assert.Equal(t, int64(0), g.published(t), "nothing published without a claim")
+
+	srv.Start()
+	r = g.deliver(t, "delivery-1", body)
+	assert.Equal(t, http.StatusAccepted, r.status, "normal service once Redis is back")
+	assert.Equal(t, int64(1), g.published(t))
+}
+
+func TestGatewayRejectsBadRequests(t *testing.T) {
+	g := newGateway(t, testenv.Redis(t), testenv.Kafka(t), idempotency.Options{MaxBodyBytes: 1024})
+	big := `{"pad":"` + strings.Repeat("x", 2000) + `"}`
+	tests := []struct {
+		name string
+		body string
+		sig  string
+		want int
+	}{
+		{"bad signature", `{"a":1}`, idempotency.SignGitHub([]byte("wrong"), []byte(`{"a":1}`)), http.StatusUnauthorized},
+		{"oversized body", big, idempotency.SignGitHub(secret, []byte(big)), http.StatusRequestEntityTooLarge},
+		{"malformed JSON", `{"a":`, idempotency.SignGitHub(secret, []byte(`{"a":`)), http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		r := g.send(t, "delivery-"+tt.name, tt.body, tt.sig)
+		assert.Equal(t, tt.want, r.status, tt.name)
+	}
+	assert.Equal(t, 0, g.keys(t), "nothing claimed")
+	assert.Equal(t, int64(0), g.published(t), "nothing published")
+}
