@@ -1,0 +1,227 @@
+package window_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/window"
+)
+
+// activity is a normalized webhook event: a review carries its latency, a
+// merge carries none.
+type activity struct {
+	Type      string // "pr.reviewed" or "pr.merged"
+	LatencyS  float64
+	Employee  string
+	EventTime time.Time
+}
+
+// reviewLatency averages the latency of review events only: a user-defined
+// aggregator built on window.Avg. Merges add no sample, so a window with
+// merges only has no average at all.
+type reviewLatency struct{ window.Avg[float64] }
+
+func (r reviewLatency) Add(acc window.Mean, a activity) window.Mean {
+	if a.Type != "pr.reviewed" {
+		return acc
+	}
+	return r.Avg.Add(acc, a.LatencyS)
+}
+
+// The article's bonus bug against the real server: a materialized view that
+// reserves an average column with avgState(toFloat64(0)) dilutes every
+// average with one zero per event, and reports 0 for an hour without a
+// single review. The window operator's averages, written to a
+// ReplacingMergeTree(version) twice over and read with FINAL, are exact and
+// NULL where there is nothing to average.
+func TestClickHouseAveragesExactWherePlaceholderDilutes(t *testing.T) {
+	addr, db := testenv.ClickHouse(t)
+	c := testenv.DialClickHouse(t, addr, db)
+	ctx := t.Context()
+	exec := func(q string) { require.NoError(t, c.Do(ctx, ch.Query{Body: q}), q) }
+
+	hour := time.Date(2026, 10, 28, 10, 0, 0, 0, time.UTC)
+	var events []activity
+	add := func(typ, who string, at time.Duration, latency float64) {
+		events = append(events, activity{Type: typ, Employee: who, EventTime: hour.Add(at), LatencyS: latency})
+	}
+	add("pr.reviewed", "alice", 5*time.Minute, 120)
+	add("pr.merged", "alice", 7*time.Minute, 0)
+	add("pr.reviewed", "alice", 20*time.Minute, 360.5)
+	add("pr.reviewed", "bob", 21*time.Minute, 30)
+	add("pr.merged", "bob", 40*time.Minute, 0)
+	add("pr.merged", "bob", 70*time.Minute, 0) // bob, 11:00: no review at all
+	add("pr.reviewed", "alice", 75*time.Minute, 45)
+	add("pr.reviewed", "alice", 50*time.Minute, 600) // 25 minutes late: within allowed lateness
+	add("pr.merged", "alice", 125*time.Minute, 0)
+
+	// The seed's pipeline: raw events, an hourly rollup fed by a view that
+	// reserves the latency column with a zero sample per event, and the
+	// real latencies written into the same rollup as avg states.
+	exec(`CREATE TABLE normalized_events (employee_id String, event_time DateTime, event_type String, latency_s Float64)
+		ENGINE = ReplacingMergeTree ORDER BY (employee_id, event_time, event_type)`)
+	for _, name := range []string{"metrics_placeholder", "metrics_neutral"} {
+		exec(`CREATE TABLE ` + name + ` (employee_id String, window_end DateTime,
+			pr_merged AggregateFunction(sum, UInt32), pr_review_latency_s AggregateFunction(avg, Float64))
+			ENGINE = AggregatingMergeTree ORDER BY (employee_id, window_end)`)
+	}
+	view := `CREATE MATERIALIZED VIEW %s TO %s AS
+		SELECT employee_id, toStartOfHour(event_time) AS window_end,
+		       sumState(toUInt32(event_type = 'pr.merged')) AS pr_merged,
+		       %s AS pr_review_latency_s
+		FROM normalized_events GROUP BY employee_id, window_end`
+	exec(fmt.Sprintf(view, "mv_placeholder", "metrics_placeholder", "avgState(toFloat64(0))"))
+	exec(fmt.Sprintf(view, "mv_neutral", "metrics_neutral", "avgStateIf(toFloat64(0), 0)")) // the article's fix
+
+	var who, typ proto.ColStr
+	var when proto.ColDateTime
+	var lat proto.ColFloat64
+	for _, e := range events {
+		who.Append(e.Employee)
+		when.Append(e.EventTime)
+		typ.Append(e.Type)
+		lat.Append(e.LatencyS)
+	}
+	require.NoError(t, c.Do(ctx, ch.Query{
+		Body:  "INSERT INTO normalized_events VALUES",
+		Input: proto.Input{{Name: "employee_id", Data: &who}, {Name: "event_time", Data: &when}, {Name: "event_type", Data: &typ}, {Name: "latency_s", Data: &lat}},
+	}))
+	for _, name := range []string{"metrics_placeholder", "metrics_neutral"} {
+		exec(`INSERT INTO ` + name + ` SELECT employee_id, toStartOfHour(event_time), sumState(toUInt32(0)), avgState(latency_s)
+			FROM normalized_events WHERE event_type = 'pr.reviewed' GROUP BY employee_id, toStartOfHour(event_time)`)
+	}
+
+	// This package: one operator over the same events.
+	clk := time.Date(2026, 10, 28, 12, 0, 0, 0, time.UTC)
+	op, err := window.New(window.Tumbling(time.Hour), window.Checkpointable[activity, window.Mean, float64](reviewLatency{}), window.Options{
+		MaxOutOfOrderness: time.Minute,
+		AllowedLateness:   30 * time.Minute,
+		IdleTimeout:       time.Minute,
+		Now:               func() time.Time { return clk },
+	})
+	require.NoError(t, err)
+	var out window.Output[activity, float64]
+	for _, e := range events {
+		require.NoError(t, op.Add(window.Event[activity]{Key: e.Employee, Time: e.EventTime, Value: e}, &out))
+	}
+	clk = clk.Add(24 * time.Hour) // the stream goes quiet: idleness closes the rest
+	op.Tick(&out)
+	require.Empty(t, out.Late)
+	require.Equal(t, window.Counters{Emitted: uint64(len(out.Rows))}, op.Counters())
+	reemitted := 0
+	for _, r := range out.Rows {
+		if r.Key == "alice" && r.Start.Equal(hour) {
+			reemitted++
+		}
+	}
+	require.Equal(t, 2, reemitted, "alice's first hour is emitted, then re-emitted for the late review")
+
+	exec(`CREATE TABLE review_latency_hourly (employee_id String, window_start DateTime, window_end DateTime,
+		version UInt64, avg_latency_s Nullable(Float64))
+		ENGINE = ReplacingMergeTree(version) ORDER BY (employee_id, window_start, window_end)`)
+	insertRows := func(rows []window.Row[float64]) {
+		var who proto.ColStr
+		var start, end proto.ColDateTime
+		var version proto.ColUInt64
+		avg := proto.NewColNullable[float64](new(proto.ColFloat64))
+		for _, r := range rows {
+			who.Append(r.Key)
+			start.Append(r.Start)
+			end.Append(r.End)
+			version.Append(r.Version)
+			if r.Valid {
+				avg.Append(proto.NewNullable(r.Result))
+			} else {
+				avg.Append(proto.Null[float64]())
+			}
+		}
+		require.NoError(t, c.Do(ctx, ch.Query{
+			Body: "INSERT INTO review_latency_hourly VALUES",
+			Input: proto.Input{{Name: "employee_id", Data: &who}, {Name: "window_start", Data: &start},
+				{Name: "window_end", Data: &end}, {Name: "version", Data: &version}, {Name: "avg_latency_s", Data: avg}},
+		}))
+	}
+	insertRows(out.Rows)
+	reversed := slices.Clone(out.Rows)
+	slices.Reverse(reversed)
+	insertRows(reversed) // at-least-once: everything again, newest first
+	insertRows(out.Rows[:1])
+
+	// The truth, straight from the events.
+	type cell struct {
+		employee string
+		hour     time.Time
+	}
+	sum, n, all := map[cell]float64{}, map[cell]int{}, map[cell]int{}
+	for _, e := range events {
+		k := cell{e.Employee, e.EventTime.Truncate(time.Hour)}
+		all[k]++
+		if e.Type == "pr.reviewed" {
+			sum[k] += e.LatencyS
+			n[k]++
+		}
+	}
+
+	type result struct {
+		employee string
+		hour     time.Time
+		avg      proto.Nullable[float64]
+	}
+	query := func(q string) []result {
+		var who proto.ColStr
+		var h proto.ColDateTime
+		avg := proto.NewColNullable[float64](new(proto.ColFloat64))
+		var res []result
+		require.NoError(t, c.Do(ctx, ch.Query{
+			Body:   q,
+			Result: proto.Results{{Name: "employee_id", Data: &who}, {Name: "hour", Data: &h}, {Name: "avg", Data: avg}},
+			OnResult: func(_ context.Context, _ proto.Block) error {
+				for i := range who.Rows() {
+					res = append(res, result{who.Row(i), h.Row(i).UTC(), avg.Row(i)})
+				}
+				return nil
+			},
+		}), q)
+		return res
+	}
+	placeholder := query(`SELECT employee_id, window_end AS hour, toNullable(avgMerge(pr_review_latency_s)) AS avg
+		FROM metrics_placeholder GROUP BY employee_id, window_end ORDER BY employee_id, window_end`)
+	neutral := query(`SELECT employee_id, window_end AS hour, toNullable(avgMerge(pr_review_latency_s)) AS avg
+		FROM metrics_neutral GROUP BY employee_id, window_end ORDER BY employee_id, window_end`)
+	ours := query(`SELECT employee_id, window_start AS hour, avg_latency_s AS avg
+		FROM review_latency_hourly FINAL ORDER BY employee_id, window_start`)
+
+	require.Len(t, placeholder, len(all))
+	require.Len(t, ours, len(all))
+	for i, r := range ours {
+		k := cell{r.employee, r.hour}
+		require.Contains(t, all, k)
+		p := placeholder[i]
+		require.Equal(t, k, cell{p.employee, p.hour})
+		if n[k] == 0 {
+			assert.False(t, r.avg.IsSet(), "%v: no reviews, no average (NULL)", k)
+			assert.Equal(t, proto.NewNullable(0.0), p.avg, "%v: the placeholder invents an average of 0", k)
+			continue
+		}
+		exact := sum[k] / float64(n[k])
+		assert.Equal(t, proto.NewNullable(exact), r.avg, "%v: window average is exact", k)
+		diluted := sum[k] / float64(n[k]+all[k])
+		assert.InDelta(t, diluted, p.avg.Value, 1e-9, "%v: one zero sample per event", k)
+		assert.Less(t, p.avg.Value, exact, "%v: the placeholder drags the average down", k)
+		assert.InDelta(t, exact, neutral[i].avg.Value, 1e-9, "%v: avgStateIf(0, 0) is a true neutral element", k)
+	}
+	// What ReplacingMergeTree keeps for alice's first hour is the late
+	// re-emission, not the first firing.
+	assert.Equal(t, proto.NewNullable((120+360.5+600)/3), ours[0].avg)
+	assert.False(t, math.IsNaN(ours[0].avg.Value))
+}
