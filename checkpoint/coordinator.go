@@ -167,7 +167,8 @@ func (c *Coordinator) Close() error {
 
 // Run triggers a checkpoint of every attached chain each Interval until ctx
 // ends, and returns nil then. It does not wait for the checkpoints: a chain
-// that fails its checkpoint reports the error itself. With a negative
+// that fails its checkpoint reports the error itself. kafkasource's
+// Source.Run calls it, so a Coordinator serves one Source. With a negative
 // Interval, Run only waits for ctx.
 func (c *Coordinator) Run(ctx context.Context) error {
 	if c.interval < 0 {
@@ -350,6 +351,9 @@ func (t *Task) barrier() *Barrier {
 // A failure in 1 or 2 aborts: nothing more is written, no offset moves,
 // and the returned *Error reaches the barrier's Trigger caller too. A
 // failure in 4 is returned after the checkpoint completed.
+//
+// b is the barrier taken from Barriers, or nil for a checkpoint the chain
+// decides on itself (at the end of a bounded input, in tests).
 func (t *Task) Checkpoint(ctx context.Context, b *Barrier, nextOffset int64, meta Meta, commit func(context.Context, int64) error) error {
 	t.mu.Lock()
 	if t.pending == b {
