@@ -1,0 +1,133 @@
+package kafkapub_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+// BenchmarkGateway serves signed webhooks over loopback HTTP to two handlers
+// that publish with the same kafka-go writer to one kfake cluster:
+//
+//   - bare: reads the body and publishes it, nothing else;
+//   - idempotent: the idempotency.Handler with the Redis store (signature
+//     check, claim, publish, complete).
+//
+// It reports requests per second and the 99th percentile latency. Run both in
+// one invocation so they share the machine's noise:
+//
+//	go test -run XXX -bench Gateway -benchtime 4000x ./idempotency/kafkapub/
+func BenchmarkGateway(b *testing.B) {
+	k := testenv.StartKafka(b)
+	topic := testenv.Name(b, "bench")
+	testenv.CreateTopic(b, k.Brokers(), topic, 3)
+	pub, err := kafkapub.New(context.Background(), k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = pub.Close() })
+
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b), PoolSize: 128})
+	b.Cleanup(func() { _ = rdb.Close() })
+	store, err := redisstore.New(rdb, redisstore.Options{Prefix: testenv.Name(b, "idem") + ":"})
+	require.NoError(b, err)
+	idem, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{
+		Verify: idempotency.GitHubSignature(secret),
+		Source: "github",
+	})
+	require.NoError(b, err)
+
+	bare := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		d := idempotency.Delivery{Key: r.Header.Get(idempotency.HeaderGitHubDelivery), Source: "github", Header: r.Header, Body: body}
+		if err := pub.Publish(r.Context(), d); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+
+	var run atomic.Int64
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", bare}, {"idempotent", idem}} {
+		b.Run(bc.name, func(b *testing.B) {
+			benchServe(b, bc.h, fmt.Sprintf("%s-%d", bc.name, run.Add(1)))
+		})
+	}
+}
+
+func benchServe(b *testing.B, h http.Handler, keyPrefix string) {
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	const clients = 64
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}}
+	defer client.CloseIdleConnections()
+
+	body := []byte(`{"action":"opened","organization":{"id":7},"pull_request":{"number":1347,"title":"Amazing new feature"}}`)
+	sig := idempotency.SignGitHub(secret, body)
+	var (
+		seq       atomic.Int64
+		mu        sync.Mutex
+		latencies = make([]time.Duration, 0, b.N)
+		failures  atomic.Int64
+	)
+	b.SetParallelism((clients + 1) / 2)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		local := make([]time.Duration, 0, 1024)
+		for pb.Next() {
+			key := keyPrefix + "-" + strconv.FormatInt(seq.Add(1), 10)
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(string(body)))
+			req.Header.Set(idempotency.HeaderGitHubDelivery, key)
+			req.Header.Set(idempotency.HeaderGitHubSignature, sig)
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				failures.Add(1)
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			local = append(local, time.Since(t0))
+			if resp.StatusCode != http.StatusAccepted {
+				failures.Add(1)
+			}
+		}
+		mu.Lock()
+		latencies = append(latencies, local...)
+		mu.Unlock()
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if n := failures.Load(); n > 0 {
+		b.Fatalf("%d of %d requests failed", n, b.N)
+	}
+	slices.Sort(latencies)
+	if len(latencies) > 0 {
+		b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds())/1000, "p99-ms")
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+}
