@@ -135,10 +135,27 @@ func (s *Source) consume(ctx context.Context, p checkpoint.Partition, next int64
 		wg.Wait()
 	}()
 
+	var tick <-chan time.Time
+	if proc.Tick != nil {
+		interval := proc.TickInterval
+		if interval <= 0 {
+			interval = DefaultTickInterval
+		}
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return next, false, nil
+		case <-tick:
+			if err := proc.Tick(ctx); err != nil {
+				if ctx.Err() != nil {
+					return next, false, nil
+				}
+				return next, false, fmt.Errorf("kafkasource: %s: tick: %w", p, err)
+			}
 		case b := <-task.Barriers():
 			if err := task.Checkpoint(ctx, b, next, meta, commit); err != nil {
 				if ctx.Err() != nil {

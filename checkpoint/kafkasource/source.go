@@ -22,6 +22,7 @@ const (
 	DefaultMaxWait           = 500 * time.Millisecond
 	DefaultMaxBytes          = 1 << 20
 	DefaultBuffer            = 256
+	DefaultTickInterval      = time.Second
 )
 
 var (
@@ -126,6 +127,17 @@ type Processor struct {
 	// generation ended or Run stopped): a sink fences on it. An error stops
 	// Run, unless ctx has ended.
 	Process func(ctx context.Context, m kafka.Message) error
+	// Tick, if set, is called from the chain goroutine every TickInterval,
+	// between records, also while no record arrives: the place for work that
+	// processing time drives, such as a window operator closing windows of
+	// an idle input. What Tick does depends on the wall clock, so it is not
+	// replayed identically after a restore; keep its effects idempotent
+	// (rows keyed and versioned by their content). An error stops Run,
+	// unless ctx has ended.
+	Tick func(ctx context.Context) error
+	// TickInterval is the time between two Ticks. Default:
+	// DefaultTickInterval.
+	TickInterval time.Duration
 	// Close, if set, is called once when the chain stops, after the last
 	// Process or checkpoint.
 	Close func() error
