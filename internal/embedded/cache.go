@@ -1,0 +1,243 @@
+package embedded
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// The chdb build that provides ClickHouse.
+const (
+	// ChDBPackage is the npm package that carries libchdb.so.
+	ChDBPackage = "@chdb/lib-linux-x64-gnu"
+	// ChDBVersion is the package version: ClickHouse 26.7.
+	ChDBVersion = "26.7.3-stable.1"
+	// EnvCacheDir overrides the cache directory.
+	EnvCacheDir = "EXACTLYONCE_CACHE"
+)
+
+// chdbTarball is the file name `npm pack` gives the package.
+const chdbTarball = "chdb-lib-linux-x64-gnu-" + ChDBVersion + ".tgz"
+
+//go:embed chdblauncher/main.go
+var launcherSource []byte
+
+// CacheDir returns the directory for downloads and built helpers:
+// $EXACTLYONCE_CACHE if set, else $HOME/.cache/exactlyonce. It lives outside
+// the repository and survives between runs.
+func CacheDir() (string, error) {
+	if d := os.Getenv(EnvCacheDir); d != "" {
+		return d, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("embedded: cache dir: set %s or HOME: %w", EnvCacheDir, err)
+	}
+	return filepath.Join(home, ".cache", "exactlyonce"), nil
+}
+
+// EnsureChDB returns the path of libchdb.so in cacheDir ("" means
+// CacheDir()), fetching the npm tarball with `npm pack` if it is absent and
+// extracting the library beside it once. Concurrent callers, in this process
+// or others, serialise on a file lock, so the tarball is downloaded once.
+func EnsureChDB(ctx context.Context, cacheDir string) (string, error) {
+	if cacheDir == "" {
+		var err error
+		if cacheDir, err = CacheDir(); err != nil {
+			return "", err
+		}
+	}
+	dir := filepath.Join(cacheDir, "chdb")
+	lib := filepath.Join(dir, "libchdb-"+ChDBVersion+".so")
+	if _, err := os.Stat(lib); err == nil {
+		return lib, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(lib); err == nil {
+		return lib, nil // another process finished while we waited
+	}
+
+	tgz := filepath.Join(dir, chdbTarball)
+	if _, err := os.Stat(tgz); err != nil {
+		if err := npmPack(ctx, dir); err != nil {
+			return "", err
+		}
+	}
+	if err := extractLib(tgz, lib); err != nil {
+		return "", err
+	}
+	return lib, nil
+}
+
+// npmPack downloads the chdb tarball into dir.
+func npmPack(ctx context.Context, dir string) error {
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return fmt.Errorf("embedded: npm is needed to fetch %s@%s: %w (%w)", ChDBPackage, ChDBVersion, ErrNotInstalled, err)
+	}
+	cmd := exec.CommandContext(ctx, npm, "pack", ChDBPackage+"@"+ChDBVersion, "--pack-destination", dir)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("embedded: npm pack %s@%s: %w\n%s", ChDBPackage, ChDBVersion, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, chdbTarball)); err != nil {
+		return fmt.Errorf("embedded: npm pack did not produce %s: %w\n%s", chdbTarball, err, out)
+	}
+	return nil
+}
+
+// extractLib copies package/libchdb.so out of the tarball to dst, through a
+// temporary file and a rename, so dst is either complete or absent.
+func extractLib(tgz, dst string) error {
+	f, err := os.Open(tgz)
+	if err != nil {
+		return fmt.Errorf("embedded: %w", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("embedded: %s: %w", tgz, err)
+	}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("embedded: %s has no libchdb.so: %w", tgz, ErrNotInstalled)
+		}
+		if err != nil {
+			return fmt.Errorf("embedded: read %s: %w", tgz, err)
+		}
+		if filepath.Base(h.Name) != "libchdb.so" {
+			continue
+		}
+		tmp, err := os.CreateTemp(filepath.Dir(dst), ".libchdb-*.tmp")
+		if err != nil {
+			return fmt.Errorf("embedded: %w", err)
+		}
+		_, err = io.Copy(tmp, tr)
+		if err == nil {
+			err = tmp.Sync()
+		}
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Chmod(tmp.Name(), 0o755)
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), dst)
+		}
+		if err != nil {
+			_ = os.Remove(tmp.Name())
+			return fmt.Errorf("embedded: extract libchdb.so: %w", err)
+		}
+		return nil
+	}
+}
+
+// EnsureLauncher returns the path of the chdblauncher binary in cacheDir (""
+// means CacheDir()), building it with the go tool the first time. Builds are
+// keyed by a hash of the launcher's source and the Go version.
+func EnsureLauncher(ctx context.Context, cacheDir string) (string, error) {
+	if cacheDir == "" {
+		var err error
+		if cacheDir, err = CacheDir(); err != nil {
+			return "", err
+		}
+	}
+	sum := sha256.Sum256(append([]byte(runtime.Version()+"\n"), launcherSource...))
+	dir := filepath.Join(cacheDir, "chdblauncher", hex.EncodeToString(sum[:8]))
+	bin := filepath.Join(dir, "chdblauncher")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, serr := os.Stat(goTool); serr != nil {
+			return "", fmt.Errorf("embedded: the go tool is needed to build the ClickHouse launcher: %w (%w)", ErrNotInstalled, err)
+		}
+	}
+	src, err := os.MkdirTemp(dir, "src-")
+	if err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	defer os.RemoveAll(src)
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module chdblauncher\n\ngo 1.24\n"), 0o644); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "main.go"), launcherSource, 0o644); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	tmpBin := filepath.Join(src, "chdblauncher")
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", tmpBin, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOWORK=off", "GOFLAGS=-buildvcs=false", "GO111MODULE=on")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("embedded: build ClickHouse launcher (needs a C compiler for cgo): %w\n%s", err, out)
+	}
+	if err := os.Rename(tmpBin, bin); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	return bin, nil
+}
+
+// lockFile takes an exclusive flock on path, polling until ctx ends. The
+// returned function releases it.
+func lockFile(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				_ = f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("embedded: lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("embedded: wait for lock %s: %w", path, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+)
+
+// Defaults for ClickHouseOptions.
+const (
+	// DefaultClickHouseStartTimeout bounds how long a start waits for the
+	// server to answer, after the library and launcher are in the cache.
+	DefaultClickHouseStartTimeout = 2 * time.Minute
+)
+
+// serveQuery makes clickhouse-local listen and then never return, without
+// using CPU: one row per second, each sleeping one second, discarded.
+const serveQuery = "SYSTEM START LISTEN TCP; " +
+	"SELECT sleepEachRow(1) FROM system.numbers " +
+	"SETTINGS max_block_size = 1, max_execution_time = 0 FORMAT Null"
+
+// tempDirPrefix names data directories that StartClickHouse creates itself.
+const tempDirPrefix = "exactlyonce-clickhouse-"
+
+// ownerFile, in a directory StartClickHouse created, holds the pid of the
+// program that owns it, so a later run can remove it once that pid is gone.
+const ownerFile = ".exactlyonce-owner"
+
+// ClickHouseOptions configures StartClickHouse. The zero value is valid.
+type ClickHouseOptions struct {
+	// Dir is the data directory (clickhouse-local --path). Default: a new
+	// temporary directory, removed by Stop.
+	Dir string
+	// Port is the native TCP port on 127.0.0.1. Default: a free port.
+	// Restart reuses the same port either way.
+	Port int
+	// CacheDir holds libchdb.so and the launcher. Default: CacheDir().
+	CacheDir string
+	// StartTimeout bounds each wait for readiness.
+	// Default: DefaultClickHouseStartTimeout.
+	StartTimeout time.Duration
+	// Logger receives start, kill and restart events. Default: discards.
+	Logger *slog.Logger
+}
+
+// ClickHouse is a clickhouse-local process serving the native protocol on
+// 127.0.0.1. Its methods are safe for concurrent use.
+//
+// clickhouse-local has no user management: connect as user "default" with
+// no password. Its default database engine is Atomic, and MergeTree tables
+// in databases created over TCP behave as on a server, including
+// insert_deduplication_token with non_replicated_deduplication_window.
+type ClickHouse struct {
+	opts     ClickHouseOptions
+	lib      string
+	launcher string
+	addr     string
+	ownDir   bool
+
+	mu      sync.Mutex
+	proc    *process // nil while stopped
+	version string
+	stopped bool
+}
+
+// StartClickHouse fetches libchdb.so and builds the launcher if the cache
+// lacks them, starts clickhouse-local and waits until ch-go can Ping it and
+// read version(). Errors for a missing npm, go tool or C compiler wrap
+// ErrNotInstalled.
+func StartClickHouse(ctx context.Context, opts ClickHouseOptions) (*ClickHouse, error) {
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultClickHouseStartTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = discardLogger()
+	}
+	t0 := time.Now()
+	lib, err := EnsureChDB(ctx, opts.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	launcher, err := EnsureLauncher(ctx, opts.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	tCache := time.Since(t0)
+
+	c := &ClickHouse{opts: opts, lib: lib, launcher: launcher}
+	if c.opts.Dir == "" {
+		sweepStaleDirs()
+		dir, err := os.MkdirTemp("", tempDirPrefix+"*")
+		if err != nil {
+			return nil, fmt.Errorf("embedded: clickhouse: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return nil, fmt.Errorf("embedded: clickhouse: %w", err)
+		}
+		c.opts.Dir, c.ownDir = dir, true
+	} else if err := os.MkdirAll(c.opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded: clickhouse: %w", err)
+	}
+
+	fixedPort := opts.Port != 0
+	for attempt := 0; ; attempt++ {
+		port := opts.Port
+		if !fixedPort {
+			if port, err = FreePort(); err != nil {
+				c.removeDir()
+				return nil, fmt.Errorf("embedded: clickhouse: %w", err)
+			}
+		}
+		c.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		err = c.start(ctx)
+		if err == nil {
+			break
+		}
+		// A port taken between FreePort and bind is the only failure worth
+		// another try.
+		if fixedPort || attempt == 2 || ctx.Err() != nil || !strings.Contains(err.Error(), "Address already in use") {
+			c.removeDir()
+			return nil, err
+		}
+	}
+	opts.Logger.Info("clickhouse started", "addr", c.addr, "dir", c.opts.Dir,
+		"version", c.version, "cache", tCache, "took", time.Since(t0))
+	return c, nil
+}
+
+// Addr returns host:port of the native protocol endpoint. It stays the same
+// across Kill and Restart.
+func (c *ClickHouse) Addr() string { return c.addr }
+
+// Dir returns the data directory.
+func (c *ClickHouse) Dir() string { return c.opts.Dir }
+
+// Version returns the server's version() as read at the last start.
+func (c *ClickHouse) Version() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+// PID returns the server's process id, or 0 while it is not running.
+func (c *ClickHouse) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil || c.proc.exited() {
+		return 0
+	}
+	return c.proc.pid()
+}
+
+// RSS returns the server's resident memory in bytes.
+func (c *ClickHouse) RSS() (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0, errors.New("embedded: clickhouse is not running")
+	}
+	return c.proc.rssBytes()
+}
+
+// Kill kills the server with SIGKILL, as a crash would, and returns once the
+// process is gone. Data written before stays in Dir. Killing a stopped
+// server is a no-op.
+func (c *ClickHouse) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.killLocked()
+}
+
+func (c *ClickHouse) killLocked() error {
+	if c.proc == nil {
+		return nil
+	}
+	err := c.proc.kill()
+	c.proc = nil
+	if err != nil {
+		return fmt.Errorf("embedded: kill clickhouse: %w", err)
+	}
+	c.opts.Logger.Info("clickhouse killed", "addr", c.addr)
+	return nil
+}
+
+// Restart starts the server again on the same directory and port, killing
+// it first if it is running, and waits until it is ready. It fails after
+// Stop.
+func (c *ClickHouse) Restart(ctx context.Context) error {
+	c.mu.Lock()
+	stopped := c.stopped
+	if err := c.killLocked(); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.mu.Unlock()
+	if stopped {
+		return errors.New("embedded: restart of a stopped clickhouse")
+	}
+	return c.start(ctx)
+}
+
+// Stop kills the server and, if StartClickHouse created the data directory,
+// removes it. clickhouse-local has no graceful shutdown while serving (a
+// SIGTERM aborts it), so Stop is a kill. It is safe to call more than once.
+func (c *ClickHouse) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.killLocked()
+	if !c.stopped {
+		c.stopped = true
+		c.removeDir()
+	}
+	return err
+}
+
+func (c *ClickHouse) removeDir() {
+	if c.ownDir {
+		_ = os.RemoveAll(c.opts.Dir)
+	}
+}
+
+// start launches the process and waits for readiness.
+func (c *ClickHouse) start(ctx context.Context) error {
+	_, port, _ := net.SplitHostPort(c.addr)
+	args := []string{
+		c.lib,
+		"--path=" + c.opts.Dir,
+		"--tcp_port=" + port,
+		"--listen_host=127.0.0.1",
+		"--multiquery",
+		"--query=" + serveQuery,
+	}
+	p, err := startProcess(c.launcher, args, os.Environ(), c.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("embedded: start clickhouse launcher: %w", err)
+	}
+	var version string
+	err = p.waitReady(ctx, c.opts.StartTimeout, func(ctx context.Context) error {
+		v, err := chVersion(ctx, c.addr)
+		version = v
+		return err
+	})
+	if err != nil {
+		_ = p.kill()
+		return fmt.Errorf("embedded: clickhouse on %s (dir %s): %w", c.addr, c.opts.Dir, err)
+	}
+	c.mu.Lock()
+	c.proc, c.version = p, version
+	c.mu.Unlock()
+	return nil
+}
+
+// chVersion connects with ch-go, pings, and reads version().
+func chVersion(ctx context.Context, addr string) (string, error) {
+	if err := dialOK(ctx, addr); err != nil {
+		return "", err
+	}
+	client, err := ch.Dial(ctx, ch.Options{Address: addr, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	defer client.Close()
+	if err := client.Ping(ctx); err != nil {
+		return "", err
+	}
+	var col proto.ColStr
+	if err := client.Do(ctx, ch.Query{
+		Body:   "SELECT version()",
+		Result: proto.Results{{Name: "version()", Data: &col}},
+	}); err != nil {
+		return "", err
+	}
+	if col.Rows() != 1 {
+		return "", fmt.Errorf("version(): %d rows", col.Rows())
+	}
+	return col.Row(0), nil
+}
+
+// sweepStaleDirs removes data directories this package created in earlier
+// runs whose owner process is gone (killed test binaries leave them).
+func sweepStaleDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+)
+
+// shared is the one ClickHouse server per test binary behind ClickHouse. It
+// is never stopped explicitly: Pdeathsig kills it when the test binary exits,
+// and the next run removes its directory.
+var shared struct {
+	once sync.Once
+	srv  *embedded.ClickHouse
+	err  error
+}
+
+// sharedStartTimeout covers a cold cache: extracting libchdb.so (and, when
+// absent, downloading 178 MB with npm) and building the launcher.
+const sharedStartTimeout = 15 * time.Minute
+
+// ClickHouse returns the native-protocol address of a ClickHouse server and
+// a fresh database on it, dropped at cleanup. The server is $CLICKHOUSE_ADDR
+// if set, otherwise one clickhouse-local per test binary, started on first
+// use. Connect as user "default" without password.
+func ClickHouse(t testing.TB) (addr, database string) {
+	t.Helper()
+	addr = os.Getenv(EnvClickHouseAddr)
+	if addr == "" {
+		shared.once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), sharedStartTimeout)
+			defer cancel()
+			shared.srv, shared.err = embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{})
+		})
+		if shared.err != nil {
+			unavailable(t, "clickhouse", shared.err)
+		}
+		addr = shared.srv.Addr()
+	}
+	return addr, NewDatabase(t, addr)
+}
+
+// NewDatabase creates a database with a unique name on the server at addr
+// and drops it at cleanup.
+func NewDatabase(t testing.TB, addr string) string {
+	t.Helper()
+	db := Name(t, "db")
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	if err := chExec(ctx, addr, "CREATE DATABASE "+db); err != nil {
+		unavailable(t, "clickhouse", fmt.Errorf("create database on %s: %w", addr, err))
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// The server may be killed or stopped by the test itself; a database
+		// that cannot be dropped then goes with the server's directory.
+		_ = chExec(ctx, addr, "DROP DATABASE IF EXISTS "+db+" SYNC")
+	})
+	return db
+}
+
+// DialClickHouse connects ch-go to database on addr and closes the client at
+// cleanup.
+func DialClickHouse(t testing.TB, addr, database string) *ch.Client {
+	t.Helper()
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: database})
+	if err != nil {
+		t.Fatalf("testenv: dial clickhouse %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func chExec(ctx context.Context, addr, query string) error {
+	c, err := ch.Dial(ctx, ch.Options{Address: addr})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Do(ctx, ch.Query{Body: query})
+}
+
+// ClickHouseServer is a dedicated ClickHouse process for one test, for tests
+// that kill or restart it. Its methods fail the test on error, so call them
+// from the test's goroutine.
+type ClickHouseServer struct {
+	t   testing.TB
+	srv *embedded.ClickHouse
+}
+
+// StartClickHouse starts a dedicated clickhouse-local for this test on its
+// own data directory and port, stopped and removed at cleanup. It skips the
+// test when $CLICKHOUSE_ADDR is set, since an external server cannot be
+// killed from here. Start takes about half a second once the cache is warm.
+func StartClickHouse(t testing.TB) *ClickHouseServer {
+	t.Helper()
+	if os.Getenv(EnvClickHouseAddr) != "" {
+		t.Skipf("testenv: %s is set; this test needs a dedicated server it can kill", EnvClickHouseAddr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sharedStartTimeout)
+	defer cancel()
+	srv, err := embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{})
+	if err != nil {
+		unavailable(t, "clickhouse", err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	return &ClickHouseServer{t: t, srv: srv}
+}
+
+// Addr returns host:port; it stays the same across Kill and Restart.
+func (s *ClickHouseServer) Addr() string { return s.srv.Addr() }
+
+// Dir returns the data directory.
+func (s *ClickHouseServer) Dir() string { return s.srv.Dir() }
+
+// Server returns the underlying process handle (PID, RSS, Version).
+func (s *ClickHouseServer) Server() *embedded.ClickHouse { return s.srv }
+
+// Kill kills the server with SIGKILL and waits until the process is gone.
+func (s *ClickHouseServer) Kill() {
+	s.t.Helper()
+	if err := s.srv.Kill(); err != nil {
+		s.t.Fatalf("testenv: %v", err)
+	}
+}
+
+// Restart starts the server again on the same directory and port (killing it
+// first if it runs) and waits until it answers.
+func (s *ClickHouseServer) Restart() {
+	s.t.Helper()
+	ctx, cancel := setupContext(s.t)
+	defer cancel()
+	if err := s.srv.Restart(ctx); err != nil {
+		s.t.Fatalf("testenv: %v", err)
+	}
+}
+
+// Stop kills the server and removes its directory. Cleanup does this too;
+// calling it twice is fine.
+func (s *ClickHouseServer) Stop() {
+	s.t.Helper()
+	if err := s.srv.Stop(); err != nil {
+		s.t.Fatalf("testenv: %v", err)
+	}
+}

@@ -1,0 +1,124 @@
+package testenv_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+// TestClickHouseVersion proves the server is ClickHouse 26 or later,
+// reached through ch-go.
+func TestClickHouseVersion(t *testing.T) {
+	addr, db := testenv.ClickHouse(t)
+	c := testenv.DialClickHouse(t, addr, db)
+
+	var col proto.ColStr
+	require.NoError(t, c.Do(t.Context(), ch.Query{
+		Body:   "SELECT version()",
+		Result: proto.Results{{Name: "version()", Data: &col}},
+	}))
+	require.Equal(t, 1, col.Rows())
+	major, err := strconv.Atoi(strings.SplitN(col.Row(0), ".", 2)[0])
+	require.NoError(t, err, "version %q", col.Row(0))
+	assert.GreaterOrEqual(t, major, 26, "version %q", col.Row(0))
+}
+
+// TestClickHouseDatabaseDropped proves each test gets its own database and
+// that it is gone after the test.
+func TestClickHouseDatabaseDropped(t *testing.T) {
+	var addr, db string
+	t.Run("inner", func(t *testing.T) {
+		addr, db = testenv.ClickHouse(t)
+		assert.Equal(t, 1, countRows(t, addr, "", "SELECT count() FROM system.databases WHERE name = '"+db+"'"))
+	})
+	if t.Failed() || addr == "" {
+		return
+	}
+	assert.Equal(t, 0, countRows(t, addr, "", "SELECT count() FROM system.databases WHERE name = '"+db+"'"))
+}
+
+// TestClickHouseInsertDeduplicationToken proves a MergeTree table with
+// non_replicated_deduplication_window drops a repeated insert that carries
+// the same insert_deduplication_token: the sink's retries rely on it.
+func TestClickHouseInsertDeduplicationToken(t *testing.T) {
+	addr, db := testenv.ClickHouse(t)
+	c := testenv.DialClickHouse(t, addr, db)
+	createEvents(t, c)
+
+	insertEvents(t, c, "token-1", 1, 2, 3)
+	insertEvents(t, c, "token-1", 1, 2, 3) // a retry: dropped
+	assert.Equal(t, 3, countRows(t, addr, db, "SELECT count() FROM events"))
+	assert.Equal(t, 1, countRows(t, addr, db, "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'events' AND active"))
+
+	insertEvents(t, c, "token-2", 1, 2, 3) // another batch: kept
+	assert.Equal(t, 6, countRows(t, addr, db, "SELECT count() FROM events"))
+}
+
+// TestClickHouseKillRestartKeepsData proves kill -9 and a restart on the same
+// directory keep inserted data and the deduplication log.
+func TestClickHouseKillRestartKeepsData(t *testing.T) {
+	srv := testenv.StartClickHouse(t)
+	addr := srv.Addr()
+	db := testenv.NewDatabase(t, addr)
+	c := testenv.DialClickHouse(t, addr, db)
+	createEvents(t, c)
+	insertEvents(t, c, "token-1", 1, 2, 3)
+	pid := srv.Server().PID()
+
+	srv.Kill()
+	assert.Equal(t, 0, srv.Server().PID())
+	_, err := ch.Dial(t.Context(), ch.Options{Address: addr})
+	require.Error(t, err, "server is down after Kill")
+
+	srv.Restart()
+	assert.Equal(t, addr, srv.Addr())
+	assert.NotEqual(t, pid, srv.Server().PID())
+	c = testenv.DialClickHouse(t, addr, db)
+	assert.Equal(t, 3, countRows(t, addr, db, "SELECT count() FROM events"), "data survives kill -9")
+
+	insertEvents(t, c, "token-1", 1, 2, 3) // a retry after the crash: still dropped
+	assert.Equal(t, 3, countRows(t, addr, db, "SELECT count() FROM events"), "dedup log survives kill -9")
+	insertEvents(t, c, "token-2", 4)
+	assert.Equal(t, 4, countRows(t, addr, db, "SELECT count() FROM events"))
+}
+
+func createEvents(t *testing.T, c *ch.Client) {
+	t.Helper()
+	require.NoError(t, c.Do(t.Context(), ch.Query{Body: `CREATE TABLE events (id UInt64, v String)
+		ENGINE = MergeTree ORDER BY id
+		SETTINGS non_replicated_deduplication_window = 100`}))
+}
+
+func insertEvents(t *testing.T, c *ch.Client, token string, ids ...uint64) {
+	t.Helper()
+	var id proto.ColUInt64
+	var v proto.ColStr
+	for _, i := range ids {
+		id.Append(i)
+		v.Append("v" + strconv.FormatUint(i, 10))
+	}
+	require.NoError(t, c.Do(t.Context(), ch.Query{
+		Body:     "INSERT INTO events VALUES",
+		Input:    proto.Input{{Name: "id", Data: &id}, {Name: "v", Data: &v}},
+		Settings: []ch.Setting{{Key: "insert_deduplication_token", Value: token, Important: true}},
+	}))
+}
+
+func countRows(t *testing.T, addr, db, query string) int {
+	t.Helper()
+	c, err := ch.Dial(context.WithoutCancel(t.Context()), ch.Options{Address: addr, Database: db})
+	require.NoError(t, err)
+	defer c.Close()
+	var n proto.ColUInt64
+	require.NoError(t, c.Do(t.Context(), ch.Query{Body: query, Result: proto.Results{{Name: "count()", Data: &n}}}))
+	require.Equal(t, 1, n.Rows())
+	return int(n.Row(0))
+}
