@@ -205,8 +205,7 @@ func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.opts.Now()
 	status := h.serve(w, r)
-	h.m.duration.Record(r.Context(), h.opts.Now().Sub(start).Seconds(),
-		metric.WithAttributes(attribute.Int("http.response.status_code", status)))
+	h.m.duration.Record(r.Context(), h.opts.Now().Sub(start).Seconds(), h.m.statusOpt(status))
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
@@ -284,7 +283,7 @@ func (h *Handler) run(ctx context.Context, d Delivery) error {
 	if err != nil {
 		result = "error"
 	}
-	h.m.effect.Record(ctx, h.opts.Now().Sub(start).Seconds(), metric.WithAttributes(attribute.String("result", result)))
+	h.m.effect.Record(ctx, h.opts.Now().Sub(start).Seconds(), h.m.opt("result", result))
 	return err
 }
 
@@ -311,7 +310,7 @@ func (h *Handler) release(ctx context.Context, c Claim) {
 		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: release failed; key stays pending until its TTL",
 			slog.String("key", c.Key), slog.Any("error", err))
 	}
-	h.m.releases.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+	h.m.releases.Add(ctx, 1, h.m.opt("result", result))
 }
 
 func (h *Handler) retryLater(w http.ResponseWriter, msg string) int {
@@ -359,6 +358,12 @@ func writeText(w http.ResponseWriter, status int, msg string) int {
 }
 
 type handlerMetrics struct {
+	// opts holds one attribute option per "key=value", and statuses one per
+	// status code the Handler answers, built once so that recording a
+	// measurement allocates nothing.
+	opts     map[string]metric.MeasurementOption
+	statuses map[int]metric.MeasurementOption
+
 	claims   metric.Int64Counter
 	releases metric.Int64Counter
 	lostC    metric.Int64Counter
@@ -389,17 +394,50 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return handlerMetrics{}, fmt.Errorf("idempotency: metrics: %w", err)
 	}
+	hm.opts = make(map[string]metric.MeasurementOption)
+	for key, values := range map[string][]string{
+		"outcome": {"claimed", "done", "pending", "mismatch", "error"},
+		"result":  {"ok", "lost", "error"},
+		"step":    {"complete", "release"},
+		"reason":  {"method", "too_large", "signature", "key", "malformed", "read"},
+	} {
+		for _, v := range values {
+			hm.opts[key+"="+v] = metric.WithAttributes(attribute.String(key, v))
+		}
+	}
+	hm.statuses = make(map[int]metric.MeasurementOption)
+	for _, code := range []int{200, 202, 204, 400, 401, 405, 413, 422, 503} {
+		hm.statuses[code] = statusAttr(code)
+	}
 	return hm, nil
 }
 
+func statusAttr(code int) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.Int("http.response.status_code", code))
+}
+
+func (m handlerMetrics) opt(key, value string) metric.MeasurementOption {
+	if o, ok := m.opts[key+"="+value]; ok {
+		return o
+	}
+	return metric.WithAttributes(attribute.String(key, value))
+}
+
+func (m handlerMetrics) statusOpt(code int) metric.MeasurementOption {
+	if o, ok := m.statuses[code]; ok {
+		return o
+	}
+	return statusAttr(code)
+}
+
 func (m handlerMetrics) claim(ctx context.Context, outcome string) {
-	m.claims.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+	m.claims.Add(ctx, 1, m.opt("outcome", outcome))
 }
 
 func (m handlerMetrics) lost(ctx context.Context, step string) {
-	m.lostC.Add(ctx, 1, metric.WithAttributes(attribute.String("step", step)))
+	m.lostC.Add(ctx, 1, m.opt("step", step))
 }
 
 func (m handlerMetrics) reject(ctx context.Context, reason string) {
-	m.rejected.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+	m.rejected.Add(ctx, 1, m.opt("reason", reason))
 }

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -364,6 +365,29 @@ func TestJiraKey(t *testing.T) {
 	require.NoError(t, err)
 	r := httptest.NewRequest(http.MethodPost, "/jira", bytes.NewReader([]byte(`{"webhookEvent":"jira:issue_created"}`)))
 	r.Header.Set(idempotency.HeaderJiraWebhookID, "42")
+	var source string
+	pub.hook = func(d idempotency.Delivery) { source = d.Source }
 	assert.Equal(t, http.StatusAccepted, serve(h, r).Code)
+	assert.Equal(t, "jira", source)
 	assert.Equal(t, []string{"42"}, pub.Keys())
+}
+
+func TestHandlerCustomFingerprint(t *testing.T) {
+	pub := &published{}
+	h, _ := newMemHandler(t, pub, idempotency.Options{
+		// The retry differs in a field the provider updates on every attempt.
+		Fingerprint: func(d idempotency.Delivery) string {
+			var v struct {
+				Action string `json:"action"`
+			}
+			_ = json.Unmarshal(d.Body, &v)
+			return v.Action
+		},
+	})
+	require.Equal(t, http.StatusAccepted, serve(h, githubRequest("d1", `{"action":"opened","attempt":1}`)).Code)
+	w := serve(h, githubRequest("d1", `{"action":"opened","attempt":2}`))
+	assert.Equal(t, http.StatusAccepted, w.Code)
+	assert.Equal(t, "true", w.Header().Get(idempotency.HeaderReplayed))
+	assert.Equal(t, http.StatusUnprocessableEntity, serve(h, githubRequest("d1", `{"action":"closed"}`)).Code)
+	assert.Equal(t, []string{"d1"}, pub.Keys())
 }
