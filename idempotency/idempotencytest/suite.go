@@ -1,14 +1,3 @@
-// Package idempotencytest is the conformance suite for idempotency.Store.
-// Every backend runs it, the in-memory one included:
-//
-//	func TestConformance(t *testing.T) {
-//		idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
-//			return newBackend(t)
-//		})
-//	}
-//
-// The suite uses real time with TTLs of a few hundred milliseconds, so a
-// backend must expire keys to within about 100 ms (Redis does).
 package idempotencytest
 
 import (
