@@ -88,19 +88,25 @@ func EnsureChDB(ctx context.Context, cacheDir string) (string, error) {
 	return lib, nil
 }
 
-// npmPack downloads the chdb tarball into dir.
+// npmPack downloads the chdb tarball into dir, through a temporary
+// directory and a rename, so the tarball in dir is complete or absent.
 func npmPack(ctx context.Context, dir string) error {
 	npm, err := exec.LookPath("npm")
 	if err != nil {
 		return fmt.Errorf("embedded: npm is needed to fetch %s@%s: %w (%w)", ChDBPackage, ChDBVersion, ErrNotInstalled, err)
 	}
-	cmd := exec.CommandContext(ctx, npm, "pack", ChDBPackage+"@"+ChDBVersion, "--pack-destination", dir)
-	cmd.Dir = dir
+	tmp, err := os.MkdirTemp(dir, "npm-pack-")
+	if err != nil {
+		return fmt.Errorf("embedded: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, npm, "pack", ChDBPackage+"@"+ChDBVersion, "--pack-destination", tmp)
+	cmd.Dir = tmp
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("embedded: npm pack %s@%s: %w\n%s", ChDBPackage, ChDBVersion, err, out)
 	}
-	if _, err := os.Stat(filepath.Join(dir, chdbTarball)); err != nil {
+	if err := os.Rename(filepath.Join(tmp, chdbTarball), filepath.Join(dir, chdbTarball)); err != nil {
 		return fmt.Errorf("embedded: npm pack did not produce %s: %w\n%s", chdbTarball, err, out)
 	}
 	return nil

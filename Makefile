@@ -1,0 +1,54 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+# Both install what they need (Debian packages, the chdb npm tarball, Go
+# modules). Set CLICKHOUSE_ADDR, KAFKA_BROKERS or REDIS_ADDR to use external
+# servers instead; see README.md.
+
+SHELL := /bin/bash
+
+CACHE_DIR    := $(or $(EXACTLYONCE_CACHE),$(HOME)/.cache/exactlyonce)
+CHDB_PACKAGE := @chdb/lib-linux-x64-gnu
+CHDB_VERSION := 26.7.3-stable.1
+CHDB_TGZ     := $(CACHE_DIR)/chdb/chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz
+SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: deps test demo bench
+
+# deps installs only what is missing: redis-server, npm and a C compiler (for
+# the cgo ClickHouse launcher) from Debian, the chdb tarball (178 MB, under
+# the same lock the Go code takes), and Go modules.
+deps:
+	@pkgs=""; \
+	if [ -z "$${REDIS_ADDR:-}" ] && [ ! -x /usr/bin/redis-server ] && ! command -v redis-server >/dev/null; then pkgs="$$pkgs redis-server"; fi; \
+	if [ -z "$${CLICKHOUSE_ADDR:-}" ] && [ ! -f "$(CHDB_TGZ)" ] && ! command -v npm >/dev/null; then pkgs="$$pkgs npm"; fi; \
+	if [ -z "$${CLICKHOUSE_ADDR:-}" ] && ! command -v gcc >/dev/null; then pkgs="$$pkgs gcc libc6-dev"; fi; \
+	if [ -n "$$pkgs" ]; then \
+		echo "deps: apt-get install$$pkgs"; \
+		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $$pkgs; \
+	fi
+	@if [ -z "$${CLICKHOUSE_ADDR:-}" ] && [ ! -f "$(CHDB_TGZ)" ]; then \
+		mkdir -p "$(CACHE_DIR)/chdb" && \
+		flock "$(CACHE_DIR)/chdb/.lock" bash -euo pipefail -c ' \
+			if [ ! -f "$(CHDB_TGZ)" ]; then \
+				echo "deps: npm pack $(CHDB_PACKAGE)@$(CHDB_VERSION) into $(CACHE_DIR)/chdb"; \
+				tmp=$$(mktemp -d "$(CACHE_DIR)/chdb/npm-pack-XXXXXX"); \
+				trap "rm -rf $$tmp" EXIT; \
+				(cd "$$tmp" && npm pack --silent "$(CHDB_PACKAGE)@$(CHDB_VERSION)" >/dev/null); \
+				mv "$$tmp/$$(basename "$(CHDB_TGZ)")" "$(CHDB_TGZ)"; \
+			fi'; \
+	fi
+	go mod download
+
+test: deps
+	go vet ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l found unformatted files:"; echo "$$out"; exit 1; fi
+	go test -race -count=1 -timeout 25m ./...
+
+demo: deps
+	@if [ -d examples/pipeline ]; then \
+		go run ./examples/pipeline; \
+	else \
+		echo "demo: examples/pipeline does not exist yet (the examples issue adds it); nothing to run."; \
+	fi
+
+bench:
+	go test -run '^$$' -bench . -benchmem ./...
