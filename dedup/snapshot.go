@@ -189,6 +189,7 @@ func decodeSnapshot(b []byte, exact bool, expected int) (table, int64, error) {
 func growForRestore(t table) table {
 	extra := max(len(t.slots)-int(t.homes), overflowSlots)
 	t.slots = append(t.slots, make([]slot, extra)...)
+	adviseHugePages(t.slots)
 	if t.exact {
 		t.refs = append(t.refs, make([]uint64, extra)...)
 	}

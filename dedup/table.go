@@ -92,6 +92,7 @@ func newTable(homes uint64, pad int, exact bool) table {
 	if exact {
 		t.refs = make([]uint64, len(t.slots))
 	}
+	adviseHugePages(t.slots)
 	return t
 }
 
