@@ -98,6 +98,16 @@ func StartRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 // Start.
 func (r *Redis) Addr() string { return r.addr }
 
+// PID returns the server's process id, or 0 while it is stopped.
+func (r *Redis) PID() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proc == nil || r.proc.exited() {
+		return 0
+	}
+	return r.proc.pid()
+}
+
 // Start starts a stopped server again on the same port, empty. Starting a
 // running server is a no-op.
 func (r *Redis) Start(ctx context.Context) error {

@@ -33,6 +33,7 @@ func unavailable(t testing.TB, service string, err error) {
 	t.Helper()
 	if os.Getenv(EnvCI) == "true" {
 		t.Fatalf("testenv: %s unavailable (CI=true, so this fails instead of skipping): %v", service, err)
+		return
 	}
 	t.Skipf("testenv: %s unavailable, skipping (set CI=true to fail instead): %v", service, err)
 }

@@ -1,0 +1,63 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// recorder is a testing.TB that records Fatalf and Skipf instead of ending
+// the test.
+type recorder struct {
+	testing.TB
+	fataled, skipped bool
+	msg              string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.fataled, r.msg = true, fmt.Sprintf(format, args...)
+}
+func (r *recorder) Skipf(format string, args ...any) {
+	r.skipped, r.msg = true, fmt.Sprintf(format, args...)
+}
+
+// TestUnavailable proves the CI rule: with CI=true an unavailable service
+// fails the test, otherwise it skips it, with the reason either way.
+func TestUnavailable(t *testing.T) {
+	tests := []struct {
+		name        string
+		give        string
+		wantFatal   bool
+		wantSkipped bool
+	}{
+		{name: "CI=true fails", give: "true", wantFatal: true},
+		{name: "CI unset skips", give: "", wantSkipped: true},
+		{name: "CI=false skips", give: "false", wantSkipped: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(EnvCI, tt.give)
+			r := &recorder{TB: t}
+			unavailable(r, "redis", errors.New("no redis-server"))
+			assert.Equal(t, tt.wantFatal, r.fataled)
+			assert.Equal(t, tt.wantSkipped, r.skipped)
+			assert.Contains(t, r.msg, "no redis-server")
+		})
+	}
+}
+
+func TestName(t *testing.T) {
+	a, b := Name(t, "topic"), Name(t, "topic")
+	assert.NotEqual(t, a, b, "unique per call")
+	assert.True(t, strings.HasPrefix(a, "topic_testname_"), a)
+	assert.LessOrEqual(t, len(a), 60)
+	for _, r := range a {
+		assert.True(t, r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9', "rune %q in %q", r, a)
+	}
+	long := Name(t, strings.Repeat("x", 100))
+	assert.LessOrEqual(t, len(long), 60)
+}
