@@ -7,3 +7,22 @@ func (s *Sink[T]) SetHooks(beforeRecord, beforeInsert func()) {
 	defer s.mu.Unlock()
 	s.beforeRecord, s.beforeInsert = beforeRecord, beforeInsert
 }
+
+// BufferedBytesPerRow returns the encoded bytes per row of the last batch,
+// the size a buffered row occupies in the sink's column buffers.
+func BufferedBytesPerRow[T any](s *Sink[T]) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytesPerRow
+}
+
+// rawData and appendRaw give the benchmark the same column mapping the sink
+// uses, driven directly.
+func RawData[T any](c Column[T]) interface{} { return c.data }
+
+// AppendRaw appends row to every column.
+func AppendRaw[T any](cols []Column[T], row *T) {
+	for i := range cols {
+		cols[i].add(row)
+	}
+}

@@ -93,6 +93,10 @@ type Sink[T any] struct {
 	closeCh chan struct{}
 	kick    chan struct{}
 
+	scratch T
+	block   int64     // cached block counter, a lower bound
+	blockAt time.Time // when block was read
+
 	beforeRecord, beforeInsert func() // test hooks
 
 	m metrics
@@ -194,7 +198,7 @@ func (s *Sink[T]) initMetrics() error {
 	err = errors.Join(err, e)
 	s.m.latency, e = m.Float64Histogram("exactlyonce.sink.batch_duration", metric.WithUnit("s"), metric.WithDescription("Time to write a batch: journal, insert with retries, ack."))
 	err = errors.Join(err, e)
-	s.m.buffered, e = m.Int64UpDownCounter("exactlyonce.sink.buffered_rows", metric.WithDescription("Rows buffered, not yet flushed."))
+	s.m.buffered, e = m.Int64UpDownCounter("exactlyonce.sink.buffered_rows", metric.WithDescription("Rows buffered, not yet flushed, in steps of 1024."))
 	err = errors.Join(err, e)
 	if err != nil {
 		return fmt.Errorf("chsink: metrics: %w", err)
@@ -230,7 +234,8 @@ func (s *Sink[T]) Add(ctx context.Context, pos sink.Position, row T) error {
 		s.dropPassed(pos)
 	}
 	s.hasPos, s.pos = true, pos
-	if err := s.add(ctx, pos, &row); err != nil {
+	s.scratch = row // a field, so passing its address to the column closures does not allocate
+	if err := s.add(ctx, pos, &s.scratch); err != nil {
 		s.err = err
 		return err
 	}
@@ -320,11 +325,13 @@ func (s *Sink[T]) appendRow(pos sink.Position, row *T) {
 	}
 	s.last = pos
 	s.n++
-	s.m.buffered.Add(context.Background(), 1, s.m.attrs)
+	if s.n&1023 == 0 {
+		s.m.buffered.Add(context.Background(), 1024, s.m.attrs)
+	}
 }
 
 func (s *Sink[T]) resetBuffer() {
-	s.m.buffered.Add(context.Background(), -int64(s.n), s.m.attrs)
+	s.m.buffered.Add(context.Background(), -int64(s.n&^1023), s.m.attrs)
 	s.input.Reset()
 	s.n = 0
 	s.replaying = false
@@ -373,9 +380,7 @@ func (s *Sink[T]) flush(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if b, err := s.blockNumber(ctx); err == nil {
-		in.Block = b
-	}
+	in.Block = s.blockLowerBound(ctx)
 	if s.beforeRecord != nil {
 		s.beforeRecord()
 	}
@@ -479,6 +484,24 @@ func (s *Sink[T]) guardWindow(ctx context.Context, p sink.Intent) (bool, error) 
 		return true, nil
 	}
 	return false, out
+}
+
+// blockProbeInterval bounds how often a flush reads the table's block
+// counter (a system.parts scan). A cached reading is a lower bound of the
+// counter at the intent, so the window guard can only overestimate the
+// blocks since: it may refuse a re-insert that was still inside the window,
+// never accept one that was outside.
+const blockProbeInterval = 5 * time.Second
+
+func (s *Sink[T]) blockLowerBound(ctx context.Context) int64 {
+	if s.blockAt.IsZero() || time.Since(s.blockAt) >= blockProbeInterval {
+		if b, err := s.blockNumber(ctx); err == nil {
+			s.block, s.blockAt = b, time.Now()
+		} else if s.blockAt.IsZero() {
+			return -1
+		}
+	}
+	return s.block
 }
 
 func (s *Sink[T]) blockNumber(ctx context.Context) (int64, error) {

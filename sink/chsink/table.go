@@ -126,9 +126,9 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 // table-wide), the sum over partitions of the highest block number for a
 // replicated table (numbers are per partition). -1 when unknown.
 func blockNumber(ctx context.Context, c *ch.Client, db, table string, replicated bool) (int64, error) {
-	q := "SELECT toString(max(max_block_number)) AS c0 FROM system.parts WHERE database = %s AND table = %s"
+	q := "SELECT toString(max(max_block_number)) AS c0 FROM system.parts WHERE active AND database = %s AND table = %s"
 	if replicated {
-		q = "SELECT toString(sum(m)) AS c0 FROM (SELECT max(max_block_number) AS m FROM system.parts WHERE database = %s AND table = %s GROUP BY partition_id)"
+		q = "SELECT toString(sum(m)) AS c0 FROM (SELECT max(max_block_number) AS m FROM system.parts WHERE active AND database = %s AND table = %s GROUP BY partition_id)"
 	}
 	rows, err := queryStrings(ctx, c, fmt.Sprintf(q, quote(db), quote(table)), 1)
 	if err != nil {
