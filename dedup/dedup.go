@@ -243,18 +243,29 @@ func (d *Deduplicator) advance(t time.Time) (int64, error) {
 func (d *Deduplicator) cleanup(n int) int {
 	nowSec := uint32(d.clock / int64(time.Second))
 	removed := 0
-	for ; n > 0; n-- {
-		if d.cursor >= len(d.t.slots) {
-			d.cursor = 0
+	c := d.cursor
+	for n > 0 {
+		if c >= len(d.t.slots) {
+			c = 0
 		}
-		if e := d.t.slots[d.cursor].exp(); e != 0 && e <= nowSec {
-			// The next entry may shift into the cursor: examine it next.
-			d.t.remove(d.cursor)
-			removed++
+		// Fast path: scan for the first expired entry in range. An empty
+		// slot has expiry 0, which wraps to the largest value here.
+		span := d.t.slots[c:min(c+n, len(d.t.slots))]
+		i := 0
+		for i < len(span) && span[i].exp()-1 >= nowSec {
+			i++
+		}
+		c += i
+		n -= i
+		if i == len(span) {
 			continue
 		}
-		d.cursor++
+		// The next entry may shift into c: examine it next.
+		d.t.remove(c)
+		removed++
+		n--
 	}
+	d.cursor = c
 	if removed > 0 {
 		d.stats.expired.Add(int64(removed))
 		d.stats.live.Store(int64(d.t.count))
