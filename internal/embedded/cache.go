@@ -189,12 +189,9 @@ func EnsureLauncher(ctx context.Context, cacheDir string) (string, error) {
 		return bin, nil
 	}
 
-	goTool, err := exec.LookPath("go")
+	goTool, err := goToolPath()
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, serr := os.Stat(goTool); serr != nil {
-			return "", fmt.Errorf("embedded: the go tool is needed to build the ClickHouse launcher: %w (%w)", ErrNotInstalled, err)
-		}
+		return "", err
 	}
 	src, err := os.MkdirTemp(dir, "src-")
 	if err != nil {

@@ -16,6 +16,9 @@
 //	defer k.Close()
 //	err = embedded.CreateTopic(ctx, k.Brokers(), "events", 3)
 //
+//	kp, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: dir})
+//	kp.Kill()          // kill -9 the broker; kp.Start(ctx) brings it back
+//
 //	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
 //	defer r.Stop()
 //
@@ -25,7 +28,9 @@
 // $HOME/.cache/exactlyonce) once, under a file lock, and extracts it beside
 // the tarball. The launcher, a small cgo program that dlopens the library
 // (so this module builds and vets without it), is compiled with `go build`
-// into the cache the first time, keyed by a hash of its source.
+// into the cache the first time, keyed by a hash of its source. The Kafka
+// broker process (kfakeserver) is built the same way, from this module, so
+// StartKafkaProcess must run with the working directory inside the module.
 //
 // # Guarantees
 //
@@ -35,6 +40,7 @@
 // following Restart never races the old process for the port or the data
 // directory. Start functions return only once the server answers its
 // protocol (ClickHouse: Ping and SELECT version(); Redis: PING). ClickHouse
-// keeps its data in its directory across Kill and Restart; Redis keeps
-// nothing.
+// keeps its data in its directory across Kill and Restart; a Kafka process
+// with a DataDir keeps acknowledged records and committed offsets across
+// Kill and Start; Redis keeps nothing.
 package embedded

@@ -7,6 +7,7 @@
 //	srv := testenv.StartClickHouse(t)   // dedicated server: Kill, Restart, Stop
 //	brokers := testenv.Kafka(t)         // in-process kfake cluster per test
 //	testenv.CreateTopic(t, brokers, topic, 3)
+//	ks := testenv.StartKafkaProcess(t)  // broker in its own process: Kill, Start
 //	addr := testenv.Redis(t)            // fresh redis-server per test
 //	rs := testenv.StartRedis(t)         // dedicated: Stop, Start, Kill
 //	topic := testenv.Name(t, "events")  // unique names for shared servers

@@ -32,6 +32,7 @@ func StartKafka(t testing.TB, opts ...embedded.KafkaOptions) *embedded.Kafka {
 	k, err := embedded.StartKafka(o)
 	if err != nil {
 		unavailable(t, "kafka (kfake)", err)
+		return nil
 	}
 	t.Cleanup(k.Close)
 	return k
@@ -46,5 +47,63 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	defer cancel()
 	if err := embedded.CreateTopic(ctx, brokers, topic, partitions); err != nil {
 		t.Fatalf("testenv: %v", err)
+	}
+}
+
+// KafkaServer is a one-broker kfake cluster in its own process, persisting
+// to a per-test directory, for tests that kill Kafka or keep it alive while
+// they kill its clients. Its methods fail the test on error, so call them
+// from the test's goroutine.
+type KafkaServer struct {
+	t testing.TB
+	k *embedded.KafkaProcess
+}
+
+// StartKafkaProcess starts a dedicated broker process for this test,
+// stopped at cleanup. Records and committed offsets survive Kill and Start.
+// It ignores $KAFKA_BROKERS: a test that kills a broker needs its own.
+func StartKafkaProcess(t testing.TB) *KafkaServer {
+	t.Helper()
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	k, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: t.TempDir()})
+	if err != nil {
+		unavailable(t, "kafka (kfakeserver process)", err)
+		return nil
+	}
+	t.Cleanup(func() { _ = k.Stop() })
+	return &KafkaServer{t: t, k: k}
+}
+
+// Brokers returns the bootstrap address; it stays the same across Kill and
+// Start.
+func (s *KafkaServer) Brokers() []string { return s.k.Brokers() }
+
+// Process returns the underlying process handle.
+func (s *KafkaServer) Process() *embedded.KafkaProcess { return s.k }
+
+// Kill kills the broker with SIGKILL and waits until it is gone.
+func (s *KafkaServer) Kill() {
+	s.t.Helper()
+	if err := s.k.Kill(); err != nil {
+		s.t.Fatalf("testenv: %v", err)
+	}
+}
+
+// Start starts the broker again on the same port and data directory.
+func (s *KafkaServer) Start() {
+	s.t.Helper()
+	ctx, cancel := setupContext(s.t)
+	defer cancel()
+	if err := s.k.Start(ctx); err != nil {
+		s.t.Fatalf("testenv: %v", err)
+	}
+}
+
+// Stop closes the broker cleanly and waits until it is gone.
+func (s *KafkaServer) Stop() {
+	s.t.Helper()
+	if err := s.k.Stop(); err != nil {
+		s.t.Fatalf("testenv: %v", err)
 	}
 }

@@ -90,3 +90,32 @@ func TestCreateTopicIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, parts, 4)
 }
+
+// TestKafkaProcessKill proves a broker process comes back after kill -9 with
+// the records it acknowledged.
+func TestKafkaProcessKill(t *testing.T) {
+	srv := testenv.StartKafkaProcess(t)
+	brokers := srv.Brokers()
+	testenv.CreateTopic(t, brokers, "events", 1)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: "events", RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, Transport: &kafka.Transport{}}
+	require.NoError(t, w.WriteMessages(ctx, kafka.Message{Value: []byte("before")}))
+	require.NoError(t, w.Close())
+
+	srv.Kill()
+	conn, err := kafka.DialContext(ctx, "tcp", brokers[0])
+	if err == nil {
+		conn.Close()
+	}
+	require.Error(t, err, "broker is down")
+
+	srv.Start()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: "events", Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	m, err := r.ReadMessage(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "before", string(m.Value))
+}

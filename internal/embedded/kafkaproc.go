@@ -1,0 +1,255 @@
+package embedded
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+//go:embed kfakeserver/main.go
+var kfakeServerSource []byte
+
+// modulePath is this module's path; StartKafkaProcess builds kfakeserver
+// from it.
+const modulePath = "github.com/exactlyonce/exactlyonce"
+
+// DefaultKafkaStartTimeout bounds how long a Kafka process start waits for
+// the broker to answer.
+const DefaultKafkaStartTimeout = 30 * time.Second
+
+// KafkaProcessOptions configures StartKafkaProcess. The zero value is valid.
+type KafkaProcessOptions struct {
+	// DataDir makes the broker persist logs, offsets and groups there, so
+	// Restart brings them back. Default: memory only; Restart then starts
+	// an empty broker.
+	DataDir string
+	// SyncWrites fsyncs every produced batch. Without it a kill -9 keeps
+	// what the kernel already has (everything written), but a machine crash
+	// may lose the latest batches. Default: false.
+	SyncWrites bool
+	// Port on 127.0.0.1. Default: a free port. Restart reuses it.
+	Port int
+	// CacheDir holds the built kfakeserver. Default: CacheDir().
+	CacheDir string
+	// StartTimeout bounds each wait for readiness.
+	// Default: DefaultKafkaStartTimeout.
+	StartTimeout time.Duration
+	// Logger receives start, kill and restart events. Default: discards.
+	Logger *slog.Logger
+}
+
+// KafkaProcess is a one-broker kfake cluster in a child process, for tests
+// that kill the broker or that must keep it running while they kill its
+// clients. Its methods are safe for concurrent use.
+type KafkaProcess struct {
+	opts KafkaProcessOptions
+	bin  string
+	addr string
+
+	mu   sync.Mutex
+	proc *process // nil while stopped
+}
+
+// StartKafkaProcess builds kfakeserver (the first time, with the go tool,
+// from this module's source: the current directory must be inside the
+// module) and starts it.
+func StartKafkaProcess(ctx context.Context, opts KafkaProcessOptions) (*KafkaProcess, error) {
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultKafkaStartTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = discardLogger()
+	}
+	bin, err := ensureKfakeServer(ctx, opts.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	k := &KafkaProcess{opts: opts, bin: bin}
+	fixedPort := opts.Port != 0
+	for attempt := 0; ; attempt++ {
+		port := opts.Port
+		if !fixedPort {
+			if port, err = FreePort(); err != nil {
+				return nil, fmt.Errorf("embedded: kafka process: %w", err)
+			}
+		}
+		k.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		err = k.Start(ctx)
+		if err == nil || fixedPort || attempt == 2 || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Brokers returns the bootstrap address; it stays the same across Kill and
+// Start.
+func (k *KafkaProcess) Brokers() []string { return []string{k.addr} }
+
+// PID returns the broker's process id, or 0 while it is stopped.
+func (k *KafkaProcess) PID() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.proc == nil || k.proc.exited() {
+		return 0
+	}
+	return k.proc.pid()
+}
+
+// Start starts a stopped or killed broker on the same port and data
+// directory and waits until it answers. Starting a running broker is a
+// no-op.
+func (k *KafkaProcess) Start(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.proc != nil && !k.proc.exited() {
+		return nil
+	}
+	_, port, _ := net.SplitHostPort(k.addr)
+	args := []string{"-port", port}
+	if k.opts.DataDir != "" {
+		args = append(args, "-data-dir", k.opts.DataDir)
+	}
+	if k.opts.SyncWrites {
+		args = append(args, "-sync")
+	}
+	p, err := startProcess(k.bin, args, os.Environ(), "")
+	if err != nil {
+		return fmt.Errorf("embedded: start kfakeserver: %w", err)
+	}
+	err = p.waitReady(ctx, k.opts.StartTimeout, func(ctx context.Context) error {
+		if !strings.Contains(p.out.String(), "ready") {
+			return errors.New("not listening yet")
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(k.addr))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return cl.Ping(ctx)
+	})
+	if err != nil {
+		_ = p.kill()
+		return fmt.Errorf("embedded: kfakeserver on %s: %w", k.addr, err)
+	}
+	k.proc = p
+	k.opts.Logger.Info("kafka process started", "addr", k.addr, "pid", p.pid())
+	return nil
+}
+
+// Kill kills the broker with SIGKILL and waits until it is gone.
+func (k *KafkaProcess) Kill() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.proc == nil {
+		return nil
+	}
+	err := k.proc.kill()
+	k.proc = nil
+	if err != nil {
+		return fmt.Errorf("embedded: kill kafka process: %w", err)
+	}
+	k.opts.Logger.Info("kafka process killed", "addr", k.addr)
+	return nil
+}
+
+// Stop closes the broker cleanly (SIGTERM, persisting its state when
+// DataDir is set; SIGKILL after 10s) and waits until it is gone. It is safe
+// to call more than once.
+func (k *KafkaProcess) Stop() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.proc == nil {
+		return nil
+	}
+	err := k.proc.terminate(10 * time.Second)
+	k.proc = nil
+	if err != nil {
+		return fmt.Errorf("embedded: stop kafka process: %w", err)
+	}
+	return nil
+}
+
+// ensureKfakeServer builds kfakeserver into the cache, keyed by its source,
+// the module's go.sum and the Go version.
+func ensureKfakeServer(ctx context.Context, cacheDir string) (string, error) {
+	if cacheDir == "" {
+		var err error
+		if cacheDir, err = CacheDir(); err != nil {
+			return "", err
+		}
+	}
+	goTool, err := goToolPath()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, goTool, "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("embedded: building kfakeserver needs the working directory inside module %s (go env GOMOD: %q, %v)", modulePath, gomod, err)
+	}
+	root := filepath.Dir(gomod)
+	gosum, _ := os.ReadFile(filepath.Join(root, "go.sum"))
+
+	h := sha256.New()
+	h.Write([]byte(runtime.Version() + "\n"))
+	h.Write(kfakeServerSource)
+	h.Write(gosum)
+	dir := filepath.Join(cacheDir, "kfakeserver", hex.EncodeToString(h.Sum(nil)[:8]))
+	bin := filepath.Join(dir, "kfakeserver")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	tmp := filepath.Join(dir, ".kfakeserver.tmp")
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", tmp, modulePath+"/internal/embedded/kfakeserver")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("embedded: build kfakeserver: %w\n%s", err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	return bin, nil
+}
+
+// goToolPath finds the go command.
+func goToolPath() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("embedded: the go tool is needed: %w (%w)", ErrNotInstalled, err)
+	}
+	return p, nil
+}

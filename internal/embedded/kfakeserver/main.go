@@ -1,0 +1,56 @@
+// Command kfakeserver runs a one-broker franz-go kfake cluster as its own
+// process, so a test can kill Kafka with SIGKILL or keep it alive while it
+// kills the processes that use it.
+//
+// It is built and started by package embedded (StartKafkaProcess); it is not
+// meant to be run by hand. Usage:
+//
+//	kfakeserver -port PORT [-data-dir DIR] [-sync]
+//
+// It prints "ready" once the broker listens. SIGTERM or SIGINT close the
+// cluster cleanly (persisting its state when -data-dir is set).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	port := flag.Int("port", 0, "port to listen on, on 127.0.0.1")
+	dataDir := flag.String("data-dir", "", "persistence directory (empty: memory only)")
+	syncWrites := flag.Bool("sync", false, "fsync every produced batch")
+	flag.Parse()
+
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(*port),
+	}
+	if *dataDir != "" {
+		opts = append(opts, kfake.DataDir(*dataDir))
+	}
+	if *syncWrites {
+		opts = append(opts, kfake.SyncWrites())
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kfakeserver:", err)
+		return 1
+	}
+	fmt.Println("ready", c.ListenAddrs()[0])
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	<-sigs
+	c.Close()
+	return 0
+}
