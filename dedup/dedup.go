@@ -32,13 +32,42 @@ type Deduplicator struct {
 	cursor int   // next slot the incremental cleanup examines
 	closed bool
 
-	stats stats
-	reg   metric.Registration
+	counts counts // the owner's running totals
+	stats  stats  // counts as last published, read by metric collection
+	reg    metric.Registration
 }
 
-// stats are written by the owner and read by metric collection.
+// publishEvery is how many Observe calls may pass between two publications
+// of the counts to metric collection.
+const publishEvery = 256
+
+// counts are the owner's running totals. They are plain integers: an atomic
+// add per decision would serialise the memory accesses of consecutive
+// decisions, which otherwise overlap.
+type counts struct {
+	firstSeen, dropped, expired int64
+	calls                       uint32
+}
+
+// stats are published by the owner and read by metric collection.
 type stats struct {
 	firstSeen, dropped, expired, live atomic.Int64
+}
+
+func (d *Deduplicator) publish() {
+	d.stats.firstSeen.Store(d.counts.firstSeen)
+	d.stats.dropped.Store(d.counts.dropped)
+	d.stats.expired.Store(d.counts.expired)
+	d.stats.live.Store(int64(d.t.count))
+}
+
+// tick counts an Observe call and publishes the counts every publishEvery
+// calls.
+func (d *Deduplicator) tick() {
+	d.counts.calls++
+	if d.counts.calls%publishEvery == 0 {
+		d.publish()
+	}
 }
 
 // New returns a Deduplicator that remembers each key for ttl after it was
@@ -98,14 +127,16 @@ func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 				s.setExp(exp)
 			}
 			d.clock = clock
-			d.stats.dropped.Add(1)
+			d.counts.dropped++
+			d.tick()
 			d.cleanup(d.opts.CleanupBudget)
 			return false, nil
 		}
 		// Expired but not yet cleaned up: absent, so write it anew.
 		s.setExp(exp)
 		d.clock = clock
-		d.stats.firstSeen.Add(1)
+		d.counts.firstSeen++
+		d.tick()
 		d.cleanup(d.opts.CleanupBudget)
 		return true, nil
 	}
@@ -129,8 +160,8 @@ func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 		i, _ = d.t.find(h, key)
 	}
 	d.clock = clock
-	d.stats.firstSeen.Add(1)
-	d.stats.live.Store(int64(d.t.count))
+	d.counts.firstSeen++
+	d.tick()
 	d.cleanup(d.opts.CleanupBudget)
 	return true, nil
 }
@@ -163,7 +194,9 @@ func (d *Deduplicator) Cleanup(n int) int {
 	if d.closed {
 		return 0
 	}
-	return d.cleanup(n)
+	removed := d.cleanup(n)
+	d.publish()
+	return removed
 }
 
 // Snapshot implements checkpoint.Participant: it returns the live entries and
@@ -176,6 +209,7 @@ func (d *Deduplicator) Snapshot(ctx context.Context, _ checkpoint.ID) ([]byte, e
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	d.publish()
 	return d.encodeSnapshot(), nil
 }
 
@@ -200,7 +234,7 @@ func (d *Deduplicator) Restore(ctx context.Context, state []byte) error {
 	d.t = t
 	d.clock = clock
 	d.cursor = 0
-	d.stats.live.Store(int64(t.count))
+	d.publish()
 	return nil
 }
 
@@ -267,8 +301,7 @@ func (d *Deduplicator) cleanup(n int) int {
 	}
 	d.cursor = c
 	if removed > 0 {
-		d.stats.expired.Add(int64(removed))
-		d.stats.live.Store(int64(d.t.count))
+		d.counts.expired += int64(removed)
 		if d.t.exact && d.t.dead > 1<<20 && d.t.dead > len(d.t.arena)/2 {
 			d.resize(d.t.homes, "compact")
 		}
@@ -282,9 +315,8 @@ func (d *Deduplicator) resize(homes uint64, reason string) {
 	before := d.t.count
 	d.t = d.t.rebuild(homes, nowSec)
 	if dropped := before - d.t.count; dropped > 0 {
-		d.stats.expired.Add(int64(dropped))
+		d.counts.expired += int64(dropped)
 	}
-	d.stats.live.Store(int64(d.t.count))
 	d.cursor = 0
 	d.opts.Logger.Debug("dedup: table rebuilt",
 		slog.String("reason", reason),

@@ -400,7 +400,9 @@ func TestMetrics(t *testing.T) {
 	observe(t, d, "a", t0)
 	observe(t, d, "b", t0)
 	observe(t, d, "a", t0)
-	observe(t, d, "c", t0.Add(time.Hour)) // cleans up a and b
+	observe(t, d, "c", t0.Add(time.Hour))         // cleans up a and b
+	_, err := d.Snapshot(context.Background(), 1) // publishes the counts
+	require.NoError(t, err)
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))

@@ -135,8 +135,10 @@ type Options struct {
 	Logger *slog.Logger
 
 	// MeterProvider provides the instruments dedup_first_seen_total,
-	// dedup_dropped_total, dedup_live_keys and dedup_expired_total.
-	// Default: a no-op provider.
+	// dedup_dropped_total, dedup_live_keys and dedup_expired_total. The
+	// values are published every 256 Observe calls and at every Snapshot
+	// and Cleanup, so a collection may lag by up to 255 calls. Default: a
+	// no-op provider.
 	MeterProvider metric.MeterProvider
 
 	// MetricAttributes are added to every measurement, for example the
