@@ -129,7 +129,7 @@ func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 			d.clock = clock
 			d.counts.dropped++
 			d.tick()
-			d.cleanup(d.opts.CleanupBudget)
+			d.cleanup(d.opts.CleanupBudget, false)
 			return false, nil
 		}
 		// Expired but not yet cleaned up: absent, so write it anew.
@@ -137,14 +137,14 @@ func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 		d.clock = clock
 		d.counts.firstSeen++
 		d.tick()
-		d.cleanup(d.opts.CleanupBudget)
+		d.cleanup(d.opts.CleanupBudget, false)
 		return true, nil
 	}
 
 	if d.opts.MaxKeys > 0 && d.t.count >= d.opts.MaxKeys {
 		// Free what already expired at the committed clock (invisible
 		// entries, so the visible state does not change), then retry.
-		d.cleanup(fullCleanupBudget)
+		d.cleanup(fullCleanupBudget, false)
 		if d.t.count >= d.opts.MaxKeys {
 			return false, fmt.Errorf("%w: %d keys stored", ErrFull, d.t.count)
 		}
@@ -162,7 +162,7 @@ func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 	d.clock = clock
 	d.counts.firstSeen++
 	d.tick()
-	d.cleanup(d.opts.CleanupBudget)
+	d.cleanup(d.opts.CleanupBudget, false)
 	return true, nil
 }
 
@@ -189,12 +189,15 @@ func (d *Deduplicator) Clock() time.Time { return time.Unix(0, d.clock).UTC() }
 // Cleanup examines up to n slots for expired entries (continuing where the
 // last examination stopped), removes those it finds and returns how many it
 // removed. Observe already does this with Options.CleanupBudget; call Cleanup
-// when the partition is idle to free memory sooner.
+// when the partition is idle to free memory sooner. When a Cleanup call
+// completes a sweep of the whole table and finds it less than a fifth full,
+// it also shrinks the table (not below Options.ExpectedKeys), a pause
+// proportional to the table's size; Observe never shrinks the table.
 func (d *Deduplicator) Cleanup(n int) int {
 	if d.closed {
 		return 0
 	}
-	removed := d.cleanup(n)
+	removed := d.cleanup(n, true)
 	d.publish()
 	return removed
 }
@@ -274,13 +277,15 @@ func (d *Deduplicator) advance(t time.Time) (int64, error) {
 	return c, nil
 }
 
-func (d *Deduplicator) cleanup(n int) int {
+func (d *Deduplicator) cleanup(n int, shrink bool) int {
 	nowSec := uint32(d.clock / int64(time.Second))
 	removed := 0
+	wrapped := false
 	c := d.cursor
 	for n > 0 {
 		if c >= len(d.t.slots) {
 			c = 0
+			wrapped = true
 		}
 		// Fast path: scan for the first expired entry in range. An empty
 		// slot has expiry 0, which wraps to the largest value here.
@@ -304,6 +309,14 @@ func (d *Deduplicator) cleanup(n int) int {
 		d.counts.expired += int64(removed)
 		if d.t.exact && d.t.dead > 1<<20 && d.t.dead > len(d.t.arena)/2 {
 			d.resize(d.t.homes, "compact")
+		}
+	}
+	// After a full sweep by Cleanup, give memory back if the table is
+	// mostly empty (a burst of keys expired), keeping the presized size.
+	// Observe never does this: the rebuild is proportional to the table.
+	if shrink && wrapped && d.t.count < d.t.growAt/4 {
+		if homes := homesFor(max(2*d.t.count, d.opts.ExpectedKeys)); homes < d.t.homes {
+			d.resize(homes, "shrink")
 		}
 	}
 	return removed

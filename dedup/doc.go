@@ -49,7 +49,8 @@
 // cleanup: each Observe examines Options.CleanupBudget table slots, so no
 // call stalls on a full sweep. Snapshots leave expired entries out, as with
 // Flink's full-snapshot cleanup.
-// Call Cleanup to remove more when idle. Growing the table (when it is 80%
+// Call Cleanup when idle to remove more and to give memory back after a
+// burst of keys expired. Growing the table (when it is 80%
 // full) rehashes it in the calling Observe; presize with
 // Options.ExpectedKeys to avoid that.
 //

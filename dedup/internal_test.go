@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,6 +99,43 @@ func TestTableEqualHashes(t *testing.T) {
 				_, found := tb.find(h, []byte(k))
 				assert.True(t, found, k)
 			}
+		})
+	}
+}
+
+// TestShrink: after a burst of keys expires, the sweep gives the memory
+// back, but never below Options.ExpectedKeys.
+func TestShrink(t *testing.T) {
+	tests := []struct {
+		name      string
+		expected  int
+		wantHomes uint64
+	}{
+		{name: "default", expected: 0, wantHomes: minHomes},
+		{name: "presized", expected: 50_000, wantHomes: homesFor(50_000)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := New(time.Hour, Options{ExpectedKeys: tt.expected})
+			require.NoError(t, err)
+			at := time.Unix(1_700_000_000, 0)
+			for i := range 100_000 {
+				_, err := d.Observe([]byte(fmt.Sprint(i)), at)
+				require.NoError(t, err)
+			}
+			require.Greater(t, d.t.homes, homesFor(100_000)-1)
+			d.Cleanup(len(d.t.slots)) // nothing expired yet: no shrink
+			require.Greater(t, d.t.homes, homesFor(100_000)-1)
+
+			_, err = d.Observe([]byte("late"), at.Add(time.Hour))
+			require.NoError(t, err)
+			for range 3 {
+				d.Cleanup(len(d.t.slots) + 1)
+			}
+			assert.Equal(t, 1, d.t.count)
+			assert.Equal(t, tt.wantHomes, d.t.homes)
+			checkTable(t, &d.t)
+			assert.True(t, d.Contains([]byte("late")))
 		})
 	}
 }
