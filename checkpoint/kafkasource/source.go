@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -148,6 +151,27 @@ type Processor struct {
 // the participants: it would not survive a move of p to another instance.
 type NewProcessor func(ctx context.Context, p checkpoint.Partition) (*Processor, error)
 
+// maxGroupFailures bounds how many consecutive retryable consumer-group
+// errors Run rides out before it returns the last one.
+const maxGroupFailures = 20
+
+// retryableGroupError reports whether a consumer-group error is one that
+// rejoining the group resolves: a rebalance in progress, a stale generation
+// or member, a coordinator that moved or a broken connection.
+func retryableGroupError(err error) bool {
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case kafka.RebalanceInProgress, kafka.IllegalGeneration, kafka.UnknownMemberId:
+			return true
+		}
+		return kerr.Temporary()
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
 // Source reads a consumer group's partitions, one chain per partition, and
 // coordinates their checkpoints with a checkpoint.Coordinator.
 type Source struct {
@@ -246,14 +270,24 @@ func (s *Source) Run(ctx context.Context) error {
 	)
 	wg.Go(func() { _ = s.coord.Run(runCtx) })
 	var nextErr error
-	for {
+	for failures := 0; ; {
 		gen, err := cg.Next(runCtx)
 		if err != nil {
-			if runCtx.Err() == nil {
-				nextErr = fmt.Errorf("kafkasource: consumer group: %w", err)
+			if runCtx.Err() != nil {
+				break
 			}
+			// kafka-go reports every failed join or sync through Next and
+			// then tries again itself, after a backoff. A rebalance that
+			// another member started, or a coordinator that moved, is routine.
+			failures++
+			if retryableGroupError(err) && failures < maxGroupFailures {
+				s.log.Warn("kafkasource: consumer group: retrying", "err", err, "failures", failures)
+				continue
+			}
+			nextErr = fmt.Errorf("kafkasource: consumer group: %w", err)
 			break
 		}
+		failures = 0
 		s.log.Info("kafkasource: new generation", "generation", gen.ID, "member", gen.MemberID,
 			"assignments", fmt.Sprint(gen.Assignments))
 		for topic, as := range gen.Assignments {

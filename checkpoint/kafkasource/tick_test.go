@@ -3,7 +3,10 @@ package kafkasource_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,4 +60,25 @@ func TestTickRunsWhileIdleAndStopsRun(t *testing.T) {
 	err = src.Run(ctx)
 	require.ErrorIs(t, err, boom)
 	assert.Equal(t, int32(3), ticks.Load())
+}
+
+func TestRetryableGroupError(t *testing.T) {
+	tests := []struct {
+		give error
+		want bool
+	}{
+		{give: kafka.RebalanceInProgress, want: true},
+		{give: fmt.Errorf("sync group: %w", kafka.RebalanceInProgress), want: true},
+		{give: kafka.IllegalGeneration, want: true},
+		{give: kafka.UnknownMemberId, want: true},
+		{give: kafka.GroupCoordinatorNotAvailable, want: true},
+		{give: io.EOF, want: true},
+		{give: syscall.ECONNREFUSED, want: true},
+		{give: kafka.GroupAuthorizationFailed, want: false},
+		{give: kafka.InvalidGroupId, want: false},
+		{give: errors.New("something else"), want: false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, kafkasource.RetryableGroupError(tt.give), "%v", tt.give)
+	}
 }

@@ -1,0 +1,4 @@
+package kafkasource
+
+// RetryableGroupError exposes the consumer-group error classifier to tests.
+var RetryableGroupError = retryableGroupError
