@@ -35,36 +35,51 @@ type Operator[In, Acc, Out any] struct {
 	log      *slog.Logger
 	inst     instruments
 
-	declared []int // Options.Inputs
-	inputs   map[int]*input
-	wm       int64 // operator watermark, ns; noWatermark until the first
+	declared []int   // Options.Inputs
+	inputs   []input // few (one per partition of the chain): searched linearly
+	wm       int64   // operator watermark, ns; noWatermark until the first
 
-	panes  map[paneKey]*pane[Acc]
-	timers map[int64][]*pane[Acc] // panes due at a time: fire at End, drop at End+lateness
-	times  []int64                // the keys of timers, ascending
+	// Every window of one start has the same end, so windows are grouped by
+	// start: a group fires and closes as a whole, in start order.
+	groups map[int64]*group[Acc]
+	starts []int64 // keys of groups, ascending
+	last   *group[Acc]
+	open   int // windows held
 
 	emitted, late uint64
-	scratch       []*pane[Acc]
+	keys          []string // scratch for sorting
 }
 
 type input struct {
+	id          int
 	maxTs       int64 // newest event time, ns
 	hasTs       bool
 	lastArrival int64 // processing time of the last event, ns
 	idle        bool
 }
 
-type paneKey struct {
-	key   string
-	start int64
+// group holds the windows [start, end) of every key.
+type group[Acc any] struct {
+	start, end int64
+	fired      bool
+	panes      map[string]*pane[Acc]
+	slab       []pane[Acc] // panes are carved from here, freed with the group
 }
 
 // pane is the state of one window of one key.
 type pane[Acc any] struct {
-	key        string
-	start, end int64
-	n          uint64 // events folded in: the Version of the next row
-	acc        Acc
+	n   uint64 // events folded in: the Version of the next row
+	acc Acc
+}
+
+const slabSize = 256
+
+func (g *group[Acc]) newPane() *pane[Acc] {
+	if len(g.slab) == cap(g.slab) {
+		g.slab = make([]pane[Acc], 0, min(slabSize, max(8, len(g.panes))))
+	}
+	g.slab = g.slab[:len(g.slab)+1]
+	return &g.slab[len(g.slab)-1]
 }
 
 // New returns an operator for the windows of spec aggregated with agg. It
@@ -88,10 +103,8 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 		idle:     int64(opts.IdleTimeout),
 		now:      opts.Now,
 		log:      opts.Logger,
-		inputs:   make(map[int]*input),
 		wm:       noWatermark,
-		panes:    make(map[paneKey]*pane[Acc]),
-		timers:   make(map[int64][]*pane[Acc]),
+		groups:   make(map[int64]*group[Acc]),
 	}
 	switch {
 	case o.bound == 0:
@@ -120,12 +133,21 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 	if o.inst, err = newInstruments(mp, name); err != nil {
 		return nil, err
 	}
-	now := o.now().UnixNano()
 	o.declared = slices.Clone(opts.Inputs)
-	for _, id := range o.declared {
-		o.inputs[id] = &input{lastArrival: now}
-	}
+	o.inputs = declaredInputs(o.declared, nil, o.now().UnixNano())
 	return o, nil
+}
+
+// declaredInputs adds the declared inputs missing from ins, as having just
+// spoken, and returns them sorted by id.
+func declaredInputs(declared []int, ins []input, now int64) []input {
+	for _, id := range declared {
+		if !slices.ContainsFunc(ins, func(in input) bool { return in.id == id }) {
+			ins = append(ins, input{id: id, lastArrival: now})
+		}
+	}
+	slices.SortFunc(ins, func(a, b input) int { return cmp.Compare(a.id, b.id) })
+	return ins
 }
 
 // Compile-time check that the operator is a checkpoint participant.
@@ -144,11 +166,13 @@ func (o *Operator[In, Acc, Out]) Add(ev Event[In], out *Output[In, Out]) error {
 	}
 	t := ev.Time.UnixNano()
 	now := o.now().UnixNano()
-	in := o.inputs[ev.Input]
-	if in == nil {
-		in = &input{}
-		o.inputs[ev.Input] = in
+	i := slices.IndexFunc(o.inputs, func(in input) bool { return in.id == ev.Input })
+	if i < 0 {
+		o.inputs = append(o.inputs, input{id: ev.Input})
+		slices.SortFunc(o.inputs, func(a, b input) int { return cmp.Compare(a.id, b.id) })
+		i = slices.IndexFunc(o.inputs, func(in input) bool { return in.id == ev.Input })
 	}
+	in := &o.inputs[i]
 	in.lastArrival = now
 	if in.idle {
 		in.idle = false
@@ -163,7 +187,7 @@ func (o *Operator[In, Acc, Out]) Add(ev Event[In], out *Output[In, Out]) error {
 		end := s + size
 		if o.wm != noWatermark && end+o.lateness <= o.wm {
 			o.late++
-			o.inst.late.Add(context.Background(), 1, o.inst.attrs)
+			o.inst.late.Add(context.Background(), 1, o.inst.add...)
 			out.Late = append(out.Late, LateEvent[In]{
 				Event:     ev,
 				Start:     time.Unix(0, s).UTC(),
@@ -172,26 +196,42 @@ func (o *Operator[In, Acc, Out]) Add(ev Event[In], out *Output[In, Out]) error {
 			})
 			continue
 		}
-		k := paneKey{key: ev.Key, start: s}
-		p := o.panes[k]
+		g := o.group(s)
+		p := g.panes[ev.Key]
 		if p == nil {
-			p = &pane[Acc]{key: ev.Key, start: s, end: end, acc: o.agg.Identity()}
-			o.panes[k] = p
-			o.inst.open.Add(context.Background(), 1, o.inst.attrs)
-			if end > o.wm {
-				o.schedule(end, p)
-			} else {
-				o.schedule(end+o.lateness, p)
-			}
+			p = g.newPane()
+			p.acc = o.agg.Identity()
+			g.panes[ev.Key] = p
+			o.open++
+			o.inst.open.Add(context.Background(), 1, o.inst.add...)
 		}
 		p.acc = o.agg.Add(p.acc, ev.Value)
 		p.n++
-		if end <= o.wm {
-			o.emit(p, out) // late but allowed: re-emit with a higher version
+		if g.fired {
+			o.emit(g, ev.Key, p, out) // late but allowed: re-emit with a higher version
 		}
 	}
 	o.advance(now, out)
 	return nil
+}
+
+// group returns the group of windows starting at s, creating it.
+func (o *Operator[In, Acc, Out]) group(s int64) *group[Acc] {
+	if o.last != nil && o.last.start == s {
+		return o.last
+	}
+	g := o.groups[s]
+	if g == nil {
+		g = &group[Acc]{start: s, end: s + int64(o.spec.Size), panes: make(map[string]*pane[Acc])}
+		// A group created behind the watermark (an allowed late event)
+		// fires at once: the watermark will not pass its end again.
+		g.fired = o.wm != noWatermark && g.end <= o.wm
+		o.groups[s] = g
+		i, _ := slices.BinarySearch(o.starts, s)
+		o.starts = slices.Insert(o.starts, i, s)
+	}
+	o.last = g
+	return g
 }
 
 // Tick re-evaluates idleness against the clock and appends the rows of the
@@ -201,7 +241,7 @@ func (o *Operator[In, Acc, Out]) Tick(out *Output[In, Out]) {
 	now := o.now().UnixNano()
 	o.advance(now, out)
 	if o.wm != noWatermark {
-		o.inst.lag.Record(context.Background(), time.Duration(now-o.wm).Seconds(), o.inst.attrs)
+		o.inst.lag.Record(context.Background(), time.Duration(now-o.wm).Seconds(), o.inst.record...)
 	}
 }
 
@@ -221,10 +261,13 @@ func (o *Operator[In, Acc, Out]) NextTick() (time.Time, bool) {
 			next = min(next, in.lastArrival+o.idle)
 		}
 	}
-	if allIdle && len(o.times) > 0 && o.wm != noWatermark {
-		// The watermark follows the clock: the next timer is due after the
-		// gap between it and the watermark.
-		next = min(next, o.now().UnixNano()+max(o.times[0]-o.wm, 0))
+	if allIdle && o.wm != noWatermark {
+		// The watermark follows the clock: the next group is due after the
+		// gap between its end (or its end plus the lateness) and the
+		// watermark.
+		if due, ok := o.nextDue(); ok {
+			next = min(next, o.now().UnixNano()+max(due-o.wm, 0))
+		}
 	}
 	if next == math.MaxInt64 {
 		return time.Time{}, false
@@ -239,7 +282,7 @@ func (o *Operator[In, Acc, Out]) advance(now int64, out *Output[In, Out]) {
 	if wm > o.wm {
 		o.wm = wm
 		o.fire(out)
-		o.inst.lag.Record(context.Background(), time.Duration(now-o.wm).Seconds(), o.inst.attrs)
+		o.inst.lag.Record(context.Background(), time.Duration(now-o.wm).Seconds(), o.inst.record...)
 	}
 }
 
@@ -250,11 +293,12 @@ func (o *Operator[In, Acc, Out]) advance(now int64, out *Output[In, Out]) {
 func (o *Operator[In, Acc, Out]) candidate(now int64) int64 {
 	wm, active := int64(math.MaxInt64), false
 	latestArrival, newest, any := int64(math.MinInt64), int64(math.MinInt64), false
-	for id, in := range o.inputs {
+	for i := range o.inputs {
+		in := &o.inputs[i]
 		if o.idle >= 0 && now-in.lastArrival >= o.idle {
 			if !in.idle {
 				in.idle = true
-				o.log.Debug("window: input idle", "input", id)
+				o.log.Debug("window: input idle", "input", in.id)
 			}
 		} else {
 			active = true
@@ -278,58 +322,69 @@ func (o *Operator[In, Acc, Out]) candidate(now int64) int64 {
 	return noWatermark
 }
 
-func (o *Operator[In, Acc, Out]) schedule(at int64, p *pane[Acc]) {
-	if _, ok := o.timers[at]; !ok {
-		i, _ := slices.BinarySearch(o.times, at)
-		o.times = slices.Insert(o.times, i, at)
-	}
-	o.timers[at] = append(o.timers[at], p)
-}
-
-// fire emits the windows whose end the watermark passed and drops those
-// past their allowed lateness, in order of time, then key, then start.
-func (o *Operator[In, Acc, Out]) fire(out *Output[In, Out]) {
-	for len(o.times) > 0 && o.times[0] <= o.wm {
-		at := o.times[0]
-		o.times = o.times[1:]
-		due := o.timers[at]
-		delete(o.timers, at)
-		slices.SortFunc(due, func(a, b *pane[Acc]) int {
-			if c := cmp.Compare(a.key, b.key); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.start, b.start)
-		})
-		for i, p := range due {
-			due[i] = nil
-			if p.end == at {
-				o.emit(p, out)
-			}
-			if drop := p.end + o.lateness; drop > o.wm {
-				o.schedule(drop, p)
-				continue
-			}
-			delete(o.panes, paneKey{key: p.key, start: p.start})
-			o.inst.open.Add(context.Background(), -1, o.inst.attrs)
+// nextDue returns the earliest watermark at which a group fires or closes.
+func (o *Operator[In, Acc, Out]) nextDue() (int64, bool) {
+	for _, s := range o.starts {
+		g := o.groups[s]
+		if !g.fired {
+			return g.end, true
+		}
+		if o.lateness > 0 {
+			return g.end + o.lateness, true // starts ascend: nothing fires earlier
 		}
 	}
-	if len(o.times) == 0 {
-		o.times = o.times[:0:0] // let a long-drained slice go
+	return 0, false
+}
+
+// fire emits the windows whose end the watermark passed, ordered by start
+// then key, and drops those past their allowed lateness.
+func (o *Operator[In, Acc, Out]) fire(out *Output[In, Out]) {
+	n := 0 // leading groups dropped
+	for i, s := range o.starts {
+		g := o.groups[s]
+		if g.end > o.wm {
+			break
+		}
+		if !g.fired {
+			g.fired = true
+			keys := o.keys[:0]
+			for k := range g.panes {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for j, k := range keys {
+				o.emit(g, k, g.panes[k], out)
+				keys[j] = ""
+			}
+			o.keys = keys[:0]
+		}
+		if g.end+o.lateness <= o.wm && i == n {
+			n++
+			delete(o.groups, s)
+			o.open -= len(g.panes)
+			o.inst.open.Add(context.Background(), -int64(len(g.panes)), o.inst.add...)
+			if o.last == g {
+				o.last = nil
+			}
+		}
+	}
+	if n > 0 {
+		o.starts = slices.Delete(o.starts, 0, n)
 	}
 }
 
-func (o *Operator[In, Acc, Out]) emit(p *pane[Acc], out *Output[In, Out]) {
+func (o *Operator[In, Acc, Out]) emit(g *group[Acc], key string, p *pane[Acc], out *Output[In, Out]) {
 	res, ok := o.agg.Result(p.acc)
 	out.Rows = append(out.Rows, Row[Out]{
-		Key:     p.key,
-		Start:   time.Unix(0, p.start).UTC(),
-		End:     time.Unix(0, p.end).UTC(),
+		Key:     key,
+		Start:   time.Unix(0, g.start).UTC(),
+		End:     time.Unix(0, g.end).UTC(),
 		Version: p.n,
 		Valid:   ok,
 		Result:  res,
 	})
 	o.emitted++
-	o.inst.emissions.Add(context.Background(), 1, o.inst.attrs)
+	o.inst.emissions.Add(context.Background(), 1, o.inst.add...)
 }
 
 // Watermark returns the operator's watermark: no event with an earlier time
@@ -351,11 +406,14 @@ type Counters struct {
 
 // Counters returns the operator's running totals.
 func (o *Operator[In, Acc, Out]) Counters() Counters {
-	return Counters{OpenWindows: len(o.panes), Emitted: o.emitted, Late: o.late}
+	return Counters{OpenWindows: o.open, Emitted: o.emitted, Late: o.late}
 }
 
 type instruments struct {
-	attrs     metric.MeasurementOption
+	// Options are prebuilt slices: passing a fresh variadic slice through
+	// the interface call would allocate on every event.
+	add       []metric.AddOption
+	record    []metric.RecordOption
 	open      metric.Int64UpDownCounter
 	emissions metric.Int64Counter
 	late      metric.Int64Counter
@@ -364,7 +422,8 @@ type instruments struct {
 
 func newInstruments(mp metric.MeterProvider, name string) (instruments, error) {
 	m := mp.Meter("github.com/exactlyonce/exactlyonce/window")
-	i := instruments{attrs: metric.WithAttributeSet(attribute.NewSet(attribute.String("window.operator", name)))}
+	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("window.operator", name)))
+	i := instruments{add: []metric.AddOption{attrs}, record: []metric.RecordOption{attrs}}
 	var err error
 	if i.open, err = m.Int64UpDownCounter("window.open",
 		metric.WithDescription("Windows held in state."), metric.WithUnit("{window}")); err != nil {

@@ -1,7 +1,6 @@
 package window
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 
@@ -20,7 +19,7 @@ import (
 //	size | slide | offset                     the Spec, checked on Restore
 //	watermark                                 math.MinInt64: none yet
 //	uvarint #inputs, ascending by id:         id | hasTs byte | maxTs
-//	uvarint #windows, ascending by (key, start):
+//	uvarint #windows, ascending by (start, key):
 //	    uvarint len | key | start | uvarint events | uvarint len | accumulator
 //	CRC-32C (Castagnoli) of everything before, big endian
 //
@@ -39,7 +38,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // states give identical bytes (windows and inputs are sorted). It never
 // blocks and ignores ctx and id.
 func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([]byte, error) {
-	b := make([]byte, 0, 64+len(o.panes)*48)
+	b := make([]byte, 0, 64+o.open*48)
 	b = append(b, snapshotMagic...)
 	b = append(b, snapshotVersion)
 	b = binary.AppendVarint(b, int64(o.spec.Size))
@@ -47,15 +46,9 @@ func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([
 	b = binary.AppendVarint(b, int64(o.spec.Offset))
 	b = binary.AppendVarint(b, o.wm)
 
-	ids := make([]int, 0, len(o.inputs))
-	for id := range o.inputs {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	b = binary.AppendUvarint(b, uint64(len(ids)))
-	for _, id := range ids {
-		in := o.inputs[id]
-		b = binary.AppendVarint(b, int64(id))
+	b = binary.AppendUvarint(b, uint64(len(o.inputs)))
+	for _, in := range o.inputs { // sorted by id
+		b = binary.AppendVarint(b, int64(in.id))
 		if in.hasTs {
 			b = append(b, 1)
 			b = binary.AppendVarint(b, in.maxTs)
@@ -64,32 +57,29 @@ func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([
 		}
 	}
 
-	ps := o.scratch[:0]
-	for _, p := range o.panes {
-		ps = append(ps, p)
-	}
-	slices.SortFunc(ps, comparePanes)
-	b = binary.AppendUvarint(b, uint64(len(ps)))
+	b = binary.AppendUvarint(b, uint64(o.open))
 	var acc []byte
-	for i, p := range ps {
-		b = binary.AppendUvarint(b, uint64(len(p.key)))
-		b = append(b, p.key...)
-		b = binary.AppendVarint(b, p.start)
-		b = binary.AppendUvarint(b, p.n)
-		acc = o.agg.AppendState(acc[:0], p.acc)
-		b = binary.AppendUvarint(b, uint64(len(acc)))
-		b = append(b, acc...)
-		ps[i] = nil
+	for _, s := range o.starts {
+		g := o.groups[s]
+		keys := o.keys[:0]
+		for k := range g.panes {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			p := g.panes[k]
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+			b = binary.AppendVarint(b, s)
+			b = binary.AppendUvarint(b, p.n)
+			acc = o.agg.AppendState(acc[:0], p.acc)
+			b = binary.AppendUvarint(b, uint64(len(acc)))
+			b = append(b, acc...)
+			keys[i] = ""
+		}
+		o.keys = keys[:0]
 	}
-	o.scratch = ps[:0]
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
-}
-
-func comparePanes[Acc any](a, b *pane[Acc]) int {
-	if c := cmp.Compare(a.key, b.key); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.start, b.start)
 }
 
 // Restore replaces the operator's state with a snapshot. Inputs are treated
@@ -125,15 +115,13 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 
 	now := o.now().UnixNano()
 	nIn := d.count(2)
-	inputs := make(map[int]*input, nIn)
-	prevID := int64(0)
+	inputs := make([]input, 0, nIn)
 	for i := 0; i < nIn && d.err == nil; i++ {
 		id := d.varint()
-		if i > 0 && id <= prevID {
+		if i > 0 && id <= int64(inputs[i-1].id) {
 			d.fail("inputs not ascending")
 		}
-		prevID = id
-		in := &input{lastArrival: now}
+		in := input{id: int(id), lastArrival: now}
 		switch d.byte() {
 		case 0:
 		case 1:
@@ -144,41 +132,47 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 		default:
 			d.fail("bad input flag")
 		}
-		inputs[int(id)] = in
-	}
-
-	for _, id := range o.declared {
-		if inputs[id] == nil {
-			inputs[id] = &input{lastArrival: now}
-		}
+		inputs = append(inputs, in)
 	}
 
 	nPanes := d.count(4)
-	panes := make(map[paneKey]*pane[Acc], nPanes)
-	var prev *pane[Acc]
+	groups := make(map[int64]*group[Acc])
+	var starts []int64
+	var g *group[Acc]
+	prevKey := ""
 	for i := 0; i < nPanes && d.err == nil; i++ {
-		p := &pane[Acc]{key: string(d.bytes()), start: d.varint(), n: d.uvarint()}
-		p.end = p.start + int64(o.spec.Size)
+		key, start, n := string(d.bytes()), d.varint(), d.uvarint()
 		accOff, raw := d.off, d.bytes()
 		if d.err != nil {
 			break
 		}
 		switch {
-		case p.start > maxAbsTime || p.start < -maxAbsTime:
+		case start > maxAbsTime || start < -maxAbsTime:
 			d.fail("window start out of range")
-		case o.spec.lastStart(p.start) != p.start:
+		case o.spec.lastStart(start) != start:
 			d.fail("window start not aligned to the spec")
-		case p.n == 0:
+		case n == 0:
 			d.fail("window without events")
-		case prev != nil && comparePanes(prev, p) >= 0:
+		case g != nil && (start < g.start || start == g.start && key <= prevKey):
 			d.fail("windows not ascending")
 		}
 		acc, err := o.agg.ParseState(raw)
 		if err != nil && d.err == nil {
 			d.err = &CorruptError{Offset: accOff, Reason: err.Error()}
 		}
-		p.acc, prev = acc, p
-		panes[paneKey{key: p.key, start: p.start}] = p
+		if d.err != nil {
+			break
+		}
+		if g == nil || g.start != start {
+			g = &group[Acc]{start: start, end: start + int64(o.spec.Size), panes: make(map[string]*pane[Acc])}
+			g.fired = wm != noWatermark && g.end <= wm
+			groups[start] = g
+			starts = append(starts, start)
+		}
+		p := g.newPane()
+		p.n, p.acc = n, acc
+		g.panes[key] = p
+		prevKey = key
 	}
 	if d.err == nil && d.off != len(body) {
 		d.fail("trailing bytes")
@@ -187,17 +181,9 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 		return d.err
 	}
 
-	o.inst.open.Add(context.Background(), int64(len(panes)-len(o.panes)), o.inst.attrs)
-	o.inputs, o.wm, o.panes = inputs, wm, panes
-	o.timers, o.times = make(map[int64][]*pane[Acc]), nil
-	for _, p := range panes {
-		switch {
-		case wm == noWatermark || p.end > wm:
-			o.schedule(p.end, p)
-		default:
-			o.schedule(p.end+o.lateness, p)
-		}
-	}
+	o.inst.open.Add(context.Background(), int64(nPanes-o.open), o.inst.add...)
+	o.inputs = declaredInputs(o.declared, inputs, now)
+	o.wm, o.groups, o.starts, o.last, o.open = wm, groups, starts, nil, nPanes
 	// Drop windows past their lateness (possible when AllowedLateness
 	// shrank); they fired before the snapshot, so nothing is emitted.
 	var discard Output[In, Out]
