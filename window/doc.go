@@ -1,0 +1,82 @@
+// Package window aggregates keyed events in event-time windows and emits
+// one idempotent row per window, for a ReplacingMergeTree(version) table:
+// stage 5 of the pipeline, "aggregate in the stream processor, and have
+// ClickHouse store results".
+//
+// # Tour
+//
+// A Spec says which windows an event belongs to: Tumbling(time.Minute) or
+// Hopping(time.Hour, 10*time.Minute). An aggregator says what a window
+// computes: Count, Sum, Min, Max, Avg, Stats (count, sum, avg, min, max in
+// one), Distinct (exact), ApproxDistinct (HyperLogLog), or any type
+// implementing Aggregator and Codec. New combines them:
+//
+//	op, err := window.New(window.Tumbling(time.Minute), window.Stats{}, window.Options{
+//		MaxOutOfOrderness: 5 * time.Second,
+//		AllowedLateness:   time.Minute,
+//	})
+//	var out window.Output[float64, window.Summary]
+//	err = op.Add(window.Event[float64]{Input: partition, Key: key, Time: t, Value: v}, &out)
+//	// out.Rows: rows for the sink; out.Late: events too late for a window.
+//
+// The Operator is a checkpoint.Participant, owned by one partition chain
+// (one goroutine): Snapshot and Restore carry its windows, watermark and
+// per-input event times; it starts no goroutines and has no timer of its
+// own, so the chain calls Tick when no events arrive (NextTick says when).
+//
+// # Aggregators and neutral elements
+//
+// An Aggregator is a commutative monoid (Identity, Merge) with Add and
+// Result. Identity is "no samples", which is 0 for Count and Sum but is not
+// a sample of 0 for Avg: an average is kept as (sum, count), and an average
+// of nothing is absent (Result's ok is false, Row.Valid is false, the table
+// gets NULL). That is the article's avgState(toFloat64(0)) bug, shown
+// against a real ClickHouse server in this package's tests.
+//
+// # Watermarks and idleness
+//
+// Each input (Event.Input, typically a Kafka partition) has a watermark:
+// its newest event time minus MaxOutOfOrderness. The operator's watermark
+// is the minimum over active inputs and never goes back. A window [Start,
+// End) fires when the watermark reaches End. An event for a window that
+// already fired is added and the window is emitted again while the
+// watermark is below End + AllowedLateness; later, the event goes to
+// Output.Late and the late counter instead, never silently dropped.
+//
+// Idleness rule: an input that has delivered nothing for IdleTimeout of
+// processing time (Options.Now) is idle and no longer holds the minimum
+// back. When every input is idle, the watermark jumps to the newest event
+// time seen (the out-of-orderness bound is released: nothing arrived for
+// IdleTimeout) and then advances with the clock. So on a quiet stream a
+// window fires IdleTimeout after the last event plus the event time still
+// missing to its End, without waiting for a new record (unlike Kafka
+// Streams' suppress), and exactly then rather than at the next periodic
+// check (unlike FLINK-40503): idleness is evaluated on every Add and Tick,
+// and NextTick gives the owner the exact time to call Tick. An idle input
+// becomes active with its next event; events it brings behind the
+// watermark are late.
+//
+// # Guarantees
+//
+// Deterministic: given the same snapshot and the same input in the same
+// order, and the same idleness decisions, the operator emits byte-identical
+// rows in the same order (windows by start, then key) and takes
+// byte-identical snapshots. Processing time is not in a snapshot.
+//
+// Idleness is the one input that is not replayed: it depends on the clock,
+// so a replay may close a window at another point of the input than the
+// first run did, and a row may then hold more or fewer events. Output stays
+// idempotent anyway: a row is keyed by (Key, Start, End) and its Version is
+// the number of events folded into the window, so a ReplacingMergeTree
+// (read with FINAL) keeps the most complete emission, whichever run wrote
+// it, and rewriting a row writes the same bytes. A row written by a run that
+// died before its checkpoint is replaced or rewritten by the replay, never
+// added to.
+//
+// Assumptions: events reach Add at least once and in offset order per
+// input, deduplicated upstream (package dedup) so a redelivery is not
+// counted twice; the sink writes every row before the checkpoint that
+// covers it completes, into a table keyed by (Key, Start, End) with Version
+// as the version column. Session windows are not offered: merging sessions
+// changes a window's bounds, which a table keyed by window cannot retract.
+package window

@@ -1,0 +1,79 @@
+package window_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/window"
+)
+
+func Example() {
+	op, err := window.New(window.Tumbling(time.Minute), window.Avg[float64]{}, window.Options{
+		MaxOutOfOrderness: 10 * time.Second,
+		AllowedLateness:   time.Minute,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	t0 := time.Date(2026, 10, 28, 15, 0, 0, 0, time.UTC)
+	var out window.Output[float64, float64]
+	for _, e := range []struct {
+		at time.Duration
+		v  float64
+	}{
+		{10 * time.Second, 100},
+		{40 * time.Second, 300},
+		{75 * time.Second, 50},  // watermark 65s: [15:00, 15:01) fires
+		{30 * time.Second, 200}, // late, within allowed lateness: re-emitted
+		{3 * time.Minute, 0},    // watermark 170s: [15:01, 15:02) fires; [15:00, 15:01) closes
+		{20 * time.Second, 999}, // too late: handed back, not dropped
+	} {
+		if err := op.Add(window.Event[float64]{Key: "alice", Time: t0.Add(e.at), Value: e.v}, &out); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	for _, r := range out.Rows {
+		fmt.Printf("%s [%s, %s) version %d avg %v\n", r.Key, r.Start.Format("15:04"), r.End.Format("15:04"), r.Version, r.Result)
+	}
+	for _, l := range out.Late {
+		fmt.Printf("late: %v for [%s, %s)\n", l.Event.Value, l.Start.Format("15:04"), l.End.Format("15:04"))
+	}
+	// Output:
+	// alice [15:00, 15:01) version 2 avg 200
+	// alice [15:00, 15:01) version 3 avg 200
+	// alice [15:01, 15:02) version 1 avg 50
+	// late: 999 for [15:00, 15:01)
+}
+
+// An average of no samples is absent, not 0.
+func ExampleAvg() {
+	var avg window.Avg[float64]
+	_, ok := avg.Result(avg.Identity())
+	fmt.Println("no samples:", ok)
+	v, ok := avg.Result(avg.Add(avg.Add(avg.Identity(), 3), 5))
+	fmt.Println("3 and 5:", v, ok)
+	// Output:
+	// no samples: false
+	// 3 and 5: 4 true
+}
+
+// A partition chain checkpoints the operator and a replacement restores it.
+func ExampleOperator_Snapshot() {
+	spec, agg := window.Tumbling(time.Hour), window.Count[string]{}
+	op, _ := window.New(spec, agg, window.Options{})
+	var out window.Output[string, uint64]
+	t0 := time.Date(2026, 10, 28, 15, 0, 0, 0, time.UTC)
+	_ = op.Add(window.Event[string]{Key: "repo-1", Time: t0, Value: "push"}, &out)
+	state, _ := op.Snapshot(context.Background(), 1)
+
+	restored, _ := window.New(spec, agg, window.Options{})
+	if err := restored.Restore(context.Background(), state); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("open windows:", restored.Counters().OpenWindows)
+	// Output:
+	// open windows: 1
+}
