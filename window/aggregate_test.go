@@ -159,8 +159,8 @@ func TestHyperLogLogAccuracy(t *testing.T) {
 		{precision: 12, n: 1},
 		{precision: 12, n: 100},
 		{precision: 12, n: 5000},
-		{precision: 12, n: 200000},
-		{precision: 14, n: 200000},
+		{precision: 12, n: 50000},
+		{precision: 14, n: 50000},
 		{precision: 4, n: 1000},
 	}
 	for _, tt := range tests {
