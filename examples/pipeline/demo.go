@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+)
+
+type demoConfig struct {
+	Events, Orgs, Partitions, Kills int
+	KillClickHouse, Faults, Verbose bool
+	Seed                            uint64
+	Dir                             string
+	Logger                          *slog.Logger
+}
+
+const topic = "webhooks"
+
+func runDemo(ctx context.Context, cfg demoConfig) error {
+	began := time.Now()
+	say := func(format string, a ...any) {
+		fmt.Printf("[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
+	}
+	if cfg.Events <= 0 || cfg.Orgs <= 0 || cfg.Partitions <= 0 || cfg.Kills < 0 {
+		return errors.New("-events, -orgs and -partitions must be positive, -kills not negative")
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "exactlyonce-demo-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+
+	// Services: embedded unless the environment names real ones.
+	chAddr := os.Getenv("CLICKHOUSE_ADDR")
+	var chServer *embedded.ClickHouse
+	if chAddr == "" {
+		say("starting ClickHouse 26.7 (clickhouse-local from libchdb.so; the first run downloads it)")
+		var err error
+		chServer, err = embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{Dir: dir + "/clickhouse"})
+		if err != nil {
+			return fmt.Errorf("start ClickHouse: %w", err)
+		}
+		defer chServer.Stop()
+		chAddr = chServer.Addr()
+		say("ClickHouse %s listening on %s", chServer.Version(), chAddr)
+	}
+	var brokers []string
+	if env := os.Getenv("KAFKA_BROKERS"); env != "" {
+		brokers = strings.Split(env, ",")
+	} else {
+		k, err := embedded.StartKafka(embedded.KafkaOptions{})
+		if err != nil {
+			return fmt.Errorf("start Kafka: %w", err)
+		}
+		defer k.Close()
+		brokers = k.Brokers()
+		say("Kafka (kfake) listening on %s", brokers[0])
+	}
+	runID := fmt.Sprintf("%d", time.Now().UnixNano())
+	topicName := topic + "_" + runID
+	if err := embedded.CreateTopic(ctx, brokers, topicName, cfg.Partitions); err != nil {
+		return err
+	}
+	db := "demo_" + runID
+	if err := createTables(ctx, chAddr, db); err != nil {
+		return err
+	}
+	say("database %s: events (MergeTree) → events_hourly (materialized view), org_minute (ReplacingMergeTree)", db)
+
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	gw, err := startGateway(ctx, brokers, topicName, rng, cfg.Faults)
+	if err != nil {
+		return err
+	}
+	defer gw.Close(context.Background())
+	say("gateway listening on %s", gw.URL())
+
+	// The stream processor runs as its own process, so that it can be killed
+	// with SIGKILL like a crashed pod. The supervisor restarts it.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	sup := &supervisor{say: say, args: []string{self, "-role=processor",
+		"-brokers=" + strings.Join(brokers, ","), "-topic=" + topicName, "-group=aggregator-" + runID,
+		"-clickhouse=" + chAddr, "-database=" + db, "-state=" + dir + "/processor"}}
+	if cfg.Verbose {
+		sup.args = append(sup.args, "-v")
+	}
+	supCtx, stopSup := context.WithCancel(ctx)
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); sup.run(supCtx) }()
+	defer func() { stopSup(); <-supDone }()
+
+	// Stage 1: the providers deliver every event, some twice at once, and
+	// retry until accepted.
+	events := generate(rng, cfg.Events, cfg.Orgs, 20*time.Minute)
+	prov := &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: gw.URL()}
+	if cfg.Faults {
+		prov.dupRate = 0.1
+	}
+	say("delivering %d events of %d organisations (20 minutes of event time)", len(events), cfg.Orgs)
+	faults := newFaultPlan(cfg, rng)
+	var delivered atomic.Int64
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var deliverErr error
+	var errOnce sync.Once
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				dup := prov.dupRate > 0 && rand.Float64() < prov.dupRate
+				if err := prov.deliver(ctx, events[i], dup); err != nil {
+					errOnce.Do(func() { deliverErr = err })
+					continue
+				}
+				delivered.Add(1)
+			}
+		})
+	}
+	for i := range events {
+		faults.at(ctx, i, sup, chServer, say)
+		select {
+		case work <- i:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		// Spread the deliveries over a few seconds of wall time so that the
+		// faults land while data flows.
+		if i%50 == 49 {
+			time.Sleep(40 * time.Millisecond)
+		}
+	}
+	close(work)
+	wg.Wait()
+	if deliverErr != nil {
+		return deliverErr
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	say("delivered: %d requests for %d events (%d duplicate deliveries, %d retries after 503, %d answered from the idempotency store)",
+		prov.requests.Load(), delivered.Load(), prov.duplicates.Load(), prov.retries.Load(), prov.replayed.Load())
+	say("Kafka publishes: %d written (%d of them after a lost ack, so duplicates), %d failed before the write",
+		gw.flaky.published.Load(), gw.flaky.ackLost.Load(), gw.flaky.failedBefore.Load())
+	faults.finish(ctx, sup, say)
+
+	// Wait until ClickHouse holds exactly what was sent, or report the gap.
+	want := expect(events)
+	deadline := time.Now().Add(3 * time.Minute)
+	var last []string
+	for {
+		got, err := observe(ctx, chAddr, db)
+		if err == nil {
+			last = diff(want, got)
+			if len(last) == 0 {
+				say("ClickHouse: events %d rows = %d distinct events sent; events_hourly (materialized view) %d rows exact; org_minute FINAL %d windows exact (count, avg, max)",
+					got.rows, want.events, len(want.hourly), len(want.minutes))
+				break
+			}
+			if got.rows > uint64(want.events) {
+				return fmt.Errorf("DUPLICATES in ClickHouse:\n  %s", summarize(last))
+			}
+		} else {
+			last = []string{err.Error()}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("ClickHouse did not converge to the expected result:\n  %s", summarize(last))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	say("processor: %d starts, %d killed with SIGKILL, %d exits with an error (restarted from the last checkpoint)",
+		sup.starts.Load(), sup.kills.Load(), sup.failures.Load())
+	say("Kafka: %d records in %s", kafkaRecords(ctx, brokers, topicName, cfg.Partitions), topicName)
+	fmt.Println("PASS: every event counted exactly once, through every injected fault")
+	return nil
+}
+
+// faultPlan kills the processor and ClickHouse at fixed fractions of the
+// deliveries.
+type faultPlan struct {
+	processorKills map[int]bool
+	clickhouseKill int
+}
+
+func newFaultPlan(cfg demoConfig, rng *rand.Rand) *faultPlan {
+	f := &faultPlan{processorKills: map[int]bool{}, clickhouseKill: -1}
+	for k := range cfg.Kills {
+		// Spread the kills over the deliveries, each at a random point of its slice.
+		slice := cfg.Events / (cfg.Kills + 1)
+		f.processorKills[(k+1)*slice-slice/2+rng.IntN(max(slice, 1))] = true
+	}
+	if cfg.KillClickHouse {
+		f.clickhouseKill = cfg.Events * 3 / 5
+	}
+	return f
+}
+
+func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *embedded.ClickHouse, say func(string, ...any)) {
+	if f.processorKills[i] {
+		sup.kill(say)
+	}
+	if i == f.clickhouseKill && chServer != nil {
+		say("fault: ClickHouse killed with SIGKILL; restarting it in 2s on the same data directory")
+		if err := chServer.Kill(); err != nil {
+			say("kill ClickHouse: %v", err)
+		}
+		go func() {
+			time.Sleep(2 * time.Second)
+			if err := chServer.Restart(ctx); err != nil {
+				say("restart ClickHouse: %v", err)
+				return
+			}
+			say("ClickHouse is back")
+		}()
+	}
+}
+
+// finish kills the processor once more while it catches up, after the last
+// delivery.
+func (f *faultPlan) finish(_ context.Context, sup *supervisor, say func(string, ...any)) {
+	if len(f.processorKills) > 0 {
+		time.Sleep(300 * time.Millisecond)
+		sup.kill(say)
+	}
+}
+
+// supervisor keeps one processor process running, as a container runtime
+// would, and kills it on request.
+type supervisor struct {
+	args []string
+	say  func(string, ...any)
+
+	mu                      sync.Mutex
+	cmd                     *exec.Cmd
+	starts, kills, failures atomic.Int64
+}
+
+func (s *supervisor) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		cmd := exec.Command(s.args[0], s.args[1:]...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			s.say("start processor: %v", err)
+			return
+		}
+		s.starts.Add(1)
+		s.mu.Lock()
+		s.cmd = cmd
+		s.mu.Unlock()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			return
+		}
+		s.mu.Lock()
+		s.cmd = nil
+		s.mu.Unlock()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+			continue // killed on purpose: restart at once
+		}
+		s.failures.Add(1)
+		s.say("processor exited (%v); restarting it from its last checkpoint", err)
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (s *supervisor) kill(say func(string, ...any)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	say("fault: stream processor (pid %d) killed with SIGKILL", s.cmd.Process.Pid)
+	_ = s.cmd.Process.Kill()
+	s.kills.Add(1)
+}
+
+// kafkaRecords counts the records in the topic: more than the distinct events
+// whenever an ack was lost and the gateway's retry wrote the event again.
+func kafkaRecords(ctx context.Context, brokers []string, topic string, partitions int) int64 {
+	var total int64
+	for p := range partitions {
+		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, p)
+		if err != nil {
+			return -1
+		}
+		first, last, err := conn.ReadOffsets()
+		_ = conn.Close()
+		if err != nil {
+			return -1
+		}
+		total += last - first
+	}
+	return total
+}

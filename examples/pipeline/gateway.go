@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+)
+
+// webhookSecret signs the simulated deliveries; the gateway verifies them.
+var webhookSecret = []byte("demo-webhook-secret")
+
+// gateway is stage 1: the HTTP endpoint providers deliver webhooks to. It
+// answers 2xx only once Kafka acknowledged the event, and claims a delivery
+// id as done only then.
+type gateway struct {
+	srv   *http.Server
+	ln    net.Listener
+	pub   *kafkapub.Publisher
+	flaky *flakyKafka
+	done  chan error
+}
+
+func startGateway(ctx context.Context, brokers []string, topic string, rng *rand.Rand, faults bool) (*gateway, error) {
+	pub, err := kafkapub.New(ctx, brokers, topic, kafkapub.Options{
+		// Per-organisation order: one organisation's events go to one partition.
+		PartitionKey: func(d idempotency.Delivery) ([]byte, error) {
+			var e struct {
+				OrgID string `json:"org_id"`
+			}
+			if err := json.Unmarshal(d.Body, &e); err != nil || e.OrgID == "" {
+				return nil, fmt.Errorf("no org_id in delivery %s", d.Key)
+			}
+			return []byte(e.OrgID), nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	flaky := &flakyKafka{pub: pub, rng: rng}
+	if faults {
+		flaky.failBefore, flaky.failAfter = 0.03, 0.03
+	}
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	for path, opts := range map[string]idempotency.Options{
+		"/webhooks/github": {Source: "github", Verify: idempotency.GitHubSignature(webhookSecret)},
+		"/webhooks/jira": {
+			Source: "jira",
+			Key:    idempotency.HeaderKey(idempotency.HeaderJiraWebhookID),
+			Verify: idempotency.HMACSHA256("X-Hub-Signature", webhookSecret),
+		},
+	} {
+		opts.RetryAfter = time.Second
+		h, err := idempotency.NewHandler(store, flaky.Publish, opts)
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle("POST "+path, h)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	g := &gateway{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln, pub: pub, flaky: flaky, done: make(chan error, 1)}
+	go func() { g.done <- g.srv.Serve(ln) }()
+	return g, nil
+}
+
+func (g *gateway) URL() string { return "http://" + g.ln.Addr().String() }
+
+func (g *gateway) Close(ctx context.Context) error {
+	err := g.srv.Shutdown(ctx)
+	if serr := <-g.done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return errors.Join(err, g.pub.Close())
+}
+
+// flakyKafka injects the two failures of a Kafka publish that matter:
+// the write never happened (broker unreachable), or it happened and the
+// acknowledgement was lost. Either way the gateway must answer 503 so the
+// provider retries; the second case leaves a duplicate in Kafka that the
+// stream processor's dedup drops.
+type flakyKafka struct {
+	pub                   *kafkapub.Publisher
+	mu                    sync.Mutex
+	rng                   *rand.Rand
+	failBefore, failAfter float64
+	failedBefore, ackLost atomic.Int64
+	published             atomic.Int64
+}
+
+var (
+	errInjectedUnreachable = errors.New("injected fault: Kafka unreachable")
+	errInjectedAckLost     = errors.New("injected fault: Kafka wrote the event but the ack was lost")
+)
+
+func (f *flakyKafka) Publish(ctx context.Context, d idempotency.Delivery) error {
+	f.mu.Lock()
+	r := f.rng.Float64()
+	f.mu.Unlock()
+	if r < f.failBefore {
+		f.failedBefore.Add(1)
+		return errInjectedUnreachable
+	}
+	if err := f.pub.Publish(ctx, d); err != nil {
+		return err
+	}
+	f.published.Add(1)
+	if r < f.failBefore+f.failAfter {
+		f.ackLost.Add(1)
+		return errInjectedAckLost
+	}
+	return nil
+}

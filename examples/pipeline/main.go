@@ -1,0 +1,83 @@
+// Command pipeline runs the whole exactly-once pipeline on one machine and
+// proves its result: simulated GitHub and Jira webhooks → the idempotent
+// gateway → Kafka → a checkpointed stream processor (dedup, one-minute
+// windows) → ClickHouse, with faults injected at every joint, then compares
+// ClickHouse with the events the providers sent.
+//
+//	go run ./examples/pipeline            # embedded ClickHouse and Kafka
+//	go run ./examples/pipeline -events 20000 -kills 5
+//
+// Faults: Kafka publishes that fail before or after the write, duplicate
+// deliveries, the stream processor killed with SIGKILL, ClickHouse killed with
+// SIGKILL and restarted. CLICKHOUSE_ADDR and KAFKA_BROKERS point it at your own
+// servers instead (ClickHouse is then not killed).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pipeline:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
+	var cfg demoConfig
+	fs.IntVar(&cfg.Events, "events", 4000, "distinct events the providers send")
+	fs.IntVar(&cfg.Orgs, "orgs", 12, "organisations (the partitioning key)")
+	fs.IntVar(&cfg.Partitions, "partitions", 4, "partitions of the Kafka topic")
+	fs.IntVar(&cfg.Kills, "kills", 3, "times the stream processor is killed with SIGKILL")
+	fs.BoolVar(&cfg.KillClickHouse, "kill-clickhouse", true, "kill the embedded ClickHouse with SIGKILL once and restart it")
+	fs.BoolVar(&cfg.Faults, "faults", true, "inject Kafka publish failures and duplicate deliveries")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated events and faults")
+	fs.StringVar(&cfg.Dir, "dir", "", "state directory (default: a new temporary directory)")
+	fs.BoolVar(&cfg.Verbose, "v", false, "log the processor's warnings")
+	role := fs.String("role", "demo", "internal: demo or processor")
+	var proc processorConfig
+	var brokers string
+	fs.StringVar(&brokers, "brokers", "", "internal: Kafka brokers of the processor")
+	fs.StringVar(&proc.Topic, "topic", "", "internal")
+	fs.StringVar(&proc.Group, "group", "", "internal")
+	fs.StringVar(&proc.CHAddr, "clickhouse", "", "internal")
+	fs.StringVar(&proc.Database, "database", "", "internal")
+	fs.StringVar(&proc.StateDir, "state", "", "internal")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	level := slog.LevelError
+	if cfg.Verbose {
+		level = slog.LevelWarn
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	switch *role {
+	case "processor":
+		proc.Brokers = strings.Split(brokers, ",")
+		proc.Logger = logger.With("process", "processor", "pid", os.Getpid())
+		err := runProcessor(ctx, proc)
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	case "demo":
+		cfg.Logger = logger
+		return runDemo(ctx, cfg)
+	default:
+		return fmt.Errorf("unknown -role %q", *role)
+	}
+}
