@@ -17,8 +17,8 @@ import (
 // pipeline.
 type expected struct {
 	events  int
-	hourly  map[string]uint64  // org|unix hour → events
-	minutes map[string]minute  // org|unix ms of window start → aggregate
+	hourly  map[string]uint64 // org|unix hour → events
+	minutes map[string]minute // org|unix ms of window start → aggregate
 }
 
 type minute struct {
