@@ -44,11 +44,7 @@ test: deps
 	go test -race -count=1 -timeout 25m ./...
 
 demo: deps
-	@if [ -d examples/pipeline ]; then \
-		go run ./examples/pipeline; \
-	else \
-		echo "demo: examples/pipeline does not exist yet (the examples issue adds it); nothing to run."; \
-	fi
+	go run ./examples/pipeline
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./...
