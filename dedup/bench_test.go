@@ -18,8 +18,8 @@ import (
 // map[string]int64 from key to first-sight time, on the same keys: 53-byte
 // keys built like orgId:source:eventId with a GUID event id. They hold
 // benchKeys() live keys (10 million unless DEDUP_BENCH_KEYS says otherwise),
-// which takes about 400 MB for the Deduplicator and 1.2 GB for the map, one
-// after the other. Run them on one core:
+// which takes up to 1.2 GB at a time (the map, and ExactKeys), one
+// implementation after the other. Run them on one core:
 //
 //	go test -run '^$' -bench . -cpu 1 -benchtime 3s ./dedup
 func benchKeys(b *testing.B) int {
@@ -124,6 +124,20 @@ func BenchmarkObserve(b *testing.B) {
 		{name: "map", make: func(int) decider { return mapDecider{} }},
 		{name: "dedup", make: func(int) decider {
 			d, err := dedup.New(time.Hour, dedup.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return dedupDecider{d}
+		}},
+		{name: "dedup-presized", make: func(n int) decider {
+			d, err := dedup.New(time.Hour, dedup.Options{ExpectedKeys: n})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return dedupDecider{d}
+		}},
+		{name: "dedup-exact", make: func(int) decider {
+			d, err := dedup.New(time.Hour, dedup.Options{ExactKeys: true})
 			if err != nil {
 				b.Fatal(err)
 			}

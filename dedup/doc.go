@@ -48,10 +48,9 @@
 // Expired entries are removed incrementally, as with Flink's incremental
 // cleanup: each Observe examines Options.CleanupBudget table slots, so no
 // call stalls on a full sweep. Snapshots leave expired entries out, as with
-// Flink's full-snapshot cleanup.
-// Call Cleanup when idle to remove more and to give memory back after a
-// burst of keys expired. Growing the table (when it is 80%
-// full) rehashes it in the calling Observe; presize with
+// Flink's full-snapshot cleanup. Call Cleanup when idle to remove more and
+// to give memory back after a burst of keys expired. Growing the table (when
+// it is 80% full) rehashes it in the calling Observe; presize with
 // Options.ExpectedKeys to avoid that.
 //
 // An optional cap, Options.MaxKeys, makes Observe return ErrFull for new keys
@@ -67,8 +66,8 @@
 // use transparent huge pages, since each lookup touches one random slot. Two distinct keys share a
 // fingerprint with probability about n²/2¹²⁹ for n keys in one
 // deduplicator (1.5e-21 at 10⁹ keys); the second would be dropped as a
-// duplicate. Options.ExactKeys stores the key bytes too (their length plus 8
-// bytes per key) and tells such keys apart.
+// duplicate. Options.ExactKeys stores the key bytes too and tells such keys
+// apart, at about the memory of a map.
 //
 // # Snapshot format
 //

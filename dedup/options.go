@@ -110,7 +110,9 @@ type Options struct {
 	// false: only fingerprints are kept, and two distinct keys collide (the
 	// second is wrongly reported as a duplicate) with probability about
 	// n²/2¹²⁹ for n live keys: 1.5e-21 at 10⁹ keys. Exact keys cost the
-	// key's length plus 8 bytes more per key.
+	// key's bytes plus about 15 bytes of references per key, and the key
+	// arena grows by doubling: 115 bytes per 53-byte key in the benchmark,
+	// against 37 without and 109 for a map[string]int64.
 	ExactKeys bool
 
 	// MaxKeys caps the number of stored entries. When the cap is reached,
@@ -199,11 +201,13 @@ var (
 
 	// ErrTimeOutOfRange is returned by Observe when the clock plus the TTL
 	// lies past 2106-02-07 (expiries are stored as 32-bit Unix seconds).
-	// Nothing was recorded.
+	// Nothing was recorded. The error is deterministic: retrying or
+	// replaying the record fails again, so validate timestamps upstream
+	// or route such records aside.
 	ErrTimeOutOfRange = errors.New("dedup: time out of range")
 
 	// ErrKeyTooLong is returned by Observe in exact mode for a key longer
-	// than 16 MiB - 1. Nothing was recorded.
+	// than 16 MiB - 1. Nothing was recorded, and retrying fails again.
 	ErrKeyTooLong = errors.New("dedup: key too long")
 
 	// ErrClosed is returned by every method called after Close.
