@@ -26,6 +26,12 @@ var (
 	// holds state for a participant name the chain does not have: loading
 	// the rest would silently drop that state.
 	ErrUnknownState = errors.New("checkpoint: checkpoint holds state of an unknown participant")
+	// ErrDeclined is wrapped by a Snapshot error of a participant that is
+	// healthy but cannot snapshot at this barrier, for example a sink in the
+	// middle of a batch it must write whole. The checkpoint is skipped as if
+	// it had failed (nothing written, no offset moved), but the chain goes
+	// on, and the next barrier tries again.
+	ErrDeclined = errors.New("checkpoint: participant declined the barrier")
 )
 
 // Error describes a checkpoint that did not complete: nothing was written
@@ -76,6 +82,7 @@ type Coordinator struct {
 	duration metric.Float64Histogram
 	size     metric.Int64Histogram
 	failures metric.Int64Counter
+	declines metric.Int64Counter
 	commits  metric.Int64Counter
 	reg      metric.Registration
 
@@ -106,13 +113,15 @@ func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 		tasks: map[*Task]struct{}{},
 	}
 	m := opts.MeterProvider.Meter("github.com/exactlyonce/exactlyonce/checkpoint")
-	var errs [7]error
+	var errs [8]error
 	c.duration, errs[0] = m.Float64Histogram("checkpoint.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from barrier to durable checkpoint metadata, per partition."))
 	c.size, errs[1] = m.Int64Histogram("checkpoint.size", metric.WithUnit("By"),
 		metric.WithDescription("Size of a partition's checkpoint file."))
 	c.failures, errs[2] = m.Int64Counter("checkpoint.failures",
 		metric.WithDescription("Checkpoints that did not complete."))
+	c.declines, errs[7] = m.Int64Counter("checkpoint.declines",
+		metric.WithDescription("Checkpoints skipped because a participant declined the barrier (ErrDeclined)."))
 	c.commits, errs[3] = m.Int64Counter("checkpoint.offset_commit.failures",
 		metric.WithDescription("Offset commits to the consumer group that failed after a completed checkpoint (harmless: the checkpoint is the truth)."))
 	age, err4 := m.Float64ObservableGauge("checkpoint.last_completed.age", metric.WithUnit("s"),
@@ -120,7 +129,7 @@ func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 	lag, err5 := m.Int64ObservableGauge("checkpoint.consumer.lag", metric.WithUnit("{record}"),
 		metric.WithDescription("Records between the partition's high watermark and the chain's next offset."))
 	errs[4], errs[5] = err4, err5
-	if err := errors.Join(errs[:]...); err != nil {
+	if err := errors.Join(errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], errs[7]); err != nil {
 		return nil, fmt.Errorf("checkpoint: NewCoordinator: metrics: %w", err)
 	}
 	c.reg, errs[6] = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -383,6 +392,10 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 	}
 	for _, name := range t.names {
 		state, err := t.participants[name].Snapshot(ctx, id)
+		if errors.Is(err, ErrDeclined) {
+			c.declines.Add(ctx, 1, at)
+			return &Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err}
+		}
 		if err != nil {
 			return fail(&Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err})
 		}

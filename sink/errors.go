@@ -3,6 +3,8 @@ package sink
 import (
 	"errors"
 	"fmt"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
 )
 
 // Sentinel errors. Match them with errors.Is.
@@ -36,9 +38,10 @@ var (
 
 	// ErrReplayInProgress reports a snapshot whose barrier falls inside a
 	// journaled batch that is being replayed: the batch can only be written
-	// whole, with its token. The checkpoint fails; the next one, after the
-	// batch's last record, succeeds.
-	ErrReplayInProgress = errors.New("sink: barrier inside a journaled batch being replayed")
+	// whole, with its token. It wraps checkpoint.ErrDeclined: the checkpoint
+	// is skipped, the chain goes on, and the next barrier, after the batch's
+	// last record, succeeds.
+	ErrReplayInProgress = fmt.Errorf("sink: barrier inside a journaled batch being replayed: %w", checkpoint.ErrDeclined)
 
 	// ErrOutsideDedupWindow is matched by *OutsideWindowError.
 	ErrOutsideDedupWindow = errors.New("sink: journaled batch outside the table's deduplication window")

@@ -161,6 +161,10 @@ func (s *Source) consume(ctx context.Context, p checkpoint.Partition, next int64
 				if ctx.Err() != nil {
 					return next, false, nil // revoked mid-checkpoint: nothing was committed
 				}
+				if errors.Is(err, checkpoint.ErrDeclined) {
+					s.log.Debug("kafkasource: checkpoint declined; the next barrier tries again", "err", err)
+					continue
+				}
 				return next, false, fmt.Errorf("kafkasource: %w", err)
 			}
 		case f := <-recs:

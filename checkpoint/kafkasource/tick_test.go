@@ -82,3 +82,75 @@ func TestRetryableGroupError(t *testing.T) {
 		assert.Equal(t, tt.want, kafkasource.RetryableGroupError(tt.give), "%v", tt.give)
 	}
 }
+
+// decliner declines its first barriers, as a sink replaying a journaled batch
+// does, then snapshots normally.
+type decliner struct{ declines atomic.Int32 }
+
+func (d *decliner) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
+	if d.declines.Add(-1) >= 0 {
+		return nil, fmt.Errorf("mid-batch: %w", checkpoint.ErrDeclined)
+	}
+	return []byte("ok"), nil
+}
+func (d *decliner) Restore(context.Context, []byte) error                    { return nil }
+func (d *decliner) CheckpointCompleted(context.Context, checkpoint.ID) error { return nil }
+
+// TestDeclinedCheckpointKeepsRunning shows that a participant declining a
+// barrier skips that checkpoint (nothing written) without stopping Run, and
+// that a later barrier completes.
+func TestDeclinedCheckpointKeepsRunning(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	const topic = "decline"
+	testenv.CreateTopic(t, brokers, topic, 1)
+	storage := checkpoint.NewMemStorage()
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+	require.NoError(t, err)
+	defer coord.Close()
+
+	d := &decliner{}
+	d.declines.Store(2)
+	attached := make(chan struct{})
+	newProc := func(context.Context, checkpoint.Partition) (*kafkasource.Processor, error) {
+		defer close(attached)
+		return &kafkasource.Processor{
+			Participants: map[string]checkpoint.Participant{"d": d},
+			Process:      func(context.Context, kafka.Message) error { return nil },
+		}, nil
+	}
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "decline", Topics: []string{topic}},
+		coord, newProc, fastGroup)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		assert.NoError(t, <-done)
+	}()
+	select {
+	case <-attached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no partition assigned")
+	}
+
+	// The first Trigger may come before the chain attached; it then covers
+	// no chain and returns nil.
+	require.Eventually(t, func() bool { return errors.Is(src.Checkpoint(ctx), checkpoint.ErrDeclined) },
+		10*time.Second, 20*time.Millisecond)
+	require.ErrorIs(t, src.Checkpoint(ctx), checkpoint.ErrDeclined)
+	names, err := storage.List(ctx, "")
+	require.NoError(t, err)
+	assert.Empty(t, names, "a declined checkpoint writes nothing")
+	require.Eventually(t, func() bool { return src.Checkpoint(ctx) == nil }, 10*time.Second, 50*time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("Run stopped: %v", err)
+	default:
+	}
+	cp, err := store.Latest(ctx, checkpoint.Partition{Topic: topic, Partition: 0})
+	require.NoError(t, err)
+	assert.Equal(t, []byte("ok"), cp.States["d"])
+}
