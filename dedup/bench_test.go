@@ -203,7 +203,10 @@ func BenchmarkSnapshot(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	var state []byte
+	state, err := d.Snapshot(ctx, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Run("snapshot", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
