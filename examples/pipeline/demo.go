@@ -60,6 +60,9 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 		defer chServer.Stop()
 		chAddr = chServer.Addr()
 		say("ClickHouse %s listening on %s", chServer.Version(), chAddr)
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go watchClickHouse(watchCtx, chServer, say)
 	}
 	var brokers []string
 	if env := os.Getenv("KAFKA_BROKERS"); env != "" {
@@ -327,4 +330,24 @@ func kafkaRecords(ctx context.Context, brokers []string, topic string, partition
 		total += last - first
 	}
 	return total
+}
+
+// watchClickHouse restarts the embedded ClickHouse if it exits on its own, as
+// systemd or Kubernetes would, and says why it stopped.
+func watchClickHouse(ctx context.Context, c *embedded.ClickHouse, say func(string, ...any)) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := c.Crashed(); err != nil {
+			say("ClickHouse exited on its own; restarting it: %v", err)
+			if err := c.Restart(ctx); err != nil && ctx.Err() == nil {
+				say("restart ClickHouse: %v", err)
+			}
+		}
+	}
 }

@@ -194,6 +194,18 @@ func (c *ClickHouse) killLocked() error {
 	return nil
 }
 
+// Crashed returns an error describing how the server process ended, with
+// the tail of its output, if it exited on its own (not through Kill or Stop);
+// nil while it runs. A supervisor calls Restart after it.
+func (c *ClickHouse) Crashed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil || !c.proc.exited() {
+		return nil
+	}
+	return fmt.Errorf("embedded: clickhouse %w", c.proc.exitError())
+}
+
 // Restart starts the server again on the same directory and port, killing
 // it first if it is running, and waits until it is ready. It fails after
 // Stop.
