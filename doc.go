@@ -1,7 +1,49 @@
 // Package exactlyonce is a set of building blocks for event pipelines whose
-// results stay exact when any step runs again or dies halfway.
+// results stay exact when any step runs again or dies halfway: webhooks from
+// GitHub and Jira → an HTTP gateway → Kafka → a stream processor that
+// deduplicates and aggregates in windows → ClickHouse.
+//
+// # The principle
 //
 // End-to-end exactly-once is at-least-once delivery plus idempotent,
-// deterministic destinations. See README.md for the pipeline this SDK
-// targets and the packages that make up each stage.
+// deterministic destinations. No single tool provides it: every joint
+// between two tools must answer "if this step runs again, or dies halfway,
+// does the result stay the same?". Each package answers it for one joint.
+//
+// # The packages, stage by stage
+//
+//   - idempotency: the gateway. A delivery id is claimed as pending, marked
+//     done only after Kafka acknowledged the event, and released on
+//     failure, so the provider's retry is never wasted. Memory and Redis
+//     stores (idempotency/redisstore); the acks=all Kafka publisher is
+//     idempotency/kafkapub.
+//   - checkpoint: the spine. A Participant (Snapshot, Restore,
+//     CheckpointCompleted) is an operator whose state is part of every
+//     checkpoint; the Coordinator takes barrier-aligned checkpoints of every
+//     partition's chain together with the Kafka offset they match, writes
+//     them atomically to a Storage, and only then commits offsets.
+//     checkpoint/kafkasource runs one chain per partition of a kafka-go
+//     consumer group and restores it wherever the partition moves.
+//   - dedup: keyed state that remembers event keys for a TTL with Flink's
+//     semantics, in 20 to 37 bytes per key, snapshotted in every checkpoint.
+//   - window: event-time windows with watermarks and aggregators whose
+//     neutral element is right (an average of nothing is absent, not 0).
+//     Rows are keyed by window and versioned, for a ReplacingMergeTree.
+//   - sink: a write-ahead journal that makes a replay cut rows into exactly
+//     the batches it inserted before; sink/chsink inserts them into
+//     ClickHouse with the same insert_deduplication_token, so a table and its
+//     materialized views see every row once.
+//
+// examples/pipeline wires all of them together, injects faults at every
+// joint (lost Kafka acks, duplicate deliveries, kill -9 of the processor and
+// of ClickHouse) and checks the result in ClickHouse: `make demo`.
+//
+// # What the packages assume of each other
+//
+// Processing must depend only on restored state and the records in offset
+// order (event time, never the wall clock), so that a replay after a restore
+// produces the same rows at the same positions; the sink detects and refuses
+// a replay that does not. Every instance of a consumer group shares one
+// checkpoint.Storage. ClickHouse tables deduplicate inserted blocks over a
+// window deeper than the replay.
 package exactlyonce
