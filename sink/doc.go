@@ -20,7 +20,9 @@
 // token, so ClickHouse drops it if it already has it. Only then does normal
 // batching resume. A replayed batch whose content hash differs from the
 // journal returns a *ContentMismatchError: reusing the token would silently
-// keep one version.
+// keep one version. A backend may instead, for idempotent tables, insert the
+// new content under ReinsertToken and journal it as an Intent that
+// Supersedes the old one; Load then returns the superseding entry.
 //
 // # Where the journal lives, and why
 //

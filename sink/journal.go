@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"slices"
 	"strings"
@@ -43,6 +45,27 @@ type Intent struct {
 	// window; -1 when unknown.
 	Block int64 `json:"block"`
 	Acked bool  `json:"acked"`
+	// AckEpoch is the owner epoch that set Acked.
+	AckEpoch uint64 `json:"ack_epoch,omitempty"`
+	// Supersedes is the token of the journaled batch over the same positions
+	// that this one replaces: the replayed rows differed and were inserted
+	// again under a fresh token (see ReinsertToken). Load returns this entry
+	// in place of the one it supersedes.
+	Supersedes string `json:"supersedes,omitempty"`
+}
+
+// ReinsertToken returns the insert_deduplication_token for content with
+// hash replayed into the positions of a journaled batch whose token is prev
+// but whose content differed. It is deterministic, so a second replay of
+// the same new content gets the same token and ClickHouse drops it, and it
+// differs from prev and from every token derived along another history:
+// the suffix hashes prev (itself possibly derived) with the new hash.
+func ReinsertToken(prev string, hash uint64) string {
+	root, _, _ := strings.Cut(prev, "~r")
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(prev))
+	_, _ = h.Write(binary.BigEndian.AppendUint64(nil, hash))
+	return fmt.Sprintf("%s~r%016x", root, h.Sum64())
 }
 
 type ownerRecord struct {
@@ -187,7 +210,7 @@ func (j *Journal) Record(ctx context.Context, in *Intent) error {
 // Ack marks in as acknowledged by ClickHouse. Losing an ack is harmless: the
 // batch is then re-inserted with its token on replay and deduplicated.
 func (j *Journal) Ack(ctx context.Context, in *Intent) error {
-	in.Acked = true
+	in.Acked, in.AckEpoch = true, j.epoch
 	b, _ := json.Marshal(in)
 	if err := j.store.Put(ctx, j.entryName(*in), b); err != nil {
 		return fmt.Errorf("sink: journal %s: ack %s..%s: %w", j.prefix, in.First, in.Last, err)
@@ -197,9 +220,13 @@ func (j *Journal) Ack(ctx context.Context, in *Intent) error {
 
 // Load returns the entries whose last position is after `after` (all
 // entries when after is nil), ordered by position. Overlapping entries are
-// reconciled: an unacknowledged entry of an older epoch that overlaps a newer
-// epoch's entry was written by a fenced owner after the takeover and never
-// inserted, so it is dropped; any other overlap is ErrJournalCorrupt.
+// reconciled: an entry that supersedes another (same positions, Supersedes
+// naming its token, newer epoch) replaces it, unless the superseded entry was
+// acknowledged by a still newer epoch (then the superseding one was written
+// by a fenced owner and never inserted); an unacknowledged entry of an older
+// epoch that overlaps a newer epoch's entry was written by a fenced owner
+// after the takeover and never inserted, so it is dropped; any other overlap
+// is ErrJournalCorrupt.
 func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 	names, err := j.store.List(ctx, j.prefix+"b-")
 	if err != nil {
@@ -237,6 +264,11 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		if n := len(out); n > 0 && in.First.Compare(out[n-1].Last) <= 0 {
 			prev := out[n-1]
 			switch {
+			case supersedes(in, prev) && !(prev.Acked && prev.AckEpoch > in.Epoch):
+				out[n-1] = in
+			case supersedes(in, prev) && !in.Acked:
+				// Written by an owner fenced before the superseded batch was
+				// acknowledged by a later one: never inserted.
 			case prev.Epoch < in.Epoch && !prev.Acked:
 				out[n-1] = in
 			case in.Epoch < prev.Epoch && !in.Acked:
@@ -249,6 +281,11 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		out = append(out, in)
 	}
 	return out, nil
+}
+
+func supersedes(in, prev Intent) bool {
+	return in.Supersedes != "" && in.Supersedes == prev.Token && in.Epoch > prev.Epoch &&
+		in.First == prev.First && in.Last == prev.Last
 }
 
 // Prune deletes the entries that end at or before through, after recording

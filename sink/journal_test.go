@@ -152,3 +152,55 @@ func TestOpenJournalRejectsBadNames(t *testing.T) {
 		assert.Error(t, err, "%q %v", tt.table, tt.src)
 	}
 }
+
+func TestJournalSupersede(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		ackLater  bool // the superseded batch is acked by an owner after the superseding one's
+		wantToken func(old, re sink.Intent) string
+	}{
+		{"superseding entry replaces an acked batch", false, func(_, re sink.Intent) string { return re.Token }},
+		{"stale superseding entry of a fenced owner is dropped", true, func(old, _ sink.Intent) string { return old.Token }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := checkpoint.NewMemStorage()
+			a, _ := sink.OpenJournal(store, "db.t", src)
+			require.NoError(t, a.Claim(ctx))
+			old := record(t, a, pos(0, 0), pos(9, 0))
+			if !tt.ackLater {
+				require.NoError(t, a.Ack(ctx, &old))
+			}
+			b, _ := sink.OpenJournal(store, "db.t", src)
+			require.NoError(t, b.Claim(ctx))
+			re := sink.Intent{First: old.First, Last: old.Last, Rows: 2, Hash: 7,
+				Token: sink.ReinsertToken(old.Token, 7), Supersedes: old.Token}
+			if tt.ackLater {
+				c, _ := sink.OpenJournal(store, "db.t", src)
+				require.NoError(t, c.Claim(ctx)) // fences b
+				require.ErrorIs(t, b.Record(ctx, &re), sink.ErrFenced)
+				require.NoError(t, c.Ack(ctx, &old))
+			} else {
+				require.NoError(t, b.Record(ctx, &re))
+			}
+			d, _ := sink.OpenJournal(store, "db.t", src)
+			require.NoError(t, d.Claim(ctx))
+			got, err := d.Load(ctx, nil)
+			require.NoError(t, err)
+			require.Len(t, got, 1)
+			assert.Equal(t, tt.wantToken(old, re), got[0].Token)
+		})
+	}
+}
+
+func TestReinsertToken(t *testing.T) {
+	base := "eo1:abc:rtopic:0:1.0-9.0"
+	a := sink.ReinsertToken(base, 1)
+	assert.Equal(t, a, sink.ReinsertToken(base, 1), "deterministic")
+	assert.NotEqual(t, a, sink.ReinsertToken(base, 2))
+	assert.NotEqual(t, base, a)
+	b := sink.ReinsertToken(a, 2)
+	assert.NotEqual(t, sink.ReinsertToken(base, 2), b, "depends on the history")
+	assert.Equal(t, len(a), len(b), "does not grow")
+}

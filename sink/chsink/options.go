@@ -34,6 +34,25 @@ const (
 	// Use it only when the versions differ in ways that do not matter
 	// (a processing timestamp). The mismatch is logged at Warn.
 	MismatchKeepFirst
+	// MismatchReinsert inserts the replayed rows under a fresh token derived
+	// from the journaled one and the new content hash (sink.ReinsertToken),
+	// and journals them as superseding the old batch, so a second replay of
+	// the same new content is deduplicated again. The table then holds the
+	// new rows, and the old ones too if they had landed: correct only for
+	// tables where inserting rows again under the same key is idempotent,
+	// such as window output (key, window start, end, version) written to a
+	// ReplacingMergeTree(version) and read with FINAL or argMax. New refuses
+	// it (ErrNotIdempotent) unless the table, and the target of every
+	// materialized view fed by it, is a Replacing-, Aggregating- or
+	// Collapsing-family MergeTree: on a plain MergeTree, or through a view
+	// into a SummingMergeTree, the rows would be counted twice. The dependent
+	// views see the replayed rows again (they are a new block), so they must
+	// be idempotent too; for Aggregating and Collapsing engines that holds
+	// only when the aggregate functions are idempotent (max, min, any,
+	// argMax) or the replayed rows cancel the old ones, which New cannot
+	// check. A replay that produces no rows in the batch's positions inserts
+	// nothing. Logged at Warn.
+	MismatchReinsert
 )
 
 // WindowPolicy says what to do with a journaled batch whose insert outcome is
@@ -141,7 +160,7 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("chsink: MaxRows %d out of range (1..1000000)", o.MaxRows)
 	case o.MaxBytes < 0, o.MaxDelay < 0, o.RetryBase < 0, o.RetryMax < o.RetryBase, o.InsertTimeout < 0, o.DialTimeout < 0:
 		return fmt.Errorf("chsink: negative or inconsistent durations/sizes in Options")
-	case o.OnMismatch != MismatchFail && o.OnMismatch != MismatchKeepFirst:
+	case o.OnMismatch < MismatchFail || o.OnMismatch > MismatchReinsert:
 		return fmt.Errorf("chsink: unknown MismatchPolicy %d", o.OnMismatch)
 	case o.OnOutsideWindow < WindowFail || o.OnOutsideWindow > WindowSkip:
 		return fmt.Errorf("chsink: unknown WindowPolicy %d", o.OnOutsideWindow)

@@ -170,7 +170,7 @@ func New[T any](ctx context.Context, table Table, src sink.Source, store checkpo
 		return nil, err
 	}
 	s.conn = conn
-	info, err := checkTable(ctx, conn, opts.Database, table.Name, names)
+	info, err := checkTable(ctx, conn, opts.Database, table.Name, names, opts.OnMismatch == MismatchReinsert)
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -419,8 +419,12 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 	match := s.n == p.Rows && h == p.Hash && (s.n == 0 || s.last == p.Last)
 	if !match {
 		mis := &sink.ContentMismatchError{Intent: p, Rows: s.n, Hash: h, Last: s.last}
-		if s.opts.OnMismatch == MismatchFail {
+		switch {
+		case s.opts.OnMismatch == MismatchFail:
 			return mis
+		case s.opts.OnMismatch == MismatchReinsert && s.n > 0:
+			s.opts.Logger.Warn("chsink: replayed batch differs from the journal; inserting the new version under a fresh token", "err", mis)
+			return s.reinsert(ctx, p, h, start)
 		}
 		s.opts.Logger.Warn("chsink: replayed batch differs from the journal; keeping the first version", "err", mis)
 	}
@@ -455,6 +459,30 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 		s.resetBuffer()
 		s.covered, s.hasCovered = p.Last, true
 	}
+	return nil
+}
+
+// reinsert writes the buffered rows, replayed into pending[0]'s positions
+// with a different content hash h, as a new journaled batch that supersedes
+// it, under a token derived from the old token and h. The deduplication
+// window does not matter here: the token is new, unless this very content
+// was reinserted before, and then the superseding entry is what the journal
+// returns and what matched. The new batch is acknowledged like any other
+// (see flush); until then a replay re-inserts it with its token.
+func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, start time.Time) error {
+	in := sink.Intent{
+		First: p.First, Last: p.Last, Rows: s.n, Hash: h,
+		Token: sink.ReinsertToken(p.Token, h), Supersedes: p.Token,
+		Created: s.opts.Now(), Block: s.blockLowerBound(ctx),
+	}
+	if err := s.journal.Record(ctx, &in); err != nil {
+		return err
+	}
+	if err := s.insert(ctx, in); err != nil {
+		return err
+	}
+	s.pending = s.pending[1:]
+	s.written(in, start)
 	return nil
 }
 

@@ -22,13 +22,19 @@ var ErrNoDedupWindow = errors.New("chsink: table does not deduplicate inserted b
 // lacks a column that the sink writes.
 var ErrTableSchema = errors.New("chsink: table does not match the sink's columns")
 
+// ErrNotIdempotent is matched by *TableCheckError when Options.OnMismatch
+// is MismatchReinsert and the table, or the target of a materialized view fed
+// by it, is not a Replacing-, Aggregating- or Collapsing-family MergeTree:
+// inserting replayed rows again would count them twice.
+var ErrNotIdempotent = errors.New("chsink: table is not idempotent under re-inserted rows")
+
 // TableCheckError is returned by New when the target table cannot give
 // exactly-once inserts.
 type TableCheckError struct {
 	Database, Table string
 	Engine          string
 	Reason          string
-	Err             error // ErrNoDedupWindow or ErrTableSchema
+	Err             error // ErrNoDedupWindow, ErrTableSchema or ErrNotIdempotent
 }
 
 func (e *TableCheckError) Error() string {
@@ -91,12 +97,20 @@ var windowSetting = regexp.MustCompile(`\b(non_replicated_deduplication_window|r
 // and the deduplication window of every materialized view target fed by it:
 // with deduplicate_blocks_in_dependent_materialized_views = 1 a target table
 // deduplicates the view's blocks only if it has a window itself.
-func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []string) (tableInfo, error) {
+//
+// With reinsert (MismatchReinsert) the table and every view target must also
+// be of an engine under which re-inserted rows are idempotent.
+func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []string, reinsert bool) (tableInfo, error) {
 	info, err := dedupWindow(ctx, c, db, table)
 	if err != nil {
 		return info, err
 	}
-	if err := checkViews(ctx, c, db, table, 0); err != nil {
+	if reinsert && !idempotentEngine(info.engine) {
+		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
+			Reason: "MismatchReinsert needs a Replacing-, Aggregating- or Collapsing-family MergeTree: " +
+				"re-inserted rows of a replayed batch would be counted twice", Err: ErrNotIdempotent}
+	}
+	if err := checkViews(ctx, c, db, table, 0, reinsert); err != nil {
 		return info, err
 	}
 	have, err := queryStrings(ctx, c, fmt.Sprintf(
@@ -240,7 +254,7 @@ func dedupWindow(ctx context.Context, c *ch.Client, db, table string) (tableInfo
 
 // checkViews checks the target tables of the materialized views that read
 // db.table, recursively.
-func checkViews(ctx context.Context, c *ch.Client, db, table string, depth int) error {
+func checkViews(ctx context.Context, c *ch.Client, db, table string, depth int, reinsert bool) error {
 	if depth > 8 {
 		return nil
 	}
@@ -257,16 +271,33 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, depth int) 
 		if tt == "" {
 			continue // a view with an inner table: not checked (name it with TO)
 		}
-		if _, err := dedupWindow(ctx, c, tdb, tt); err != nil {
+		info, err := dedupWindow(ctx, c, tdb, tt)
+		if err == nil && reinsert && !idempotentEngine(info.engine) {
+			err = &TableCheckError{Database: tdb, Table: tt, Engine: info.engine,
+				Reason: "MismatchReinsert: the view sees re-inserted rows again and would count them twice", Err: ErrNotIdempotent}
+		}
+		if err != nil {
 			var tce *TableCheckError
 			if errors.As(err, &tce) {
 				tce.Reason = fmt.Sprintf("target of materialized view %s.%s over %s.%s: %s", r[0], r[1], db, table, tce.Reason)
 			}
 			return err
 		}
-		if err := checkViews(ctx, c, tdb, tt, depth+1); err != nil {
+		if err := checkViews(ctx, c, tdb, tt, depth+1, reinsert); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// idempotentEngine reports whether engine keeps one row per key however
+// often rows are inserted again: the Replacing, Aggregating and Collapsing
+// families, replicated or shared.
+func idempotentEngine(engine string) bool {
+	e := strings.TrimPrefix(strings.TrimPrefix(engine, "Replicated"), "Shared")
+	switch e {
+	case "ReplacingMergeTree", "AggregatingMergeTree", "CollapsingMergeTree", "VersionedCollapsingMergeTree":
+		return true
+	}
+	return false
 }
