@@ -47,6 +47,14 @@ type Intent struct {
 	Acked bool  `json:"acked"`
 	// AckEpoch is the owner epoch that set Acked.
 	AckEpoch uint64 `json:"ack_epoch,omitempty"`
+	// AckedThrough, set by Record from AckLater, acknowledges the earlier
+	// entries of the same epoch and owner that end at or before it: the ack
+	// of batch N rides on the intent of batch N+1 instead of a write of its
+	// own. Load reports such entries as Acked.
+	AckedThrough *Position `json:"acked_through,omitempty"`
+	// PrunedThrough, set by Record from Prune, is the journal's prune point
+	// when the intent was written (see Prune).
+	PrunedThrough *Position `json:"pruned_through,omitempty"`
 	// Supersedes is the token of the journaled batch over the same positions
 	// that this one replaces: the replayed rows differed and were inserted
 	// again under a fresh token (see ReinsertToken). Load returns this entry
@@ -96,6 +104,10 @@ var nameSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // passed that check had written its intent before the new owner's claim, the
 // new owner's Load sees the intent and replays it with the same token.
 //
+// Writes: one Put per batch (its intent, which also carries the previous
+// batch's ack and the prune point) and one Delete per pruned entry; Claim,
+// replays and Ack of a replayed batch write more.
+//
 // A Journal is used by one goroutine at a time.
 type Journal struct {
 	store       checkpoint.Storage
@@ -105,6 +117,24 @@ type Journal struct {
 	instance    string
 	epoch       uint64
 	incarnation string
+
+	ackedThrough *Position // AckLater: carried by the next Record
+	pruneWant    *Position // Prune: carried by the next Record
+	pruneDurable *Position // carried by a durable intent: entries up to here may go
+	known        []entryRef
+}
+
+// entryRef is an entry this handle wrote or loaded, deletable once pruned.
+type entryRef struct {
+	name string
+	last Position
+}
+
+func maxPos(a *Position, b Position) *Position {
+	if a == nil || b.Compare(*a) > 0 {
+		return &b
+	}
+	return a
 }
 
 // OpenJournal returns the journal of table for src. Table, topic must consist
@@ -190,6 +220,18 @@ func (j *Journal) CheckOwner(ctx context.Context) error {
 
 // Record durably writes in as a new intent owned by this instance, then
 // checks ownership. Only after Record returns nil may the batch be inserted.
+// The intent also carries the acknowledgements noted by AckLater and the
+// prune point noted by Prune.
+//
+// The ownership check re-reads the owner record after every intent, even
+// when nothing seems to have changed: it is what orders this intent before
+// any later Claim. If the read shows this instance still owner, the intent's
+// Put happened before the new owner's Claim, so the new owner's Load, which
+// follows its Claim, sees the intent and replays it with the same token; if
+// the check were skipped, an intent written after a takeover could be
+// inserted while the new owner, which never saw it, cuts the same positions
+// differently: a duplicate. The read is a Get without fsync, a small part of
+// a batch's cost; what Record saves is the separate ack and prune writes.
 func (j *Journal) Record(ctx context.Context, in *Intent) error {
 	if j.epoch == 0 {
 		return errors.New("sink: journal: Record before Claim")
@@ -200,11 +242,29 @@ func (j *Journal) Record(ctx context.Context, in *Intent) error {
 	in.Version = intentVersion
 	in.Table, in.Topic, in.Partition = j.table, j.src.Topic, j.src.Partition
 	in.Epoch, in.Owner = j.epoch, j.instance
+	in.AckedThrough, in.PrunedThrough = j.ackedThrough, j.pruneWant
 	b, _ := json.Marshal(in)
-	if err := j.store.Put(ctx, j.entryName(*in), b); err != nil {
+	name := j.entryName(*in)
+	if err := j.store.Put(ctx, name, b); err != nil {
 		return fmt.Errorf("sink: journal %s: record %s..%s: %w", j.prefix, in.First, in.Last, err)
 	}
+	j.known = append(j.known, entryRef{name: name, last: in.Last})
+	if in.PrunedThrough != nil {
+		j.pruneDurable = maxPos(j.pruneDurable, *in.PrunedThrough)
+	}
 	return j.CheckOwner(ctx)
+}
+
+// AckLater notes that ClickHouse acknowledged in, a batch recorded by this
+// handle in its current epoch; the next Record carries the ack. Until then
+// a replay re-inserts in with its token and ClickHouse drops it, like any
+// batch whose ack was lost, so deferring the ack costs nothing in
+// correctness, only (after a crash) one deduplicated re-insert that the
+// deduplication window must cover, as it must the batch in flight.
+func (j *Journal) AckLater(in *Intent) {
+	if in.Epoch == j.epoch && in.Owner == j.instance {
+		j.ackedThrough = maxPos(j.ackedThrough, in.Last)
+	}
 }
 
 // Ack marks in as acknowledged by ClickHouse. Losing an ack is harmless: the
@@ -233,6 +293,7 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		return nil, fmt.Errorf("sink: journal %s: list: %w", j.prefix, err)
 	}
 	var all []Intent
+	known := j.known[:0]
 	for _, name := range names {
 		b, err := j.store.Get(ctx, name)
 		if errors.Is(err, checkpoint.ErrNotFound) {
@@ -248,11 +309,30 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		if in.Version != intentVersion || in.Last.Compare(in.First) < 0 {
 			return nil, fmt.Errorf("%w: %s: version %d, range %s..%s", ErrJournalCorrupt, name, in.Version, in.First, in.Last)
 		}
-		if after != nil && in.Last.Compare(*after) <= 0 {
-			continue
+		known = append(known, entryRef{name: name, last: in.Last})
+		if in.PrunedThrough != nil {
+			j.pruneDurable = maxPos(j.pruneDurable, *in.PrunedThrough)
 		}
 		all = append(all, in)
 	}
+	j.known = known
+	if j.pruneDurable != nil {
+		j.pruneWant = maxPos(j.pruneWant, *j.pruneDurable) // keep it alive in the next intent
+	}
+	// Acks carried by later intents of the same epoch and owner.
+	for i := range all {
+		a := &all[i]
+		if a.AckedThrough == nil {
+			continue
+		}
+		for k := range all {
+			e := &all[k]
+			if !e.Acked && e.Epoch == a.Epoch && e.Owner == a.Owner && e.Last.Compare(*a.AckedThrough) <= 0 {
+				e.Acked, e.AckEpoch = true, e.Epoch
+			}
+		}
+	}
+	all = slices.DeleteFunc(all, func(in Intent) bool { return after != nil && in.Last.Compare(*after) <= 0 })
 	slices.SortFunc(all, func(a, b Intent) int {
 		if c := a.First.Compare(b.First); c != 0 {
 			return c
@@ -288,55 +368,76 @@ func supersedes(in, prev Intent) bool {
 		in.First == prev.First && in.Last == prev.Last
 }
 
-// Prune deletes the entries that end at or before through, after recording
-// through as the prune point. Pruning is an optimisation: a crash midway
-// leaves entries that Load filters by position anyway.
+// Prune notes through, the position covered by a completed checkpoint, as
+// the journal's prune point, and deletes the entries that end at or before
+// the prune point already made durable. The point is not written on its own:
+// the next Record carries it, and only entries at or before a point carried
+// by a durable intent are deleted, so a later restore from a checkpoint
+// older than a deletion still fails with ErrStaleCheckpoint (see Pruned).
+// The newest intent is never deleted (it ends after the point it carries),
+// and a new owner's first intent carries the point it loaded, so the point
+// outlives the entries it pruned. Pruning is an optimisation: a crash midway
+// leaves entries that Load filters by position anyway. Prune is one step
+// per checkpoint: no reads, one Delete per entry.
 func (j *Journal) Prune(ctx context.Context, through Position) error {
-	if prev, ok, err := j.Pruned(ctx); err != nil {
-		return err
-	} else if ok && through.Compare(prev) <= 0 {
+	j.pruneWant = maxPos(j.pruneWant, through)
+	if j.pruneDurable == nil {
 		return nil
 	}
-	b, _ := json.Marshal(pruneRecord{Through: through})
-	if err := j.store.Put(ctx, j.prefix+"pruned", b); err != nil {
-		return fmt.Errorf("sink: journal %s: prune: %w", j.prefix, err)
+	keep := j.known[:0]
+	var err error
+	for _, e := range j.known {
+		if err == nil && e.last.Compare(*j.pruneDurable) <= 0 {
+			if err = j.store.Delete(ctx, e.name); err == nil {
+				continue
+			}
+			err = fmt.Errorf("sink: journal %s: delete %s: %w", j.prefix, e.name, err)
+		}
+		keep = append(keep, e)
 	}
-	entries, err := j.store.List(ctx, j.prefix+"b-")
-	if err != nil {
-		return fmt.Errorf("sink: journal %s: list: %w", j.prefix, err)
-	}
-	for _, name := range entries {
-		var off, idx, ep uint64
-		if _, err := fmt.Sscanf(strings.TrimPrefix(name, j.prefix), "b-%d-%d-%d", &off, &idx, &ep); err != nil {
-			continue
-		}
-		b, err := j.store.Get(ctx, name)
-		if err != nil {
-			continue
-		}
-		var in Intent
-		if json.Unmarshal(b, &in) != nil || in.Last.Compare(through) > 0 {
-			continue
-		}
-		if err := j.store.Delete(ctx, name); err != nil {
-			return fmt.Errorf("sink: journal %s: delete %s: %w", j.prefix, name, err)
-		}
-	}
-	return nil
+	j.known = keep
+	return err
 }
 
-// Pruned returns the journal's prune point, if any.
+// Pruned returns the journal's durable prune point, if any: the highest
+// prune point carried by an entry (or by the record that older versions
+// wrote). Entries that end at or before it may have been deleted.
 func (j *Journal) Pruned(ctx context.Context) (Position, bool, error) {
+	var through *Position
 	b, err := j.store.Get(ctx, j.prefix+"pruned")
-	if errors.Is(err, checkpoint.ErrNotFound) {
+	switch {
+	case errors.Is(err, checkpoint.ErrNotFound):
+	case err != nil:
+		return Position{}, false, fmt.Errorf("sink: journal %s: read prune point: %w", j.prefix, err)
+	default:
+		var rec pruneRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return Position{}, false, fmt.Errorf("%w: prune record: %v", ErrJournalCorrupt, err)
+		}
+		through = &rec.Through
+	}
+	names, err := j.store.List(ctx, j.prefix+"b-")
+	if err != nil {
+		return Position{}, false, fmt.Errorf("sink: journal %s: list: %w", j.prefix, err)
+	}
+	for _, name := range names {
+		b, err := j.store.Get(ctx, name)
+		if errors.Is(err, checkpoint.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return Position{}, false, fmt.Errorf("sink: journal %s: read %s: %w", j.prefix, name, err)
+		}
+		var in Intent
+		if err := json.Unmarshal(b, &in); err != nil {
+			return Position{}, false, fmt.Errorf("%w: %s: %v", ErrJournalCorrupt, name, err)
+		}
+		if in.PrunedThrough != nil {
+			through = maxPos(through, *in.PrunedThrough)
+		}
+	}
+	if through == nil {
 		return Position{}, false, nil
 	}
-	if err != nil {
-		return Position{}, false, fmt.Errorf("sink: journal %s: read prune point: %w", j.prefix, err)
-	}
-	var rec pruneRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return Position{}, false, fmt.Errorf("%w: prune record: %v", ErrJournalCorrupt, err)
-	}
-	return rec.Through, true, nil
+	return *through, true, nil
 }

@@ -127,14 +127,71 @@ func TestJournalPrune(t *testing.T) {
 	record(t, j, pos(0, 0), pos(9, 0))
 	keep := record(t, j, pos(10, 0), pos(19, 0))
 	require.NoError(t, j.Prune(ctx, pos(9, 0)))
-	require.NoError(t, j.Prune(ctx, pos(3, 0))) // older: no-op
+	_, ok, err := j.Pruned(ctx)
+	require.NoError(t, err)
+	assert.False(t, ok, "the prune point is not durable before the next intent")
 	got, err := j.Load(ctx, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []sink.Intent{keep}, got)
+	assert.Len(t, got, 2, "nothing deleted before the point is durable")
+
+	next := record(t, j, pos(20, 0), pos(29, 0)) // carries the point
+	require.NoError(t, j.Prune(ctx, pos(3, 0)))  // older: deletes through the durable point only
+	got, err = j.Load(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []sink.Position{keep.First, next.First}, []sink.Position{got[0].First, got[1].First})
 	through, ok, err := j.Pruned(ctx)
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, pos(9, 0), through)
+
+	// A new owner keeps the point alive past the deletion of its carrier.
+	k, _ := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, k.Claim(ctx))
+	after := pos(19, 0)
+	_, err = k.Load(ctx, &after)
+	require.NoError(t, err)
+	record(t, k, pos(30, 0), pos(39, 0))
+	require.NoError(t, k.Prune(ctx, pos(29, 0)))
+	record(t, k, pos(40, 0), pos(49, 0))
+	require.NoError(t, k.Prune(ctx, pos(39, 0)))
+	got, err = k.Load(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, pos(30, 0), got[0].First)
+	through, _, err = k.Pruned(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, pos(29, 0), through)
+}
+
+func TestJournalAckLater(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	j, _ := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, j.Claim(ctx))
+	a := record(t, j, pos(0, 0), pos(9, 0))
+	j.AckLater(&a)
+	got, err := j.Load(ctx, nil)
+	require.NoError(t, err)
+	assert.False(t, got[0].Acked, "not acked before the next intent")
+
+	record(t, j, pos(10, 0), pos(19, 0))
+	got, err = j.Load(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.True(t, got[0].Acked, "acked by the next intent")
+	assert.False(t, got[1].Acked)
+
+	// An ack carried by another owner's intent does not cover this one's.
+	other, _ := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, other.Claim(ctx))
+	b := record(t, other, pos(20, 0), pos(29, 0))
+	other.AckLater(&got[1]) // not its batch: ignored
+	other.AckLater(&b)
+	record(t, other, pos(30, 0), pos(39, 0))
+	got, err = other.Load(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	assert.Equal(t, []bool{true, false, true, false}, []bool{got[0].Acked, got[1].Acked, got[2].Acked, got[3].Acked})
 }
 
 func TestOpenJournalRejectsBadNames(t *testing.T) {

@@ -26,6 +26,10 @@
 // returned, the sink stops accepting rows, and the checkpoint fails: a batch
 // is never dropped. Every insert carries insert_deduplication_token from the
 // journal and deduplicate_blocks_in_dependent_materialized_views = 1.
+// A batch costs one journal write before its insert (the intent, which also
+// carries the previous batch's ack and the prune point) and one Delete when a
+// later checkpoint completes; after a crash the last inserted batch, its ack
+// not yet carried, is re-inserted with its token and dropped by ClickHouse.
 //
 // # Table requirements
 //

@@ -27,10 +27,10 @@ func crashAfterUnackedInsert(t *testing.T, env chEnv, store *faultStorage) []byt
 	state, err := s.Snapshot(ctx, 1)
 	require.NoError(t, err)
 	require.NoError(t, feed(ctx, t, s, 100, 150))
-	store.failAck.Store(true)
+	// Inserted; its ack would ride on the next intent, which never comes:
+	// checkpoint 2 never completes (kill -9).
 	_, err = s.Snapshot(ctx, 2)
-	require.Error(t, err)
-	store.failAck.Store(false)
+	require.NoError(t, err)
 	return state
 }
 

@@ -390,9 +390,8 @@ func (s *Sink[T]) flush(ctx context.Context) error {
 	if err := s.insert(ctx, in); err != nil {
 		return err
 	}
-	if err := s.journal.Ack(ctx, &in); err != nil {
-		return err
-	}
+	// The ack rides on the next intent: one journal write per batch.
+	s.journal.AckLater(&in)
 	s.written(in, start)
 	return nil
 }
@@ -481,6 +480,7 @@ func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, start t
 	if err := s.insert(ctx, in); err != nil {
 		return err
 	}
+	s.journal.AckLater(&in)
 	s.pending = s.pending[1:]
 	s.written(in, start)
 	return nil

@@ -56,7 +56,7 @@ func TestNewRejectsViewTargetWithoutDedupWindow(t *testing.T) {
 
 // TestKilledBeforeCheckpointCompleted abandons a sink (as kill -9 would)
 // after it inserted batches that no completed checkpoint covers, one of them
-// with its acknowledgement lost, and restores a new one from the last
+// without its acknowledgement, and restores a new one from the last
 // checkpoint: the table and a materialized-view rollup hold exact counts.
 func TestKilledBeforeCheckpointCompleted(t *testing.T) {
 	env := setup(t, eventsDDL)
@@ -74,10 +74,7 @@ func TestKilledBeforeCheckpointCompleted(t *testing.T) {
 	_, err = s1.Snapshot(ctx, 2) // inserted, but checkpoint 2 never completes
 	require.NoError(t, err)
 	require.NoError(t, feed(ctx, t, s1, 200, 260)) // size flushes
-	store.failAck.Store(true)                      // the next insert lands, its ack is lost
-	err = feed(ctx, t, s1, 260, 300)
-	require.Error(t, err)
-	store.failAck.Store(false)
+	require.NoError(t, feed(ctx, t, s1, 260, 300)) // the last insert lands; its ack rides on an intent that never comes
 	// kill -9: s1 is abandoned without Snapshot or Close.
 
 	require.Greater(t, env.count(t, "SELECT count() FROM "+env.db+".events"), uint64(expectedRows(0, 100)))
