@@ -22,7 +22,8 @@ import (
 
 type demoConfig struct {
 	Events, Orgs, Partitions, Kills int
-	KillClickHouse, Faults, Verbose bool
+	KillClickHouse, KillKafka       bool
+	Faults, Verbose                 bool
 	Seed                            uint64
 	Dir                             string
 	Logger                          *slog.Logger
@@ -65,16 +66,20 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 		go watchClickHouse(watchCtx, chServer, say)
 	}
 	var brokers []string
+	var kafkaServer *embedded.KafkaProcess
 	if env := os.Getenv("KAFKA_BROKERS"); env != "" {
 		brokers = strings.Split(env, ",")
 	} else {
-		k, err := embedded.StartKafka(embedded.KafkaOptions{})
+		// The broker runs as its own process, with its log on disk, so that
+		// it can be killed with SIGKILL and come back with what it acknowledged.
+		var err error
+		kafkaServer, err = embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: dir + "/kafka"})
 		if err != nil {
 			return fmt.Errorf("start Kafka: %w", err)
 		}
-		defer k.Close()
-		brokers = k.Brokers()
-		say("Kafka (kfake) listening on %s", brokers[0])
+		defer kafkaServer.Stop()
+		brokers = kafkaServer.Brokers()
+		say("Kafka (kfake, pid %d) listening on %s", kafkaServer.PID(), brokers[0])
 	}
 	runID := fmt.Sprintf("%d", time.Now().UnixNano())
 	topicName := topic + "_" + runID
@@ -139,7 +144,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 		})
 	}
 	for i := range events {
-		faults.at(ctx, i, sup, chServer, say)
+		faults.at(ctx, i, sup, chServer, kafkaServer, say)
 		select {
 		case work <- i:
 		case <-ctx.Done():
@@ -169,7 +174,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 
 	// Wait until ClickHouse holds exactly what was sent, or report the gap.
 	want := expect(events)
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(convergeTimeout())
 	var last []string
 	for {
 		got, err := observe(ctx, chAddr, db)
@@ -187,7 +192,12 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 			last = []string{err.Error()}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("ClickHouse did not converge to the expected result:\n  %s", summarize(last))
+			if os.Getenv("PIPELINE_DUMP") != "" {
+				sup.signal(syscall.SIGQUIT) // the processor's goroutines, to see where it stalls
+				time.Sleep(time.Second)
+			}
+			return fmt.Errorf("ClickHouse did not converge to the expected result (Kafka holds %d records):\n  %s",
+				kafkaRecords(ctx, brokers, topicName, cfg.Partitions), summarize(last))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -203,10 +213,11 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 type faultPlan struct {
 	processorKills map[int]bool
 	clickhouseKill int
+	kafkaKill      int
 }
 
 func newFaultPlan(cfg demoConfig, rng *rand.Rand) *faultPlan {
-	f := &faultPlan{processorKills: map[int]bool{}, clickhouseKill: -1}
+	f := &faultPlan{processorKills: map[int]bool{}, clickhouseKill: -1, kafkaKill: -1}
 	for k := range cfg.Kills {
 		// Spread the kills over the deliveries, each at a random point of its slice.
 		slice := cfg.Events / (cfg.Kills + 1)
@@ -215,10 +226,28 @@ func newFaultPlan(cfg demoConfig, rng *rand.Rand) *faultPlan {
 	if cfg.KillClickHouse {
 		f.clickhouseKill = cfg.Events * 3 / 5
 	}
+	if cfg.KillKafka {
+		f.kafkaKill = cfg.Events * 2 / 5
+	}
 	return f
 }
 
-func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *embedded.ClickHouse, say func(string, ...any)) {
+func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *embedded.ClickHouse,
+	kafkaServer *embedded.KafkaProcess, say func(string, ...any)) {
+	if i == f.kafkaKill && kafkaServer != nil {
+		say("fault: Kafka broker killed with SIGKILL; restarting it in 1s on the same log directory")
+		if err := kafkaServer.Kill(); err != nil {
+			say("kill Kafka: %v", err)
+		}
+		go func() {
+			time.Sleep(time.Second)
+			if err := kafkaServer.Start(ctx); err != nil {
+				say("restart Kafka: %v", err)
+				return
+			}
+			say("Kafka is back")
+		}()
+	}
 	if f.processorKills[i] {
 		sup.kill(say)
 	}
@@ -260,7 +289,14 @@ type supervisor struct {
 
 func (s *supervisor) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		cmd := exec.Command(s.args[0], s.args[1:]...)
+		// Each incarnation joins its own consumer group: a member killed with
+		// SIGKILL would hold its partitions until its session times out, and
+		// kfake restored from its log directory does not expire members that
+		// joined before a broker restart. The group only carries offsets for
+		// lag monitoring; where to resume comes from the checkpoint. Takeover
+		// between live instances of one group is tested in kafkasource.
+		args := append(s.args[1:len(s.args):len(s.args)], fmt.Sprintf("-group-suffix=%d", s.starts.Load()))
+		cmd := exec.Command(s.args[0], args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -299,6 +335,14 @@ func (s *supervisor) run(ctx context.Context) {
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
 		}
+	}
+}
+
+func (s *supervisor) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
 	}
 }
 
@@ -350,4 +394,13 @@ func watchClickHouse(ctx context.Context, c *embedded.ClickHouse, say func(strin
 			}
 		}
 	}
+}
+
+// convergeTimeout bounds the wait for ClickHouse to hold the expected result
+// once every event was delivered (PIPELINE_CONVERGE overrides it).
+func convergeTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("PIPELINE_CONVERGE")); err == nil {
+		return d
+	}
+	return 3 * time.Minute
 }

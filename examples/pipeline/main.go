@@ -9,8 +9,9 @@
 //
 // Faults: Kafka publishes that fail before or after the write, duplicate
 // deliveries, the stream processor killed with SIGKILL, ClickHouse killed with
-// SIGKILL and restarted. CLICKHOUSE_ADDR and KAFKA_BROKERS point it at your own
-// servers instead (ClickHouse is then not killed).
+// SIGKILL and restarted, the Kafka broker likewise. CLICKHOUSE_ADDR and
+// KAFKA_BROKERS point it at your own servers instead (which are then not
+// killed).
 package main
 
 import (
@@ -43,6 +44,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Partitions, "partitions", 4, "partitions of the Kafka topic")
 	fs.IntVar(&cfg.Kills, "kills", 3, "times the stream processor is killed with SIGKILL")
 	fs.BoolVar(&cfg.KillClickHouse, "kill-clickhouse", true, "kill the embedded ClickHouse with SIGKILL once and restart it")
+	fs.BoolVar(&cfg.KillKafka, "kill-kafka", true, "kill the embedded Kafka broker with SIGKILL once and restart it")
 	fs.BoolVar(&cfg.Faults, "faults", true, "inject Kafka publish failures and duplicate deliveries")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated events and faults")
 	fs.StringVar(&cfg.Dir, "dir", "", "state directory (default: a new temporary directory)")
@@ -56,6 +58,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&proc.CHAddr, "clickhouse", "", "internal")
 	fs.StringVar(&proc.Database, "database", "", "internal")
 	fs.StringVar(&proc.StateDir, "state", "", "internal")
+	groupSuffix := fs.String("group-suffix", "", "internal")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,6 +71,9 @@ func run(ctx context.Context, args []string) error {
 	switch *role {
 	case "processor":
 		proc.Brokers = strings.Split(brokers, ",")
+		if *groupSuffix != "" {
+			proc.Group += "-" + *groupSuffix
+		}
 		proc.Logger = logger.With("process", "processor", "pid", os.Getpid())
 		err := runProcessor(ctx, proc)
 		if errors.Is(err, context.Canceled) {
