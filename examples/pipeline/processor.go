@@ -113,7 +113,14 @@ func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Stora
 	if err != nil {
 		return nil, err
 	}
-	minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "org_minute"}, src, storage, minuteSchema, sinkOpts)
+	// Window rows closed by idleness depend on the wall clock, so a replay may
+	// emit them at other positions than the first run did. org_minute is a
+	// ReplacingMergeTree keyed by window, where writing a row again is
+	// harmless: let the sink insert such a batch under a new token instead of
+	// stopping (the events table keeps the default, which refuses).
+	minuteOpts := sinkOpts
+	minuteOpts.OnMismatch = chsink.MismatchReinsert
+	minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "org_minute"}, src, storage, minuteSchema, minuteOpts)
 	if err != nil {
 		_ = events.Close()
 		return nil, err
