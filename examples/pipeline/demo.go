@@ -131,11 +131,15 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	var wg sync.WaitGroup
 	var deliverErr error
 	var errOnce sync.Once
+	// Which events are delivered twice is drawn up front, from the seed.
+	dups := make([]bool, len(events))
+	for i := range dups {
+		dups[i] = rng.Float64() < prov.dupRate
+	}
 	for range 8 {
 		wg.Go(func() {
 			for i := range work {
-				dup := prov.dupRate > 0 && rand.Float64() < prov.dupRate
-				if err := prov.deliver(ctx, events[i], dup); err != nil {
+				if err := prov.deliver(ctx, events[i], dups[i]); err != nil {
 					errOnce.Do(func() { deliverErr = err })
 					continue
 				}
