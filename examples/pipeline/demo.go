@@ -15,8 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
@@ -24,6 +27,7 @@ type demoConfig struct {
 	Events, Orgs, Partitions, Kills int
 	KillClickHouse, KillKafka       bool
 	Faults, Verbose                 bool
+	Store                           string
 	Seed                            uint64
 	Dir                             string
 	Logger                          *slog.Logger
@@ -93,12 +97,21 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	say("database %s: events (MergeTree) → events_hourly (materialized view), org_minute (ReplacingMergeTree)", db)
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	gw, err := startGateway(ctx, brokers, topicName, rng, cfg.Faults)
+	newStore, storeName, closeStore, err := keyStore(ctx, cfg.Store)
 	if err != nil {
 		return err
 	}
-	defer gw.Close(context.Background())
-	say("gateway listening on %s", gw.URL())
+	defer closeStore()
+	store, err := newStore()
+	if err != nil {
+		return err
+	}
+	gw, err := startGateway(ctx, brokers, topicName, store, rng, cfg.Faults)
+	if err != nil {
+		return err
+	}
+	defer func() { gw.Close(context.Background()) }()
+	say("gateway listening on %s (idempotency keys in %s)", gw.URL(), storeName)
 
 	// The stream processor runs as its own process, so that it can be killed
 	// with SIGKILL like a crashed pod. The supervisor restarts it.
@@ -174,6 +187,33 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 		prov.requests.Load(), delivered.Load(), prov.duplicates.Load(), prov.retries.Load(), prov.replayed.Load())
 	say("Kafka publishes: %d written (%d of them after a lost ack, so duplicates), %d failed before the write",
 		gw.flaky.published.Load(), gw.flaky.ackLost.Load(), gw.flaky.failedBefore.Load())
+
+	// The gateway restarts (a deploy), then an operator redelivers a few
+	// past deliveries by hand, as GitHub allows for three days. Keys in
+	// memory are gone with the old process, so the new gateway publishes
+	// those events again and the stream processor's dedup must drop them;
+	// keys in Redis survive and the gateway answers with the stored 2xx.
+	if cfg.Faults {
+		if err := gw.Close(ctx); err != nil {
+			return err
+		}
+		if store, err = newStore(); err != nil {
+			return err
+		}
+		if gw, err = startGateway(ctx, brokers, topicName, store, rng, false); err != nil {
+			return err
+		}
+		prov.baseURL = gw.URL()
+		n := max(len(events)/20, 1)
+		replayedBefore := prov.replayed.Load()
+		for range n {
+			if err := prov.deliver(ctx, events[rng.IntN(len(events))], false); err != nil {
+				return err
+			}
+		}
+		say("fault: gateway restarted; %d past deliveries redelivered by hand: %d published to Kafka again, %d answered from the idempotency store",
+			n, gw.flaky.published.Load(), prov.replayed.Load()-replayedBefore)
+	}
 	faults.finish(ctx, sup, say)
 
 	// Wait until ClickHouse holds exactly what was sent, or report the gap.
@@ -407,4 +447,36 @@ func convergeTimeout() time.Duration {
 		return d
 	}
 	return 3 * time.Minute
+}
+
+// keyStore returns a constructor of the gateway's idempotency store: a fresh
+// in-memory store per gateway process, or one Redis that outlives them
+// (REDIS_ADDR, or an embedded redis-server).
+func keyStore(ctx context.Context, kind string) (newStore func() (idempotency.Store, error), name string, closeFn func(), err error) {
+	switch kind {
+	case "memory":
+		return func() (idempotency.Store, error) {
+			return idempotency.NewMemoryStore(idempotency.MemoryOptions{})
+		}, "memory", func() {}, nil
+	case "redis":
+		addr := os.Getenv("REDIS_ADDR")
+		stop := func() {}
+		if addr == "" {
+			r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
+			if err != nil {
+				return nil, "", nil, fmt.Errorf("start Redis: %w", err)
+			}
+			addr, stop = r.Addr(), func() { _ = r.Stop() }
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		prefix := fmt.Sprintf("demo:%d:", time.Now().UnixNano()) // one per run, shared by its gateways
+		return func() (idempotency.Store, error) {
+				return redisstore.New(rdb, redisstore.Options{Prefix: prefix})
+			}, "Redis at " + addr, func() {
+				_ = rdb.Close()
+				stop()
+			}, nil
+	default:
+		return nil, "", nil, fmt.Errorf("-store %q: want memory or redis", kind)
+	}
 }

@@ -30,7 +30,7 @@ type gateway struct {
 	done  chan error
 }
 
-func startGateway(ctx context.Context, brokers []string, topic string, rng *rand.Rand, faults bool) (*gateway, error) {
+func startGateway(ctx context.Context, brokers []string, topic string, store idempotency.Store, rng *rand.Rand, faults bool) (*gateway, error) {
 	pub, err := kafkapub.New(ctx, brokers, topic, kafkapub.Options{
 		// Per-organisation order: one organisation's events go to one partition.
 		PartitionKey: func(d idempotency.Delivery) ([]byte, error) {
@@ -49,10 +49,6 @@ func startGateway(ctx context.Context, brokers []string, topic string, rng *rand
 	flaky := &flakyKafka{pub: pub, rng: rng}
 	if faults {
 		flaky.failBefore, flaky.failAfter = 0.03, 0.03
-	}
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
-	if err != nil {
-		return nil, err
 	}
 	mux := http.NewServeMux()
 	for path, opts := range map[string]idempotency.Options{

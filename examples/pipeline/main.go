@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.KillClickHouse, "kill-clickhouse", true, "kill the embedded ClickHouse with SIGKILL once and restart it")
 	fs.BoolVar(&cfg.KillKafka, "kill-kafka", true, "kill the embedded Kafka broker with SIGKILL once and restart it")
 	fs.BoolVar(&cfg.Faults, "faults", true, "inject Kafka publish failures and duplicate deliveries")
+	fs.StringVar(&cfg.Store, "store", "memory", "where the gateway keeps idempotency keys: memory or redis")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated events and faults")
 	fs.StringVar(&cfg.Dir, "dir", "", "state directory (default: a new temporary directory)")
 	fs.BoolVar(&cfg.Verbose, "v", false, "log the processor's warnings")
