@@ -194,6 +194,16 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	}
 	start := p.opts.Now()
 	err = p.w.WriteMessages(ctx, msg)
+	if err != nil {
+		err = flatten(err)
+		var ke kafka.Error
+		if p.opts.MaxAttempts > 1 && errors.As(err, &ke) && ke.Temporary() {
+			// kafka-go retries a retriable refusal until MaxAttempts, so
+			// this is the last of several answers; an earlier attempt may
+			// have been written before its answer was lost.
+			err = &retriedError{err: err}
+		}
+	}
 	result := "ok"
 	switch {
 	case err == nil:
@@ -205,7 +215,7 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	p.published.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
 	p.latency.Record(ctx, p.opts.Now().Sub(start).Seconds())
 	if err != nil {
-		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, flatten(err))
+		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
 	}
 	return nil
 }
@@ -226,11 +236,23 @@ func (p *Publisher) Close() error {
 // message was not written (except NotEnoughReplicasAfterAppend, which means
 // it was written to the leader but not replicated, and RequestTimedOut).
 //
+// A retriable refusal (NotEnoughReplicas, NotLeaderForPartition, ...) is
+// definite only when it answered the one attempt. When Options.MaxAttempts
+// allowed retries, kafka-go made several attempts and returns the last
+// answer; an earlier attempt may have been written before its answer was
+// lost, so Publish reports such an error as unknown. A non-retriable refusal
+// (MessageSizeTooLarge, an authorization error) stays definite: the broker
+// refuses every attempt of the same message alike.
+//
 // Either way the webhook is answered 503 and retried; the distinction tells
 // an operator whether duplicates downstream are to be expected.
 func IsOutcomeUnknown(err error) bool {
 	if err == nil {
 		return false
+	}
+	var re *retriedError
+	if errors.As(err, &re) {
+		return true
 	}
 	var we kafka.WriteErrors
 	if errors.As(err, &we) {
@@ -247,6 +269,18 @@ func IsOutcomeUnknown(err error) bool {
 	}
 	return true
 }
+
+// retriedError is a broker's refusal that was the last of several attempts.
+// It unwraps to the refusal, so errors.Is and errors.As still match it.
+type retriedError struct {
+	err error
+}
+
+func (e *retriedError) Error() string {
+	return e.err.Error() + " (after retries; an earlier attempt may have been written)"
+}
+
+func (e *retriedError) Unwrap() error { return e.err }
 
 // flatten turns kafka.WriteErrors of one message into its one error, so that
 // errors.Is and errors.As see it.

@@ -12,7 +12,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
@@ -230,4 +232,82 @@ func closedAddr(t *testing.T) string {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 	return addr
+}
+
+// A produce the broker applies but answers REQUEST_TIMED_OUT is retried by
+// kafka-go: the message lands twice although Publish returned nil. This is
+// the duplicate the package docs promise and the event-id header absorbs.
+func TestPublishRetryWritesTwice(t *testing.T) {
+	k := testenv.StartKafka(t)
+	topic := testenv.Name(t, "events")
+	testenv.CreateTopic(t, k.Brokers(), topic, 1)
+	p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})
+	k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.RequestTimedOut})
+
+	require.NoError(t, p.Publish(context.Background(), idempotency.Delivery{Key: "d1", Body: []byte(`{}`)}))
+	assert.Equal(t, int64(2), messageCount(t, k.Brokers(), topic, 1), "the timed-out attempt was written too")
+}
+
+// When kafka-go retried a batch, its last answer says nothing about the
+// earlier attempts: one may have been written before its answer was lost.
+// Publish must then report the outcome as unknown, whatever the last answer.
+func TestPublishOutcomeAfterRetries(t *testing.T) {
+	tests := []struct {
+		name        string
+		maxAttempts int
+		faults      []kfake.Fault
+		wantCount   int64
+		wantUnknown bool
+	}{
+		{
+			name:        "written, then refused",
+			maxAttempts: 3,
+			faults: []kfake.Fault{
+				{Err: kerr.RequestTimedOut},
+				{Err: kerr.NotEnoughReplicas, Count: -1},
+			},
+			wantCount:   1,
+			wantUnknown: true,
+		},
+		{
+			name:        "refused on every attempt",
+			maxAttempts: 3,
+			faults:      []kfake.Fault{{Err: kerr.NotEnoughReplicas, Count: -1}},
+			wantCount:   0,
+			wantUnknown: true, // indistinguishable from the case above
+		},
+		{
+			name:        "one attempt, refused",
+			maxAttempts: 1,
+			faults:      []kfake.Fault{{Err: kerr.NotEnoughReplicas, Count: -1}},
+			wantCount:   0,
+			wantUnknown: false,
+		},
+		{
+			name:        "non-retriable refusal",
+			maxAttempts: 3,
+			faults:      []kfake.Fault{{Err: kerr.MessageTooLarge, Count: -1}},
+			wantCount:   0,
+			wantUnknown: false,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := testenv.StartKafka(t)
+			topic := testenv.Name(t, "events")
+			testenv.CreateTopic(t, k.Brokers(), topic, 1)
+			p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true, MaxAttempts: tt.maxAttempts})
+			for _, f := range tt.faults {
+				f.Keys, f.Topic = []kmsg.Key{kmsg.Produce}, topic
+				k.Cluster().Fault(f)
+			}
+
+			err := p.Publish(context.Background(), idempotency.Delivery{Key: "d1", Body: []byte(`{}`)})
+			require.Error(t, err)
+			assert.Equal(t, tt.wantCount, messageCount(t, k.Brokers(), topic, 1))
+			assert.Equal(t, tt.wantUnknown, kafkapub.IsOutcomeUnknown(err), "%v", err)
+			var ke kafka.Error
+			assert.ErrorAs(t, err, &ke, "the broker's answer stays matchable")
+		})
+	}
 }
