@@ -231,8 +231,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 		switch {
 		case errors.As(err, &done):
 			h.m.claim(ctx, "done")
+			resp := done.Record.Response
+			if resp.Status < 100 || resp.Status > 999 {
+				// A damaged record (net/http panics on such a status).
+				// The key is done, so the side effect is durable: answer
+				// what Complete would have stored.
+				h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: done key has no valid stored response; replaying the default",
+					slog.String("key", d.Key), slog.Int("status", resp.Status))
+				resp = acceptedResponse(d.Key)
+			}
 			w.Header().Set(HeaderReplayed, "true")
-			return writeResponse(w, done.Record.Response)
+			return writeResponse(w, resp)
 		case errors.Is(err, ErrFingerprintMismatch):
 			h.m.claim(ctx, "mismatch")
 			return writeText(w, http.StatusUnprocessableEntity, "idempotency key reused with a different payload")

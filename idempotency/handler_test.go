@@ -391,3 +391,33 @@ func TestHandlerCustomFingerprint(t *testing.T) {
 	assert.Equal(t, http.StatusUnprocessableEntity, serve(h, githubRequest("d1", `{"action":"closed"}`)).Code)
 	assert.Equal(t, []string{"d1"}, pub.Keys())
 }
+
+// corruptStore is a MemoryStore whose done records lost their response, as a
+// Redis hash edited by hand would.
+type corruptStore struct{ *idempotency.MemoryStore }
+
+func (s corruptStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (idempotency.Claim, error) {
+	c, err := s.MemoryStore.Claim(ctx, key, fp, ttl)
+	var done *idempotency.DoneError
+	if errors.As(err, &done) {
+		done.Record.Response = idempotency.Response{}
+	}
+	return c, err
+}
+
+func TestHandlerReplaysCorruptRecord(t *testing.T) {
+	mem, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
+	require.NoError(t, err)
+	pub := &published{}
+	h, err := idempotency.NewHandler(corruptStore{mem}, pub.publish, idempotency.Options{})
+	require.NoError(t, err)
+	first := serve(h, githubRequest("delivery-1", `{}`))
+	require.Equal(t, http.StatusAccepted, first.Code)
+
+	var again *httptest.ResponseRecorder
+	require.NotPanics(t, func() { again = serve(h, githubRequest("delivery-1", `{}`)) })
+	assert.Equal(t, http.StatusAccepted, again.Code, "the key is done: the side effect is durable")
+	assert.Equal(t, first.Body.String(), again.Body.String())
+	assert.Equal(t, "true", again.Header().Get(idempotency.HeaderReplayed))
+	assert.Equal(t, []string{"delivery-1"}, pub.Keys())
+}
