@@ -26,7 +26,9 @@ func TestMain(m *testing.M) {
 
 // TestPipelineUnderFaults runs the whole pipeline with a random seed: lost
 // Kafka acks, failed publishes, duplicate deliveries, the processor killed
-// with SIGKILL four times and ClickHouse killed and restarted once. The run
+// with SIGKILL four times, the Kafka broker and ClickHouse killed and
+// restarted once, a gateway restart with manual redeliveries (keys in memory
+// or in Redis, by the seed's parity). The run
 // fails unless ClickHouse ends up holding every event exactly once, in the raw
 // table, in the materialized-view rollup and in the windowed aggregates.
 // Reproduce a failure with the logged seed: go run ./examples/pipeline -seed N.
@@ -40,9 +42,10 @@ func TestPipelineUnderFaults(t *testing.T) {
 		seed, err = strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err)
 	}
-	t.Logf("seed %d (set PIPELINE_SEED to replay it)", seed)
+	store := []string{"memory", "redis"}[seed%2]
+	t.Logf("seed %d, keys in %s (set PIPELINE_SEED to replay it)", seed, store)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	args := []string{"-events=3000", "-kills=4", "-seed=" + strconv.FormatUint(seed, 10), "-dir=" + t.TempDir()}
+	args := []string{"-events=3000", "-kills=4", "-store=" + store, "-seed=" + strconv.FormatUint(seed, 10), "-dir=" + t.TempDir()}
 	require.NoError(t, run(ctx, args))
 }
