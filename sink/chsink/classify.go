@@ -39,7 +39,8 @@ var retryableCodes = []proto.Error{
 // table, missing column, type mismatch, syntax) is permanent: retrying sends
 // the same block and fails the same way. Transport errors (refused or reset
 // connections, EOF, timeouts) are retryable. Context cancellation is not:
-// the caller gave up.
+// the caller gave up. (The sink itself retries an attempt that ran out of
+// Options.InsertTimeout while the caller's context is still live.)
 func IsRetryable(err error) bool {
 	if err == nil {
 		return false

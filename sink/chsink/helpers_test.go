@@ -141,12 +141,14 @@ func (e chEnv) newSinkAt(t *testing.T, addr string, store checkpoint.Storage, op
 // proxy forwards TCP to a ClickHouse server. Armed, it cuts the first
 // connection that sends more than cutAfter bytes: it swallows the server's
 // answer and closes the connection, so the client cannot know whether the
-// insert it sent landed.
+// insert it sent landed. With stall set, it swallows the answer but keeps
+// the connection open, so the client waits until its own timeout.
 type proxy struct {
 	ln       net.Listener
 	target   string
 	cutAfter atomic.Int64 // 0: disarmed
 	cuts     atomic.Int64
+	stall    atomic.Bool
 	refuse   atomic.Bool
 	mu       sync.Mutex
 	conns    []net.Conn
@@ -208,6 +210,9 @@ func (p *proxy) accept() {
 					if lim := p.cutAfter.Load(); lim > 0 && sent > lim && p.cutAfter.CompareAndSwap(lim, 0) {
 						cut.Store(true)
 						p.cuts.Add(1)
+						if p.stall.Load() {
+							continue // answer swallowed, connection kept: the client times out
+						}
 						go func() { // let the server finish the insert, then cut
 							time.Sleep(300 * time.Millisecond)
 							_ = c.Close()

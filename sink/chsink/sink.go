@@ -580,12 +580,16 @@ func (s *Sink[T]) insert(ctx context.Context, in sink.Intent) error {
 		if err == nil {
 			err = s.connect(ctx)
 		}
+		timedOut := false
 		if err == nil {
 			if s.beforeInsert != nil {
 				s.beforeInsert()
 			}
 			actx, cancel := context.WithTimeout(ctx, s.opts.InsertTimeout)
 			err = s.conn.Do(actx, ch.Query{Body: s.body, Input: s.input, Settings: settings})
+			// The attempt's own deadline, not the caller's: the outcome is
+			// unknown and a retry with the same token settles it.
+			timedOut = err != nil && actx.Err() != nil && ctx.Err() == nil
 			cancel()
 			if err == nil {
 				return nil
@@ -595,8 +599,9 @@ func (s *Sink[T]) insert(ctx context.Context, in sink.Intent) error {
 		if errors.Is(err, sink.ErrFenced) || ctx.Err() != nil {
 			return &InsertError{Intent: in, Attempts: attempt + 1, Err: errors.Join(err, ctx.Err())}
 		}
-		if !IsRetryable(err) || attempt >= s.opts.MaxRetries {
-			return &InsertError{Intent: in, Attempts: attempt + 1, Permanent: !IsRetryable(err), Err: err}
+		retryable := timedOut || IsRetryable(err)
+		if !retryable || attempt >= s.opts.MaxRetries {
+			return &InsertError{Intent: in, Attempts: attempt + 1, Permanent: !retryable, Err: err}
 		}
 		s.m.retries.Add(ctx, 1, s.m.attrs)
 		ceil := s.opts.RetryBase << min(attempt, 20)

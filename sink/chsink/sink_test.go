@@ -149,6 +149,26 @@ func TestConnectionCutDuringInsertLeavesOneCopy(t *testing.T) {
 	env.assertExact(t, 3000, true)
 }
 
+// TestInsertTimeoutIsRetried shows that an insert attempt that runs out of
+// InsertTimeout (the server got the block, the answer never came) is an
+// outcome-unknown failure: it is retried with the same token, not reported as
+// permanent, and the table holds exactly one copy.
+func TestInsertTimeoutIsRetried(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx := context.Background()
+	px := newProxy(t, env.addr)
+	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemStorage(),
+		chsink.Options{RetryBase: 20 * time.Millisecond, InsertTimeout: 500 * time.Millisecond})
+
+	require.NoError(t, feed(ctx, t, s, 0, 3000))
+	px.stall.Store(true)
+	px.cutAfter.Store(20 << 10) // the insert block is larger than any query
+	_, err := s.Snapshot(ctx, 1)
+	require.NoError(t, err, "a timed-out attempt is retried")
+	require.Equal(t, int64(1), px.cuts.Load(), "the insert's answer was swallowed")
+	env.assertExact(t, 3000, false)
+}
+
 func TestOutOfOrderRowIsRejected(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
