@@ -57,7 +57,8 @@ type Options struct {
 	BatchTimeout time.Duration
 	// MaxAttempts: see DefaultMaxAttempts.
 	MaxAttempts int
-	// WriteTimeout: see DefaultWriteTimeout.
+	// WriteTimeout: see DefaultWriteTimeout. It also bounds New's
+	// durability check.
 	WriteTimeout time.Duration
 	// SkipDurabilityCheck skips the start-up check of the topic's
 	// min.insync.replicas and replication factor. Default false.
@@ -92,7 +93,8 @@ type Publisher struct {
 // Options.SkipDurabilityCheck is set, it reads the topic's
 // min.insync.replicas and replication factor and logs a warning when acks=all
 // is weaker than it sounds (see Durability.Weak). The check only warns; a
-// failed check is logged too, and New still succeeds.
+// failed check is logged too, and New still succeeds. The check ends with ctx
+// or after Options.WriteTimeout, whichever comes first.
 func New(ctx context.Context, brokers []string, topic string, opts Options) (*Publisher, error) {
 	if len(brokers) == 0 || topic == "" {
 		return nil, fmt.Errorf("%w: brokers and topic are required", ErrInvalid)
@@ -154,7 +156,11 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 		latency:   latency,
 	}
 	if !opts.SkipDurabilityCheck {
-		d, err := p.CheckDurability(ctx)
+		// Bounded even when ctx is not: a broker that accepts connections
+		// but never answers must not hang start-up.
+		cctx, cancel := context.WithTimeout(ctx, opts.WriteTimeout)
+		d, err := p.CheckDurability(cctx)
+		cancel()
 		switch {
 		case err != nil:
 			opts.Logger.LogAttrs(ctx, slog.LevelWarn, "kafkapub: could not check the topic's durability settings",

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -309,5 +310,54 @@ func TestPublishOutcomeAfterRetries(t *testing.T) {
 			var ke kafka.Error
 			assert.ErrorAs(t, err, &ke, "the broker's answer stays matchable")
 		})
+	}
+}
+
+// A broker that accepts connections and never answers must not hang New:
+// the durability check is bounded by WriteTimeout even without a deadline.
+func TestDurabilityCheckBounded(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		_ = l.Close()
+		wg.Wait()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+
+	var logs bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p, err := kafkapub.New(context.Background(), []string{l.Addr().String()}, "events", kafkapub.Options{
+			WriteTimeout: 200 * time.Millisecond,
+			Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		if assert.NoError(t, err) {
+			assert.NoError(t, p.Close())
+		}
+	}()
+	select {
+	case <-done:
+		assert.Contains(t, logs.String(), "could not check")
+	case <-time.After(5 * time.Second):
+		t.Fatal("New hung on a silent broker")
 	}
 }
