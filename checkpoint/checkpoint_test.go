@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -196,6 +197,92 @@ func TestSnapshotFailureWritesNothing(t *testing.T) {
 	names, err := storage.List(ctx, "")
 	require.NoError(t, err)
 	assert.Empty(t, names, "nothing written")
+}
+
+// ctxBlindStorage ignores the caller's context, as a backend with no
+// cancellation support might.
+type ctxBlindStorage struct{ checkpoint.Storage }
+
+func (s ctxBlindStorage) Put(_ context.Context, name string, data []byte) error {
+	return s.Storage.Put(context.Background(), name, data)
+}
+
+// TestEndedOwnershipWritesNothing shows that a chain whose context ended
+// (its partition was revoked) writes no checkpoint and commits no offset,
+// even over a Storage that ignores the context.
+func TestEndedOwnershipWritesNothing(t *testing.T) {
+	storage := checkpoint.NewMemStorage()
+	coord := newCoord(t, ctxBlindStorage{storage}, checkpoint.Options{})
+	c := &counter{}
+	task, err := coord.Attach(context.Background(), p0, map[string]checkpoint.Participant{"c": c})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	committed := false
+	err = task.Checkpoint(ctx, nil, 10, checkpoint.Meta{}, func(context.Context, int64) error {
+		committed = true
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.False(t, committed, "no offset commit")
+	assert.Empty(t, c.completed, "no completion notice")
+	names, err := storage.List(context.Background(), "")
+	require.NoError(t, err)
+	assert.Empty(t, names, "nothing written")
+}
+
+// decliner declines every barrier.
+type decliner struct{ counter }
+
+func (*decliner) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
+	return nil, fmt.Errorf("mid-batch: %w", checkpoint.ErrDeclined)
+}
+
+// TestDeclinedIsSkippedNotFailed shows that a participant wrapping
+// ErrDeclined skips the checkpoint like a failure (nothing written, no
+// commit, no notice) but is counted as a decline, not a failure, and that
+// the next checkpoint continues with a later ID.
+func TestDeclinedIsSkippedNotFailed(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	storage := checkpoint.NewMemStorage()
+	coord := newCoord(t, storage, checkpoint.Options{
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	})
+	good, d := &counter{}, &decliner{}
+	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": good, "d": d})
+	require.NoError(t, err)
+	committed := false
+	err = task.Checkpoint(ctx, nil, 10, checkpoint.Meta{}, func(context.Context, int64) error {
+		committed = true
+		return nil
+	})
+	var cerr *checkpoint.Error
+	require.ErrorAs(t, err, &cerr)
+	assert.ErrorIs(t, err, checkpoint.ErrDeclined)
+	assert.Equal(t, "d", cerr.Participant)
+	assert.False(t, committed, "no offset commit")
+	assert.Empty(t, good.completed, "no completion notice")
+	names, err := storage.List(ctx, "")
+	require.NoError(t, err)
+	assert.Empty(t, names, "nothing written")
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	sums := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok {
+				sums[m.Name] = d.DataPoints[0].Value
+			}
+		}
+	}
+	assert.Equal(t, map[string]int64{"checkpoint.declines": 1}, sums)
+
+	task.Detach()
+	task2, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": good})
+	require.NoError(t, err)
+	assert.Nil(t, task2.Restored(), "the declined checkpoint left nothing to restore")
 }
 
 func TestUnknownStateRefused(t *testing.T) {

@@ -402,6 +402,12 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 		cp.States[name] = state
 	}
 	cp.Duration = c.now().Sub(start)
+	// A chain whose ownership ended while it snapshotted must not write:
+	// the partition's next owner may already have restored. This does not
+	// rely on the Storage checking ctx.
+	if err := ctx.Err(); err != nil {
+		return fail(&Error{Partition: t.p, ID: id, Op: "save", Err: err})
+	}
 	size, err := c.store.Save(ctx, cp)
 	if err != nil {
 		return fail(&Error{Partition: t.p, ID: id, Op: "save", Err: err})

@@ -55,7 +55,12 @@
 //
 // A failure in 1 or 2 aborts checkpoint N: nothing is written, no offset
 // moves, and the error reaches the chain and the Trigger caller. The caller
-// restarts from the last completed checkpoint.
+// restarts from the last completed checkpoint. A chain whose context ended
+// (its partition was revoked) before step 2 writes nothing either. A
+// participant that is healthy but cannot snapshot at this barrier (a sink
+// in the middle of a batch it must write whole) returns an error wrapping
+// ErrDeclined: checkpoint N is skipped in the same way, but the chain goes
+// on and the next barrier tries again.
 //
 // # Layout: one file per partition and checkpoint
 //
@@ -114,7 +119,8 @@
 // # Metrics
 //
 // Through Options.MeterProvider: checkpoint.duration (s),
-// checkpoint.size (By), checkpoint.failures, checkpoint.offset_commit.failures,
+// checkpoint.size (By), checkpoint.failures, checkpoint.declines,
+// checkpoint.offset_commit.failures,
 // checkpoint.last_completed.age (s) and checkpoint.consumer.lag (records),
 // each with topic and partition attributes.
 package checkpoint
