@@ -361,3 +361,25 @@ func TestDurabilityCheckBounded(t *testing.T) {
 		t.Fatal("New hung on a silent broker")
 	}
 }
+
+// acks=all must be on the wire: kafka-go's zero value is acks=none, and
+// acks=1 lets the leader alone acknowledge.
+func TestPublishRequiresAllAcks(t *testing.T) {
+	k := testenv.StartKafka(t)
+	topic := testenv.Name(t, "events")
+	testenv.CreateTopic(t, k.Brokers(), topic, 1)
+	p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})
+	acks := make(chan int16, 16)
+	k.Cluster().ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		select {
+		case acks <- r.(*kmsg.ProduceRequest).Acks:
+		default:
+		}
+		return nil, nil, false // let the broker answer
+	})
+
+	require.NoError(t, p.Publish(context.Background(), idempotency.Delivery{Key: "d1", Body: []byte(`{}`)}))
+	require.NotEmpty(t, acks)
+	assert.Equal(t, int16(-1), <-acks)
+}
