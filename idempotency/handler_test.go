@@ -421,3 +421,79 @@ func TestHandlerReplaysCorruptRecord(t *testing.T) {
 	assert.Equal(t, "true", again.Header().Get(idempotency.HeaderReplayed))
 	assert.Equal(t, []string{"delivery-1"}, pub.Keys())
 }
+
+// The key may come from a function over the request; custom key functions
+// and verifiers that fail reject the request before anything is claimed,
+// whatever error they return.
+func TestHandlerCustomKeyAndVerifier(t *testing.T) {
+	bodyKey := func(_ http.Header, body []byte) (string, error) {
+		var v struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(body, &v); err != nil {
+			return "", err // not wrapping ErrNoKey
+		}
+		return v.ID, nil
+	}
+	tokenVerifier := func(h http.Header, _ []byte) error {
+		if h.Get("X-Token") != "ok" {
+			return errors.New("bad token") // not wrapping ErrSignature
+		}
+		return nil
+	}
+	tests := []struct {
+		name  string
+		body  string
+		token string
+		want  int
+	}{
+		{"accepted", `{"id":"evt-1"}`, "ok", http.StatusAccepted},
+		{"verifier error", `{"id":"evt-2"}`, "no", http.StatusUnauthorized},
+		{"key function error", `{"id":`, "ok", http.StatusBadRequest},
+		{"empty key", `{"id":""}`, "ok", http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pub := &published{}
+			store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
+			require.NoError(t, err)
+			h, err := idempotency.NewHandler(store, pub.publish, idempotency.Options{Key: bodyKey, Verify: tokenVerifier})
+			require.NoError(t, err)
+			r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(tt.body))
+			r.Header.Set("X-Token", tt.token)
+
+			w := serve(h, r)
+			assert.Equal(t, tt.want, w.Code, w.Body.String())
+			if tt.want == http.StatusAccepted {
+				assert.Equal(t, []string{"evt-1"}, pub.Keys())
+				return
+			}
+			assert.Equal(t, 0, store.Len(), "nothing claimed")
+			assert.Empty(t, pub.Keys(), "nothing published")
+		})
+	}
+}
+
+func TestHandlerReleaseLost(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{Now: clock.Now})
+	require.NoError(t, err)
+	reader := sdkmetric.NewManualReader()
+	pub := &published{fail: 1, hook: func(idempotency.Delivery) {
+		clock.Add(time.Hour) // the failing side effect outlived its claim
+	}}
+	h, err := idempotency.NewHandler(store, pub.publish, idempotency.Options{
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	})
+	require.NoError(t, err)
+
+	w := serve(h, githubRequest("delivery-1", `{}`))
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	assert.Equal(t, map[string]int64{
+		"idempotency.claims/outcome=claimed":   1,
+		"idempotency.claims.lost/step=release": 1,
+		"idempotency.releases/result=lost":     1,
+	}, counters(rm))
+}
