@@ -95,6 +95,11 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 	if opts.AllowedLateness < 0 {
 		return nil, fmt.Errorf("%w: negative allowed lateness %v", ErrInvalidOptions, opts.AllowedLateness)
 	}
+	for _, d := range []time.Duration{opts.MaxOutOfOrderness, opts.AllowedLateness, opts.IdleTimeout} {
+		if d > maxSize {
+			return nil, fmt.Errorf("%w: duration %v above %v", ErrInvalidOptions, d, time.Duration(maxSize))
+		}
+	}
 	o := &Operator[In, Acc, Out]{
 		spec:     spec,
 		agg:      agg,
@@ -158,13 +163,16 @@ var _ checkpoint.Participant = (*Operator[float64, StatsAcc, Summary])(nil)
 // allowed lateness, the late events it is too late for, and the windows its
 // watermark advance closes.
 //
-// An event with a zero or out-of-range Time returns an error wrapping
-// ErrInvalidEvent and changes nothing.
+// An event with a zero Time, or one outside about the years 1770 to 2170,
+// returns an error wrapping ErrInvalidEvent and changes nothing.
 func (o *Operator[In, Acc, Out]) Add(ev Event[In], out *Output[In, Out]) error {
-	if y := ev.Time.Year(); ev.Time.IsZero() || y < minYear || y > maxYear {
+	if y := ev.Time.Year(); ev.Time.IsZero() || y < 1700 || y > 2200 {
 		return fmt.Errorf("%w: time %v out of range", ErrInvalidEvent, ev.Time)
 	}
-	t := ev.Time.UnixNano()
+	t := ev.Time.UnixNano() // defined for these years
+	if t < -maxEventTime || t > maxEventTime {
+		return fmt.Errorf("%w: time %v out of range", ErrInvalidEvent, ev.Time)
+	}
 	now := o.now().UnixNano()
 	i := slices.IndexFunc(o.inputs, func(in input) bool { return in.id == ev.Input })
 	if i < 0 {
@@ -253,20 +261,23 @@ func (o *Operator[In, Acc, Out]) NextTick() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	next := int64(math.MaxInt64)
-	allIdle, latest := true, int64(math.MinInt64)
+	allIdle := true
 	for _, in := range o.inputs {
-		latest = max(latest, in.lastArrival)
 		if !in.idle {
 			allIdle = false
 			next = min(next, in.lastArrival+o.idle)
 		}
 	}
 	if allIdle && o.wm != noWatermark {
-		// The watermark follows the clock: the next group is due after the
-		// gap between its end (or its end plus the lateness) and the
-		// watermark.
+		// The idle watermark follows the clock: the next group is due after
+		// the gap between its end (or its end plus the lateness) and that
+		// watermark, which may still be behind o.wm (an input spoke behind
+		// it and fell silent again).
+		now := o.now().UnixNano()
 		if due, ok := o.nextDue(); ok {
-			next = min(next, o.now().UnixNano()+max(due-o.wm, 0))
+			if wm, ok := o.idleWatermark(now); ok {
+				next = min(next, satAdd(now, max(satAdd(due, -wm), 0)))
+			}
 		}
 	}
 	if next == math.MaxInt64 {
@@ -292,7 +303,6 @@ func (o *Operator[In, Acc, Out]) advance(now int64, out *Output[In, Out]) {
 // spent idle beyond IdleTimeout.
 func (o *Operator[In, Acc, Out]) candidate(now int64) int64 {
 	wm, active := int64(math.MaxInt64), false
-	latestArrival, newest, any := int64(math.MinInt64), int64(math.MinInt64), false
 	for i := range o.inputs {
 		in := &o.inputs[i]
 		if o.idle >= 0 && now-in.lastArrival >= o.idle {
@@ -308,18 +318,45 @@ func (o *Operator[In, Acc, Out]) candidate(now int64) int64 {
 				wm = min(wm, in.maxTs-o.bound)
 			}
 		}
+	}
+	if active {
+		return wm
+	}
+	if wm, ok := o.idleWatermark(now); ok {
+		return wm
+	}
+	return noWatermark
+}
+
+// idleWatermark returns the watermark that all inputs being idle allows at
+// processing time now: the newest event time over all inputs, advanced by
+// the time spent idle beyond IdleTimeout, and at most maxAbsTime (a time a
+// snapshot can hold, past every window end and lateness). It is false
+// before any event.
+func (o *Operator[In, Acc, Out]) idleWatermark(now int64) (int64, bool) {
+	latestArrival, newest, any := int64(math.MinInt64), int64(math.MinInt64), false
+	for _, in := range o.inputs {
 		latestArrival = max(latestArrival, in.lastArrival)
 		if in.hasTs {
 			newest, any = max(newest, in.maxTs), true
 		}
 	}
-	switch {
-	case active:
-		return wm
-	case any:
-		return newest + (now - latestArrival - o.idle)
+	if !any {
+		return 0, false
 	}
-	return noWatermark
+	return min(satAdd(newest, max(now-latestArrival-o.idle, 0)), maxAbsTime), true
+}
+
+// satAdd returns a+b, saturated at the int64 bounds.
+func satAdd(a, b int64) int64 {
+	s := a + b
+	switch {
+	case b > 0 && s < a:
+		return math.MaxInt64
+	case b < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
 }
 
 // nextDue returns the earliest watermark at which a group fires or closes.

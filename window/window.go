@@ -14,8 +14,9 @@ var (
 	// ErrInvalidOptions reports a Spec or Options that New refuses.
 	ErrInvalidOptions = errors.New("window: invalid options")
 	// ErrInvalidEvent reports an event the operator cannot place in time
-	// (a zero or out-of-range time). The event is not aggregated and the
-	// operator's state is unchanged; the caller decides what to do with it.
+	// (a zero time, or one outside about the years 1770 to 2170). The
+	// event is not aggregated and the operator's state is unchanged; the
+	// caller decides what to do with it.
 	ErrInvalidEvent = errors.New("window: invalid event")
 	// ErrCorrupt reports a snapshot or an accumulator state that is
 	// truncated, fails its checksum or is otherwise malformed. Restore
@@ -24,7 +25,8 @@ var (
 	// ErrUnsupportedVersion reports a snapshot written by a newer format.
 	ErrUnsupportedVersion = errors.New("window: unsupported snapshot version")
 	// ErrIncompatible reports a snapshot taken by an operator with another
-	// window Spec or allowed lateness: its windows would not line up.
+	// window Spec: its windows would not line up. (Other options may
+	// differ: see Operator.Restore.)
 	ErrIncompatible = errors.New("window: snapshot from an incompatible operator")
 )
 
@@ -162,7 +164,9 @@ const (
 	DefaultIdleTimeout       = 30 * time.Second
 )
 
-// Options configures an Operator. The zero value is valid.
+// Options configures an Operator. The zero value is valid. New refuses
+// durations above about nine years (the largest window size), which would
+// overflow the operator's time arithmetic.
 type Options struct {
 	// MaxOutOfOrderness is how far behind the newest event time of an input
 	// an event may arrive and still be on time: an input's watermark is its
@@ -207,11 +211,13 @@ type Options struct {
 	Name string
 }
 
-// Event times are kept as Unix nanoseconds; these bound the years that
-// fit with room for window arithmetic.
-// maxAbsTime bounds every time a snapshot may hold.
+// Event times are kept as Unix nanoseconds. maxAbsTime bounds every time a
+// snapshot may hold; Add accepts event times within maxEventTime of the
+// epoch (about the years 1770 to 2170), leaving room for a window's size
+// and allowed lateness (each at most maxSize) so that no time the operator
+// derives from an accepted event, and so no time it writes to a snapshot,
+// overflows or falls outside what Restore accepts.
 const (
-	minYear    = 1700
-	maxYear    = 2200
-	maxAbsTime = 1 << 62
+	maxAbsTime   = 3 << 61 // about 219 years
+	maxEventTime = maxAbsTime - 2*maxSize
 )
