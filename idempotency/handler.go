@@ -214,7 +214,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 		h.m.reject(r.Context(), "method")
 		return writeText(w, http.StatusMethodNotAllowed, "method not allowed")
 	}
-	d, err := h.parser.parse(r.Header, http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	body := r.Body
+	if body == nil { // a client-style request handed to ServeHTTP in process
+		body = http.NoBody
+	}
+	d, err := h.parser.parse(r.Header, http.MaxBytesReader(w, body, h.opts.MaxBodyBytes))
 	if err != nil {
 		status, reason := rejectStatus(err)
 		h.m.reject(r.Context(), reason)

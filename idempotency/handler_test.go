@@ -109,6 +109,11 @@ func TestHandlerRejectsBeforeClaiming(t *testing.T) {
 		{"malformed JSON", func() *http.Request { return githubRequest("k", `{"action":`) }, http.StatusBadRequest},
 		{"JSON array", func() *http.Request { return githubRequest("k", `[1,2]`) }, http.StatusBadRequest},
 		{"empty body", func() *http.Request { return githubRequest("k", ``) }, http.StatusBadRequest},
+		{"nil body", func() *http.Request {
+			r := githubRequest("k", ``)
+			r.Body = nil // as http.NewRequest leaves it, handed to ServeHTTP in process
+			return r
+		}, http.StatusBadRequest},
 		{"missing key", func() *http.Request { return githubRequest("", body) }, http.StatusBadRequest},
 		{"key too long", func() *http.Request {
 			return githubRequest(strings.Repeat("k", idempotency.MaxKeyBytes+1), body)
