@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -49,6 +50,7 @@ func TestNewValidates(t *testing.T) {
 		{name: "Now with event time", ttl: time.Hour, opts: dedup.Options{Now: time.Now}},
 		{name: "negative MaxKeys", ttl: time.Hour, opts: dedup.Options{MaxKeys: -1}},
 		{name: "negative ExpectedKeys", ttl: time.Hour, opts: dedup.Options{ExpectedKeys: -1}},
+		{name: "ExpectedKeys too large", ttl: time.Hour, opts: dedup.Options{ExpectedKeys: math.MaxInt}},
 		{name: "negative CleanupBudget", ttl: time.Hour, opts: dedup.Options{CleanupBudget: -1}},
 	}
 	for _, tt := range tests {

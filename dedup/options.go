@@ -86,6 +86,10 @@ const (
 	// examines for expired entries when Options.CleanupBudget is 0.
 	DefaultCleanupBudget = 8
 
+	// MaxExpectedKeys is the largest Options.ExpectedKeys New accepts: a
+	// table of about 100 GiB.
+	MaxExpectedKeys = 1 << 32
+
 	// fullCleanupBudget is the number of slots examined before Observe
 	// reports ErrFull, to free expired entries first.
 	fullCleanupBudget = 1024
@@ -124,7 +128,8 @@ type Options struct {
 
 	// ExpectedKeys presizes the table for this many entries, so that the
 	// table does not grow (a pause proportional to its size) while it fills.
-	// Default 0: start small and grow by half when 80% full.
+	// At most MaxExpectedKeys. Default 0: start small and grow by half when
+	// 80% full.
 	ExpectedKeys int
 
 	// CleanupBudget is the number of table slots each Observe examines for
@@ -169,8 +174,8 @@ func (o *Options) setDefaults() error {
 	if o.MaxKeys < 0 {
 		return fmt.Errorf("%w: MaxKeys %d is negative", ErrInvalidOptions, o.MaxKeys)
 	}
-	if o.ExpectedKeys < 0 {
-		return fmt.Errorf("%w: ExpectedKeys %d is negative", ErrInvalidOptions, o.ExpectedKeys)
+	if o.ExpectedKeys < 0 || o.ExpectedKeys > MaxExpectedKeys {
+		return fmt.Errorf("%w: ExpectedKeys %d is not between 0 and %d", ErrInvalidOptions, o.ExpectedKeys, MaxExpectedKeys)
 	}
 	if o.CleanupBudget < 0 {
 		return fmt.Errorf("%w: CleanupBudget %d is negative", ErrInvalidOptions, o.CleanupBudget)
