@@ -146,6 +146,11 @@ func (s *Source) consume(ctx context.Context, p checkpoint.Partition, next int64
 		tick = t.C
 	}
 	for {
+		// select picks at random among ready cases: without this check a
+		// record or barrier could still be handled after ownership ended.
+		if ctx.Err() != nil {
+			return next, false, nil
+		}
 		select {
 		case <-ctx.Done():
 			return next, false, nil

@@ -32,7 +32,9 @@ const (
 
 	killTopic      = "kill"
 	killPartitions = 4
-	killRecords    = 4000
+	killRounds     = 15
+	killPerRound   = 400 // records added to each partition before every round
+	killRecords    = killRounds * killPerRound
 )
 
 // processedLog is a participant that appends "partition offset" for every
@@ -137,7 +139,6 @@ func TestKill9(t *testing.T) {
 	}
 	brokers := testenv.Kafka(t)
 	testenv.CreateTopic(t, brokers, killTopic, killPartitions)
-	produce(t, brokers, killTopic, killPartitions, 0, killRecords)
 	dir := t.TempDir()
 	storage, err := checkpoint.NewFSStorage(filepath.Join(dir, "store"))
 	require.NoError(t, err)
@@ -151,10 +152,11 @@ func TestKill9(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		return cmd
 	}
-	const kills = 15
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	prev := make([]int64, killPartitions)
-	for round := range kills {
+	for round := range killRounds {
+		// New input every round, so that late kills still land mid-stream.
+		produce(t, brokers, killTopic, killPartitions, round*killPerRound, killPerRound)
 		group := fmt.Sprintf("kill-%d", round)
 		cmd := child("run", group)
 		require.NoError(t, cmd.Start())
@@ -181,6 +183,16 @@ func TestKill9(t *testing.T) {
 			require.NoError(t, err)
 			// A kill between a Put and the pruning after it leaves one extra.
 			assert.LessOrEqual(t, len(ids), checkpoint.DefaultKeep+1)
+			names, err := storage.List(context.Background(), fmt.Sprintf("%s/%s/%d/", checkpoint.DefaultPrefix, killTopic, p))
+			require.NoError(t, err)
+			require.Len(t, names, len(ids))
+			for _, name := range names {
+				data, err := storage.Get(context.Background(), name)
+				require.NoError(t, err)
+				cp, err := checkpoint.Decode(data) // atomic Put: never torn by a kill
+				require.NoError(t, err, "round %d: %s", round, name)
+				requireConsistent(t, cp)
+			}
 		}
 		t.Logf("round %d: checkpointed offsets %v, committed %v", round, prev, com)
 	}

@@ -25,7 +25,8 @@ import (
 func TestTickRunsWhileIdleAndStopsRun(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	const topic = "tick"
-	testenv.CreateTopic(t, brokers, topic, 1)
+	testenv.CreateTopic(t, brokers, topic, 2)
+	produce(t, brokers, topic, 1, 0, 200) // partition 1 stays idle
 
 	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
@@ -33,22 +34,30 @@ func TestTickRunsWhileIdleAndStopsRun(t *testing.T) {
 	require.NoError(t, err)
 	defer coord.Close()
 
-	var ticks, inside atomic.Int32
+	var idleTicks atomic.Int32
 	boom := errors.New("tick failed")
-	newProc := func(context.Context, checkpoint.Partition) (*kafkasource.Processor, error) {
+	newProc := func(_ context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+		var inside atomic.Int32 // per chain: Tick and Process of one partition
+		enter := func(what string) func() {
+			if inside.Add(1) != 1 {
+				t.Errorf("%s ran concurrently with the chain of %s", what, p)
+			}
+			return func() { inside.Add(-1) }
+		}
 		return &kafkasource.Processor{
-			Process: func(context.Context, kafka.Message) error { return nil },
+			Process: func(context.Context, kafka.Message) error {
+				defer enter("Process")()
+				time.Sleep(100 * time.Microsecond)
+				return nil
+			},
 			Tick: func(context.Context) error {
-				if inside.Add(1) != 1 {
-					t.Error("Tick ran concurrently with the chain")
-				}
-				defer inside.Add(-1)
-				if ticks.Add(1) == 3 {
+				defer enter("Tick")()
+				if p.Partition == 1 && idleTicks.Add(1) == 3 {
 					return boom
 				}
 				return nil
 			},
-			TickInterval: 20 * time.Millisecond,
+			TickInterval: 5 * time.Millisecond,
 		}, nil
 	}
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "tick", Topics: []string{topic}},
@@ -58,8 +67,8 @@ func TestTickRunsWhileIdleAndStopsRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = src.Run(ctx)
-	require.ErrorIs(t, err, boom)
-	assert.Equal(t, int32(3), ticks.Load())
+	require.ErrorIs(t, err, boom, "the idle partition ticked")
+	assert.Equal(t, int32(3), idleTicks.Load())
 }
 
 func TestRetryableGroupError(t *testing.T) {
