@@ -33,7 +33,19 @@
 // checkpoint); after a completed checkpoint the chain commits its offset
 // with Generation.CommitOffsets, which the broker refuses for a stale
 // generation, and only while the generation's context is live. Per-partition
-// order is kept: one goroutine processes one partition.
+// order is kept: one goroutine processes one partition. A checkpoint that a
+// participant declines (checkpoint.ErrDeclined) is skipped without stopping
+// the chain; any other checkpoint failure stops Run.
+//
+// Processor.Tick, if set, runs on the chain goroutine every TickInterval,
+// between records and also while none arrive (closing windows of an idle
+// partition). It is driven by the wall clock, so it is not replayed
+// identically after a restore: keep its effects idempotent.
+//
+// Run rides out routine consumer-group errors (a rebalance in progress, a
+// stale generation or member, a moved coordinator, a broken connection):
+// kafka-go rejoins by itself; after 20 such errors in a row, Run returns
+// the last one.
 //
 // # Rebalances and fencing
 //
@@ -75,8 +87,9 @@
 //     checkpointed state exactly once, across crashes and rebalances.
 //   - Offsets committed to the group never pass a completed checkpoint; the
 //     checkpoint, not the group offset, is where a chain restarts.
-//   - A chain's Process and its participants are called from one goroutine,
-//     in offset order.
+//   - A chain's Process, Tick and its participants are called from one
+//     goroutine, Process in offset order; none of them is called once the
+//     chain's ownership has ended.
 //   - Run returns a chain's error (failed checkpoint, Process error, restore
 //     error, offset out of range) after stopping every chain; it returns
 //     nil when its context ends.

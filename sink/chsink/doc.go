@@ -62,6 +62,9 @@
 // chain that cancels the context it passes to Add, Snapshot and Run when its
 // consumer-group generation ends. Each batch is one insert block (MaxRows is
 // capped below max_insert_block_size). A checkpoint whose barrier falls
-// inside a journaled batch being replayed fails with
-// sink.ErrReplayInProgress; the next one succeeds.
+// inside a journaled batch being replayed is declined with
+// sink.ErrReplayInProgress, which wraps checkpoint.ErrDeclined: that
+// checkpoint is skipped, the chain keeps running and the next barrier after
+// the batch succeeds. An insert attempt that runs out of InsertTimeout has
+// an unknown outcome and is retried with the same token.
 package chsink
