@@ -88,8 +88,9 @@
 //   - Offsets committed to the group never pass a completed checkpoint; the
 //     checkpoint, not the group offset, is where a chain restarts.
 //   - A chain's Process, Tick and its participants are called from one
-//     goroutine, Process in offset order; none of them is called once the
-//     chain's ownership has ended.
+//     goroutine, Process in offset order; once the chain's ownership has
+//     ended it takes no further record, tick or barrier (one already taken
+//     runs with the ended context, which a sink fences on).
 //   - Run returns a chain's error (failed checkpoint, Process error, restore
 //     error, offset out of range) after stopping every chain; it returns
 //     nil when its context ends.
