@@ -63,6 +63,7 @@ type Options struct {
 	// webhook has a secret.
 	Verify Verifier
 	// Source names the provider in each Delivery ("github", "jira").
+	// Default "".
 	Source string
 	// Fingerprint identifies the request's payload. A retry with the same
 	// key and another fingerprint is refused with 422 and nothing is
@@ -89,8 +90,8 @@ type Options struct {
 
 	// Now is the clock for latency metrics. Default time.Now.
 	Now func() time.Time
-	// Logger receives warnings about lost claims and failed store calls.
-	// Default: discards.
+	// Logger receives warnings about failed side effects, lost claims,
+	// failed store calls and damaged stored responses. Default: discards.
 	Logger *slog.Logger
 	// MeterProvider receives the metrics. Default: no-op.
 	MeterProvider metric.MeterProvider
