@@ -142,12 +142,19 @@ func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 	}
 
 	if d.opts.MaxKeys > 0 && d.t.count >= d.opts.MaxKeys {
-		// Free what already expired at the committed clock (invisible
-		// entries, so the visible state does not change), then retry.
-		d.cleanup(fullCleanupBudget, false)
-		if d.t.count >= d.opts.MaxKeys {
+		// Make room from entries expired at this call's clock, not only the
+		// committed one: with EventTime only a successful Observe advances
+		// the clock, so a new key must be able to free what its own time
+		// expires. Remove anything only once an expired entry is known to
+		// be in reach, so that this call succeeds and commits the clock
+		// anyway; otherwise fail, changing nothing visible.
+		if !d.expiredAhead(fullCleanupBudget, nowSec) {
+			// A retry examines the next slots.
+			d.cursor = (d.cursor + fullCleanupBudget) % len(d.t.slots)
 			return false, fmt.Errorf("%w: %d keys stored", ErrFull, d.t.count)
 		}
+		d.clock = clock
+		d.cleanup(fullCleanupBudget, false)
 		i, _ = d.t.find(h, key)
 	}
 	if d.t.count >= d.t.growAt {
@@ -275,6 +282,23 @@ func (d *Deduplicator) advance(t time.Time) (int64, error) {
 		return 0, fmt.Errorf("%w: %v plus TTL", ErrTimeOutOfRange, t)
 	}
 	return c, nil
+}
+
+// expiredAhead reports whether one of the n slots cleanup examines next
+// holds an entry expired at nowSec. If so, cleanup(n) at that clock removes
+// at least one entry: removals only shift entries back towards the cursor.
+func (d *Deduplicator) expiredAhead(n int, nowSec uint32) bool {
+	c := d.cursor
+	for range min(n, len(d.t.slots)) {
+		if c >= len(d.t.slots) {
+			c = 0
+		}
+		if e := d.t.slots[c].exp(); e != 0 && e <= nowSec {
+			return true
+		}
+		c++
+	}
+	return false
 }
 
 func (d *Deduplicator) cleanup(n int, shrink bool) int {

@@ -218,6 +218,25 @@ func TestMaxKeys(t *testing.T) {
 	assert.True(t, observe(t, d, "d", t0.Add(time.Hour)))
 }
 
+// TestMaxKeysFreedByNewKeysClock: when the cap is reached and the stored
+// keys have expired at the new key's time, the new key is accepted. With
+// event time only a successful Observe advances the clock, so refusing it
+// would refuse every new key after it, on every replay.
+func TestMaxKeysFreedByNewKeysClock(t *testing.T) {
+	d := newDedup(t, time.Hour, dedup.Options{MaxKeys: 3})
+	for _, k := range []string{"a", "b", "c"} {
+		require.True(t, observe(t, d, k, t0))
+	}
+	first, err := d.Observe([]byte("d"), t0.Add(2*time.Hour))
+	require.NoError(t, err)
+	assert.True(t, first)
+	assert.Equal(t, t0.Add(2*time.Hour), d.Clock())
+	assert.True(t, observe(t, d, "e", t0.Add(2*time.Hour)))
+	assert.True(t, observe(t, d, "f", t0.Add(2*time.Hour)))
+	_, err = d.Observe([]byte("g"), t0.Add(2*time.Hour))
+	assert.ErrorIs(t, err, dedup.ErrFull)
+}
+
 func TestTimeOutOfRange(t *testing.T) {
 	d := newDedup(t, 24*time.Hour, dedup.Options{})
 	_, err := d.Observe([]byte("a"), time.Date(2106, 2, 7, 0, 0, 0, 0, time.UTC))

@@ -122,7 +122,11 @@ type Options struct {
 	// MaxKeys caps the number of stored entries. When the cap is reached,
 	// Observe of a new key returns ErrFull and records nothing; no entry is
 	// ever evicted to make room, since evicting a key silently lets its
-	// duplicate through. Expired entries count until cleanup removes them.
+	// duplicate through. Expired entries count until cleanup removes them;
+	// at the cap, Observe of a new key first looks for entries expired at
+	// that key's time among the next 1024 slots of the cleanup sweep, and
+	// frees them if there are any. A refused call changes nothing but the
+	// sweep position, so retrying it looks at the next slots.
 	// Default 0: no cap (memory is bounded by the TTL and the input rate).
 	MaxKeys int
 
