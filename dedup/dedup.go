@@ -103,7 +103,10 @@ func New(ttl time.Duration, opts Options) (*Deduplicator, error) {
 // duplicate: see ErrFull, ErrTimeOutOfRange, ErrKeyTooLong, ErrClosed.
 //
 // Each call also examines Options.CleanupBudget slots for expired entries.
-// A call that grows the table (see Options.ExpectedKeys) rehashes it.
+// A call that grows the table (see Options.ExpectedKeys) rehashes it, and
+// in ExactKeys mode a call whose cleanup leaves more than half of the key
+// arena (and over 1 MiB) unreferenced compacts it: pauses proportional to
+// the table, amortised over the calls that filled it.
 func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 	if d.closed {
 		return false, ErrClosed
@@ -196,8 +199,9 @@ func (d *Deduplicator) Clock() time.Time { return time.Unix(0, d.clock).UTC() }
 // Cleanup examines up to n slots for expired entries (continuing where the
 // last examination stopped), removes those it finds and returns how many it
 // removed. Observe already does this with Options.CleanupBudget; call Cleanup
-// when the partition is idle to free memory sooner. When a Cleanup call
-// completes a sweep of the whole table and finds it less than a fifth full,
+// when the partition is idle to free memory sooner. When a Cleanup call's
+// examination wraps around the end of the table and finds it less than a
+// fifth full,
 // it also shrinks the table (not below Options.ExpectedKeys), a pause
 // proportional to the table's size; Observe never shrinks the table.
 func (d *Deduplicator) Cleanup(n int) int {
