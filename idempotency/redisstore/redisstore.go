@@ -37,8 +37,11 @@ type Options struct {
 // published again. Downstream deduplication absorbs them; nothing is lost.
 //
 // Errors other than the idempotency sentinels (a timeout, a refused
-// connection) leave the outcome unknown; see idempotency.IsDefinite. A Store
-// is safe for concurrent use.
+// connection) leave the outcome unknown; see idempotency.IsDefinite. go-redis
+// replays a command whose reply was lost: a replayed Claim returns the claim
+// it made, but a replayed Complete or Release reports ErrClaimLost although
+// its first run took effect (the key is done, or absent). A Store is safe
+// for concurrent use.
 type Store struct {
 	rdb    redis.Scripter
 	prefix string
@@ -60,15 +63,23 @@ func New(rdb redis.Scripter, opts Options) (*Store, error) {
 }
 
 // claimScript: KEYS[1] key; ARGV token, fingerprint, ttl ms.
+//
+// go-redis replays a script whose reply was lost (a dropped connection). The
+// token is unique to one Claim call, so a pending key holding it was claimed
+// by this very call: the replay answers claimed instead of pending, and the
+// claim is not orphaned until its TTL.
 var claimScript = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 's', 'f', 'c', 'y', 'b')
+local v = redis.call('HMGET', KEYS[1], 's', 'f', 'c', 'y', 'b', 't')
 if not v[1] then
   redis.call('HSET', KEYS[1], 's', 'p', 't', ARGV[1], 'f', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'claimed'}
 end
 if v[2] ~= ARGV[2] then return {'mismatch'} end
-if v[1] == 'p' then return {'pending'} end
+if v[1] == 'p' then
+  if v[6] == ARGV[1] then return {'claimed'} end
+  return {'pending'}
+end
 return {'done', v[3] or '0', v[4] or '', v[5] or ''}
 `)
 

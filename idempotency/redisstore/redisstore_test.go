@@ -2,6 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,4 +82,75 @@ func TestRedisDownAndBack(t *testing.T) {
 func TestNewRejectsNilClient(t *testing.T) {
 	_, err := redisstore.New(nil, redisstore.Options{})
 	assert.ErrorIs(t, err, idempotency.ErrInvalid)
+}
+
+// dropProxy forwards TCP to a Redis server. After dropNext, it swallows the
+// server's next reply and closes that connection: the command ran but its
+// answer was lost, and go-redis replays it on a fresh connection.
+type dropProxy struct {
+	l    net.Listener
+	drop atomic.Bool
+	wg   sync.WaitGroup
+}
+
+func newDropProxy(t *testing.T, target string) *dropProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &dropProxy{l: l}
+	p.wg.Go(func() {
+		for {
+			client, err := l.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			p.wg.Go(func() { _, _ = io.Copy(server, client); _ = server.Close() })
+			p.wg.Go(func() {
+				defer client.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := server.Read(buf)
+					if err != nil {
+						return
+					}
+					if p.drop.CompareAndSwap(true, false) {
+						_ = server.Close()
+						return
+					}
+					if _, err := client.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		_ = l.Close()
+		p.drop.Store(false)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func TestReplayedScriptsAfterLostReply(t *testing.T) {
+	ctx := context.Background()
+	proxy := newDropProxy(t, testenv.Redis(t))
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.l.Addr().String(), MaxRetries: 2, PoolSize: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := redisstore.New(rdb, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+	require.NoError(t, err)
+	warm, err := s.Claim(ctx, "warm", "fp", time.Minute) // loads the scripts into Redis
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, warm))
+
+	proxy.drop.Store(true)
+	c, err := s.Claim(ctx, "k", "fp", time.Minute)
+	require.NoError(t, err, "a replayed Claim finds its own claim: it is claimed, not pending")
+	require.False(t, proxy.drop.Load(), "the reply was dropped")
+	assert.NoError(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, time.Minute), "the claim is usable")
 }
