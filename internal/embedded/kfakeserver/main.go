@@ -1,14 +1,3 @@
-// Command kfakeserver runs a one-broker franz-go kfake cluster as its own
-// process, so a test can kill Kafka with SIGKILL or keep it alive while it
-// kills the processes that use it.
-//
-// It is built and started by package embedded (StartKafkaProcess); it is not
-// meant to be run by hand. Usage:
-//
-//	kfakeserver -port PORT [-data-dir DIR] [-sync]
-//
-// It prints "ready" once the broker listens. SIGTERM or SIGINT close the
-// cluster cleanly (persisting its state when -data-dir is set).
 package main
 
 import (
