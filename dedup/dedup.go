@@ -31,6 +31,10 @@ type Deduplicator struct {
 	clock  int64 // Unix nanoseconds, the latest time seen; never decreases
 	cursor int   // next slot the incremental cleanup examines
 	closed bool
+	// noneExpiredBefore is a lower bound of every stored expiry, known from
+	// the last full scan that found nothing expired (0: unknown). Not part
+	// of a snapshot.
+	noneExpiredBefore uint32
 
 	counts counts // the owner's running totals
 	stats  stats  // counts as last published, read by metric collection
@@ -152,9 +156,14 @@ func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 		// be in reach, so that this call succeeds and commits the clock
 		// anyway; otherwise fail, changing nothing visible.
 		if !d.expiredAhead(fullCleanupBudget, nowSec) {
-			// A retry examines the next slots.
-			d.cursor = (d.cursor + fullCleanupBudget) % len(d.t.slots)
-			return false, fmt.Errorf("%w: %d keys stored", ErrFull, d.t.count)
+			// Nothing expired near the cursor: look through the whole
+			// table once before refusing, or a replayed record would be
+			// refused on every restart (a restore resets the cursor).
+			at, ok := d.firstExpired(nowSec)
+			if !ok {
+				return false, fmt.Errorf("%w: %d keys stored", ErrFull, d.t.count)
+			}
+			d.cursor = at
 		}
 		d.clock = clock
 		d.cleanup(fullCleanupBudget, false)
@@ -248,6 +257,7 @@ func (d *Deduplicator) Restore(ctx context.Context, state []byte) error {
 	d.t = t
 	d.clock = clock
 	d.cursor = 0
+	d.noneExpiredBefore = 0
 	d.publish()
 	return nil
 }
@@ -291,6 +301,31 @@ func (d *Deduplicator) advance(t time.Time) (int64, error) {
 // expiredAhead reports whether one of the n slots cleanup examines next
 // holds an entry expired at nowSec. If so, cleanup(n) at that clock removes
 // at least one entry: removals only shift entries back towards the cursor.
+// firstExpired returns the first slot holding an entry expired at nowSec,
+// scanning the whole table. A scan that finds none records the earliest
+// expiry it saw: until nowSec reaches it nothing can have expired, since
+// every later write expires after every stored entry (the clock never goes
+// back and the TTL is fixed), so refusals at MaxKeys cost a full scan only
+// once per expiry second, not once per call.
+func (d *Deduplicator) firstExpired(nowSec uint32) (int, bool) {
+	if nowSec < d.noneExpiredBefore {
+		return 0, false
+	}
+	earliest := uint32(math.MaxUint32)
+	for i := range d.t.slots {
+		e := d.t.slots[i].exp()
+		if e == 0 {
+			continue
+		}
+		if e <= nowSec {
+			return i, true
+		}
+		earliest = min(earliest, e)
+	}
+	d.noneExpiredBefore = earliest
+	return 0, false
+}
+
 func (d *Deduplicator) expiredAhead(n int, nowSec uint32) bool {
 	c := d.cursor
 	for range min(n, len(d.t.slots)) {

@@ -139,3 +139,55 @@ func TestShrink(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxKeysFullScanAfterRestore: at MaxKeys, with the only expired entry
+// far from the cursor (a restore resets the cursor to slot 0), a new key
+// still frees it instead of failing on every replay; and once nothing is
+// expired, a new key is refused without touching state.
+func TestMaxKeysFullScanAfterRestore(t *testing.T) {
+	const maxKeys = 2000
+	ctx := t.Context()
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	opts := Options{MaxKeys: maxKeys, ExpectedKeys: maxKeys}
+	d, err := New(time.Hour, opts)
+	require.NoError(t, err)
+
+	// An old key whose home slot lies beyond the look-ahead from slot 0.
+	var old []byte
+	for i := 0; ; i++ {
+		k := AppendKey(nil, "old", fmt.Sprint(i))
+		if d.t.home(hashKey(k).hi) > 2*fullCleanupBudget {
+			old = k
+			break
+		}
+	}
+	_, err = d.Observe(old, t0)
+	require.NoError(t, err)
+	for i := 1; i < maxKeys; i++ {
+		first, err := d.Observe(AppendKey(nil, "young", fmt.Sprint(i)), t0.Add(50*time.Minute))
+		require.NoError(t, err)
+		require.True(t, first)
+	}
+	require.Equal(t, maxKeys, d.Len())
+	state, err := d.Snapshot(ctx, 1)
+	require.NoError(t, err)
+
+	restored, err := New(time.Hour, opts)
+	require.NoError(t, err)
+	require.NoError(t, restored.Restore(ctx, state))
+	at := t0.Add(time.Hour + time.Second) // old has expired, the young ones have not
+	first, err := restored.Observe([]byte("new"), at)
+	require.NoError(t, err, "the expired entry must make room")
+	assert.True(t, first)
+	assert.Equal(t, maxKeys, restored.Len())
+
+	before, err := restored.Snapshot(ctx, 2)
+	require.NoError(t, err)
+	_, err = restored.Observe([]byte("newer"), at)
+	require.ErrorIs(t, err, ErrFull)
+	after, err := restored.Snapshot(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a refused key changes nothing")
+	_, err = restored.Observe([]byte("newest"), at) // answered from the recorded bound
+	require.ErrorIs(t, err, ErrFull)
+}

@@ -124,9 +124,11 @@ type Options struct {
 	// ever evicted to make room, since evicting a key silently lets its
 	// duplicate through. Expired entries count until cleanup removes them;
 	// at the cap, Observe of a new key first looks for entries expired at
-	// that key's time among the next 1024 slots of the cleanup sweep, and
-	// frees them if there are any. A refused call changes nothing but the
-	// sweep position, so retrying it looks at the next slots.
+	// that key's time among the next 1024 slots of the cleanup sweep, then
+	// through the whole table (a pause proportional to it, at most once per
+	// second of the clock while the table stays full of live keys), and
+	// frees them if there are any. So ErrFull means MaxKeys live keys, and a
+	// refused call changes no state.
 	// Default 0: no cap (memory is bounded by the TTL and the input rate).
 	MaxKeys int
 
