@@ -202,7 +202,35 @@ func EnsureLauncher(ctx context.Context, cacheDir string) (string, error) {
 	}
 	sum := sha256.Sum256(append([]byte(runtime.Version()+"\n"), launcherSource...))
 	dir := filepath.Join(cacheDir, "chdblauncher", hex.EncodeToString(sum[:8]))
-	bin := filepath.Join(dir, "chdblauncher")
+	return buildOnce(ctx, dir, "chdblauncher", func(goTool, out string) error {
+		src, err := os.MkdirTemp(dir, "src-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(src)
+		if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module chdblauncher\n\ngo 1.24\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(src, "main.go"), launcherSource, 0o644); err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, goTool, "build", "-o", out, ".")
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOWORK=off", "GOFLAGS=-buildvcs=false", "GO111MODULE=on")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build ClickHouse launcher (needs a C compiler for cgo): %w\n%s", err, msg)
+		}
+		return nil
+	})
+}
+
+// buildOnce returns dir/name, running build the first time to produce it.
+// Builds are serialised across processes by a lock file in dir, and the
+// binary appears under its name only once complete (build writes a temporary
+// path that is then renamed), so a concurrent or interrupted build never
+// leaves a half-written binary behind.
+func buildOnce(ctx context.Context, dir, name string, build func(goTool, out string) error) (string, error) {
+	bin := filepath.Join(dir, name)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
@@ -217,30 +245,15 @@ func EnsureLauncher(ctx context.Context, cacheDir string) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-
 	goTool, err := goToolPath()
 	if err != nil {
 		return "", err
 	}
-	src, err := os.MkdirTemp(dir, "src-")
-	if err != nil {
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := build(goTool, tmp); err != nil {
 		return "", fmt.Errorf("embedded: %w", err)
 	}
-	defer os.RemoveAll(src)
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module chdblauncher\n\ngo 1.24\n"), 0o644); err != nil {
-		return "", fmt.Errorf("embedded: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), launcherSource, 0o644); err != nil {
-		return "", fmt.Errorf("embedded: %w", err)
-	}
-	tmpBin := filepath.Join(src, "chdblauncher")
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", tmpBin, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOWORK=off", "GOFLAGS=-buildvcs=false", "GO111MODULE=on")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("embedded: build ClickHouse launcher (needs a C compiler for cgo): %w\n%s", err, out)
-	}
-	if err := os.Rename(tmpBin, bin); err != nil {
+	if err := os.Rename(tmp, bin); err != nil {
 		return "", fmt.Errorf("embedded: %w", err)
 	}
 	return bin, nil

@@ -15,7 +15,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -57,12 +56,10 @@ type KafkaProcessOptions struct {
 // that kill the broker or that must keep it running while they kill its
 // clients. Its methods are safe for concurrent use.
 type KafkaProcess struct {
-	opts KafkaProcessOptions
-	bin  string
-	addr string
-
-	mu   sync.Mutex
-	proc *process // nil while stopped
+	child // PID, Kill, Stop
+	opts  KafkaProcessOptions
+	bin   string
+	addr  string
 }
 
 // StartKafkaProcess builds kfakeserver (the first time, with the go tool,
@@ -79,7 +76,7 @@ func StartKafkaProcess(ctx context.Context, opts KafkaProcessOptions) (*KafkaPro
 	if err != nil {
 		return nil, err
 	}
-	k := &KafkaProcess{opts: opts, bin: bin}
+	k := &KafkaProcess{child: child{name: "kafka process", stopGrace: 10 * time.Second, log: opts.Logger}, opts: opts, bin: bin}
 	fixedPort := opts.Port != 0
 	for attempt := 0; ; attempt++ {
 		port := opts.Port
@@ -104,23 +101,13 @@ func StartKafkaProcess(ctx context.Context, opts KafkaProcessOptions) (*KafkaPro
 // Start.
 func (k *KafkaProcess) Brokers() []string { return []string{k.addr} }
 
-// PID returns the broker's process id, or 0 while it is stopped.
-func (k *KafkaProcess) PID() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.proc == nil || k.proc.exited() {
-		return 0
-	}
-	return k.proc.pid()
-}
-
 // Start starts a stopped or killed broker on the same port and data
 // directory and waits until it answers. Starting a running broker is a
 // no-op.
 func (k *KafkaProcess) Start(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.proc != nil && !k.proc.exited() {
+	if k.running() {
 		return nil
 	}
 	_, port, _ := net.SplitHostPort(k.addr)
@@ -155,39 +142,6 @@ func (k *KafkaProcess) Start(ctx context.Context) error {
 	return nil
 }
 
-// Kill kills the broker with SIGKILL and waits until it is gone.
-func (k *KafkaProcess) Kill() error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.proc == nil {
-		return nil
-	}
-	err := k.proc.kill()
-	k.proc = nil
-	if err != nil {
-		return fmt.Errorf("embedded: kill kafka process: %w", err)
-	}
-	k.opts.Logger.Info("kafka process killed", "addr", k.addr)
-	return nil
-}
-
-// Stop closes the broker cleanly (SIGTERM, persisting its state when
-// DataDir is set; SIGKILL after 10s) and waits until it is gone. It is safe
-// to call more than once.
-func (k *KafkaProcess) Stop() error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.proc == nil {
-		return nil
-	}
-	err := k.proc.terminate(10 * time.Second)
-	k.proc = nil
-	if err != nil {
-		return fmt.Errorf("embedded: stop kafka process: %w", err)
-	}
-	return nil
-}
-
 // ensureKfakeServer builds kfakeserver into the cache, keyed by its source,
 // the module's go.sum and the Go version.
 func ensureKfakeServer(ctx context.Context, cacheDir string) (string, error) {
@@ -214,32 +168,15 @@ func ensureKfakeServer(ctx context.Context, cacheDir string) (string, error) {
 	h.Write(kfakeServerSource)
 	h.Write(gosum)
 	dir := filepath.Join(cacheDir, "kfakeserver", hex.EncodeToString(h.Sum(nil)[:8]))
-	bin := filepath.Join(dir, "kfakeserver")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("embedded: %w", err)
-	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"))
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	tmp := filepath.Join(dir, ".kfakeserver.tmp")
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", tmp, modulePath+"/internal/embedded/kfakeserver")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("embedded: build kfakeserver: %w\n%s", err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", fmt.Errorf("embedded: %w", err)
-	}
-	return bin, nil
+	return buildOnce(ctx, dir, "kfakeserver", func(goTool, out string) error {
+		cmd := exec.CommandContext(ctx, goTool, "build", "-o", out, modulePath+"/internal/embedded/kfakeserver")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build kfakeserver: %w\n%s", err, msg)
+		}
+		return nil
+	})
 }
 
 // goToolPath finds the go command.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -212,4 +213,63 @@ func dialOK(ctx context.Context, addr string) error {
 		return err
 	}
 	return c.Close()
+}
+
+// child is the part of a server handle that every restartable server shares:
+// the running process, if any, and how it is killed or stopped. Its owner
+// starts processes under mu and stores them in proc.
+type child struct {
+	name      string        // for errors: "redis", "kafka process"
+	stopGrace time.Duration // SIGTERM to SIGKILL in Stop
+	log       *slog.Logger
+
+	mu   sync.Mutex
+	proc *process // nil while stopped
+}
+
+// running reports whether a started process has not exited. mu must be held.
+func (c *child) running() bool { return c.proc != nil && !c.proc.exited() }
+
+// PID returns the server's process id, or 0 while it is stopped.
+func (c *child) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running() {
+		return 0
+	}
+	return c.proc.pid()
+}
+
+// Kill kills the server with SIGKILL, as a crash would, and returns once the
+// process is gone. Killing a stopped server is a no-op.
+func (c *child) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return nil
+	}
+	err := c.proc.kill()
+	c.proc = nil
+	if err != nil {
+		return fmt.Errorf("embedded: kill %s: %w", c.name, err)
+	}
+	c.log.Info(c.name + " killed")
+	return nil
+}
+
+// Stop shuts the server down cleanly (SIGTERM, then SIGKILL after the
+// server's grace period) and waits until it is gone. It is safe to call more
+// than once.
+func (c *child) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return nil
+	}
+	err := c.proc.terminate(c.stopGrace)
+	c.proc = nil
+	if err != nil {
+		return fmt.Errorf("embedded: stop %s: %w", c.name, err)
+	}
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -44,11 +43,9 @@ type RedisOptions struct {
 // an idempotency store that forgets want. Its methods are safe for
 // concurrent use.
 type Redis struct {
-	opts RedisOptions
-	addr string
-
-	mu   sync.Mutex
-	proc *process // nil while stopped
+	child // PID, Kill, Stop
+	opts  RedisOptions
+	addr  string
 }
 
 // StartRedis starts redis-server on 127.0.0.1 and waits until it answers
@@ -70,7 +67,7 @@ func StartRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 	if opts.Logger == nil {
 		opts.Logger = discardLogger()
 	}
-	r := &Redis{opts: opts}
+	r := &Redis{child: child{name: "redis", stopGrace: 5 * time.Second, log: opts.Logger}, opts: opts}
 	fixedPort := opts.Port != 0
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -98,22 +95,12 @@ func StartRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 // Start.
 func (r *Redis) Addr() string { return r.addr }
 
-// PID returns the server's process id, or 0 while it is stopped.
-func (r *Redis) PID() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc == nil || r.proc.exited() {
-		return 0
-	}
-	return r.proc.pid()
-}
-
 // Start starts a stopped server again on the same port, empty. Starting a
 // running server is a no-op.
 func (r *Redis) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.proc != nil && !r.proc.exited() {
+	if r.running() {
 		return nil
 	}
 	_, port, _ := net.SplitHostPort(r.addr)
@@ -136,37 +123,6 @@ func (r *Redis) Start(ctx context.Context) error {
 	}
 	r.proc = p
 	r.opts.Logger.Info("redis started", "addr", r.addr, "pid", p.pid(), "took", time.Since(t0))
-	return nil
-}
-
-// Stop shuts the server down (SIGTERM, then SIGKILL after 5s) and waits for
-// it to exit. Stopping a stopped server is a no-op.
-func (r *Redis) Stop() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc == nil {
-		return nil
-	}
-	err := r.proc.terminate(5 * time.Second)
-	r.proc = nil
-	if err != nil {
-		return fmt.Errorf("embedded: stop redis: %w", err)
-	}
-	return nil
-}
-
-// Kill kills the server with SIGKILL and waits for it to exit.
-func (r *Redis) Kill() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc == nil {
-		return nil
-	}
-	err := r.proc.kill()
-	r.proc = nil
-	if err != nil {
-		return fmt.Errorf("embedded: kill redis: %w", err)
-	}
 	return nil
 }
 
