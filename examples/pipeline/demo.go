@@ -28,6 +28,7 @@ type demoConfig struct {
 	KillClickHouse, KillKafka       bool
 	Faults, Verbose                 bool
 	Store                           string
+	Instances                       int
 	Seed                            uint64
 	Dir                             string
 	Logger                          *slog.Logger
@@ -40,8 +41,12 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	say := func(format string, a ...any) {
 		fmt.Printf("[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
 	}
-	if cfg.Events <= 0 || cfg.Orgs <= 0 || cfg.Partitions <= 0 || cfg.Kills < 0 {
-		return errors.New("-events, -orgs and -partitions must be positive, -kills not negative")
+	if cfg.Events <= 0 || cfg.Orgs <= 0 || cfg.Partitions <= 0 || cfg.Kills < 0 || cfg.Instances <= 0 {
+		return errors.New("-events, -orgs, -partitions and -instances must be positive, -kills not negative")
+	}
+	if cfg.Instances > 1 && cfg.KillKafka {
+		// See supervisor.sharedGroup.
+		return errors.New("-instances > 1 shares one consumer group, which a restarted kfake broker never rebalances: add -kill-kafka=false")
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -96,7 +101,10 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	}
 	say("database %s: events (MergeTree) → events_hourly (materialized view), org_minute (ReplacingMergeTree)", db)
 
+	// One generator per goroutine that draws: the gateway's fault injection
+	// runs in HTTP handlers, everything else here.
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	gatewayRNG := func(n uint64) *rand.Rand { return rand.New(rand.NewPCG(cfg.Seed, 0x9a7e+n)) }
 	newStore, storeName, closeStore, err := keyStore(ctx, cfg.Store)
 	if err != nil {
 		return err
@@ -106,7 +114,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	if err != nil {
 		return err
 	}
-	gw, err := startGateway(ctx, brokers, topicName, store, rng, cfg.Faults)
+	gw, err := startGateway(ctx, brokers, topicName, store, gatewayRNG(0), cfg.Faults)
 	if err != nil {
 		return err
 	}
@@ -119,7 +127,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	if err != nil {
 		return err
 	}
-	sup := &supervisor{say: say, args: []string{self, "-role=processor",
+	sup := &supervisor{say: say, instances: cfg.Instances, sharedGroup: cfg.Instances > 1, args: []string{self, "-role=processor",
 		"-brokers=" + strings.Join(brokers, ","), "-topic=" + topicName, "-group=aggregator-" + runID,
 		"-clickhouse=" + chAddr, "-database=" + db, "-state=" + dir + "/processor"}}
 	if cfg.Verbose {
@@ -200,7 +208,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 		if store, err = newStore(); err != nil {
 			return err
 		}
-		if gw, err = startGateway(ctx, brokers, topicName, store, rng, false); err != nil {
+		if gw, err = startGateway(ctx, brokers, topicName, store, gatewayRNG(1), false); err != nil {
 			return err
 		}
 		prov.baseURL = gw.URL()
@@ -245,8 +253,8 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	say("processor: %d starts, %d killed with SIGKILL, %d exits with an error (restarted from the last checkpoint)",
-		sup.starts.Load(), sup.kills.Load(), sup.failures.Load())
+	say("processor: %d instance(s), %d starts, %d killed with SIGKILL, %d exits with an error (restarted from the last checkpoint)",
+		cfg.Instances, sup.starts.Load(), sup.kills.Load(), sup.failures.Load())
 	say("Kafka: %d records in %s", kafkaRecords(ctx, brokers, topicName, cfg.Partitions), topicName)
 	fmt.Println("PASS: every event counted exactly once, through every injected fault")
 	return nil
@@ -255,13 +263,14 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 // faultPlan kills the processor and ClickHouse at fixed fractions of the
 // deliveries.
 type faultPlan struct {
+	rng            *rand.Rand
 	processorKills map[int]bool
 	clickhouseKill int
 	kafkaKill      int
 }
 
 func newFaultPlan(cfg demoConfig, rng *rand.Rand) *faultPlan {
-	f := &faultPlan{processorKills: map[int]bool{}, clickhouseKill: -1, kafkaKill: -1}
+	f := &faultPlan{rng: rng, processorKills: map[int]bool{}, clickhouseKill: -1, kafkaKill: -1}
 	for k := range cfg.Kills {
 		// Spread the kills over the deliveries, each at a random point of its slice.
 		slice := cfg.Events / (cfg.Kills + 1)
@@ -293,7 +302,7 @@ func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *em
 		}()
 	}
 	if f.processorKills[i] {
-		sup.kill(say)
+		sup.kill(f.rng, say)
 	}
 	if i == f.clickhouseKill && chServer != nil {
 		say("fault: ClickHouse killed with SIGKILL; restarting it in 2s on the same data directory")
@@ -316,30 +325,49 @@ func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *em
 func (f *faultPlan) finish(_ context.Context, sup *supervisor, say func(string, ...any)) {
 	if len(f.processorKills) > 0 {
 		time.Sleep(300 * time.Millisecond)
-		sup.kill(say)
+		sup.kill(f.rng, say)
 	}
 }
 
-// supervisor keeps one processor process running, as a container runtime
-// would, and kills it on request.
+// supervisor keeps instances processor processes running, as a container
+// runtime would, and kills one on request.
 type supervisor struct {
-	args []string
-	say  func(string, ...any)
+	args      []string
+	instances int
+	// sharedGroup puts every instance and incarnation in one consumer group,
+	// so partitions move between live instances. Otherwise each incarnation
+	// joins a group of its own: a member killed with SIGKILL holds its
+	// partitions until its session times out, and a kfake broker restored
+	// from its log directory does not expire members at all. The group only
+	// carries offsets for lag monitoring; where a partition resumes comes
+	// from its checkpoint either way.
+	sharedGroup bool
+	say         func(string, ...any)
 
 	mu                      sync.Mutex
-	cmd                     *exec.Cmd
+	cmds                    []*exec.Cmd // by instance; nil while restarting
 	starts, kills, failures atomic.Int64
 }
 
+// run runs every instance until ctx ends.
 func (s *supervisor) run(ctx context.Context) {
+	s.mu.Lock()
+	s.cmds = make([]*exec.Cmd, s.instances)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for i := range s.instances {
+		wg.Go(func() { s.keep(ctx, i) })
+	}
+	wg.Wait()
+}
+
+// keep runs instance i, restarting it whenever it exits, until ctx ends.
+func (s *supervisor) keep(ctx context.Context, i int) {
 	for ctx.Err() == nil {
-		// Each incarnation joins its own consumer group: a member killed with
-		// SIGKILL would hold its partitions until its session times out, and
-		// kfake restored from its log directory does not expire members that
-		// joined before a broker restart. The group only carries offsets for
-		// lag monitoring; where to resume comes from the checkpoint. Takeover
-		// between live instances of one group is tested in kafkasource.
-		args := append(s.args[1:len(s.args):len(s.args)], fmt.Sprintf("-group-suffix=%d", s.starts.Load()))
+		args := s.args[1:len(s.args):len(s.args)]
+		if !s.sharedGroup {
+			args = append(args, fmt.Sprintf("-group-suffix=%d", s.starts.Load()))
+		}
 		cmd := exec.Command(s.args[0], args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -349,7 +377,7 @@ func (s *supervisor) run(ctx context.Context) {
 		}
 		s.starts.Add(1)
 		s.mu.Lock()
-		s.cmd = cmd
+		s.cmds[i] = cmd
 		s.mu.Unlock()
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -367,7 +395,7 @@ func (s *supervisor) run(ctx context.Context) {
 			return
 		}
 		s.mu.Lock()
-		s.cmd = nil
+		s.cmds[i] = nil
 		s.mu.Unlock()
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && exit.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
@@ -382,22 +410,37 @@ func (s *supervisor) run(ctx context.Context) {
 	}
 }
 
+// signal sends sig to every running instance.
 func (s *supervisor) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
-		_ = s.cmd.Process.Signal(sig)
+	for _, cmd := range s.cmds {
+		if cmd != nil {
+			_ = cmd.Process.Signal(sig)
+		}
 	}
 }
 
-func (s *supervisor) kill(say func(string, ...any)) {
+// kill kills one running instance, chosen by rng, with SIGKILL.
+func (s *supervisor) kill(rng *rand.Rand, say func(string, ...any)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	var running []int
+	for i, cmd := range s.cmds {
+		if cmd != nil {
+			running = append(running, i)
+		}
+	}
+	if len(running) == 0 {
 		return
 	}
-	say("fault: stream processor (pid %d) killed with SIGKILL", s.cmd.Process.Pid)
-	_ = s.cmd.Process.Kill()
+	i := running[rng.IntN(len(running))]
+	if s.instances > 1 {
+		say("fault: stream processor instance %d (pid %d) killed with SIGKILL", i, s.cmds[i].Process.Pid)
+	} else {
+		say("fault: stream processor (pid %d) killed with SIGKILL", s.cmds[i].Process.Pid)
+	}
+	_ = s.cmds[i].Process.Kill()
 	s.kills.Add(1)
 }
 

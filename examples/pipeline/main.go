@@ -28,6 +28,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Events, "events", 4000, "distinct events the providers send")
 	fs.IntVar(&cfg.Orgs, "orgs", 12, "organisations (the partitioning key)")
 	fs.IntVar(&cfg.Partitions, "partitions", 4, "partitions of the Kafka topic")
+	fs.IntVar(&cfg.Instances, "instances", 1, "processor instances in one consumer group (more than 1 needs -kill-kafka=false)")
 	fs.IntVar(&cfg.Kills, "kills", 3, "times the stream processor is killed with SIGKILL")
 	fs.BoolVar(&cfg.KillClickHouse, "kill-clickhouse", true, "kill the embedded ClickHouse with SIGKILL once and restart it")
 	fs.BoolVar(&cfg.KillKafka, "kill-kafka", true, "kill the embedded Kafka broker with SIGKILL once and restart it")

@@ -25,16 +25,18 @@ func TestMain(m *testing.M) {
 }
 
 // TestPipelineUnderFaults runs the whole pipeline with a random seed: lost
-// Kafka acks, failed publishes, duplicate deliveries, the processor killed
-// with SIGKILL four times, the Kafka broker and ClickHouse killed and
-// restarted once, a gateway restart with manual redeliveries (keys in memory
-// or in Redis, by the seed's parity). The run
-// fails unless ClickHouse ends up holding every event exactly once, in the raw
-// table, in the materialized-view rollup and in the windowed aggregates.
-// Reproduce a failure with the logged seed: go run ./examples/pipeline -seed N.
+// Kafka acks, failed publishes, duplicate deliveries, processors killed with
+// SIGKILL four times, ClickHouse killed and restarted, a gateway restart with
+// manual redeliveries (keys in memory or in Redis, by the seed's parity).
+// With one processor the Kafka broker is killed and restarted too; with two,
+// they share one consumer group and partitions move between them on every
+// kill. A run fails unless ClickHouse ends up holding every event exactly
+// once, in the raw table, in the materialized-view rollup and in the
+// windowed aggregates. Reproduce a failure with the logged seed:
+// PIPELINE_SEED=N go test -run TestPipelineUnderFaults ./examples/pipeline.
 func TestPipelineUnderFaults(t *testing.T) {
 	if testing.Short() {
-		t.Skip("end-to-end run of about 30 s")
+		t.Skip("end-to-end runs of about 20 s each")
 	}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("PIPELINE_SEED"); s != "" {
@@ -44,8 +46,20 @@ func TestPipelineUnderFaults(t *testing.T) {
 	}
 	store := []string{"memory", "redis"}[seed%2]
 	t.Logf("seed %d, keys in %s (set PIPELINE_SEED to replay it)", seed, store)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	args := []string{"-events=3000", "-kills=4", "-store=" + store, "-seed=" + strconv.FormatUint(seed, 10), "-dir=" + t.TempDir()}
-	require.NoError(t, run(ctx, args))
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{name: "one processor", args: []string{"-instances=1", "-kill-kafka=true"}},
+		{name: "two processors", args: []string{"-instances=2", "-kill-kafka=false"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			args := append([]string{"-events=3000", "-kills=4", "-store=" + store,
+				"-seed=" + strconv.FormatUint(seed, 10), "-dir=" + t.TempDir()}, tt.args...)
+			require.NoError(t, run(ctx, args))
+		})
+	}
 }
