@@ -28,6 +28,9 @@ type gateway struct {
 	pub   *kafkapub.Publisher
 	flaky *flakyKafka
 	done  chan error
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 func startGateway(ctx context.Context, brokers []string, topic string, store idempotency.Store, rng *rand.Rand, faults bool) (*gateway, error) {
@@ -77,12 +80,17 @@ func startGateway(ctx context.Context, brokers []string, topic string, store ide
 
 func (g *gateway) URL() string { return "http://" + g.ln.Addr().String() }
 
+// Close stops the gateway after its in-flight requests. It is safe to call
+// more than once.
 func (g *gateway) Close(ctx context.Context) error {
-	err := g.srv.Shutdown(ctx)
-	if serr := <-g.done; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return errors.Join(err, g.pub.Close())
+	g.closeOnce.Do(func() {
+		err := g.srv.Shutdown(ctx)
+		if serr := <-g.done; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		g.closeErr = errors.Join(err, g.pub.Close())
+	})
+	return g.closeErr
 }
 
 // flakyKafka injects the two failures of a Kafka publish that matter:
