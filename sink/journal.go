@@ -188,6 +188,10 @@ func (j *Journal) Claim(ctx context.Context) error {
 	}
 	j.epoch = rec.Epoch
 	j.incarnation = rec.Incarnation
+	// Acks noted in the previous epoch name positions that the new epoch
+	// may cut again; carried into it they would acknowledge its batches
+	// before they are inserted.
+	j.ackedThrough = nil
 	return nil
 }
 
@@ -319,7 +323,9 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 	if j.pruneDurable != nil {
 		j.pruneWant = maxPos(j.pruneWant, *j.pruneDurable) // keep it alive in the next intent
 	}
-	// Acks carried by later intents of the same epoch and owner.
+	// Acks carried by later intents of the same epoch and owner. Only
+	// entries that end before the carrier begins: an intent never
+	// acknowledges itself or a batch cut over its own positions.
 	for i := range all {
 		a := &all[i]
 		if a.AckedThrough == nil {
@@ -327,7 +333,8 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		}
 		for k := range all {
 			e := &all[k]
-			if !e.Acked && e.Epoch == a.Epoch && e.Owner == a.Owner && e.Last.Compare(*a.AckedThrough) <= 0 {
+			if !e.Acked && e.Epoch == a.Epoch && e.Owner == a.Owner &&
+				e.Last.Compare(*a.AckedThrough) <= 0 && e.Last.Compare(a.First) < 0 {
 				e.Acked, e.AckEpoch = true, e.Epoch
 			}
 		}
