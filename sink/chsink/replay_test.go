@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
@@ -159,4 +160,28 @@ func TestReplacingMergeTreeReadHelpers(t *testing.T) {
 		assert.Equal(t, []uint64{1, 2}, gotOrg, q)
 		assert.Equal(t, []uint64{12, 5}, gotN, q)
 	}
+}
+
+// A replay whose rows skip a journaled batch entirely, after rows that fell
+// before it (outside any batch), writes those rows as a batch of their own:
+// they are not inserted under the skipped batch's token, which ClickHouse
+// already holds and would drop them under.
+func TestReplaySkippingABatchKeepsRowsBeforeIt(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx := context.Background()
+	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	state := crashAfterUnackedInsert(t, env, store)
+
+	s := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst})
+	require.NoError(t, s.Restore(ctx, state))
+	// Record 99 produced no row the first time; now it does, and records
+	// [100, 150) produce none: processing changed between runs.
+	extra := event{ID: 99_999, Org: "late", Kind: "push", At: time.UnixMilli(1_700_000_000_000).UTC()}
+	require.NoError(t, s.Add(ctx, sink.Position{Offset: 99}, extra))
+	require.NoError(t, feed(ctx, t, s, 150, 160))
+	_, err := s.Snapshot(ctx, 3)
+	require.NoError(t, err)
+
+	assert.Equal(t, uint64(1), env.count(t, "SELECT count() FROM "+env.db+".events WHERE id = 99999"), "the row before the skipped batch")
+	assert.Equal(t, uint64(expectedRows(0, 160)+1), env.count(t, "SELECT count() FROM "+env.db+".events"), "rows")
 }

@@ -286,14 +286,16 @@ func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 			}
 			break // a row outside any journaled batch: normal batching
 		}
+		// Rows buffered so far fell before p: they are a batch of their own,
+		// never part of p's (finishReplay would insert them under p's token).
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
 		if pos.Compare(p.Last) > 0 { // the batch got no rows at all
 			if err := s.finishReplay(ctx); err != nil {
 				return err
 			}
 			continue
-		}
-		if err := s.flush(ctx); err != nil {
-			return err
 		}
 		s.replaying = true
 		s.appendRow(pos, row)
