@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,9 +180,10 @@ func (d *demo) startPipeline(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.sup = &supervisor{say: d.say, instances: d.cfg.Instances, sharedGroup: d.cfg.Instances > 1,
+	group := "aggregator-" + d.db
+	d.sup = &supervisor{say: d.say, instances: d.cfg.Instances, sharedGroup: d.cfg.Instances > 1, group: group,
 		args: []string{self, "-role=processor",
-			"-brokers=" + strings.Join(d.brokers, ","), "-topic=" + d.topic, "-group=aggregator-" + d.db,
+			"-brokers=" + strings.Join(d.brokers, ","), "-topic=" + d.topic, "-group=" + group,
 			"-clickhouse=" + d.chAddr, "-database=" + d.db, "-state=" + d.dir + "/processor"}}
 	if d.cfg.Verbose {
 		d.sup.args = append(d.sup.args, "-v")
@@ -293,22 +296,30 @@ func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []Event)
 	return nil
 }
 
-// awaitExact waits until ClickHouse holds exactly what the providers sent,
-// and fails at once on a duplicate, or with the gap after a timeout.
+// awaitExact waits until the processors have checkpointed every record in
+// Kafka and ClickHouse then holds exactly what the providers sent, and fails
+// at once on a duplicate, or with the gap after a timeout. Requiring the
+// checkpoints first means a replay still pending after the last kill cannot
+// add a duplicate after the verdict.
 func (d *demo) awaitExact(ctx context.Context, events []Event) error {
 	want := expect(events)
 	deadline := time.Now().Add(convergeTimeout())
 	for {
 		var gap []string
+		lag, lagErr := checkpointLag(ctx, d.brokers, d.topic, d.cfg.Partitions, d.sup.joined())
 		got, err := observe(ctx, d.chAddr, d.db)
 		if err == nil {
-			if gap = diff(want, got); len(gap) == 0 {
-				d.say("ClickHouse: events %d rows = %d distinct events sent; events_hourly (materialized view) %d rows exact; org_minute FINAL %d windows exact (count, avg, max)",
+			gap = diff(want, got)
+			if len(gap) == 0 && lagErr == nil && lag == 0 {
+				d.say("every Kafka record checkpointed; ClickHouse: events %d rows = %d distinct events sent; events_hourly (materialized view) %d rows exact; org_minute FINAL %d windows exact (count, avg, max)",
 					got.rows, want.events, len(want.hourly), len(want.minutes))
 				return nil
 			}
 			if got.rows > uint64(want.events) {
 				return fmt.Errorf("DUPLICATES in ClickHouse:\n  %s", summarize(gap))
+			}
+			if len(gap) == 0 {
+				gap = []string{fmt.Sprintf("exact, but %d records not yet checkpointed (%v)", lag, lagErr)}
 			}
 		} else {
 			gap = []string{err.Error()}
@@ -407,11 +418,20 @@ type supervisor struct {
 	// carries offsets for lag monitoring; where a partition resumes comes
 	// from its checkpoint either way.
 	sharedGroup bool
+	group       string // the -group argument in args
 	say         func(string, ...any)
 
 	mu                      sync.Mutex
 	cmds                    []*exec.Cmd // by instance; nil while restarting
+	groups                  []string    // every consumer group an instance joined
 	starts, kills, failures atomic.Int64
+}
+
+// joined returns every consumer group an instance has joined so far.
+func (s *supervisor) joined() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.groups)
 }
 
 // run runs every instance until ctx ends.
@@ -430,8 +450,11 @@ func (s *supervisor) run(ctx context.Context) {
 func (s *supervisor) keep(ctx context.Context, i int) {
 	for ctx.Err() == nil {
 		args := s.args[1:len(s.args):len(s.args)]
+		group := s.group
 		if !s.sharedGroup {
-			args = append(args, fmt.Sprintf("-group-suffix=%d", s.starts.Load()))
+			suffix := strconv.FormatInt(s.starts.Load(), 10)
+			args = append(args, "-group-suffix="+suffix)
+			group += "-" + suffix
 		}
 		cmd := exec.Command(s.args[0], args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -443,6 +466,9 @@ func (s *supervisor) keep(ctx context.Context, i int) {
 		s.starts.Add(1)
 		s.mu.Lock()
 		s.cmds[i] = cmd
+		if !slices.Contains(s.groups, group) {
+			s.groups = append(s.groups, group)
+		}
 		s.mu.Unlock()
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -526,6 +552,50 @@ func kafkaRecords(ctx context.Context, brokers []string, topic string, partition
 		total += last - first
 	}
 	return total
+}
+
+// checkpointLag counts the records of the topic past the highest offset any
+// of groups has committed. A processor commits an offset only after the
+// checkpoint that covers it completed, and restores from its newest
+// checkpoint, so at lag 0 no record will be processed again.
+func checkpointLag(ctx context.Context, brokers []string, topic string, partitions int, groups []string) (int64, error) {
+	ends := make([]int64, partitions)
+	for p := range partitions {
+		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, p)
+		if err != nil {
+			return 0, err
+		}
+		ends[p], err = conn.ReadLastOffset()
+		_ = conn.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	committed := make([]int64, partitions)
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	all := make([]int, partitions)
+	for p := range all {
+		all[p] = p
+	}
+	for _, g := range groups {
+		resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: g, Topics: map[string][]int{topic: all}})
+		if err != nil {
+			return 0, err
+		}
+		if resp.Error != nil {
+			return 0, resp.Error
+		}
+		for _, p := range resp.Topics[topic] {
+			if p.Error == nil && p.Partition >= 0 && p.Partition < partitions {
+				committed[p.Partition] = max(committed[p.Partition], p.CommittedOffset)
+			}
+		}
+	}
+	var lag int64
+	for p := range partitions {
+		lag += max(ends[p]-committed[p], 0)
+	}
+	return lag, nil
 }
 
 // watchClickHouse restarts the embedded ClickHouse if it exits on its own, as
