@@ -26,7 +26,9 @@ const intentVersion = 1
 
 // Intent is one journal entry: a batch the sink is about to insert (or did
 // insert), identified by its source positions. It is recorded durably before
-// the insert; Acked is set by a second write once ClickHouse acknowledged it.
+// the insert. Once ClickHouse acknowledged it, the ack normally rides on the
+// next intent of the same epoch (AckedThrough) and Load reports the entry as
+// Acked; a replayed batch's ack is a second write of the entry (Journal.Ack).
 type Intent struct {
 	Version   int       `json:"v"`
 	Table     string    `json:"table"`
