@@ -269,8 +269,19 @@ func (c *ClickHouse) start(ctx context.Context) error {
 		return fmt.Errorf("embedded: clickhouse on %s (dir %s): %w", c.addr, c.opts.Dir, err)
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		// Stop ran while this start waited for readiness: the server it
+		// stopped must not come back behind its back.
+		_ = p.kill()
+		return errors.New("embedded: clickhouse stopped during restart")
+	}
+	if c.proc != nil {
+		// A concurrent Restart won; one server per directory.
+		_ = p.kill()
+		return errors.New("embedded: clickhouse restarted concurrently")
+	}
 	c.proc, c.version = p, version
-	c.mu.Unlock()
 	return nil
 }
 

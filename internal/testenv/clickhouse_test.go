@@ -5,12 +5,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
 )
 
@@ -121,4 +123,25 @@ func countRows(t *testing.T, addr, db, query string) int {
 	require.NoError(t, c.Do(t.Context(), ch.Query{Body: query, Result: proto.Results{{Name: "count()", Data: &n}}}))
 	require.Equal(t, 1, n.Rows())
 	return int(n.Row(0))
+}
+
+// TestClickHouseStopDuringRestart proves a Stop that lands while a Restart
+// waits for readiness wins: the restart fails and no server is left running
+// behind the stopped handle.
+func TestClickHouseStopDuringRestart(t *testing.T) {
+	testenv.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
+	srv, err := embedded.StartClickHouse(t.Context(), embedded.ClickHouseOptions{Dir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+
+	restarted := make(chan error, 1)
+	go func() { restarted <- srv.Restart(context.WithoutCancel(t.Context())) }()
+	require.Eventually(t, func() bool { return srv.PID() == 0 }, time.Minute, time.Millisecond,
+		"Restart kills the running server first")
+	require.NoError(t, srv.Stop())
+
+	require.Error(t, <-restarted)
+	assert.Equal(t, 0, srv.PID())
+	_, err = ch.Dial(t.Context(), ch.Options{Address: srv.Addr(), DialTimeout: time.Second})
+	assert.Error(t, err, "no server answers after Stop")
 }
