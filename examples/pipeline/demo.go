@@ -90,6 +90,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	}
 	events := generate(d.rng, cfg.Events, cfg.Orgs, 20*time.Minute)
 	d.faults = newFaultPlan(cfg, d.rng)
+	d.close = append(d.close, d.faults.stop) // before the servers stop
 	if err := d.deliver(ctx, events); err != nil {
 		return err
 	}
@@ -338,15 +339,23 @@ func (d *demo) awaitExact(ctx context.Context, events []Event) error {
 
 // faultPlan kills the processor and ClickHouse at fixed fractions of the
 // deliveries.
+// A server it kills is restarted by a goroutine the plan owns: stop cancels
+// a restart still waiting and waits for one under way, so no server is
+// started again after the demo stopped it.
 type faultPlan struct {
 	rng            *rand.Rand
 	processorKills map[int]bool
 	clickhouseKill int
 	kafkaKill      int
+
+	restarts sync.WaitGroup
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 func newFaultPlan(cfg demoConfig, rng *rand.Rand) *faultPlan {
-	f := &faultPlan{rng: rng, processorKills: map[int]bool{}, clickhouseKill: -1, kafkaKill: -1}
+	f := &faultPlan{rng: rng, processorKills: map[int]bool{}, clickhouseKill: -1, kafkaKill: -1,
+		stopped: make(chan struct{})}
 	for k := range cfg.Kills {
 		// Spread the kills over the deliveries, each at a random point of its slice.
 		slice := cfg.Events / (cfg.Kills + 1)
@@ -368,14 +377,16 @@ func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *em
 		if err := kafkaServer.Kill(); err != nil {
 			say("kill Kafka: %v", err)
 		}
-		go func() {
-			time.Sleep(time.Second)
+		f.restarts.Go(func() {
+			if !f.sleep(ctx, time.Second) {
+				return
+			}
 			if err := kafkaServer.Start(ctx); err != nil {
 				say("restart Kafka: %v", err)
 				return
 			}
 			say("Kafka is back")
-		}()
+		})
 	}
 	if f.processorKills[i] {
 		sup.kill(f.rng, say)
@@ -385,15 +396,37 @@ func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *em
 		if err := chServer.Kill(); err != nil {
 			say("kill ClickHouse: %v", err)
 		}
-		go func() {
-			time.Sleep(2 * time.Second)
+		f.restarts.Go(func() {
+			if !f.sleep(ctx, 2*time.Second) {
+				return
+			}
 			if err := chServer.Restart(ctx); err != nil {
 				say("restart ClickHouse: %v", err)
 				return
 			}
 			say("ClickHouse is back")
-		}()
+		})
 	}
+}
+
+// sleep waits for d and reports whether the plan is still running then.
+func (f *faultPlan) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-f.stopped:
+	}
+	return false
+}
+
+// stop cancels the restarts still waiting and waits for those under way. It
+// is safe to call more than once.
+func (f *faultPlan) stop() {
+	f.stopOnce.Do(func() { close(f.stopped) })
+	f.restarts.Wait()
 }
 
 // finish kills the processor once more while it catches up, after the last
