@@ -283,3 +283,38 @@ func TestJournalClaimDropsPreviousEpochAck(t *testing.T) {
 	assert.Equal(t, b.Epoch, got[0].Epoch)
 	assert.False(t, got[0].Acked, "a new epoch's batch is not acked by the previous epoch's ack")
 }
+
+// TestJournalDropsFencedIntentAcrossRestorePoint: a fenced owner's late
+// intent that nothing newer overlaps any more (the new owner's overlapping
+// batch was pruned after its checkpoint) spans the restore point. No
+// checkpoint of a live lineage falls inside one of its batches, so the
+// entry was never inserted; replaying it would cut the replay differently
+// and stop the sink on every restart.
+func TestJournalDropsFencedIntentAcrossRestorePoint(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	old, err := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, err)
+	require.NoError(t, old.Claim(ctx))
+	next, err := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, err)
+	require.NoError(t, next.Claim(ctx))
+
+	late := sink.Intent{First: pos(5, 0), Last: pos(15, 0), Rows: 1, Token: old.Token(pos(5, 0), pos(15, 0))}
+	require.ErrorIs(t, old.Record(ctx, &late), sink.ErrFenced) // written, then refused
+
+	third, err := sink.OpenJournal(store, "db.t", src)
+	require.NoError(t, err)
+	require.NoError(t, third.Claim(ctx))
+	restoredThrough := pos(10, 0) // a checkpoint of next's lineage, its batches pruned
+	got, err := third.Load(ctx, &restoredThrough)
+	require.NoError(t, err)
+	assert.Empty(t, got)
+
+	// An entry that starts after the restore point is still replayed.
+	after := pos(4, 0)
+	got, err = third.Load(ctx, &after)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, late.Token, got[0].Token)
+}
