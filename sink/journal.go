@@ -292,7 +292,10 @@ func (j *Journal) Ack(ctx context.Context, in *Intent) error {
 // by a fenced owner and never inserted); an unacknowledged entry of an older
 // epoch that overlaps a newer epoch's entry was written by a fenced owner
 // after the takeover and never inserted, so it is dropped; any other overlap
-// is ErrJournalCorrupt.
+// is ErrJournalCorrupt. An unacknowledged entry that spans after (starts at or
+// before it, ends past it) is dropped too: only a fenced owner can have
+// written it, since a checkpoint never falls inside a batch of its own
+// lineage.
 func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 	names, err := j.store.List(ctx, j.prefix+"b-")
 	if err != nil {
