@@ -687,7 +687,12 @@ func keyStore(ctx context.Context, kind string) (newStore func() (idempotency.St
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		prefix := fmt.Sprintf("demo:%d:", time.Now().UnixNano()) // one per run, shared by its gateways
 		return func() (idempotency.Store, error) {
-				return redisstore.New(rdb, redisstore.Options{Prefix: prefix})
+				// Concurrent requests share pipelines, as the package doc advises.
+				ap, err := rdb.AutoPipeline()
+				if err != nil {
+					return nil, err
+				}
+				return redisstore.New(ap, redisstore.Options{Prefix: prefix})
 			}, "Redis at " + addr, func() {
 				_ = rdb.Close()
 				stop()

@@ -49,8 +49,9 @@ type Store struct {
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a Store over rdb, a *redis.Client, *redis.ClusterClient or
-// any other go-redis client that runs scripts. The caller keeps ownership
+// New returns a Store over rdb, a *redis.Client, *redis.ClusterClient,
+// *redis.AutoPipeliner (recommended for a busy gateway: see the package doc)
+// or any other go-redis client that runs scripts. The caller keeps ownership
 // of rdb and closes it.
 func New(rdb redis.Scripter, opts Options) (*Store, error) {
 	if rdb == nil {

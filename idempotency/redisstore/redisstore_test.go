@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -33,6 +35,55 @@ func TestConformance(t *testing.T) {
 		require.NoError(t, err)
 		return s
 	})
+}
+
+// TestConformanceAutoPipelined runs the suite through go-redis's
+// AutoPipeliner, the client the package doc recommends for a busy gateway:
+// scripts of concurrent callers share pipelines, and every guarantee holds.
+func TestConformanceAutoPipelined(t *testing.T) {
+	addr := testenv.Redis(t)
+	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
+		ap, err := newClient(t, addr).AutoPipeline()
+		require.NoError(t, err)
+		s, err := redisstore.New(ap, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+		require.NoError(t, err)
+		return s
+	})
+}
+
+// TestAutoPipelinedRace claims each of a few keys from many goroutines at
+// once through one AutoPipeliner, so claims of one key share a pipeline:
+// exactly one claim per key wins, and the scripts reload after SCRIPT FLUSH.
+func TestAutoPipelinedRace(t *testing.T) {
+	ctx := context.Background()
+	rdb := newClient(t, testenv.Redis(t))
+	ap, err := rdb.AutoPipeline()
+	require.NoError(t, err)
+	s, err := redisstore.New(ap, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+	require.NoError(t, err)
+	for round := range 3 {
+		require.NoError(t, rdb.ScriptFlush(ctx).Err(), "scripts must reload on NOSCRIPT")
+		const keys, callers = 8, 64
+		var won [keys]atomic.Int64
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				k := i % keys
+				_, err := s.Claim(ctx, fmt.Sprintf("r%d-k%d", round, k), "fp", time.Minute)
+				switch {
+				case err == nil:
+					won[k].Add(1)
+				case errors.Is(err, idempotency.ErrPending):
+				default:
+					t.Errorf("claim: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		for k := range won {
+			assert.EqualValues(t, 1, won[k].Load(), "round %d key %d", round, k)
+		}
+	}
 }
 
 func TestLayout(t *testing.T) {
@@ -138,19 +189,29 @@ func newDropProxy(t *testing.T, target string) *dropProxy {
 }
 
 func TestReplayedScriptsAfterLostReply(t *testing.T) {
-	ctx := context.Background()
-	proxy := newDropProxy(t, testenv.Redis(t))
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.l.Addr().String(), MaxRetries: 2, PoolSize: 1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := redisstore.New(rdb, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
-	require.NoError(t, err)
-	warm, err := s.Claim(ctx, "warm", "fp", time.Minute) // loads the scripts into Redis
-	require.NoError(t, err)
-	require.NoError(t, s.Release(ctx, warm))
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autopipelined=%v", pipelined), func(t *testing.T) {
+			ctx := context.Background()
+			proxy := newDropProxy(t, testenv.Redis(t))
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.l.Addr().String(), MaxRetries: 2, PoolSize: 1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			var scripter redis.Scripter = rdb
+			if pipelined {
+				ap, err := rdb.AutoPipeline()
+				require.NoError(t, err)
+				scripter = ap
+			}
+			s, err := redisstore.New(scripter, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+			require.NoError(t, err)
+			warm, err := s.Claim(ctx, "warm", "fp", time.Minute) // loads the scripts into Redis
+			require.NoError(t, err)
+			require.NoError(t, s.Release(ctx, warm))
 
-	proxy.drop.Store(true)
-	c, err := s.Claim(ctx, "k", "fp", time.Minute)
-	require.NoError(t, err, "a replayed Claim finds its own claim: it is claimed, not pending")
-	require.False(t, proxy.drop.Load(), "the reply was dropped")
-	assert.NoError(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, time.Minute), "the claim is usable")
+			proxy.drop.Store(true)
+			c, err := s.Claim(ctx, "k", "fp", time.Minute)
+			require.NoError(t, err, "a replayed Claim finds its own claim: it is claimed, not pending")
+			require.False(t, proxy.drop.Load(), "the reply was dropped")
+			assert.NoError(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, time.Minute), "the claim is usable")
+		})
+	}
 }
