@@ -35,6 +35,9 @@ type Deduplicator struct {
 	// the last full scan that found nothing expired (0: unknown). Not part
 	// of a snapshot.
 	noneExpiredBefore uint32
+	// touched sums the slots ObserveBatch reads ahead, so that the compiler
+	// keeps those reads.
+	touched uint32
 
 	counts counts // the owner's running totals
 	stats  stats  // counts as last published, read by metric collection
@@ -112,6 +115,52 @@ func New(ttl time.Duration, opts Options) (*Deduplicator, error) {
 // arena (and over 1 MiB) unreferenced compacts it: pauses proportional to
 // the table, amortised over the calls that filled it.
 func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
+	return d.observe(key, hashKey(key), t)
+}
+
+// A Sighting is one key seen at one time: an element of ObserveBatch's input.
+type Sighting struct {
+	Key  []byte
+	Time time.Time
+}
+
+// batchAhead is how many sightings ObserveBatch hashes and looks up ahead of
+// deciding them.
+const batchAhead = 8
+
+// ObserveBatch decides the sightings in order, with the same answers and the
+// same resulting state as one Observe call per sighting, and appends each
+// answer (true: first sight) to first, which it returns.
+//
+// It is faster than the calls it replaces on large tables: it reads the
+// table slots of several keys before deciding any of them, so their cache
+// misses overlap instead of following one another.
+//
+// On error, the sightings before the failing one are decided and their
+// answers appended; the failing one and those after it are not, and nothing
+// is recorded for them. The error is Observe's for the failing sighting.
+func (d *Deduplicator) ObserveBatch(s []Sighting, first []bool) ([]bool, error) {
+	var hs [batchAhead]hash128
+	for len(s) > 0 {
+		n := min(len(s), batchAhead)
+		for i := range n {
+			hs[i] = hashKey(s[i].Key)
+		}
+		d.touched += d.t.touch(hs[:n])
+		for i := range n {
+			f, err := d.observe(s[i].Key, hs[i], s[i].Time)
+			if err != nil {
+				return first, err
+			}
+			first = append(first, f)
+		}
+		s = s[n:]
+	}
+	return first, nil
+}
+
+// observe is Observe with the key's hash h computed by the caller.
+func (d *Deduplicator) observe(key []byte, h hash128, t time.Time) (bool, error) {
 	if d.closed {
 		return false, ErrClosed
 	}
@@ -124,7 +173,6 @@ func (d *Deduplicator) Observe(key []byte, t time.Time) (bool, error) {
 	}
 	nowSec := uint32(clock / int64(time.Second))
 	exp := uint32((clock + d.ttl + int64(time.Second) - 1) / int64(time.Second))
-	h := hashKey(key)
 
 	i, found := d.t.find(h, key)
 	if found {

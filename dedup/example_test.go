@@ -64,3 +64,31 @@ func ExampleDeduplicator_Restore() {
 	// first: false
 	// truncated snapshot rejected: true
 }
+
+// A batch of records, as one Kafka fetch returns them, decided at once: the
+// answers are those of one Observe per record, in order, including the
+// duplicate inside the batch.
+func ExampleDeduplicator_ObserveBatch() {
+	d, err := dedup.New(24*time.Hour, dedup.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer d.Close()
+
+	at := time.Date(2026, 10, 28, 12, 0, 0, 0, time.UTC)
+	batch := []dedup.Sighting{
+		{Key: dedup.Key("org-1", "github", "d-1"), Time: at},
+		{Key: dedup.Key("org-1", "github", "d-2"), Time: at.Add(time.Second)},
+		{Key: dedup.Key("org-1", "github", "d-1"), Time: at.Add(2 * time.Second)}, // redelivered
+	}
+	first, err := d.ObserveBatch(batch, nil)
+	if err != nil {
+		// first holds the answers of the records before the failing one;
+		// nothing is recorded for the rest.
+		fmt.Println("error:", err)
+		return
+	}
+	fmt.Println(first)
+	// Output:
+	// [true true false]
+}

@@ -2,7 +2,9 @@ package dedup
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -98,5 +100,73 @@ func TestModel(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestObserveBatchEqualsObserve feeds the same random sightings to one
+// Deduplicator through ObserveBatch and to another through Observe, with a
+// key cap and times out of range so that batches fail halfway, and requires
+// the same answers, the same errors at the same sightings, and byte-identical
+// snapshots after every batch.
+func TestObserveBatchEqualsObserve(t *testing.T) {
+	const ttl = 100 * time.Second
+	ctx := context.Background()
+	for _, exact := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 11))
+			opts := Options{ExactKeys: exact, MaxKeys: 2000}
+			batched, err := New(ttl, opts)
+			require.NoError(t, err)
+			single, err := New(ttl, opts)
+			require.NoError(t, err)
+			now := time.Unix(1_700_000_000, 0)
+			var full, outOfRange int
+			for batch := range 2000 {
+				s := make([]Sighting, rng.IntN(3*batchAhead))
+				for i := range s {
+					switch r := rng.IntN(1000); {
+					case r < 3:
+						now = now.Add(ttl + time.Duration(rng.Int64N(int64(ttl))))
+					case r < 40:
+						now = now.Add(-time.Duration(rng.Int64N(int64(ttl))))
+					default:
+						now = now.Add(time.Duration(rng.Int64N(int64(20 * time.Millisecond))))
+					}
+					at := now
+					if rng.IntN(200) == 0 {
+						at = time.Unix(math.MaxUint32+1, 0) // ErrTimeOutOfRange
+					}
+					// Keys repeat within a batch too.
+					s[i] = Sighting{Key: fmt.Appendf(nil, "k%d", rng.IntN(4000)), Time: at}
+				}
+				got, gotErr := batched.ObserveBatch(s, nil)
+				var want []bool
+				var wantErr error
+				for _, x := range s {
+					first, err := single.Observe(x.Key, x.Time)
+					if err != nil {
+						wantErr = err
+						break
+					}
+					want = append(want, first)
+				}
+				require.Equalf(t, want, got, "batch %d", batch)
+				require.Equalf(t, wantErr, gotErr, "batch %d", batch)
+				switch {
+				case errors.Is(gotErr, ErrFull):
+					full++
+				case errors.Is(gotErr, ErrTimeOutOfRange):
+					outOfRange++
+				}
+				a, err := batched.Snapshot(ctx, 1)
+				require.NoError(t, err)
+				b, err := single.Snapshot(ctx, 1)
+				require.NoError(t, err)
+				require.Equalf(t, b, a, "batch %d: state differs", batch)
+			}
+			require.NotZero(t, full, "no batch hit MaxKeys: the test lost its edge")
+			require.NotZero(t, outOfRange, "no batch had a time out of range: the test lost its edge")
+			checkTable(t, &batched.t)
+		})
 	}
 }

@@ -150,6 +150,18 @@ func (t *table) find(h hash128, key []byte) (int, bool) {
 	return len(t.slots), false
 }
 
+// touch reads the home slot of each fingerprint and returns a value that
+// depends on every read. Lookups that follow find those slots in the cache:
+// the reads are independent of each other, so the processor overlaps their
+// misses, where a lookup must wait for its own before the next one starts.
+func (t *table) touch(hs []hash128) uint32 {
+	var sum uint32
+	for _, h := range hs {
+		sum += t.slots[t.home(h.hi)].exp()
+	}
+	return sum
+}
+
 // insert puts (h, key, exp) at position i returned by a failed find. It
 // reports false, changing nothing, if the run after i reaches the end of the
 // array.
