@@ -13,13 +13,13 @@
 // Before a batch is inserted, the sink records an Intent in a Journal: the
 // source (topic, partition), table, first and last position, row count,
 // content hash and the insert_deduplication_token (see Journal.Token). After
-// ClickHouse acknowledges the insert, the ack rides on the next batch's
+// ClickHouse acknowledges the insert, the ack rides on a later batch's
 // intent (Journal.AckLater), so a batch costs one journal write. After a
 // restart the new owner loads every intent after the restored checkpoint and
 // cuts the replayed rows into exactly those batches: an acked batch is
-// skipped, an unacknowledged one (the last before the crash, whether or not
-// it landed) is re-inserted with its token, so ClickHouse drops it if it
-// already has it. Only then does normal
+// skipped, an unacknowledged one (the last ones before the crash, whether or
+// not they landed) is re-inserted with its token, so ClickHouse drops it if
+// it already has it. Only then does normal
 // batching resume. A replayed batch whose content hash differs from the
 // journal returns a *ContentMismatchError: reusing the token would silently
 // keep one version. A backend may instead, for idempotent tables, insert the

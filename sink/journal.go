@@ -110,7 +110,10 @@ var nameSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // batch's ack and the prune point) and one Delete per pruned entry; Claim,
 // replays and Ack of a replayed batch write more.
 //
-// A Journal is used by one goroutine at a time.
+// A Journal is used by one goroutine at a time, except CheckOwner, which
+// reads only what Claim sets and may run concurrently with every method but
+// Claim (a sink checks ownership before an insert retry in the background
+// while it journals the next batch).
 type Journal struct {
 	store       checkpoint.Storage
 	prefix      string

@@ -11,7 +11,7 @@ import (
 // batches. Appending a row calls a typed getter: no reflection.
 //
 // A Column belongs to one sink: build columns in a Schema function, which
-// the sink calls once.
+// the sink calls for each set of column buffers it keeps.
 type Column[T any] struct {
 	name string
 	data proto.Column
@@ -21,8 +21,9 @@ type Column[T any] struct {
 // Name returns the ClickHouse column name.
 func (c Column[T]) Name() string { return c.name }
 
-// Schema builds a fresh set of columns for one sink. The sink calls it once
-// at construction; every sink must own its columns.
+// Schema builds a fresh set of columns for one sink. The sink calls it twice
+// at construction (one set fills while the other is inserted); every call
+// must return new columns, the same names in the same order.
 type Schema[T any] func() []Column[T]
 
 // Col maps get's result into col, any ch-go column of V. The other

@@ -27,9 +27,31 @@
 // is never dropped. Every insert carries insert_deduplication_token from the
 // journal and deduplicate_blocks_in_dependent_materialized_views = 1.
 // A batch costs one journal write before its insert (the intent, which also
-// carries the previous batch's ack and the prune point) and one Delete when a
-// later checkpoint completes; after a crash the last inserted batch, its ack
-// not yet carried, is re-inserted with its token and dropped by ClickHouse.
+// carries an earlier batch's ack and the prune point) and one Delete when a
+// later checkpoint completes.
+//
+// # Pipelining
+//
+// A flush seals the batch and hashes it, journals its intent, waits for the
+// batch before it (at most one is in flight), and hands the sealed columns
+// to a goroutine of the sink that inserts them with their retries; the
+// caller returns and fills a second set of column buffers meanwhile. So the
+// insert of batch N overlaps the filling of batch N+1 and the journal write
+// of its intent, which is still durable before N+1's own insert starts:
+// the order that makes a replay safe is kept, only the waiting is shared.
+// The ack of batch N rides on the intent of N+2 (N+1's was written before N
+// finished), so after a crash up to two batches are re-inserted with their
+// tokens and dropped by ClickHouse. Replays of journaled batches run
+// synchronously.
+//
+// Where errors surface: a failed background insert breaks the sink as a
+// failed flush always did; the first Add after it ended returns its
+// *InsertError (or, at the latest, the next flush, Snapshot or Close), so the
+// checkpoint fails and nothing after the batch is acknowledged. The insert
+// runs under the context of the call that sealed the batch (Add, Snapshot or
+// Run): cancelling that context, or Close, stops it at once, with an unknown
+// outcome that a replay settles by token. No goroutine of the sink runs
+// after Close returns.
 //
 // # Table requirements
 //
@@ -38,7 +60,8 @@
 // deduplicate by default (10,000 blocks and one hour since 25.9). The window
 // must cover the replay depth: the blocks that every writer of the table
 // inserts between a batch's intent and its re-insert after a failure, i.e.
-// roughly writers x flushes per second x failover seconds. Before
+// roughly writers x flushes per second x failover seconds, plus the two
+// batches a sink may re-insert. Before
 // re-inserting a batch whose outcome is unknown, the sink compares the
 // table's block counter (system.parts) with the one journaled with the
 // intent and, for replicated tables, the intent's age with
@@ -60,7 +83,9 @@
 // a shared
 // checkpoint.Storage, a deduplication window deeper than the replay, and a
 // chain that cancels the context it passes to Add, Snapshot and Run when its
-// consumer-group generation ends. Each batch is one insert block (MaxRows is
+// consumer-group generation ends (and does not cancel it merely when a call
+// returns: it also bounds the insert of the batch that call sealed). Each
+// batch is one insert block (MaxRows is
 // capped below max_insert_block_size). A checkpoint whose barrier falls
 // inside a journaled batch being replayed is declined with
 // sink.ErrReplayInProgress, which wraps checkpoint.ErrDeclined: that

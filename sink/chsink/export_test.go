@@ -1,7 +1,9 @@
 package chsink
 
-// SetHooks installs test hooks that run, with the sink's lock held, just
-// before an intent is recorded and just before an insert is sent.
+// SetHooks installs test hooks that run just before an intent is recorded
+// (with the sink's lock held) and just before an insert attempt is sent (in
+// the goroutine of the batch in flight, or with the lock held in a replay).
+// A hook set while a batch is in flight applies from the next batch on.
 func (s *Sink[T]) SetHooks(beforeRecord, beforeInsert func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -57,7 +57,9 @@ type Table struct {
 // Add, Snapshot, Restore and CheckpointCompleted are called by the chain's
 // goroutine; Run runs in a goroutine of its own (the flush timer); Close may
 // be called from anywhere. The sink synchronises them with one mutex, held
-// during a flush.
+// during a flush. A sealed batch is inserted by a goroutine of the sink's
+// own, one batch at a time (see flight), which takes no lock: while it runs
+// it alone uses the batch's column set and the connection.
 type Sink[T any] struct {
 	opts    Options
 	table   Table
@@ -65,14 +67,15 @@ type Sink[T any] struct {
 	journal *sink.Journal
 	store   checkpoint.Storage
 
-	cols    []Column[T]
-	input   proto.Input
+	buf     *colSet[T] // the batch being filled
+	spare   *colSet[T] // the batch in flight, or empty
 	body    string
 	info    tableInfo
 	hashBuf proto.Buffer
 
 	mu          sync.Mutex
-	conn        *ch.Client
+	conn        *ch.Client // the flight's while one runs (see flight)
+	flight      *flight[T] // the sealed batch being inserted, nil if none
 	inited      bool
 	restored    bool
 	expect      pendingRange
@@ -100,6 +103,41 @@ type Sink[T any] struct {
 	beforeRecord, beforeInsert func() // test hooks
 
 	m metrics
+}
+
+// colSet is one set of column buffers built by the Schema. A sink has two,
+// so that rows fill one while the other is inserted.
+type colSet[T any] struct {
+	cols  []Column[T]
+	input proto.Input
+}
+
+func newColSet[T any](schema Schema[T]) (*colSet[T], error) {
+	cols := schema()
+	if len(cols) == 0 {
+		return nil, errors.New("chsink: schema has no columns")
+	}
+	set := &colSet[T]{cols: cols}
+	for i, c := range cols {
+		if c.name == "" || c.data == nil || c.add == nil {
+			return nil, fmt.Errorf("chsink: column %d is not built by a chsink column constructor", i)
+		}
+		set.input = append(set.input, proto.InputColumn{Name: c.name, Data: c.data})
+	}
+	return set, nil
+}
+
+// flight is a sealed batch whose intent is journaled and whose insert runs
+// in a goroutine started by launch. Until done is closed that goroutine
+// alone touches cols, Sink.conn, err and took; the sink's goroutines wait
+// for done (Sink.wait) before they use any of them.
+type flight[T any] struct {
+	in     sink.Intent
+	cols   *colSet[T]
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error         // the insert's outcome
+	took   time.Duration // from sealing to the insert's end
 }
 
 type metrics struct {
@@ -140,26 +178,32 @@ func New[T any](ctx context.Context, table Table, src sink.Source, store checkpo
 	if schema == nil {
 		return nil, errors.New("chsink: nil schema")
 	}
-	cols := schema()
-	if len(cols) == 0 {
-		return nil, errors.New("chsink: schema has no columns")
+	buf, err := newColSet(schema)
+	if err != nil {
+		return nil, err
+	}
+	spare, err := newColSet(schema)
+	if err != nil {
+		return nil, err
 	}
 	j, err := sink.OpenJournal(store, opts.Database+"."+table.Name, src)
 	if err != nil {
 		return nil, err
 	}
 	s := &Sink[T]{
-		opts: opts, table: table, src: src, journal: j, store: store, cols: cols,
+		opts: opts, table: table, src: src, journal: j, store: store, buf: buf, spare: spare,
 		snaps: map[checkpoint.ID]sink.Position{}, closeCh: make(chan struct{}), kick: make(chan struct{}, 1),
 		bytesPerRow: 64,
 	}
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		if c.name == "" || c.data == nil || c.add == nil {
-			return nil, fmt.Errorf("chsink: column %d is not built by a chsink column constructor", i)
+	if len(spare.cols) != len(buf.cols) {
+		return nil, fmt.Errorf("chsink: schema returned %d columns, then %d", len(buf.cols), len(spare.cols))
+	}
+	names := make([]string, len(buf.cols))
+	for i, c := range buf.cols {
+		if spare.cols[i].name != c.name {
+			return nil, fmt.Errorf("chsink: schema returned column %q, then %q at %d", c.name, spare.cols[i].name, i)
 		}
 		names[i] = c.name
-		s.input = append(s.input, proto.InputColumn{Name: c.name, Data: c.data})
 	}
 	s.body = "INSERT INTO " + ident(opts.Database) + "." + ident(table.Name) + " (" + joinIdents(names) + ") VALUES"
 	if err := s.initMetrics(); err != nil {
@@ -219,8 +263,12 @@ func (s *Sink[T]) dial(ctx context.Context) (*ch.Client, error) {
 }
 
 // Add buffers row at pos, flushing when the batch is full. pos must be after
-// the previous row's. An error other than ErrOutOfOrder breaks the sink
-// until Restore: the checkpoint must fail.
+// the previous row's. A full batch is journaled and its insert starts in the
+// background; Add returns while it runs, and the next flush waits for it
+// first. An error other than ErrOutOfOrder breaks the sink until Restore:
+// the checkpoint must fail. That includes the failure of the batch inserted
+// in the background, which the first Add after it ended returns (or, at the
+// latest, the next flush, Snapshot or Close).
 func (s *Sink[T]) Add(ctx context.Context, pos sink.Position, row T) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -260,6 +308,15 @@ func (s *Sink[T]) usable(ctx context.Context) error {
 	}
 	if s.err != nil {
 		return s.err
+	}
+	if f := s.flight; f != nil {
+		select {
+		case <-f.done: // collect it now, so a failure stops the producer early
+			if err := s.wait(); err != nil {
+				return err
+			}
+		default:
+		}
 	}
 	return s.ensureInit(ctx)
 }
@@ -318,8 +375,8 @@ func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 }
 
 func (s *Sink[T]) appendRow(pos sink.Position, row *T) {
-	for i := range s.cols {
-		s.cols[i].add(row)
+	for i := range s.buf.cols {
+		s.buf.cols[i].add(row)
 	}
 	if s.n == 0 {
 		s.first = pos
@@ -334,7 +391,7 @@ func (s *Sink[T]) appendRow(pos sink.Position, row *T) {
 
 func (s *Sink[T]) resetBuffer() {
 	s.m.buffered.Add(context.Background(), -int64(s.n&^1023), s.m.attrs)
-	s.input.Reset()
+	s.buf.input.Reset()
 	s.n = 0
 	s.replaying = false
 }
@@ -343,7 +400,7 @@ func (s *Sink[T]) resetBuffer() {
 func (s *Sink[T]) hash() (uint64, int, error) {
 	d := xxhash.New()
 	size := 0
-	for _, c := range s.input {
+	for _, c := range s.buf.input {
 		s.hashBuf.Reset()
 		if p, ok := c.Data.(proto.Preparable); ok {
 			if err := p.Prepare(); err != nil {
@@ -361,7 +418,19 @@ func (s *Sink[T]) hash() (uint64, int, error) {
 	return d.Sum64(), size, nil
 }
 
-// flush writes the buffered rows as a new journaled batch.
+// flush seals the buffered rows as a new batch: it journals the batch's
+// intent, waits for the batch in flight, and starts the new batch's insert
+// in the background (see launch). Callers that need the rows in ClickHouse
+// call wait after it.
+//
+// The intent is written before this batch's insert can start, which is all
+// a replay needs: after a crash the journal holds every batch that may have
+// reached ClickHouse, cut as it was. Writing it while the previous batch is
+// still being inserted is what keeps the journal's fsync off the critical
+// path; that intent cannot carry the previous batch's ack yet, so the ack
+// rides one intent later, and after a crash up to two batches (the one in
+// flight and the one before it) are re-inserted and deduplicated by their
+// tokens.
 func (s *Sink[T]) flush(ctx context.Context) error {
 	if s.n == 0 || s.replaying {
 		return nil
@@ -382,32 +451,92 @@ func (s *Sink[T]) flush(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	in.Block = s.blockLowerBound(ctx)
+	if in.Block, err = s.blockLowerBound(ctx); err != nil {
+		return err
+	}
 	if s.beforeRecord != nil {
 		s.beforeRecord()
 	}
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
-	if err := s.insert(ctx, in); err != nil {
+	if err := s.wait(); err != nil {
 		return err
 	}
-	// The ack rides on the next intent: one journal write per batch.
-	s.journal.AckLater(&in)
-	s.written(in, start)
+	s.launch(ctx, in, start)
 	return nil
 }
 
-func (s *Sink[T]) written(in sink.Intent, start time.Time) {
+// launch hands the buffered rows, sealed as in, to a goroutine that
+// inserts them, and swaps in the empty column set for the next batch. The
+// insert runs under ctx, the context of the call that sealed the batch, and
+// stops early when ctx ends or Close cancels it. Only one batch is in flight:
+// every caller waited for the previous one.
+func (s *Sink[T]) launch(ctx context.Context, in sink.Intent, start time.Time) {
+	ictx, cancel := context.WithCancel(ctx)
+	f := &flight[T]{in: in, cols: s.buf, cancel: cancel, done: make(chan struct{})}
+	hook := s.beforeInsert
+	s.flight = f
+	s.buf, s.spare = s.spare, s.buf
+	s.m.buffered.Add(context.Background(), -int64(s.n&^1023), s.m.attrs)
+	s.n = 0
+	go func() {
+		defer close(f.done)
+		f.err = s.insert(ictx, f.cols.input, in, hook)
+		f.took = time.Since(start)
+	}()
+}
+
+// wait waits for the batch in flight, if any, and settles it: on success
+// its rows count as covered and its ack is noted for the next intent; a
+// failure breaks the sink and is returned. Afterwards the caller owns the
+// connection again.
+func (s *Sink[T]) wait() error {
+	f := s.flight
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	f.cancel()
+	s.flight = nil
+	f.cols.input.Reset()
+	if f.err != nil {
+		s.err = f.err
+		return f.err
+	}
+	s.journal.AckLater(&f.in)
+	s.written(f.in, f.took)
+	return nil
+}
+
+// abandon cancels the batch in flight, if any, and waits for its goroutine
+// to end. Its outcome is unknown and does not matter: its intent is in the
+// journal, so a replay re-inserts it with its token.
+func (s *Sink[T]) abandon() {
+	if f := s.flight; f != nil {
+		f.cancel()
+		<-f.done
+		s.flight = nil
+		f.cols.input.Reset()
+	}
+}
+
+// written notes that in is in ClickHouse, took after it was sealed.
+func (s *Sink[T]) written(in sink.Intent, took time.Duration) {
 	s.covered, s.hasCovered = in.Last, true
 	s.m.rows.Add(context.Background(), int64(in.Rows), s.m.attrs)
 	s.m.batches.Add(context.Background(), 1, s.m.attrs)
-	s.m.latency.Record(context.Background(), time.Since(start).Seconds(), s.m.attrs)
-	s.resetBuffer()
+	s.m.latency.Record(context.Background(), took.Seconds(), s.m.attrs)
 }
 
-// finishReplay resolves pending[0] with the rows buffered for it.
+// finishReplay resolves pending[0] with the rows buffered for it. It runs
+// synchronously, after the batch in flight (rows buffered before pending[0])
+// is settled: replays are rare, and their order of acks and inserts then
+// stays the plain one.
 func (s *Sink[T]) finishReplay(ctx context.Context) error {
+	if err := s.wait(); err != nil {
+		return err
+	}
 	start := time.Now()
 	p := s.pending[0]
 	var h uint64
@@ -443,7 +572,7 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 			if err := s.journal.CheckOwner(ctx); err != nil {
 				return err
 			}
-			if err := s.insert(ctx, p); err != nil {
+			if err := s.insert(ctx, s.buf.input, p, s.beforeInsert); err != nil {
 				return err
 			}
 		}
@@ -455,11 +584,11 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 	}
 	s.pending = s.pending[1:]
 	if s.n > 0 && !p.Acked {
-		s.written(p, start)
+		s.written(p, time.Since(start))
 	} else {
-		s.resetBuffer()
 		s.covered, s.hasCovered = p.Last, true
 	}
+	s.resetBuffer()
 	return nil
 }
 
@@ -469,22 +598,28 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 // window does not matter here: the token is new, unless this very content
 // was reinserted before, and then the superseding entry is what the journal
 // returns and what matched. The new batch is acknowledged like any other
-// (see flush); until then a replay re-inserts it with its token.
+// (see flush); until then a replay re-inserts it with its token. Like
+// finishReplay, it inserts synchronously.
 func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, start time.Time) error {
 	in := sink.Intent{
 		First: p.First, Last: p.Last, Rows: s.n, Hash: h,
 		Token: sink.ReinsertToken(p.Token, h), Supersedes: p.Token,
-		Created: s.opts.Now(), Block: s.blockLowerBound(ctx),
+		Created: s.opts.Now(),
+	}
+	var err error
+	if in.Block, err = s.blockLowerBound(ctx); err != nil {
+		return err
 	}
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
-	if err := s.insert(ctx, in); err != nil {
+	if err := s.insert(ctx, s.buf.input, in, s.beforeInsert); err != nil {
 		return err
 	}
 	s.journal.AckLater(&in)
 	s.pending = s.pending[1:]
-	s.written(in, start)
+	s.written(in, time.Since(start))
+	s.resetBuffer()
 	return nil
 }
 
@@ -523,15 +658,24 @@ func (s *Sink[T]) guardWindow(ctx context.Context, p sink.Intent) (bool, error) 
 // never accept one that was outside.
 const blockProbeInterval = 5 * time.Second
 
-func (s *Sink[T]) blockLowerBound(ctx context.Context) int64 {
-	if s.blockAt.IsZero() || time.Since(s.blockAt) >= blockProbeInterval {
-		if b, err := s.blockNumber(ctx); err == nil {
-			s.block, s.blockAt = b, time.Now()
-		} else if s.blockAt.IsZero() {
-			return -1
-		}
+// blockLowerBound returns the table's block counter for a new intent: a
+// cached reading, or a fresh one once per blockProbeInterval; -1 if none
+// could be read yet. A fresh probe needs the connection, which the batch in
+// flight holds, so it first waits for that batch (and returns its error):
+// once per interval a flush does not overlap the previous insert.
+func (s *Sink[T]) blockLowerBound(ctx context.Context) (int64, error) {
+	if !s.blockAt.IsZero() && time.Since(s.blockAt) < blockProbeInterval {
+		return s.block, nil
 	}
-	return s.block
+	if err := s.wait(); err != nil {
+		return -1, err
+	}
+	if b, err := s.blockNumber(ctx); err == nil {
+		s.block, s.blockAt = b, time.Now()
+	} else if s.blockAt.IsZero() {
+		return -1, nil
+	}
+	return s.block, nil
 }
 
 func (s *Sink[T]) blockNumber(ctx context.Context) (int64, error) {
@@ -565,9 +709,11 @@ func (s *Sink[T]) dropConn() {
 	}
 }
 
-// insert sends the buffered columns with in's token, retrying retryable
-// errors with exponential backoff and full jitter.
-func (s *Sink[T]) insert(ctx context.Context, in sink.Intent) error {
+// insert sends input with in's token, retrying retryable errors with
+// exponential backoff and full jitter; hook, if set, runs before each
+// attempt. It runs in the flight's goroutine, or in the sink's with no batch
+// in flight: it uses the connection and, of the journal, only CheckOwner.
+func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, hook func()) error {
 	settings := []ch.Setting{
 		{Key: "insert_deduplication_token", Value: in.Token, Important: true},
 		ch.SettingInt("insert_deduplicate", 1),
@@ -584,11 +730,17 @@ func (s *Sink[T]) insert(ctx context.Context, in sink.Intent) error {
 		}
 		timedOut := false
 		if err == nil {
-			if s.beforeInsert != nil {
-				s.beforeInsert()
+			if hook != nil {
+				hook()
 			}
 			actx, cancel := context.WithTimeout(ctx, s.opts.InsertTimeout)
-			err = s.conn.Do(actx, ch.Query{Body: s.body, Input: s.input, Settings: settings})
+			// ch-go notices a cancelled context only at its next read
+			// deadline (InsertTimeout away); closing the connection ends the
+			// attempt at once, with an unknown outcome like any cut.
+			conn := s.conn
+			stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+			err = conn.Do(actx, ch.Query{Body: s.body, Input: input, Settings: settings})
+			stop()
 			// The attempt's own deadline, not the caller's: the outcome is
 			// unknown and a retry with the same token settles it.
 			timedOut = err != nil && actx.Err() != nil && ctx.Err() == nil
@@ -655,10 +807,11 @@ func (s *Sink[T]) ensureInit(ctx context.Context) error {
 }
 
 // Snapshot flushes every buffered row and waits for ClickHouse to
-// acknowledge it, then returns the sink's state: the position through which
-// rows are durable and the journaled batches still to be replayed. An error
-// fails the checkpoint. A barrier inside a journaled batch being replayed
-// returns sink.ErrReplayInProgress and leaves the sink usable.
+// acknowledge it and the batch in flight, then returns the sink's state: the
+// position through which rows are durable and the journaled batches still to
+// be replayed. An error, including that of the batch inserted in the
+// background, fails the checkpoint. A barrier inside a journaled batch being
+// replayed returns sink.ErrReplayInProgress and leaves the sink usable.
 func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -670,6 +823,9 @@ func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error
 	}
 	if err := s.flush(ctx); err != nil {
 		s.err = err
+		return nil, err
+	}
+	if err := s.wait(); err != nil {
 		return nil, err
 	}
 	st := snapshotState{
@@ -707,6 +863,7 @@ func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
 	if s.closed {
 		return sink.ErrClosed
 	}
+	s.abandon() // before Claim: the flight's goroutine reads the journal's epoch
 	s.resetBuffer()
 	s.err, s.inited, s.restored = nil, false, true
 	s.hasCovered, s.covered = st.HasCovered, st.Covered
@@ -788,10 +945,14 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 	}
 }
 
-// Close releases the connection and stops Run. Buffered rows are not
-// flushed: they are not acknowledged, so the checkpoint that covers them
-// cannot have completed, and a replay restores them. Close is safe to call
-// more than once.
+// Close stops Run and the batch in flight, and releases the connection.
+// Buffered rows are not flushed and an insert still running is cancelled:
+// neither is acknowledged, so the checkpoint that covers them cannot have
+// completed, and a replay restores them (the cancelled batch with its
+// journaled token, so ClickHouse keeps one copy if it landed). When the
+// batch in flight had already failed and no call returned its error yet,
+// Close returns it. No goroutine of the sink runs after Close returns. Close
+// is safe to call more than once.
 func (s *Sink[T]) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -800,6 +961,15 @@ func (s *Sink[T]) Close() error {
 	}
 	s.closed = true
 	close(s.closeCh)
+	var err error
+	if f := s.flight; f != nil {
+		select {
+		case <-f.done:
+			err = s.wait() // ended before Close: its failure is news
+		default:
+			s.abandon() // cancelled by Close: its error says nothing
+		}
+	}
 	s.dropConn()
-	return nil
+	return err
 }
