@@ -48,10 +48,11 @@
 // failed flush always did; the first Add after it ended returns its
 // *InsertError (or, at the latest, the next flush, Snapshot or Close), so the
 // checkpoint fails and nothing after the batch is acknowledged. The insert
-// runs under the context of the call that sealed the batch (Add, Snapshot or
-// Run): cancelling that context, or Close, stops it at once, with an unknown
-// outcome that a replay settles by token. No goroutine of the sink runs
-// after Close returns.
+// belongs to the sink, not to the call that sealed the batch: cancelling
+// that call's context does not stop it (a per-call context may end as soon
+// as Add returns); Close and Restore do, at once, with an unknown outcome
+// that a replay settles by token. No goroutine of the sink runs after Close
+// returns.
 //
 // # Table requirements
 //

@@ -101,6 +101,30 @@ func TestAddOverlapsInsertSnapshotWaits(t *testing.T) {
 	env.assertExact(t, 200, false)
 }
 
+// TestPerCallContextDoesNotCancelInsert adds every row under a context that
+// is cancelled as soon as Add returns, a common way to bound each call: the
+// batches sealed by those calls are inserted anyway, because the insert in
+// the background belongs to the sink, not to the call.
+func TestPerCallContextDoesNotCancelInsert(t *testing.T) {
+	env := setup(t, eventsDDL)
+	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{MaxRows: 50})
+	var calls atomic.Int32
+	s.SetHooks(nil, func() {
+		if calls.Add(1) == 1 {
+			time.Sleep(100 * time.Millisecond) // the first insert outlives its call
+		}
+	})
+	for _, r := range rowsFrom(0, 200) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := s.Add(ctx, r.pos, r.ev)
+		cancel()
+		require.NoError(t, err)
+	}
+	_, err := s.Snapshot(context.Background(), 1)
+	require.NoError(t, err)
+	env.assertExact(t, 200, false)
+}
+
 // TestFailedBackgroundInsertSurfaces shows that the failure of a batch
 // inserted in the background is returned by the next call (Add, or the
 // Snapshot of the barrier) as the batch's *InsertError, that the sink stays

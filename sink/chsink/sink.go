@@ -469,11 +469,13 @@ func (s *Sink[T]) flush(ctx context.Context) error {
 
 // launch hands the buffered rows, sealed as in, to a goroutine that
 // inserts them, and swaps in the empty column set for the next batch. The
-// insert runs under ctx, the context of the call that sealed the batch, and
-// stops early when ctx ends or Close cancels it. Only one batch is in flight:
-// every caller waited for the previous one.
+// insert belongs to the sink, not to the call that sealed the batch: it
+// keeps ctx's values but not its cancellation (a caller may well cancel a
+// per-call context as soon as Add returns), and it stops early only when
+// Close or Restore abandons it. Only one batch is in flight: every caller
+// waited for the previous one.
 func (s *Sink[T]) launch(ctx context.Context, in sink.Intent, start time.Time) {
-	ictx, cancel := context.WithCancel(ctx)
+	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f := &flight[T]{in: in, cols: s.buf, cancel: cancel, done: make(chan struct{})}
 	hook := s.beforeInsert
 	s.flight = f
