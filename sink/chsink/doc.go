@@ -32,10 +32,12 @@
 //
 // # Pipelining
 //
-// A flush seals the batch and hashes it, journals its intent, waits for the
-// batch before it (at most one is in flight), and hands the sealed columns
-// to a goroutine of the sink that inserts them with their retries; the
-// caller returns and fills a second set of column buffers meanwhile. So the
+// A flush seals the batch (it encodes the columns once, as they go on the
+// wire, and hashes those bytes), journals its intent, waits for the batch
+// before it (at most one is in flight), and hands the encoded columns to a
+// goroutine of the sink that sends them with their retries, without
+// encoding them again; the caller returns and fills a second set of column
+// buffers meanwhile. So the
 // insert of batch N overlaps the filling of batch N+1 and the journal write
 // of its intent, which is still durable before N+1's own insert starts:
 // the order that makes a replay safe is kept, only the waiting is shared.

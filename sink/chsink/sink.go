@@ -12,7 +12,6 @@ import (
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
-	"github.com/cespare/xxhash/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -67,11 +66,10 @@ type Sink[T any] struct {
 	journal *sink.Journal
 	store   checkpoint.Storage
 
-	buf     *colSet[T] // the batch being filled
-	spare   *colSet[T] // the batch in flight, or empty
-	body    string
-	info    tableInfo
-	hashBuf proto.Buffer
+	buf   *colSet[T] // the batch being filled
+	spare *colSet[T] // the batch in flight, or empty
+	body  string
+	info  tableInfo
 
 	mu          sync.Mutex
 	conn        *ch.Client // the flight's while one runs (see flight)
@@ -105,32 +103,11 @@ type Sink[T any] struct {
 	m metrics
 }
 
-// colSet is one set of column buffers built by the Schema. A sink has two,
-// so that rows fill one while the other is inserted.
-type colSet[T any] struct {
-	cols  []Column[T]
-	input proto.Input
-}
-
-func newColSet[T any](schema Schema[T]) (*colSet[T], error) {
-	cols := schema()
-	if len(cols) == 0 {
-		return nil, errors.New("chsink: schema has no columns")
-	}
-	set := &colSet[T]{cols: cols}
-	for i, c := range cols {
-		if c.name == "" || c.data == nil || c.add == nil {
-			return nil, fmt.Errorf("chsink: column %d is not built by a chsink column constructor", i)
-		}
-		set.input = append(set.input, proto.InputColumn{Name: c.name, Data: c.data})
-	}
-	return set, nil
-}
-
 // flight is a sealed batch whose intent is journaled and whose insert runs
 // in a goroutine started by launch. Until done is closed that goroutine
-// alone touches cols, Sink.conn, err and took; the sink's goroutines wait
-// for done (Sink.wait) before they use any of them.
+// alone touches cols (its encoded bytes included), Sink.conn, err and took;
+// the sink's goroutines wait for done (Sink.wait) before they use any of
+// them.
 type flight[T any] struct {
 	in     sink.Intent
 	cols   *colSet[T]
@@ -391,31 +368,9 @@ func (s *Sink[T]) appendRow(pos sink.Position, row *T) {
 
 func (s *Sink[T]) resetBuffer() {
 	s.m.buffered.Add(context.Background(), -int64(s.n&^1023), s.m.attrs)
-	s.buf.input.Reset()
+	s.buf.reset()
 	s.n = 0
 	s.replaying = false
-}
-
-// hash encodes the buffered columns as they go on the wire and hashes them.
-func (s *Sink[T]) hash() (uint64, int, error) {
-	d := xxhash.New()
-	size := 0
-	for _, c := range s.buf.input {
-		s.hashBuf.Reset()
-		if p, ok := c.Data.(proto.Preparable); ok {
-			if err := p.Prepare(); err != nil {
-				return 0, 0, fmt.Errorf("chsink: prepare column %s: %w", c.Name, err)
-			}
-		}
-		if st, ok := c.Data.(proto.StateEncoder); ok {
-			st.EncodeState(&s.hashBuf)
-		}
-		c.Data.EncodeColumn(&s.hashBuf)
-		_, _ = d.WriteString(c.Name)
-		_, _ = d.Write(s.hashBuf.Buf)
-		size += len(s.hashBuf.Buf)
-	}
-	return d.Sum64(), size, nil
 }
 
 // flush seals the buffered rows as a new batch: it journals the batch's
@@ -436,7 +391,7 @@ func (s *Sink[T]) flush(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	h, size, err := s.hash()
+	h, size, err := s.buf.seal()
 	if err != nil {
 		return err
 	}
@@ -484,7 +439,7 @@ func (s *Sink[T]) launch(ctx context.Context, in sink.Intent, start time.Time) {
 	s.n = 0
 	go func() {
 		defer close(f.done)
-		f.err = s.insert(ictx, f.cols.input, in, hook)
+		f.err = s.insert(ictx, f.cols.sealed, in, hook)
 		f.took = time.Since(start)
 	}()
 }
@@ -501,7 +456,7 @@ func (s *Sink[T]) wait() error {
 	<-f.done
 	f.cancel()
 	s.flight = nil
-	f.cols.input.Reset()
+	f.cols.reset()
 	if f.err != nil {
 		s.err = f.err
 		return f.err
@@ -519,7 +474,7 @@ func (s *Sink[T]) abandon() {
 		f.cancel()
 		<-f.done
 		s.flight = nil
-		f.cols.input.Reset()
+		f.cols.reset()
 	}
 }
 
@@ -544,7 +499,7 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 	var h uint64
 	if s.n > 0 {
 		var err error
-		if h, _, err = s.hash(); err != nil {
+		if h, _, err = s.buf.seal(); err != nil {
 			return err
 		}
 	}
@@ -574,7 +529,7 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 			if err := s.journal.CheckOwner(ctx); err != nil {
 				return err
 			}
-			if err := s.insert(ctx, s.buf.input, p, s.beforeInsert); err != nil {
+			if err := s.insert(ctx, s.buf.sealed, p, s.beforeInsert); err != nil {
 				return err
 			}
 		}
@@ -615,7 +570,7 @@ func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, start t
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
-	if err := s.insert(ctx, s.buf.input, in, s.beforeInsert); err != nil {
+	if err := s.insert(ctx, s.buf.sealed, in, s.beforeInsert); err != nil {
 		return err
 	}
 	s.journal.AckLater(&in)
