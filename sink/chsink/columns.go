@@ -28,6 +28,13 @@ type Schema[T any] func() []Column[T]
 
 // Col maps get's result into col, any ch-go column of V. The other
 // constructors are shorthands for it.
+//
+// The same row must encode to the same bytes every time: a replayed batch's
+// encoding is hashed and compared with the journaled hash (see
+// Options.OnMismatch). A ch-go Map column appends a Go map's entries in
+// iteration order, which is random, so rows with two or more entries fail
+// that comparison; give such columns a deterministic order (an Array of
+// sorted tuples, or a Map built from sorted keys by a column of your own).
 func Col[T, V any](name string, col proto.ColumnOf[V], get func(*T) V) Column[T] {
 	return Column[T]{name: name, data: col, add: func(r *T) { col.Append(get(r)) }}
 }
