@@ -1,6 +1,8 @@
 package chsink
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/ClickHouse/ch-go/proto"
@@ -32,9 +34,8 @@ type Schema[T any] func() []Column[T]
 // The same row must encode to the same bytes every time: a replayed batch's
 // encoding is hashed and compared with the journaled hash (see
 // Options.OnMismatch). A ch-go Map column appends a Go map's entries in
-// iteration order, which is random, so rows with two or more entries fail
-// that comparison; give such columns a deterministic order (an Array of
-// sorted tuples, or a Map built from sorted keys by a column of your own).
+// iteration order, which is random, so rows with two or more entries would
+// fail that comparison: map such fields with Map, which sorts the keys.
 func Col[T, V any](name string, col proto.ColumnOf[V], get func(*T) V) Column[T] {
 	return Column[T]{name: name, data: col, add: func(r *T) { col.Append(get(r)) }}
 }
@@ -93,4 +94,26 @@ func Nullable[T, V any](name string, inner proto.ColumnOf[V], get func(*T) proto
 // Array maps an Array(V) column over inner, a fresh column of V.
 func Array[T, V any](name string, inner proto.ColumnOf[V], get func(*T) []V) Column[T] {
 	return Col(name, proto.NewArray(inner), get)
+}
+
+// Map maps a Map(K, V) column from a Go map over keys and values, fresh
+// columns of K and V. It appends each row's entries in ascending key order:
+// a Go map's iteration order is random, and a row must encode to the same
+// bytes every time (see Col).
+func Map[T any, K cmp.Ordered, V any](name string, keys proto.ColumnOf[K], values proto.ColumnOf[V], get func(*T) map[K]V) Column[T] {
+	col := proto.NewMap(keys, values)
+	var sorted []K // reused: a column is filled by one goroutine at a time
+	return Column[T]{name: name, data: col, add: func(r *T) {
+		m := get(r)
+		sorted = sorted[:0]
+		for k := range m {
+			sorted = append(sorted, k)
+		}
+		slices.Sort(sorted)
+		for _, k := range sorted {
+			keys.Append(k)
+			values.Append(m[k])
+		}
+		col.Offsets.Append(uint64(keys.Rows()))
+	}}
 }
