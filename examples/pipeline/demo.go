@@ -400,11 +400,9 @@ func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *em
 			if !f.sleep(ctx, 2*time.Second) {
 				return
 			}
-			if err := chServer.Restart(ctx); err != nil {
-				say("restart ClickHouse: %v", err)
-				return
+			if bringUp(ctx, chServer, func(d time.Duration) bool { return f.sleep(ctx, d) }, say) {
+				say("ClickHouse is back")
 			}
-			say("ClickHouse is back")
 		})
 	}
 }
@@ -641,6 +639,14 @@ func checkpointLag(ctx context.Context, brokers []string, topic string, partitio
 func watchClickHouse(ctx context.Context, c *embedded.ClickHouse, say func(string, ...any)) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	wait := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -649,10 +655,31 @@ func watchClickHouse(ctx context.Context, c *embedded.ClickHouse, say func(strin
 		}
 		if err := c.Crashed(); err != nil {
 			say("ClickHouse exited on its own; restarting it: %v", err)
-			if err := c.Restart(ctx); err != nil && ctx.Err() == nil {
-				say("restart ClickHouse: %v", err)
-			}
+			bringUp(ctx, c, wait, say)
 		}
+	}
+}
+
+// bringUp starts ClickHouse unless it runs, and tries again after a failed
+// start (clickhouse-local can abort while it starts) until it serves, wait
+// says to give up, or ctx ends. It reports whether ClickHouse serves. The
+// fault plan and the watchdog may both call it: one starts the server, the
+// other finds it running.
+func bringUp(ctx context.Context, c *embedded.ClickHouse, wait func(time.Duration) bool, say func(string, ...any)) bool {
+	backoff := 200 * time.Millisecond
+	for {
+		_, err := c.EnsureRunning(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		say("restart ClickHouse: %v; trying again in %v", err, backoff)
+		if !wait(backoff) {
+			return false
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

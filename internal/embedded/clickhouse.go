@@ -69,6 +69,12 @@ type ClickHouse struct {
 	addr     string
 	ownDir   bool
 
+	// life serialises Kill, Restart and EnsureRunning, so that at most one
+	// server runs on the directory even while a start waits for readiness
+	// (a second clickhouse-local on the same directory and port aborts).
+	// Stop takes only mu: it must not wait for a start, which notices it.
+	life sync.Mutex
+
 	mu      sync.Mutex
 	proc    *process // nil while stopped
 	version string
@@ -174,8 +180,11 @@ func (c *ClickHouse) RSS() (int64, error) {
 
 // Kill kills the server with SIGKILL, as a crash would, and returns once the
 // process is gone. Data written before stays in Dir. Killing a stopped
-// server is a no-op.
+// server is a no-op. A Kill during a Restart or EnsureRunning waits for it
+// and kills the server it started.
 func (c *ClickHouse) Kill() error {
+	c.life.Lock()
+	defer c.life.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.killLocked()
@@ -210,6 +219,8 @@ func (c *ClickHouse) Crashed() error {
 // it first if it is running, and waits until it is ready. It fails after
 // Stop.
 func (c *ClickHouse) Restart(ctx context.Context) error {
+	c.life.Lock()
+	defer c.life.Unlock()
 	c.mu.Lock()
 	stopped := c.stopped
 	if err := c.killLocked(); err != nil {
@@ -221,6 +232,28 @@ func (c *ClickHouse) Restart(ctx context.Context) error {
 		return errors.New("embedded: restart of a stopped clickhouse")
 	}
 	return c.start(ctx)
+}
+
+// EnsureRunning starts the server on the same directory and port unless it
+// is running, and waits until it is ready. It reports whether it started
+// one. A supervisor calls it until it succeeds, after a crash or a failed
+// Restart; when several do at once, one starts the server and the others
+// find it running. It fails after Stop.
+func (c *ClickHouse) EnsureRunning(ctx context.Context) (bool, error) {
+	c.life.Lock()
+	defer c.life.Unlock()
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return false, errors.New("embedded: start of a stopped clickhouse")
+	}
+	if c.proc != nil && !c.proc.exited() {
+		c.mu.Unlock()
+		return false, nil
+	}
+	c.proc = nil // exited on its own: nothing to kill
+	c.mu.Unlock()
+	return true, c.start(ctx)
 }
 
 // Stop kills the server and, if StartClickHouse created the data directory,

@@ -2,8 +2,11 @@ package testenv_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,4 +147,61 @@ func TestClickHouseStopDuringRestart(t *testing.T) {
 	assert.Equal(t, 0, srv.PID())
 	_, err = ch.Dial(t.Context(), ch.Options{Address: srv.Addr(), DialTimeout: time.Second})
 	assert.Error(t, err, "no server answers after Stop")
+}
+
+// TestClickHouseConcurrentKillRestart drives Kill, Restart and EnsureRunning
+// from several goroutines at once, as the demo's fault plan and its crash
+// watchdog do: at the end one EnsureRunning leaves exactly one server
+// process on the directory, and it keeps the data.
+func TestClickHouseConcurrentKillRestart(t *testing.T) {
+	testenv.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
+	dir := t.TempDir()
+	srv, err := embedded.StartClickHouse(t.Context(), embedded.ClickHouseOptions{Dir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	db := testenv.NewDatabase(t, srv.Addr())
+	createEvents(t, testenv.DialClickHouse(t, srv.Addr(), db))
+	insertEvents(t, testenv.DialClickHouse(t, srv.Addr(), db), "token-1", 1, 2, 3)
+
+	ctx := context.WithoutCancel(t.Context())
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			for i := range 4 {
+				switch (g + i) % 3 {
+				case 0:
+					assert.NoError(t, srv.Kill())
+				case 1:
+					assert.NoError(t, srv.Restart(ctx))
+				case 2:
+					_, err := srv.EnsureRunning(ctx)
+					assert.NoError(t, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	_, err = srv.EnsureRunning(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, serversOn(t, dir), "one server process per directory")
+	assert.Equal(t, 3, countRows(t, srv.Addr(), db, "SELECT count() FROM events"))
+
+	started, err := srv.EnsureRunning(ctx)
+	require.NoError(t, err)
+	assert.False(t, started, "a running server is left alone")
+}
+
+// serversOn counts the processes whose command line serves dir.
+func serversOn(t *testing.T, dir string) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	require.NoError(t, err)
+	n := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "--path="+dir+"\x00") {
+			n++
+		}
+	}
+	return n
 }
