@@ -42,6 +42,17 @@ func ClickHouse(t testing.TB) (addr, database string) {
 		if shared.err != nil {
 			unavailable(t, "clickhouse", shared.err)
 		}
+		if err := shared.srv.Crashed(); err != nil {
+			// clickhouse-local has been seen to abort on its own under
+			// load; later tests get a server again, on the same data.
+			t.Logf("testenv: the shared clickhouse exited, starting it again: %v", err)
+			ctx, cancel := setupContext(t)
+			_, err = shared.srv.EnsureRunning(ctx)
+			cancel()
+			if err != nil {
+				unavailable(t, "clickhouse", err)
+			}
+		}
 		addr = shared.srv.Addr()
 	}
 	return addr, NewDatabase(t, addr)
