@@ -182,7 +182,7 @@ func (d *demo) startPipeline(ctx context.Context) error {
 		return err
 	}
 	group := "aggregator-" + d.db
-	d.sup = &supervisor{say: d.say, instances: d.cfg.Instances, sharedGroup: d.cfg.Instances > 1, group: group,
+	d.sup = &supervisor{say: d.say, instances: d.cfg.Instances, sharedGroup: d.cfg.Instances > 1, group: group, brokers: d.brokers,
 		args: []string{self, "-role=processor",
 			"-brokers=" + strings.Join(d.brokers, ","), "-topic=" + d.topic, "-group=" + group,
 			"-clickhouse=" + d.chAddr, "-database=" + d.db, "-state=" + d.dir + "/processor"}}
@@ -389,7 +389,7 @@ func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *em
 		})
 	}
 	if f.processorKills[i] {
-		sup.kill(f.rng, say)
+		sup.kill(ctx, f.rng, say)
 	}
 	if i == f.clickhouseKill && chServer != nil {
 		say("fault: ClickHouse killed with SIGKILL; restarting it in 2s on the same data directory")
@@ -429,10 +429,10 @@ func (f *faultPlan) stop() {
 
 // finish kills the processor once more while it catches up, after the last
 // delivery.
-func (f *faultPlan) finish(_ context.Context, sup *supervisor, say func(string, ...any)) {
+func (f *faultPlan) finish(ctx context.Context, sup *supervisor, say func(string, ...any)) {
 	if len(f.processorKills) > 0 {
 		time.Sleep(300 * time.Millisecond)
-		sup.kill(f.rng, say)
+		sup.kill(ctx, f.rng, say)
 	}
 }
 
@@ -449,7 +449,8 @@ type supervisor struct {
 	// carries offsets for lag monitoring; where a partition resumes comes
 	// from its checkpoint either way.
 	sharedGroup bool
-	group       string // the -group argument in args
+	group       string   // the -group argument in args
+	brokers     []string // where the group lives
 	say         func(string, ...any)
 
 	mu                      sync.Mutex
@@ -544,7 +545,16 @@ func (s *supervisor) signal(sig syscall.Signal) {
 }
 
 // kill kills one running instance, chosen by rng, with SIGKILL.
-func (s *supervisor) kill(rng *rand.Rand, say func(string, ...any)) {
+//
+// With a shared group it first waits, for a few seconds at most, until the
+// group is stable. kfake keeps a member killed in the middle of joining as
+// a member for good, with partitions assigned and never expired (Kafka
+// expires it after session.timeout.ms), which would leave those partitions
+// unread; a kill between rebalances is expired as on Kafka.
+func (s *supervisor) kill(ctx context.Context, rng *rand.Rand, say func(string, ...any)) {
+	if s.sharedGroup {
+		awaitStableGroup(ctx, s.brokers, s.group, 15*time.Second)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var running []int
@@ -564,6 +574,24 @@ func (s *supervisor) kill(rng *rand.Rand, say func(string, ...any)) {
 	}
 	_ = s.cmds[i].Process.Kill()
 	s.kills.Add(1)
+}
+
+// awaitStableGroup waits until group is Stable (no join or sync in
+// progress), ctx ends or timeout passes.
+func awaitStableGroup(ctx context.Context, brokers []string, group string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 2 * time.Second}
+	for ctx.Err() == nil {
+		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+		if err == nil && len(resp.Groups) == 1 && resp.Groups[0].GroupState == "Stable" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // kafkaRecords counts the records in the topic: more than the distinct events
