@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,4 +205,25 @@ func serversOn(t *testing.T, dir string) int {
 		}
 	}
 	return n
+}
+
+// TestClickHouseCrashedThenEnsureRunning plays clickhouse-local dying on its
+// own (a signal from outside, as its abort looks): Crashed reports it, and
+// EnsureRunning starts it again on the same data.
+func TestClickHouseCrashedThenEnsureRunning(t *testing.T) {
+	testenv.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
+	srv, err := embedded.StartClickHouse(t.Context(), embedded.ClickHouseOptions{Dir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	db := testenv.NewDatabase(t, srv.Addr())
+	createEvents(t, testenv.DialClickHouse(t, srv.Addr(), db))
+	insertEvents(t, testenv.DialClickHouse(t, srv.Addr(), db), "token-1", 1, 2)
+
+	require.NoError(t, syscall.Kill(srv.PID(), syscall.SIGABRT))
+	require.Eventually(t, func() bool { return srv.Crashed() != nil }, 30*time.Second, 10*time.Millisecond)
+	started, err := srv.EnsureRunning(context.WithoutCancel(t.Context()))
+	require.NoError(t, err)
+	assert.True(t, started)
+	assert.NoError(t, srv.Crashed())
+	assert.Equal(t, 2, countRows(t, srv.Addr(), db, "SELECT count() FROM events"))
 }
