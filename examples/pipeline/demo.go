@@ -409,13 +409,19 @@ func (f *faultPlan) at(ctx context.Context, i int, sup *supervisor, chServer *em
 
 // sleep waits for d and reports whether the plan is still running then.
 func (f *faultPlan) sleep(ctx context.Context, d time.Duration) bool {
+	return sleep(ctx, f.stopped, d)
+}
+
+// sleep waits for d and reports whether neither ctx ended nor stop closed
+// meanwhile (a nil stop never closes).
+func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
-	case <-f.stopped:
+	case <-stop:
 	}
 	return false
 }
@@ -667,14 +673,7 @@ func checkpointLag(ctx context.Context, brokers []string, topic string, partitio
 func watchClickHouse(ctx context.Context, c *embedded.ClickHouse, say func(string, ...any)) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
-	wait := func(d time.Duration) bool {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(d):
-			return true
-		}
-	}
+	wait := func(d time.Duration) bool { return sleep(ctx, nil, d) }
 	for {
 		select {
 		case <-ctx.Done():
