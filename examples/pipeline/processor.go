@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,7 +78,7 @@ type chain struct {
 	windows   *window.Operator[float64, window.StatsAcc, window.Summary]
 	events    *chsink.Sink[eventRow]
 	minutes   *chsink.Sink[minuteRow]
-	cursor    cursor
+	cursor    sink.Cursor // positions for window rows, emitted by records and ticks
 
 	out window.Output[float64, window.Summary]
 	key []byte
@@ -157,7 +156,7 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 	if err != nil {
 		return fmt.Errorf("offset %d: %w", m.Offset, err)
 	}
-	c.cursor.at(m.Offset)
+	c.cursor.At(m.Offset)
 
 	// Stage 2: drop what the gateway let through twice (a lost Kafka ack, a
 	// gateway restart, a provider's late redelivery).
@@ -193,45 +192,9 @@ func (c *chain) emit(ctx context.Context) error {
 		c.log.Error("late event missed its window", "org", late.Event.Key, "window", late.Start, "watermark", late.Watermark)
 	}
 	for _, row := range c.out.Rows {
-		if err := c.minutes.Add(ctx, c.cursor.next(), row); err != nil {
+		if err := c.minutes.Add(ctx, c.cursor.Next(), row); err != nil {
 			return err
 		}
 	}
 	return nil
 }
-
-// cursor gives every window row a source position for the sink: rows caused
-// by the record at offset O get (O, 0), (O, 1)...; rows a Tick emits continue
-// after the last record's. It is a participant, so positions stay increasing
-// across a restore.
-type cursor struct {
-	offset int64
-	index  uint32
-}
-
-func (c *cursor) at(offset int64) { c.offset, c.index = offset, 0 }
-
-func (c *cursor) next() sink.Position {
-	p := sink.Position{Offset: c.offset, Index: c.index}
-	c.index++
-	return p
-}
-
-const cursorVersion = 1
-
-func (c *cursor) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
-	b := []byte{cursorVersion}
-	b = binary.BigEndian.AppendUint64(b, uint64(c.offset))
-	return binary.BigEndian.AppendUint32(b, c.index), nil
-}
-
-func (c *cursor) Restore(_ context.Context, b []byte) error {
-	if len(b) != 13 || b[0] != cursorVersion {
-		return fmt.Errorf("cursor: bad state of %d bytes", len(b))
-	}
-	c.offset = int64(binary.BigEndian.Uint64(b[1:]))
-	c.index = binary.BigEndian.Uint32(b[9:])
-	return nil
-}
-
-func (c *cursor) CheckpointCompleted(context.Context, checkpoint.ID) error { return nil }
