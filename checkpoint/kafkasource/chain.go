@@ -29,21 +29,39 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 
 	proc, err := s.newProc(ctx, p)
 	if err != nil {
+		if proc != nil {
+			// A half-built chain: close what NewProcessor managed to build.
+			if cerr := closeParticipants(proc.Participants); cerr != nil {
+				s.log.Warn("kafkasource: closing a half-built chain", "partition", p.String(), "err", cerr)
+			}
+		}
 		if ended() {
 			return nil
 		}
 		return fmt.Errorf("kafkasource: %s: new processor: %w", p, err)
 	}
 	if proc == nil || proc.Process == nil {
+		if proc != nil {
+			_ = closeParticipants(proc.Participants)
+		}
 		return fmt.Errorf("kafkasource: %s: NewProcessor returned no Process", p)
 	}
-	if proc.Close != nil {
-		defer func() {
-			if cerr := proc.Close(); cerr != nil && err == nil && !ended() {
-				err = fmt.Errorf("kafkasource: %s: close processor: %w", p, cerr)
-			}
-		}()
-	}
+	// Ends the chain's runners before anything is closed; a runner's error
+	// is the cause of the chain context consume reads.
+	chainCtx, failChain := context.WithCancelCause(ctx)
+	var run runners
+	defer func() {
+		failChain(nil)
+		run.wait()
+		var cerr error
+		if proc.Close != nil {
+			cerr = proc.Close()
+		}
+		cerr = errors.Join(cerr, closeParticipants(proc.Participants))
+		if cerr != nil && err == nil && !ended() {
+			err = fmt.Errorf("kafkasource: %s: close processor: %w", p, cerr)
+		}
+	}()
 	task, err := s.coord.Attach(ctx, p, proc.Participants)
 	if err != nil {
 		if ended() {
@@ -70,9 +88,16 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 		}
 		return err
 	}
+	run.start(chainCtx, p, proc.Participants, failChain)
 	for {
 		var oor bool
-		next, oor, err = s.consume(ctx, p, next, proc, task, meta, commit)
+		next, oor, err = s.consume(chainCtx, p, next, proc, task, meta, commit)
+		if err == nil && !ended() {
+			var rerr *runnerError
+			if errors.As(context.Cause(chainCtx), &rerr) {
+				return rerr
+			}
+		}
 		if err != nil || ended() {
 			return err
 		}

@@ -122,7 +122,12 @@ type Options struct {
 // for every partition the Source is assigned.
 type Processor struct {
 	// Participants are the chain's stateful operators by stable name; the
-	// names key their state in every checkpoint.
+	// names key their state in every checkpoint. The Source owns their
+	// lifecycle: one that implements Runner is started once the chain is
+	// restored and awaited when the chain ends; one that implements
+	// io.Closer is closed when the chain ends, however it ends (so a sink's
+	// flush timer needs no goroutine of yours, and nothing leaks when a
+	// chain fails halfway).
 	Participants map[string]checkpoint.Participant
 	// Process handles one record. It is called from the chain goroutine
 	// only, in offset order, never concurrently with a participant's
@@ -142,13 +147,18 @@ type Processor struct {
 	// DefaultTickInterval.
 	TickInterval time.Duration
 	// Close, if set, is called once when the chain stops, after the last
-	// Process or checkpoint.
+	// Process or checkpoint and after every Runner returned, before the
+	// participants are closed. Participants need not be closed here.
 	Close func() error
 }
 
 // NewProcessor builds a fresh chain for partition p. ctx ends with the
 // ownership of p; it is the same ctx Process receives. Keep no state outside
 // the participants: it would not survive a move of p to another instance.
+//
+// When a step fails halfway, return the Processor built so far with the
+// error: the Source closes the participants it holds (those that implement
+// io.Closer), so a sink opened before a later step failed is not leaked.
 type NewProcessor func(ctx context.Context, p checkpoint.Partition) (*Processor, error)
 
 // maxGroupFailures bounds how many consecutive retryable consumer-group
