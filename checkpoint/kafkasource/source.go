@@ -13,9 +13,14 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 )
+
+// meterName is the instrumentation scope of the Source's metrics.
+const meterName = "github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 
 // Defaults for Options.
 const (
@@ -116,6 +121,13 @@ type Options struct {
 	Dialer *kafka.Dialer
 	// Logger. Default: discard.
 	Logger *slog.Logger
+	// MeterProvider for the kafkasource.chain.restarts counter. Default:
+	// no-op.
+	MeterProvider metric.MeterProvider
+	// Restart is the restart strategy of a failed chain. The zero value
+	// restarts chains that failed on an unreachable server with a bounded
+	// exponential backoff; see Restart.
+	Restart Restart
 }
 
 // Processor is one partition's processing chain, returned by a NewProcessor
@@ -192,6 +204,8 @@ type Source struct {
 	log     *slog.Logger
 	running atomic.Bool
 
+	restarts metric.Int64Counter
+
 	commitMu sync.Mutex // serialises commits on the generation's connection
 }
 
@@ -228,7 +242,19 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Source{group: group, coord: coord, newProc: newProcessor, opts: opts, log: opts.Logger}, nil
+	if err := opts.Restart.setDefaults(); err != nil {
+		return nil, err
+	}
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = noop.NewMeterProvider()
+	}
+	restarts, err := opts.MeterProvider.Meter(meterName).Int64Counter("kafkasource.chain.restarts",
+		metric.WithDescription("chains built again after a retryable failure"))
+	if err != nil {
+		return nil, fmt.Errorf("kafkasource: New: %w", err)
+	}
+	return &Source{group: group, coord: coord, newProc: newProcessor, opts: opts, log: opts.Logger,
+		restarts: restarts}, nil
 }
 
 func setDefault[T comparable](v *T, d T) {
@@ -243,10 +269,13 @@ func setDefault[T comparable](v *T, d T) {
 func (s *Source) Checkpoint(ctx context.Context) error { return s.coord.Trigger(ctx) }
 
 // Run joins the consumer group and processes its partitions until ctx ends
-// or a chain fails. It drives the coordinator's interval checkpoints. It
-// returns nil when ctx ended, else the first chain's error (a failed
-// checkpoint, Process or restore): the caller restarts, and every partition
-// resumes from its last completed checkpoint.
+// or a chain fails for good. It drives the coordinator's interval
+// checkpoints. A chain that fails on an unreachable server is built again
+// from its last checkpoint by Options.Restart while the other chains go
+// on. Run returns nil when ctx ended, else the first permanent chain error
+// (a failed checkpoint, Process or restore that IsRetryable rejects, or
+// ErrRestartsExhausted): the caller restarts, and every partition resumes
+// from its last completed checkpoint.
 //
 // On every rebalance each chain stops where it is: work since its last
 // checkpoint is abandoned, not committed, and the partition's next owner
@@ -306,7 +335,7 @@ func (s *Source) Run(ctx context.Context) error {
 				wg.Add(1)
 				gen.Start(func(gctx context.Context) {
 					defer wg.Done()
-					if err := s.runChain(runCtx, gctx, gen, p); err != nil {
+					if err := s.superviseChain(runCtx, gctx, gen, p); err != nil {
 						errOnce.Do(func() { chainErr = err })
 						cancel(err)
 					}

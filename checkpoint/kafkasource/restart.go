@@ -1,0 +1,198 @@
+package kafkasource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+)
+
+// Defaults for Restart, the values of Flink's exponential-delay restart
+// strategy where it has one.
+const (
+	DefaultRestartInitialBackoff = time.Second
+	DefaultRestartMaxBackoff     = time.Minute
+	DefaultRestartMultiplier     = 2.0
+	DefaultRestartJitter         = 0.1
+	DefaultRestartResetAfter     = 5 * time.Minute
+)
+
+// ErrRestartsExhausted is wrapped by the error Run returns when a partition's
+// chain failed Restart.MaxAttempts times in a row with retryable errors.
+var ErrRestartsExhausted = errors.New("kafkasource: chain restarts exhausted")
+
+// Restart is the restart strategy for failed chains, in the manner of
+// Flink's exponential-delay strategy, but per partition: a chain that fails
+// with a retryable error (IsRetryable, or Retryable if set) is closed and
+// built again from its partition's last completed checkpoint after a
+// backoff, while every other partition goes on. A chain failing with any
+// other error (a Process error on bad input, a corrupt journal, an offset
+// out of range, a content mismatch) ends Run, as before: nothing is
+// skipped, and the caller decides.
+//
+// The n-th consecutive restart of a partition waits
+// min(MaxBackoff, InitialBackoff * Multiplier^(n-1)), spread by ±Jitter.
+// A chain that ran ResetAfter without failing starts over at
+// InitialBackoff. Each restart adds one to the kafkasource.chain.restarts
+// counter (topic and partition attributes) and logs a warning with the
+// error.
+//
+// A restarted chain replays from its last checkpoint: the sinks' journals
+// make that exactly once, as after any other restart.
+//
+// The zero value is valid: restarts on, with the defaults below.
+type Restart struct {
+	// Disabled ends Run on any chain failure, retryable or not (the
+	// behaviour for a supervisor that restarts the whole process).
+	Disabled bool
+	// InitialBackoff before the first restart. Default:
+	// DefaultRestartInitialBackoff (1 s).
+	InitialBackoff time.Duration
+	// MaxBackoff bounds the wait between two restarts. Default:
+	// DefaultRestartMaxBackoff (1 min). It is also the longest a chain
+	// lags behind a server that came back.
+	MaxBackoff time.Duration
+	// Multiplier of the backoff after each failed restart; at least 1.
+	// Default: DefaultRestartMultiplier (2).
+	Multiplier float64
+	// Jitter spreads each backoff by a random fraction in [-Jitter, +Jitter],
+	// so chains of many partitions do not hammer a returning server at the
+	// same instant; in [0, 1). Default: DefaultRestartJitter (0.1);
+	// negative means none.
+	Jitter float64
+	// ResetAfter: a chain that ran this long since its last restart without
+	// failing starts over at InitialBackoff and MaxAttempts. Default:
+	// DefaultRestartResetAfter (5 min).
+	ResetAfter time.Duration
+	// MaxAttempts bounds consecutive restarts of one partition; when
+	// exceeded Run returns the last error, wrapping ErrRestartsExhausted.
+	// Default 0: unlimited (a server that is down for an hour is waited
+	// for, and alerts come from the metric and from consumer lag).
+	MaxAttempts int
+	// Retryable classifies a chain's error. Default: IsRetryable.
+	Retryable func(error) bool
+}
+
+func (r *Restart) setDefaults() error {
+	switch {
+	case r.InitialBackoff < 0, r.MaxBackoff < 0, r.ResetAfter < 0, r.MaxAttempts < 0:
+		return errors.New("kafkasource: New: negative Restart option")
+	case r.Multiplier != 0 && r.Multiplier < 1:
+		return fmt.Errorf("kafkasource: New: Restart.Multiplier %v below 1", r.Multiplier)
+	case r.Jitter >= 1:
+		return fmt.Errorf("kafkasource: New: Restart.Jitter %v not below 1", r.Jitter)
+	}
+	setDefault(&r.InitialBackoff, DefaultRestartInitialBackoff)
+	setDefault(&r.MaxBackoff, DefaultRestartMaxBackoff)
+	setDefault(&r.Multiplier, DefaultRestartMultiplier)
+	setDefault(&r.ResetAfter, DefaultRestartResetAfter)
+	if r.Jitter == 0 {
+		r.Jitter = DefaultRestartJitter
+	} else if r.Jitter < 0 {
+		r.Jitter = 0
+	}
+	if r.MaxBackoff < r.InitialBackoff {
+		r.MaxBackoff = r.InitialBackoff
+	}
+	if r.Retryable == nil {
+		r.Retryable = IsRetryable
+	}
+	return nil
+}
+
+// backoff returns the wait before the attempt-th consecutive restart (1
+// for the first).
+func (r *Restart) backoff(attempt int) time.Duration {
+	d := float64(r.InitialBackoff)
+	for i := 1; i < attempt && d < float64(r.MaxBackoff); i++ {
+		d *= r.Multiplier
+	}
+	d = min(d, float64(r.MaxBackoff))
+	if r.Jitter > 0 {
+		d *= 1 + r.Jitter*(2*rand.Float64()-1)
+	}
+	return time.Duration(d)
+}
+
+// IsRetryable reports whether a chain's error says a server or the network
+// failed, so the same chain built again later can succeed: a refused,
+// reset or timed-out connection, an unexpected EOF, a closed connection, or
+// a Kafka error kafka-go marks temporary. Everything else is permanent: a
+// Process error on a record that cannot be processed fails the same way
+// again, and so does an offset out of range, a journal that does not match
+// the replay or a fenced sink. Context cancellation is not retryable.
+func IsRetryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var oor *OffsetOutOfRangeError
+	if errors.As(err, &oor) {
+		return false
+	}
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		return kerr.Temporary()
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+}
+
+// superviseChain runs p's chain for one generation and restarts it after
+// retryable failures. It returns nil when the generation or Run ends, and
+// the error that ends Run otherwise.
+func (s *Source) superviseChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.Partition) error {
+	r := &s.opts.Restart
+	attrs := metric.WithAttributes(attribute.String("topic", p.Topic), attribute.Int("partition", p.Partition))
+	attempt := 0
+	for {
+		started := time.Now()
+		// runChain returns nil when the ownership ended before the chain
+		// failed; an error happened while it owned the partition, even if
+		// Run is stopping by now.
+		err := s.runChain(runCtx, gctx, gen, p)
+		if err == nil {
+			return nil
+		}
+		if r.Disabled || !r.Retryable(err) {
+			return err
+		}
+		if gctx.Err() != nil || runCtx.Err() != nil {
+			return nil // no one to restart for
+		}
+		if time.Since(started) >= r.ResetAfter {
+			attempt = 0
+		}
+		attempt++
+		if r.MaxAttempts > 0 && attempt > r.MaxAttempts {
+			return fmt.Errorf("%w after %d restarts: %w", ErrRestartsExhausted, r.MaxAttempts, err)
+		}
+		wait := r.backoff(attempt)
+		s.restarts.Add(context.WithoutCancel(runCtx), 1, attrs)
+		s.log.Warn("kafkasource: chain failed; restarting it from its last checkpoint",
+			"partition", p.String(), "attempt", attempt, "backoff", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-gctx.Done():
+			t.Stop()
+			return nil
+		case <-runCtx.Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
