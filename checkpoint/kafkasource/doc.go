@@ -42,6 +42,36 @@
 // partition). It is driven by the wall clock, so it is not replayed
 // identically after a restore: keep its effects idempotent.
 //
+// # Lifecycle of participants
+//
+// The Source owns each chain's participants. One that implements Runner
+// (Run(ctx) error, such as a sink's flush timer) is started once the chain
+// is restored and awaited when the chain ends; its error fails the chain.
+// One that implements io.Closer is closed once when the chain ends, after
+// Processor.Close, however the chain ended. A NewProcessor that fails
+// halfway returns what it built with the error, and the Source closes it.
+// Rows a chain emits without a record of their own (a window's Tick) take
+// their positions from a sink.Cursor registered as a participant.
+//
+// # Restarts
+//
+// A chain that fails while its server is unreachable (ClickHouse down, a
+// refused or reset connection: IsRetryable) is closed and built again from
+// its partition's last checkpoint after an exponential backoff, bounded by
+// Restart.MaxBackoff, while the other partitions go on; each restart is
+// counted in kafkasource.chain.restarts. Defaults: 1 s initial backoff,
+// doubling, at most 1 min, ±10 % jitter, reset after 5 min without a
+// failure, unlimited attempts (see Restart). Any other chain error ends
+// Run.
+//
+// # Topics and partitions
+//
+// Run waits, with a Warn log, until every subscribed topic exists
+// (Options.MissingTopic: MissingTopicFail returns *TopicNotFoundError
+// instead), and checks every Options.TopicPollInterval for new partitions:
+// a topic that grows ends the generation, and the next one gives the new
+// partitions their chains.
+//
 // Run rides out routine consumer-group errors (a rebalance in progress, a
 // stale generation or member, a moved coordinator, a broken connection):
 // kafka-go rejoins by itself; after 20 such errors in a row, Run returns
@@ -91,7 +121,11 @@
 //     goroutine, Process in offset order; once the chain's ownership has
 //     ended it takes no further record, tick or barrier (one already taken
 //     runs with the ended context, which a sink fences on).
-//   - Run returns a chain's error (failed checkpoint, Process error, restore
-//     error, offset out of range) after stopping every chain; it returns
-//     nil when its context ends.
+//   - Run returns a chain's permanent error (failed checkpoint, Process
+//     error, restore error, offset out of range) after stopping every
+//     chain; a retryable one restarts that chain alone from its last
+//     checkpoint, so a restart replays and never skips. Run returns nil
+//     when its context ends.
+//   - No participant goroutine outlives its chain: Runners are awaited and
+//     Closers closed before the chain's partition is given up.
 package kafkasource

@@ -124,6 +124,13 @@ type Options struct {
 	// MeterProvider for the kafkasource.chain.restarts counter. Default:
 	// no-op.
 	MeterProvider metric.MeterProvider
+	// MissingTopic says what Run does when a subscribed topic does not
+	// exist. Default: MissingTopicWait.
+	MissingTopic MissingTopic
+	// TopicPollInterval is how often Run checks for a missing topic, and
+	// for new partitions of its topics (a new partition makes the group
+	// rebalance and gets a chain). Default: DefaultTopicPollInterval.
+	TopicPollInterval time.Duration
 	// Restart is the restart strategy of a failed chain. The zero value
 	// restarts chains that failed on an unreachable server with a bounded
 	// exponential backoff; see Restart.
@@ -224,10 +231,12 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 		return nil, errors.New("kafkasource: New: nil NewProcessor")
 	case opts.OutOfRange < OutOfRangeFail || opts.OutOfRange > OutOfRangeLatest:
 		return nil, fmt.Errorf("kafkasource: New: unknown OutOfRange policy %d", opts.OutOfRange)
+	case opts.MissingTopic < MissingTopicWait || opts.MissingTopic > MissingTopicFail:
+		return nil, fmt.Errorf("kafkasource: New: unknown MissingTopic policy %d", opts.MissingTopic)
 	case opts.StartOffset < StartEarliest || opts.StartOffset > StartLatest:
 		return nil, fmt.Errorf("kafkasource: New: unknown StartOffset %d", opts.StartOffset)
 	case opts.SessionTimeout < 0 || opts.RebalanceTimeout < 0 || opts.HeartbeatInterval < 0 ||
-		opts.MaxWait < 0 || opts.MaxBytes < 0 || opts.Buffer < 0:
+		opts.MaxWait < 0 || opts.MaxBytes < 0 || opts.Buffer < 0 || opts.TopicPollInterval < 0:
 		return nil, errors.New("kafkasource: New: negative option")
 	}
 	setDefault(&opts.SessionTimeout, DefaultSessionTimeout)
@@ -236,6 +245,7 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 	setDefault(&opts.MaxWait, DefaultMaxWait)
 	setDefault(&opts.MaxBytes, DefaultMaxBytes)
 	setDefault(&opts.Buffer, DefaultBuffer)
+	setDefault(&opts.TopicPollInterval, DefaultTopicPollInterval)
 	if opts.Dialer == nil {
 		opts.Dialer = kafka.DefaultDialer
 	}
@@ -286,6 +296,9 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	defer s.running.Store(false)
 
+	if err := s.awaitTopics(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	cfg := kafka.ConsumerGroupConfig{
@@ -293,6 +306,10 @@ func (s *Source) Run(ctx context.Context) error {
 		SessionTimeout: s.opts.SessionTimeout, RebalanceTimeout: s.opts.RebalanceTimeout,
 		HeartbeatInterval: s.opts.HeartbeatInterval,
 		JoinGroupBackoff:  s.opts.HeartbeatInterval,
+		// A topic that gains partitions ends the generation, and the next
+		// one assigns the new partitions.
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: s.opts.TopicPollInterval,
 		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
 			s.log.Warn("kafkasource: kafka-go: " + fmt.Sprintf(f, a...))
 		}),
