@@ -249,8 +249,8 @@ func (d *Deduplicator) Contains(key []byte) bool {
 func (d *Deduplicator) Len() int { return d.t.count }
 
 // Clock returns the deduplicator's clock: the latest time Observe saw (the
-// largest event time, or the latest processing time), or the Unix epoch
-// before the first call.
+// largest event time, or the latest processing time, which Cleanup also
+// reads), or the Unix epoch before the first call.
 func (d *Deduplicator) Clock() time.Time { return time.Unix(0, d.clock).UTC() }
 
 // Cleanup examines up to n slots for expired entries (continuing where the
@@ -258,12 +258,23 @@ func (d *Deduplicator) Clock() time.Time { return time.Unix(0, d.clock).UTC() }
 // removed. Observe already does this with Options.CleanupBudget; call Cleanup
 // when the partition is idle to free memory sooner. When a Cleanup call's
 // examination wraps around the end of the table and finds it less than a
-// fifth full,
-// it also shrinks the table (not below Options.ExpectedKeys), a pause
-// proportional to the table's size; Observe never shrinks the table.
+// fifth full, it also shrinks the table (not below Options.ExpectedKeys), a
+// pause proportional to the table's size; Observe never shrinks the table.
+//
+// With ProcessingTime, Cleanup first advances the clock to Options.Now (if
+// later), so that keys which expired while no Observe came are removed: an
+// idle deduplicator gives its memory back. With EventTime the clock is the
+// largest event time seen, which only Observe moves.
 func (d *Deduplicator) Cleanup(n int) int {
 	if d.closed {
 		return 0
+	}
+	if d.opts.TimeCharacteristic == ProcessingTime {
+		// advance fails only for a Now past 2106 minus the TTL: keep the
+		// clock then, as Observe would refuse that time too.
+		if clock, err := d.advance(time.Time{}); err == nil {
+			d.clock = clock
+		}
 	}
 	removed := d.cleanup(n, true)
 	d.publish()
@@ -272,7 +283,12 @@ func (d *Deduplicator) Cleanup(n int) int {
 
 // Snapshot implements checkpoint.Participant: it returns the live entries and
 // the clock in the format described in the package documentation. The same
-// state always gives the same bytes.
+// state always gives the same bytes. "Live" is judged at the deduplicator's
+// clock, which only Observe and (with ProcessingTime) Cleanup move: a
+// snapshot of a processing-time deduplicator that has been idle keeps the
+// keys that expired since, which is safe (the next Observe reads Now and
+// finds them expired) but larger than needed; call Cleanup before the
+// checkpoint to leave them out.
 func (d *Deduplicator) Snapshot(ctx context.Context, _ checkpoint.ID) ([]byte, error) {
 	if d.closed {
 		return nil, ErrClosed

@@ -501,3 +501,32 @@ func TestPartitionsIndependent(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, []int{1000, 1000, 1000, 1000}, firsts)
 }
+
+// TestCleanupReadsTheProcessingClock: with ProcessingTime, a deduplicator
+// that goes idle after a burst gives the memory back when Cleanup is called
+// later, without another Observe: Cleanup reads Options.Now. The snapshot
+// taken after that Cleanup holds no expired key either.
+func TestCleanupReadsTheProcessingClock(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	d := newDedup(t, time.Hour, dedup.Options{
+		TimeCharacteristic: dedup.ProcessingTime,
+		Now:                func() time.Time { return now },
+	})
+	const n = 5000
+	for i := range n {
+		require.True(t, observe(t, d, fmt.Sprint(i), time.Time{}))
+	}
+	now = now.Add(2 * time.Hour) // idle: no Observe from here on
+	assert.Equal(t, n, d.Cleanup(10*n), "every key expired by Now is removed")
+	assert.Zero(t, d.Len())
+	assert.Equal(t, now, d.Clock(), "the clock moved to Now")
+	for _, k := range []string{"0", "4999"} {
+		assert.False(t, d.Contains([]byte(k)), k)
+	}
+	snap, err := d.Snapshot(ctx, 1)
+	require.NoError(t, err)
+	restored := newDedup(t, time.Hour, dedup.Options{TimeCharacteristic: dedup.ProcessingTime, Now: func() time.Time { return now }})
+	require.NoError(t, restored.Restore(ctx, snap))
+	assert.Zero(t, restored.Len(), "the snapshot keeps no key expired before Cleanup's clock")
+}

@@ -53,9 +53,12 @@
 //
 // Expired entries are removed incrementally, as with Flink's incremental
 // cleanup: each Observe examines Options.CleanupBudget table slots, so no
-// call stalls on a full sweep. Snapshots leave expired entries out, as with
-// Flink's full-snapshot cleanup. Call Cleanup when idle to remove more and
-// to give memory back after a burst of keys expired. Growing the table (when
+// call stalls on a full sweep. Snapshots leave out the entries expired at
+// the deduplicator's clock, as with Flink's full-snapshot cleanup. Call
+// Cleanup when idle to remove more and to give memory back after a burst of
+// keys expired; with ProcessingTime it reads Options.Now first, so keys
+// that expired while the partition was quiet go too (and leave the next
+// snapshot). Growing the table (when
 // it is 80% full) rehashes it in the calling Observe; presize with
 // Options.ExpectedKeys to avoid that.
 //
