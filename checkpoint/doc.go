@@ -111,6 +111,12 @@
 //     newest; nothing partial is ever restored.
 //   - Restore takes the newest intact checkpoint and logs why it skipped
 //     newer ones.
+//   - Storage's conditional writes fence: of concurrent Creates of one name,
+//     from any process sharing the storage, exactly one succeeds; Replace
+//     applies only over the Version it was given. The loser gets ErrConflict
+//     and nothing changes. Any other error from a conditional write leaves
+//     the outcome unknown (see Storage). FSStorage holds this on one machine
+//     (link(2) and flock(2)); MemStorage within one process.
 //
 // What it assumes: participants keep the Participant contract (the sink
 // flushes in Snapshot), processing obeys the replay rule above, and the

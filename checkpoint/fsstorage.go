@@ -2,6 +2,8 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,10 +31,14 @@ var ErrInvalidName = errors.New("checkpoint: invalid storage name")
 // content or the new one. Temporary files left by a crash are ignored by List
 // and Get; they are never read back.
 //
+// Create links the synced temporary file to the name, which fails if the name
+// exists; Put, Replace and Delete change a name under an exclusive flock(2) of
+// a lock file in its directory, so Replace's version check holds against
+// every writer. A Version is the SHA-256 of the content.
+//
 // FSStorage is safe for concurrent use, also by several processes sharing the
-// directory, provided that no two writers Put the same name concurrently with
-// different data (the checkpoint coordinator never does: names carry the
-// writer's partition and checkpoint id).
+// directory on one machine or on a filesystem whose link(2) is atomic and
+// whose flock(2) is shared between clients (local filesystems, NFSv4).
 type FSStorage struct {
 	root string
 
@@ -98,45 +104,150 @@ func (s *FSStorage) file(op, name string) (string, error) {
 // or may not survive a machine crash. In every case the name holds either the
 // old or the new content, never a mix.
 func (s *FSStorage) Put(ctx context.Context, name string, data []byte) error {
-	file, err := s.file("put", name)
+	_, err := s.write(ctx, "put", name, data, func(file string) error {
+		return nil
+	})
+	return err
+}
+
+// Create implements Storage. It links a complete, synced temporary file to
+// the name: link(2) fails when the name exists, atomically, also between
+// processes and over NFS, so no lock is needed and a crash leaves nothing or
+// the whole content. An error that does not wrap ErrConflict is a definite
+// failure unless it came from the final directory fsync (the name is then
+// created, but may not survive a machine crash).
+func (s *FSStorage) Create(ctx context.Context, name string, data []byte) (Version, error) {
+	file, err := s.file("create", name)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
 	}
 	dir := filepath.Dir(file)
+	tmp, err := s.writeTemp(dir, file, data)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
+	}
+	err = os.Link(tmp, file)
+	_ = os.Remove(tmp)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("checkpoint: create %q: %w", name, ErrConflict)
+		}
+		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
+	}
+	return contentVersion(data), nil
+}
+
+// Replace implements Storage. The check of the current content and the
+// rename over it happen under an exclusive flock(2) of the directory's lock
+// file, which Put and Delete take too, so the version check holds against
+// every writer on this machine and on filesystems whose flock is shared
+// between clients. An error that does not wrap ErrConflict is a definite
+// failure unless it came from the final directory fsync (the name then holds
+// the new content, which may not survive a machine crash).
+func (s *FSStorage) Replace(ctx context.Context, name string, data []byte, v Version) (Version, error) {
+	return s.write(ctx, "replace", name, data, func(file string) error {
+		cur, err := os.ReadFile(file)
+		if errors.Is(err, fs.ErrNotExist) {
+			return ErrConflict
+		}
+		if err != nil {
+			return err
+		}
+		if v == "" || contentVersion(cur) != v {
+			return ErrConflict
+		}
+		return nil
+	})
+}
+
+// write stores data under name through a synced temporary file renamed over
+// the name while the directory lock is held and check, called under the
+// lock, returns nil.
+func (s *FSStorage) write(ctx context.Context, op, name string, data []byte, check func(file string) error) (Version, error) {
+	file, err := s.file(op, name)
+	if err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
+	}
+	dir := filepath.Dir(file)
+	tmp, err := s.writeTemp(dir, file, data)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
+	}
+	err = s.locked(dir, func() error {
+		if err := check(file); err != nil {
+			return err
+		}
+		return os.Rename(tmp, file)
+	})
+	if err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
+	}
+	return contentVersion(data), nil
+}
+
+// writeTemp writes data to a new temporary file beside file and syncs it.
+func (s *FSStorage) writeTemp(dir, file string, data []byte) (string, error) {
 	if err := s.ensureDir(dir); err != nil {
-		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+		return "", err
 	}
 	tmp, err := os.CreateTemp(dir, tempMarker+filepath.Base(file)+".*")
 	if err != nil {
-		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+		return "", err
 	}
 	tmpName := tmp.Name()
-	fail := func(err error) error {
-		_ = tmp.Close()
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		_ = os.Remove(tmpName)
-		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+		return "", err
 	}
-	if _, err := tmp.Write(data); err != nil {
-		return fail(err)
+	return tmpName, nil
+}
+
+// locked runs fn holding an exclusive flock of dir's lock file. The lock
+// file's name holds tempMarker, so List never reports it; it is never
+// removed (removing a lock file races with a process about to lock it).
+func (s *FSStorage) locked(dir string, fn func() error) error {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
+	defer f.Close()
+	if err := flock(f); err != nil {
+		return err
 	}
-	if err := tmp.Close(); err != nil {
-		_ = os.Remove(tmpName)
-		return fmt.Errorf("checkpoint: put %q: %w", name, err)
-	}
-	if err := os.Rename(tmpName, file); err != nil {
-		_ = os.Remove(tmpName)
-		return fmt.Errorf("checkpoint: put %q: %w", name, err)
-	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("checkpoint: put %q: %w", name, err)
-	}
-	return nil
+	return fn() // closing f releases the lock
+}
+
+// lockFile is the name of the lock file in every directory holding names.
+const lockFile = tempMarker + "lock"
+
+// contentVersion is the Version of data on the filesystem: its SHA-256. A
+// hash rather than a generation counter keeps the files exactly the stored
+// bytes (files written by earlier releases need no migration) and gives the
+// same Versions as S3's single-part ETags do, with the same caveat: equal
+// content has an equal Version.
+func contentVersion(data []byte) Version {
+	sum := sha256.Sum256(data)
+	return Version(hex.EncodeToString(sum[:]))
 }
 
 // ensureDir creates dir and makes every directory entry from the root down
@@ -165,19 +276,32 @@ func (s *FSStorage) ensureDir(dir string) error {
 
 // Get implements Storage.
 func (s *FSStorage) Get(ctx context.Context, name string) ([]byte, error) {
-	file, err := s.file("get", name)
+	return s.read(ctx, "get", name)
+}
+
+// GetVersion implements Storage. The Version is the SHA-256 of the content.
+func (s *FSStorage) GetVersion(ctx context.Context, name string) ([]byte, Version, error) {
+	data, err := s.read(ctx, "get", name)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, contentVersion(data), nil
+}
+
+func (s *FSStorage) read(ctx context.Context, op, name string) ([]byte, error) {
+	file, err := s.file(op, name)
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("checkpoint: get %q: %w", name, err)
+		return nil, fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || isDirErr(file) {
-			return nil, fmt.Errorf("checkpoint: get %q: %w", name, ErrNotFound)
+			return nil, fmt.Errorf("checkpoint: %s %q: %w", op, name, ErrNotFound)
 		}
-		return nil, fmt.Errorf("checkpoint: get %q: %w", name, err)
+		return nil, fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
 	}
 	return data, nil
 }
@@ -238,7 +362,12 @@ func (s *FSStorage) Delete(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("checkpoint: delete %q: %w", name, err)
 	}
-	if err := os.Remove(file); err != nil {
+	dir := filepath.Dir(file)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil // never create a directory (and its lock file) to delete nothing
+	}
+	err = s.locked(dir, func() error { return os.Remove(file) })
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}

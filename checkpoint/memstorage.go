@@ -4,53 +4,112 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
 
 // MemStorage is an in-memory Storage for tests and examples. Its content
 // lives as long as the value: it survives nothing.
+//
+// Its Versions come from a counter, so every write, even of the same bytes,
+// gets a new Version.
 type MemStorage struct {
 	mu    sync.Mutex
-	blobs map[string][]byte
+	blobs map[string]memBlob
+	seq   uint64 // the last Version handed out
+}
+
+type memBlob struct {
+	data    []byte
+	version Version
 }
 
 var _ Storage = (*MemStorage)(nil)
 
 // NewMemStorage returns an empty MemStorage.
 func NewMemStorage() *MemStorage {
-	return &MemStorage{blobs: map[string][]byte{}}
+	return &MemStorage{blobs: map[string]memBlob{}}
+}
+
+func (s *MemStorage) check(ctx context.Context, op, name string) error {
+	if !ValidName(name) {
+		return fmt.Errorf("checkpoint: %s %q: %w", op, name, ErrInvalidName)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
+	}
+	return nil
+}
+
+// store keeps a copy of data under name; s.mu is held.
+func (s *MemStorage) store(name string, data []byte) Version {
+	s.seq++
+	v := Version(strconv.FormatUint(s.seq, 10))
+	s.blobs[name] = memBlob{data: append([]byte(nil), data...), version: v}
+	return v
 }
 
 // Put implements Storage. It keeps a copy of data.
 func (s *MemStorage) Put(ctx context.Context, name string, data []byte) error {
-	if !ValidName(name) {
-		return fmt.Errorf("checkpoint: put %q: %w", name, ErrInvalidName)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+	if err := s.check(ctx, "put", name); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.blobs[name] = append([]byte(nil), data...)
+	s.store(name, data)
 	return nil
 }
 
 // Get implements Storage. It returns a copy.
 func (s *MemStorage) Get(ctx context.Context, name string) ([]byte, error) {
-	if !ValidName(name) {
-		return nil, fmt.Errorf("checkpoint: get %q: %w", name, ErrInvalidName)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("checkpoint: get %q: %w", name, err)
+	data, _, err := s.getVersion(ctx, "get", name)
+	return data, err
+}
+
+// GetVersion implements Storage. It returns a copy.
+func (s *MemStorage) GetVersion(ctx context.Context, name string) ([]byte, Version, error) {
+	return s.getVersion(ctx, "get", name)
+}
+
+func (s *MemStorage) getVersion(ctx context.Context, op, name string) ([]byte, Version, error) {
+	if err := s.check(ctx, op, name); err != nil {
+		return nil, "", err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	data, ok := s.blobs[name]
+	b, ok := s.blobs[name]
 	if !ok {
-		return nil, fmt.Errorf("checkpoint: get %q: %w", name, ErrNotFound)
+		return nil, "", fmt.Errorf("checkpoint: %s %q: %w", op, name, ErrNotFound)
 	}
-	return append([]byte(nil), data...), nil
+	return append([]byte(nil), b.data...), b.version, nil
+}
+
+// Create implements Storage. It keeps a copy of data.
+func (s *MemStorage) Create(ctx context.Context, name string, data []byte) (Version, error) {
+	if err := s.check(ctx, "create", name); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.blobs[name]; ok {
+		return "", fmt.Errorf("checkpoint: create %q: %w", name, ErrConflict)
+	}
+	return s.store(name, data), nil
+}
+
+// Replace implements Storage. It keeps a copy of data.
+func (s *MemStorage) Replace(ctx context.Context, name string, data []byte, v Version) (Version, error) {
+	if err := s.check(ctx, "replace", name); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.blobs[name]
+	if !ok || v == "" || b.version != v {
+		return "", fmt.Errorf("checkpoint: replace %q: %w", name, ErrConflict)
+	}
+	return s.store(name, data), nil
 }
 
 // List implements Storage.
@@ -72,11 +131,8 @@ func (s *MemStorage) List(ctx context.Context, prefix string) ([]string, error) 
 
 // Delete implements Storage.
 func (s *MemStorage) Delete(ctx context.Context, name string) error {
-	if !ValidName(name) {
-		return fmt.Errorf("checkpoint: delete %q: %w", name, ErrInvalidName)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("checkpoint: delete %q: %w", name, err)
+	if err := s.check(ctx, "delete", name); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

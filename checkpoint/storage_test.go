@@ -45,7 +45,7 @@ func TestFSStorageIgnoresLeftoverTempFiles(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Join(dir, "cp"))
 	require.NoError(t, err)
 	for _, e := range entries {
-		if e.Name() != "#b.12345" {
+		if e.Name() != "#b.12345" && e.Name() != "#lock" {
 			assert.False(t, strings.Contains(e.Name(), "#"), "Put left a temporary file %s", e.Name())
 		}
 	}
@@ -64,4 +64,11 @@ func TestFSStorageReopen(t *testing.T) {
 	got, err := s2.Get(ctx, "x/y")
 	require.NoError(t, err)
 	assert.Equal(t, []byte("kept"), got)
+}
+
+// Processes sharing one directory race Create and Replace.
+func TestFSStorageProcessRace(t *testing.T) {
+	checkpointtest.TestProcessRace(t,
+		func(t *testing.T) string { return t.TempDir() },
+		func(dir string) (checkpoint.Storage, error) { return checkpoint.NewFSStorage(dir) })
 }

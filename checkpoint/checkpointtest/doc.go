@@ -7,4 +7,12 @@
 //			return newMyStorage(t)
 //		})
 //	}
+//
+// TestStorage covers Put, Get, List and Delete, and the conditional writes:
+// Create and Replace refuse with ErrConflict and change nothing when they
+// lose, and when goroutines race for one name exactly one wins each round.
+//
+// A Storage that several processes share (a directory, an S3 bucket) also
+// runs TestProcessRace, which re-executes the test binary as several child
+// processes racing Create and compare-and-swap Replace on one name.
 package checkpointtest

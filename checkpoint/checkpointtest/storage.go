@@ -140,6 +140,8 @@ func TestStorage(t *testing.T, newStorage func(t *testing.T) checkpoint.Storage)
 		assert.ErrorIs(t, err, checkpoint.ErrNotFound, "a canceled Put stores nothing")
 	})
 
+	testConditional(t, newStorage)
+
 	t.Run("Concurrent", func(t *testing.T) {
 		s := newStorage(t)
 		var wg sync.WaitGroup
