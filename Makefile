@@ -9,13 +9,18 @@ CACHE_DIR    := $(or $(EXACTLYONCE_CACHE),$(HOME)/.cache/exactlyonce)
 CHDB_PACKAGE := @chdb/lib-linux-x64-gnu
 CHDB_VERSION := 26.7.3-stable.1
 CHDB_TGZ     := $(CACHE_DIR)/chdb/chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz
+# The S3 server of the tests, built once into the cache (about 100 s); the
+# path and the lock match internal/embedded's EnsureVersityGW.
+VGW_VERSION  := v1.8.0
+VGW_DIR      := $(CACHE_DIR)/versitygw/$(VGW_VERSION)
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps test demo bench
 
 # deps installs only what is missing: redis-server, npm and a C compiler (for
 # the cgo ClickHouse launcher) from Debian, the chdb tarball (178 MB, under
-# the same lock the Go code takes), and Go modules.
+# the same lock the Go code takes), versitygw (unless S3_ENDPOINT is set), and
+# Go modules.
 deps:
 	@pkgs=""; \
 	if [ -z "$${REDIS_ADDR:-}" ] && [ ! -x /usr/bin/redis-server ] && ! command -v redis-server >/dev/null; then pkgs="$$pkgs redis-server"; fi; \
@@ -34,6 +39,17 @@ deps:
 				trap "rm -rf $$tmp" EXIT; \
 				(cd "$$tmp" && npm pack --silent "$(CHDB_PACKAGE)@$(CHDB_VERSION)" >/dev/null); \
 				mv "$$tmp/$$(basename "$(CHDB_TGZ)")" "$(CHDB_TGZ)"; \
+			fi'; \
+	fi
+	@if [ -z "$${S3_ENDPOINT:-}" ] && [ ! -x "$(VGW_DIR)/versitygw" ]; then \
+		mkdir -p "$(VGW_DIR)" && \
+		flock "$(VGW_DIR)/.lock" bash -euo pipefail -c ' \
+			if [ ! -x "$(VGW_DIR)/versitygw" ]; then \
+				echo "deps: go install github.com/versity/versitygw/cmd/versitygw@$(VGW_VERSION) into $(VGW_DIR)"; \
+				tmp=$$(mktemp -d "$(VGW_DIR)/gobin-XXXXXX"); \
+				trap "rm -rf $$tmp" EXIT; \
+				(cd "$(VGW_DIR)" && GOBIN="$$tmp" GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0 go install github.com/versity/versitygw/cmd/versitygw@$(VGW_VERSION)); \
+				mv "$$tmp/versitygw" "$(VGW_DIR)/versitygw"; \
 			fi'; \
 	fi
 	go mod download
