@@ -53,6 +53,12 @@ func CacheDir() (string, error) {
 // extracting the library beside it once. Concurrent callers, in this process
 // or others, serialise on a file lock, so the tarball is downloaded once.
 func EnsureChDB(ctx context.Context, cacheDir string) (string, error) {
+	return ensureChDB(ctx, cacheDir, nil)
+}
+
+// ensureChDB is EnsureChDB that writes progress lines to progress (nil:
+// none) while it downloads and extracts.
+func ensureChDB(ctx context.Context, cacheDir string, progress io.Writer) (string, error) {
 	if cacheDir == "" {
 		var err error
 		if cacheDir, err = CacheDir(); err != nil {
@@ -78,11 +84,17 @@ func EnsureChDB(ctx context.Context, cacheDir string) (string, error) {
 
 	tgz := filepath.Join(dir, chdbTarball)
 	if _, err := os.Stat(tgz); err != nil {
-		if err := npmPack(ctx, dir); err != nil {
+		done := reportProgress(progress, fmt.Sprintf("downloading ClickHouse (%s@%s, 178 MB) with npm pack into %s, once", ChDBPackage, ChDBVersion, dir))
+		err := npmPack(ctx, dir)
+		done(err)
+		if err != nil {
 			return "", err
 		}
 	}
-	if err := extractLib(tgz, lib); err != nil {
+	done := reportProgress(progress, "extracting libchdb.so (566 MB), once")
+	err = extractLib(tgz, lib)
+	done(err)
+	if err != nil {
 		return "", err
 	}
 	return lib, nil
@@ -284,5 +296,44 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 			return nil, fmt.Errorf("embedded: wait for lock %s: %w", path, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// progressEvery is how often a long cache step reports that it is still
+// running.
+const progressEvery = 5 * time.Second
+
+// reportProgress writes what to w, then a line every progressEvery while
+// the step runs; the returned function ends the step with its outcome. A
+// nil w reports nothing.
+func reportProgress(w io.Writer, what string) func(error) {
+	if w == nil {
+		return func(error) {}
+	}
+	t0 := time.Now()
+	fmt.Fprintf(w, "exactlyonce: %s...\n", what)
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "exactlyonce: %s: %s so far\n", what, time.Since(t0).Round(time.Second))
+			}
+		}
+	}()
+	return func(err error) {
+		close(stop)
+		<-finished
+		if err != nil {
+			fmt.Fprintf(w, "exactlyonce: %s: failed after %s: %v\n", what, time.Since(t0).Round(time.Second), err)
+			return
+		}
+		fmt.Fprintf(w, "exactlyonce: %s: done in %s\n", what, time.Since(t0).Round(100*time.Millisecond))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -53,6 +54,9 @@ type ClickHouseOptions struct {
 	StartTimeout time.Duration
 	// Logger receives start, kill and restart events. Default: discards.
 	Logger *slog.Logger
+	// Progress, if set, receives a line when the library is downloaded or
+	// extracted on first use, and one every few seconds while that runs.
+	Progress io.Writer
 }
 
 // ClickHouse is a clickhouse-local process serving the native protocol on
@@ -93,7 +97,7 @@ func StartClickHouse(ctx context.Context, opts ClickHouseOptions) (*ClickHouse, 
 		opts.Logger = discardLogger()
 	}
 	t0 := time.Now()
-	lib, err := EnsureChDB(ctx, opts.CacheDir)
+	lib, err := ensureChDB(ctx, opts.CacheDir, opts.Progress)
 	if err != nil {
 		return nil, err
 	}

@@ -2,103 +2,40 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/ch-go"
 
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
-
-// shared is the one ClickHouse server per test binary behind ClickHouse. It
-// is never stopped explicitly: Pdeathsig kills it when the test binary exits,
-// and the next run removes its directory.
-var shared struct {
-	once sync.Once
-	srv  *embedded.ClickHouse
-	err  error
-}
 
 // sharedStartTimeout covers a cold cache: extracting libchdb.so (and, when
 // absent, downloading 178 MB with npm) and building the launcher.
 const sharedStartTimeout = 15 * time.Minute
 
 // ClickHouse returns the native-protocol address of a ClickHouse server and
-// a fresh database on it, dropped at cleanup. The server is $CLICKHOUSE_ADDR
-// if set, otherwise one clickhouse-local per test binary, started on first
-// use. Connect as user "default" without password.
+// a fresh database on it, dropped at cleanup: testkit.ClickHouse, whose
+// server ($CLICKHOUSE_ADDR or one per test binary) it shares.
 func ClickHouse(t testing.TB) (addr, database string) {
 	t.Helper()
-	addr = os.Getenv(EnvClickHouseAddr)
-	if addr == "" {
-		shared.once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), sharedStartTimeout)
-			defer cancel()
-			shared.srv, shared.err = embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{})
-		})
-		if shared.err != nil {
-			unavailable(t, "clickhouse", shared.err)
-		}
-		if err := shared.srv.Crashed(); err != nil {
-			// clickhouse-local has been seen to abort on its own under
-			// load; later tests get a server again, on the same data.
-			t.Logf("testenv: the shared clickhouse exited, starting it again: %v", err)
-			ctx, cancel := setupContext(t)
-			_, err = shared.srv.EnsureRunning(ctx)
-			cancel()
-			if err != nil {
-				unavailable(t, "clickhouse", err)
-			}
-		}
-		addr = shared.srv.Addr()
-	}
-	return addr, NewDatabase(t, addr)
+	return testkit.ClickHouse(t)
 }
 
 // NewDatabase creates a database with a unique name on the server at addr
 // and drops it at cleanup.
 func NewDatabase(t testing.TB, addr string) string {
 	t.Helper()
-	db := Name(t, "db")
-	ctx, cancel := setupContext(t)
-	defer cancel()
-	if err := chExec(ctx, addr, "CREATE DATABASE "+db); err != nil {
-		unavailable(t, "clickhouse", fmt.Errorf("create database on %s: %w", addr, err))
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		// The server may be killed or stopped by the test itself; a database
-		// that cannot be dropped then goes with the server's directory.
-		_ = chExec(ctx, addr, "DROP DATABASE IF EXISTS "+db+" SYNC")
-	})
-	return db
+	return testkit.NewDatabase(t, addr)
 }
 
 // DialClickHouse connects ch-go to database on addr and closes the client at
 // cleanup.
 func DialClickHouse(t testing.TB, addr, database string) *ch.Client {
 	t.Helper()
-	ctx, cancel := setupContext(t)
-	defer cancel()
-	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: database})
-	if err != nil {
-		t.Fatalf("testenv: dial clickhouse %s: %v", addr, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-func chExec(ctx context.Context, addr, query string) error {
-	c, err := ch.Dial(ctx, ch.Options{Address: addr})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return c.Do(ctx, ch.Query{Body: query})
+	return testkit.DialClickHouse(t, addr, database)
 }
 
 // ClickHouseServer is a dedicated ClickHouse process for one test, for tests
@@ -120,7 +57,7 @@ func StartClickHouse(t testing.TB) *ClickHouseServer {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sharedStartTimeout)
 	defer cancel()
-	srv, err := embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{})
+	srv, err := embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{Progress: os.Stderr})
 	if err != nil {
 		unavailable(t, "clickhouse", err)
 	}

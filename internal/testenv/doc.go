@@ -13,8 +13,12 @@
 //	topic := testenv.Name(t, "events")  // unique names for shared servers
 //
 // Every server started here is stopped at the test's cleanup; processes are
-// also killed by the kernel if the test binary dies (Pdeathsig). The
-// service-starting code lives in internal/embedded, which the demo uses too.
+// also killed by the kernel if the test binary dies (Pdeathsig). It is a
+// thin layer over the public test kit (package testkit), which users import
+// from their own modules: the shared ClickHouse, Kafka, Redis, CreateTopic
+// and Name are the kit's. What stays here hands tests the internal/embedded
+// handles for fault injection (StartClickHouse's Server, StartKafka's kfake
+// cluster, StartKafkaProcess).
 //
 // # External servers
 //

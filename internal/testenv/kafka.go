@@ -1,11 +1,10 @@
 package testenv
 
 import (
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // Kafka returns the bootstrap brokers of a Kafka cluster for this test: the
@@ -14,10 +13,7 @@ import (
 // closed at cleanup.
 func Kafka(t testing.TB) []string {
 	t.Helper()
-	if v := os.Getenv(EnvKafkaBrokers); v != "" {
-		return strings.Split(v, ",")
-	}
-	return StartKafka(t).Brokers()
+	return testkit.Kafka(t)
 }
 
 // StartKafka starts a dedicated in-process kfake cluster, closed at cleanup,
@@ -43,11 +39,7 @@ func StartKafka(t testing.TB, opts ...embedded.KafkaOptions) *embedded.Kafka {
 // an existing topic with the same partition count is a no-op.
 func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	t.Helper()
-	ctx, cancel := setupContext(t)
-	defer cancel()
-	if err := embedded.CreateTopic(ctx, brokers, topic, partitions); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
+	testkit.CreateTopic(t, brokers, topic, partitions)
 }
 
 // KafkaServer is a one-broker kfake cluster in its own process, persisting

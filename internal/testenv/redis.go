@@ -1,73 +1,24 @@
 package testenv
 
 import (
-	"os"
 	"testing"
 
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// Redis returns host:port of a Redis server for this test: $REDIS_ADDR if set
-// (shared by all tests, so prefix keys with Name), otherwise a fresh
-// redis-server without persistence on a free loopback port, stopped at
-// cleanup.
+// Redis returns host:port of a Redis server for this test: testkit.Redis
+// ($REDIS_ADDR, or a fresh redis-server stopped at cleanup).
 func Redis(t testing.TB) string {
 	t.Helper()
-	if v := os.Getenv(EnvRedisAddr); v != "" {
-		return v
-	}
-	return StartRedis(t).Addr()
+	return testkit.Redis(t)
 }
 
-// RedisServer is a dedicated redis-server that a test may stop and start
-// again on the same port (losing every key, as there is no persistence).
-// Its methods fail the test on error, so call them from the test's
-// goroutine.
-type RedisServer struct {
-	t testing.TB
-	r *embedded.Redis
-}
+// RedisServer is a dedicated redis-server a test may stop, kill and start.
+type RedisServer = testkit.RedisServer
 
 // StartRedis starts a dedicated redis-server for this test, stopped at
-// cleanup. It ignores $REDIS_ADDR: a test that stops a server needs its own.
+// cleanup; see testkit.StartRedis.
 func StartRedis(t testing.TB) *RedisServer {
 	t.Helper()
-	ctx, cancel := setupContext(t)
-	defer cancel()
-	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
-	if err != nil {
-		unavailable(t, "redis", err)
-	}
-	t.Cleanup(func() { _ = r.Stop() })
-	return &RedisServer{t: t, r: r}
-}
-
-// Addr returns host:port; it stays the same across Stop and Start.
-func (s *RedisServer) Addr() string { return s.r.Addr() }
-
-// Stop shuts the server down gracefully and waits until it has exited.
-func (s *RedisServer) Stop() {
-	s.t.Helper()
-	if err := s.r.Stop(); err != nil {
-		s.t.Fatalf("testenv: %v", err)
-	}
-}
-
-// Kill kills the server with SIGKILL and waits until it has exited.
-func (s *RedisServer) Kill() {
-	s.t.Helper()
-	if err := s.r.Kill(); err != nil {
-		s.t.Fatalf("testenv: %v", err)
-	}
-}
-
-// Start starts the server again on the same port, empty, and waits until it
-// answers PING.
-func (s *RedisServer) Start() {
-	s.t.Helper()
-	ctx, cancel := setupContext(s.t)
-	defer cancel()
-	if err := s.r.Start(ctx); err != nil {
-		s.t.Fatalf("testenv: %v", err)
-	}
+	return testkit.StartRedis(t)
 }

@@ -2,25 +2,19 @@ package testenv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// Environment variables that point tests at external servers.
+// Environment variables that point tests at external servers: the test
+// kit's.
 const (
-	// EnvClickHouseAddr is host:port of a ClickHouse native (TCP) endpoint.
-	EnvClickHouseAddr = "CLICKHOUSE_ADDR"
-	// EnvKafkaBrokers is a comma-separated list of Kafka bootstrap brokers.
-	EnvKafkaBrokers = "KAFKA_BROKERS"
-	// EnvRedisAddr is host:port of a Redis server.
-	EnvRedisAddr = "REDIS_ADDR"
-	// EnvCI, when "true", turns every skip for an unavailable service into
-	// a failure.
-	EnvCI = "CI"
+	EnvClickHouseAddr = testkit.EnvClickHouseAddr
+	EnvKafkaBrokers   = testkit.EnvKafkaBrokers
+	EnvRedisAddr      = testkit.EnvRedisAddr
+	EnvCI             = testkit.EnvCI
 )
 
 // startTimeout bounds every service start and set-up call made by this
@@ -31,11 +25,7 @@ const startTimeout = 3 * time.Minute
 // reason either way.
 func unavailable(t testing.TB, service string, err error) {
 	t.Helper()
-	if os.Getenv(EnvCI) == "true" {
-		t.Fatalf("testenv: %s unavailable (CI=true, so this fails instead of skipping): %v", service, err)
-		return
-	}
-	t.Skipf("testenv: %s unavailable, skipping (set CI=true to fail instead): %v", service, err)
+	testkit.Unavailable(t, service, err)
 }
 
 // setupContext returns a context for set-up work bounded by startTimeout and
@@ -48,28 +38,8 @@ func setupContext(t testing.TB) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, startTimeout)
 }
 
-// Name returns a name unique to this test and this run, made of
-// [a-z0-9_] and starting with prefix: use it for topics, consumer groups,
-// databases and key prefixes, so tests never collide on a shared external
-// server. The result is at most 60 characters.
+// Name returns a name unique to this test and this run; see testkit.Name.
 func Name(t testing.TB, prefix string) string {
 	t.Helper()
-	var b strings.Builder
-	b.WriteString(prefix)
-	b.WriteByte('_')
-	for _, r := range strings.ToLower(t.Name()) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	name := b.String()
-	if len(name) > 47 {
-		name = name[:47]
-	}
-	var suffix [6]byte
-	_, _ = rand.Read(suffix[:])
-	return name + "_" + hex.EncodeToString(suffix[:])
+	return testkit.Name(t, prefix)
 }

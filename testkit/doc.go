@@ -1,0 +1,56 @@
+// Package testkit starts the servers an exactly-once pipeline needs, for
+// tests in your own module: ClickHouse 26.7, Kafka and Redis, real servers
+// on loopback ports, stopped at the test's cleanup. It also creates topics
+// and reads tables back, FINAL included.
+//
+// # Tour
+//
+//	func TestPipeline(t *testing.T) {
+//		chAddr, db := testkit.ClickHouse(t)   // shared server, fresh database per test
+//		brokers := testkit.Kafka(t)           // in-process Kafka (franz-go kfake) per test
+//		redisAddr := testkit.Redis(t)         // redis-server per test
+//		topic := testkit.Name(t, "events")    // unique, so shared servers never collide
+//		testkit.CreateTopic(t, brokers, topic, 3)
+//		// ... run the pipeline ...
+//		rows := testkit.Table(t, chAddr, db, "org_minute", testkit.Final)
+//	}
+//
+// StartClickHouse and StartRedis give a test a dedicated server it may
+// kill and restart (Kill, Restart, Stop, Start), for failure tests.
+//
+// # What it needs
+//
+// ClickHouse is clickhouse-local from libchdb.so (the npm package
+// @chdb/lib-linux-x64-gnu 26.7.3-stable.1, 178 MB compressed, 566 MB
+// unpacked), served on the native TCP protocol by a small cgo launcher. On
+// first use the kit fetches the package with `npm pack`, unpacks it and
+// builds the launcher, once per machine, under a file lock, into
+// $EXACTLYONCE_CACHE (default ~/.cache/exactlyonce); a progress line goes
+// to standard error meanwhile (the first start takes a minute or two, later
+// ones half a second). So the machine needs npm, a C compiler (cgo) and the
+// Go toolchain, on linux/amd64. Redis needs redis-server on the PATH or at
+// /usr/bin/redis-server (Debian: apt-get install redis-server). Kafka needs
+// nothing: franz-go's kfake runs inside the test binary and speaks the
+// broker protocol (acks=all produce, consumer groups, offset commits).
+//
+// # Servers you already run
+//
+// CLICKHOUSE_ADDR (host:port, native protocol), KAFKA_BROKERS
+// (comma-separated) and REDIS_ADDR point the kit at existing servers;
+// nothing is downloaded or started for them. Tests share them, so name
+// topics, groups and keys with Name; ClickHouse still gets a fresh database
+// per test. StartClickHouse skips the test when CLICKHOUSE_ADDR is set: it
+// hands out a process to kill.
+//
+// Outside tests, `go run github.com/exactlyonce/exactlyonce/cmd/embedded-clickhouse`
+// serves the same embedded ClickHouse on a port.
+//
+// # Guarantees
+//
+// A server that cannot start skips the test with the reason, unless
+// CI=true, where it fails the test: CI never passes by skipping. Every
+// process the kit starts runs in its own process group, is stopped at
+// cleanup and is killed by the kernel if the test binary dies. Kill is
+// SIGKILL and returns once the process is gone; Restart reuses the data
+// directory and port, so data survives it.
+package testkit

@@ -1,0 +1,157 @@
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+)
+
+// ReadOption changes how Table reads a table.
+type ReadOption int
+
+const (
+	// Final reads the table with FINAL: a ReplacingMergeTree (or another
+	// merging engine) shows its rows as merged, whatever the background
+	// merges have done so far. Use it to check what a query of the merged
+	// result would see.
+	Final ReadOption = iota + 1
+)
+
+// Table returns every row of table in database, ordered by all columns,
+// each column formatted as ClickHouse's toString does. With Final the
+// table is read with FINAL. It fails the test on error.
+func Table(t testing.TB, addr, database, table string, opts ...ReadOption) [][]string {
+	t.Helper()
+	from := quoteIdent(table)
+	for _, o := range opts {
+		if o == Final {
+			from += " FINAL"
+		}
+	}
+	return Rows(t, addr, database, "SELECT * FROM "+from+" ORDER BY ALL")
+}
+
+// Rows runs query in database and returns its rows, each column formatted
+// as ClickHouse's toString does (a NULL as "NULL"), in the query's order. It fails the test on
+// error.
+func Rows(t testing.TB, addr, database, query string) [][]string {
+	t.Helper()
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	rows, err := QueryStrings(ctx, addr, database, query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// Count returns the result of a query that selects one number, such as
+// "SELECT count() FROM events FINAL". It fails the test on error.
+func Count(t testing.TB, addr, database, query string) uint64 {
+	t.Helper()
+	rows := Rows(t, addr, database, "SELECT toUInt64(("+query+")) AS n")
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		t.Fatalf("testkit: %s: %d rows, want one number", query, len(rows))
+	}
+	var n uint64
+	if _, err := fmt.Sscan(rows[0][0], &n); err != nil {
+		t.Fatalf("testkit: %s: %v", query, err)
+	}
+	return n
+}
+
+// QueryStrings is Rows without a test: it learns the query's columns with
+// DESCRIBE, then reads each of them through toString.
+func QueryStrings(ctx context.Context, addr, database, query string) ([][]string, error) {
+	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: database})
+	if err != nil {
+		return nil, fmt.Errorf("testkit: dial clickhouse %s: %w", addr, err)
+	}
+	defer c.Close()
+
+	// DESCRIBE answers String columns only (name, type, defaults, ...).
+	var desc proto.Results
+	var names []string
+	if err := c.Do(ctx, ch.Query{
+		Body:   "DESCRIBE (" + query + ")",
+		Result: desc.Auto(),
+		OnResult: func(context.Context, proto.Block) error {
+			for _, col := range desc {
+				if col.Name != "name" {
+					continue
+				}
+				var str *proto.ColStr
+				switch d := col.Data.(type) {
+				case *proto.ColStr:
+					str = d
+				case *proto.ColAuto:
+					str, _ = d.Data.(*proto.ColStr)
+				}
+				if str == nil {
+					return fmt.Errorf("DESCRIBE name column of type %s", col.Data.Type())
+				}
+				for i := 0; i < str.Rows(); i++ {
+					names = append(names, str.Row(i))
+				}
+				str.Reset()
+			}
+			return nil
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("testkit: describe %s: %w", firstLine(query), err)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("testkit: %s: no columns", firstLine(query))
+	}
+	exprs := make([]string, len(names))
+	cols := make([]*proto.ColStr, len(names))
+	res := make(proto.Results, len(names))
+	for i := range exprs {
+		exprs[i] = fmt.Sprintf("ifNull(toString(%s), 'NULL') AS c%d", quoteIdent(names[i]), i)
+		cols[i] = new(proto.ColStr)
+		res[i] = proto.ResultColumn{Name: fmt.Sprintf("c%d", i), Data: cols[i]}
+	}
+	var rows [][]string
+	err = c.Do(ctx, ch.Query{
+		Body:   "SELECT " + strings.Join(exprs, ", ") + " FROM (" + query + ")",
+		Result: res,
+		OnResult: func(context.Context, proto.Block) error {
+			for r := 0; r < cols[0].Rows(); r++ {
+				row := make([]string, len(cols))
+				for i, col := range cols {
+					row[i] = col.Row(r)
+				}
+				rows = append(rows, row)
+			}
+			for _, col := range cols {
+				col.Reset()
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("testkit: %s: %w", firstLine(query), err)
+	}
+	return rows, nil
+}
+
+func quoteIdent(s string) string {
+	// A qualified name db.table keeps its dot.
+	parts := strings.Split(s, ".")
+	for i, p := range parts {
+		parts[i] = "`" + strings.ReplaceAll(p, "`", "``") + "`"
+	}
+	return strings.Join(parts, ".")
+}
+
+func firstLine(q string) string {
+	q = strings.TrimSpace(q)
+	if i := strings.IndexByte(q, '\n'); i >= 0 {
+		q = q[:i] + " ..."
+	}
+	return q
+}

@@ -1,0 +1,76 @@
+package testkit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Environment variables that point the kit at servers you run.
+const (
+	// EnvClickHouseAddr is host:port of a ClickHouse native (TCP) endpoint.
+	EnvClickHouseAddr = "CLICKHOUSE_ADDR"
+	// EnvKafkaBrokers is a comma-separated list of Kafka bootstrap brokers.
+	EnvKafkaBrokers = "KAFKA_BROKERS"
+	// EnvRedisAddr is host:port of a Redis server.
+	EnvRedisAddr = "REDIS_ADDR"
+	// EnvCI, when "true", turns every skip for an unavailable server into a
+	// failure.
+	EnvCI = "CI"
+)
+
+// startTimeout bounds every start and set-up call of the kit once the
+// ClickHouse library is in the cache.
+const startTimeout = 3 * time.Minute
+
+// Unavailable fails the test when CI=true and skips it otherwise, with the
+// reason either way. The kit calls it when a server cannot start; call it
+// for servers of your own.
+func Unavailable(t testing.TB, service string, err error) {
+	t.Helper()
+	if os.Getenv(EnvCI) == "true" {
+		t.Fatalf("testkit: %s unavailable (CI=true, so this fails instead of skipping): %v", service, err)
+		return
+	}
+	t.Skipf("testkit: %s unavailable, skipping (set CI=true to fail instead): %v", service, err)
+}
+
+// setupContext returns a context for set-up work bounded by startTimeout
+// and by the test's own context.
+func setupContext(t testing.TB) (context.Context, context.CancelFunc) {
+	ctx := context.Background()
+	if tt, ok := t.(interface{ Context() context.Context }); ok {
+		ctx = tt.Context()
+	}
+	return context.WithTimeout(ctx, startTimeout)
+}
+
+// Name returns a name unique to this test and this run, made of [a-z0-9_]
+// and starting with prefix: use it for topics, consumer groups, databases
+// and key prefixes, so tests never collide on a shared server. The result
+// is at most 60 characters.
+func Name(t testing.TB, prefix string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(prefix)
+	b.WriteByte('_')
+	for _, r := range strings.ToLower(t.Name()) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	name := b.String()
+	if len(name) > 47 {
+		name = name[:47]
+	}
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	return name + "_" + hex.EncodeToString(suffix[:])
+}
