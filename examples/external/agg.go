@@ -1,0 +1,161 @@
+// Package webhookagg is what a user of the SDK writes in a module of their
+// own: a processor that counts GitHub webhook deliveries per organisation
+// and minute, exactly once, into ClickHouse. Its test (agg_test.go) starts
+// every server with the public test kit and runs the gateway and this
+// processor end to end. It imports only public packages of the SDK; the
+// SDK's repository runs its test (testkit/external_test.go) so that a
+// change to the public API that breaks it is caught there.
+package webhookagg
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/ch-go/proto"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/dedup"
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/window"
+)
+
+// DDL creates the two tables in database %[1]s: every event once, and one
+// row per organisation and minute (a ReplacingMergeTree keyed by window, so
+// a window written again after a restart replaces itself).
+var DDL = []string{
+	`CREATE TABLE %[1]s.events (org String, id String, at DateTime64(3, 'UTC'))
+	ENGINE = MergeTree ORDER BY (org, at, id)
+	SETTINGS non_replicated_deduplication_window = 1000`,
+	`CREATE TABLE %[1]s.org_minute (org String, start DateTime64(3, 'UTC'), version UInt64, events UInt64)
+	ENGINE = ReplacingMergeTree(version) ORDER BY (org, start)
+	SETTINGS non_replicated_deduplication_window = 1000`,
+}
+
+// Event is one webhook delivery's body.
+type Event struct {
+	Org string    `json:"org"`
+	At  time.Time `json:"at"`
+	ID  string    `json:"-"` // the delivery id, from the event-id header
+}
+
+type minuteRow = window.Row[uint64]
+
+func eventSchema() []chsink.Column[Event] {
+	return []chsink.Column[Event]{
+		chsink.String("org", func(e *Event) string { return e.Org }),
+		chsink.String("id", func(e *Event) string { return e.ID }),
+		chsink.DateTime64("at", proto.PrecisionMilli, func(e *Event) time.Time { return e.At }),
+	}
+}
+
+func minuteSchema() []chsink.Column[minuteRow] {
+	return []chsink.Column[minuteRow]{
+		chsink.String("org", func(r *minuteRow) string { return r.Key }),
+		chsink.DateTime64("start", proto.PrecisionMilli, func(r *minuteRow) time.Time { return r.Start }),
+		chsink.UInt64("version", func(r *minuteRow) uint64 { return r.Version }),
+		chsink.UInt64("events", func(r *minuteRow) uint64 { return r.Result }),
+	}
+}
+
+// PartitionKey sends every event of an organisation to one partition, so
+// one chain holds all of its windows: the gateway's kafkapub.Options.
+func PartitionKey(d idempotency.Delivery) ([]byte, error) {
+	var ev Event
+	if err := json.Unmarshal(d.Body, &ev); err != nil {
+		return nil, err
+	}
+	return []byte(ev.Org), nil
+}
+
+// Config says where the processor writes.
+type Config struct {
+	ClickHouse string // host:port
+	Database   string
+	Storage    checkpoint.Storage // checkpoints and sink journals
+}
+
+// NewProcessor builds one partition's chain: dedup by delivery id, the
+// events sink, a one-minute count per organisation and its sink. The
+// Source runs the sinks' flush timers and closes everything when the
+// chain ends.
+func NewProcessor(cfg Config) kafkasource.NewProcessor {
+	return func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
+		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
+		if err != nil {
+			return proc, err
+		}
+		proc.Participants["dedup"] = d
+		w, err := window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{
+			Inputs: []int{p.Partition}, IdleTimeout: 200 * time.Millisecond,
+		})
+		if err != nil {
+			return proc, err
+		}
+		proc.Participants["window"] = w
+		src := sink.Source{Topic: p.Topic, Partition: int32(p.Partition)}
+		opts := chsink.Options{Database: cfg.Database, MaxDelay: 100 * time.Millisecond}
+		events, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "events"}, src, cfg.Storage, eventSchema, opts)
+		if err != nil {
+			return proc, err // the Source closes dedup and window
+		}
+		proc.Participants["events"] = events
+		opts.OnMismatch = chsink.MismatchReinsert // windows closed by a Tick may move on replay
+		minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "org_minute"}, src, cfg.Storage, minuteSchema, opts)
+		if err != nil {
+			return proc, err // the Source closes events too
+		}
+		proc.Participants["org_minute"] = minutes
+		cursor := new(sink.Cursor) // positions for window rows
+		proc.Participants["cursor"] = cursor
+
+		var out window.Output[string, uint64]
+		var key []byte
+		emit := func(ctx context.Context) error {
+			for _, r := range out.Rows {
+				if err := minutes.Add(ctx, cursor.Next(), r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		proc.Process = func(ctx context.Context, m kafka.Message) error {
+			var ev Event
+			if err := json.Unmarshal(m.Value, &ev); err != nil {
+				return fmt.Errorf("offset %d: %w", m.Offset, err) // stop, never skip
+			}
+			for _, h := range m.Headers {
+				if h.Key == kafkapub.HeaderEventID {
+					ev.ID = string(h.Value)
+				}
+			}
+			cursor.At(m.Offset)
+			key = dedup.AppendKey(key[:0], ev.Org, ev.ID)
+			if first, err := d.Observe(key, ev.At); err != nil || !first {
+				return err
+			}
+			if err := events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
+				return err
+			}
+			out.Reset()
+			if err := w.Add(window.Event[string]{Input: p.Partition, Key: ev.Org, Time: ev.At, Value: ev.ID}, &out); err != nil {
+				return err
+			}
+			return emit(ctx)
+		}
+		proc.Tick = func(ctx context.Context) error {
+			out.Reset()
+			w.Tick(&out)
+			return emit(ctx)
+		}
+		proc.TickInterval = 100 * time.Millisecond
+		return proc, nil
+	}
+}
