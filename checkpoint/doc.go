@@ -82,12 +82,14 @@
 // # Shared storage
 //
 // For partitions to move between instances, all instances must use one
-// Storage: a shared filesystem, or an object store. An object-store
-// backend needs atomic whole-object Put (S3, GCS and Azure give it),
-// read-after-write consistency for Get and List (S3 has it since 2020), and
-// names mapped to keys one to one; rename and directory fsync are not
-// needed. The Storage interface is already shaped for it: whole blobs, no
-// append, no rename.
+// Storage: a shared filesystem, or an object store (the s3storage
+// subpackage). An object-store backend needs atomic whole-object Put (S3,
+// GCS and Azure give it), read-after-write consistency for Get and List (S3
+// has it since 2020), conditional writes for Create and Replace (S3's
+// If-None-Match and If-Match), and names mapped to keys one to one; rename
+// and directory fsync are not needed. Create and Replace are what fences a
+// stale owner: the sink journal claims a partition by creating the next
+// epoch's owner record, which exactly one instance can do.
 //
 // # The rule that makes replay safe
 //
@@ -116,7 +118,12 @@
 //     applies only over the Version it was given. The loser gets ErrConflict
 //     and nothing changes. Any other error from a conditional write leaves
 //     the outcome unknown (see Storage). FSStorage holds this on one machine
-//     (link(2) and flock(2)); MemStorage within one process.
+//     (link(2) and flock(2)); MemStorage within one process; the s3storage
+//     subpackage across machines.
+//   - FSStorage: a write that returned nil (Put, Create, Replace, Delete)
+//     survives a crash of the machine; one cut by the crash is wholly there
+//     or wholly absent. Tested by crashing an in-memory filesystem that
+//     drops everything not fsynced at every step of a scenario.
 //
 // What it assumes: participants keep the Participant contract (the sink
 // flushes in Snapshot), processing obeys the replay rule above, and the

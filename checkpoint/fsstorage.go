@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -36,10 +35,16 @@ var ErrInvalidName = errors.New("checkpoint: invalid storage name")
 // a lock file in its directory, so Replace's version check holds against
 // every writer. A Version is the SHA-256 of the content.
 //
+// Every call goes through an FS (OSFS unless NewFSStorageOn is given
+// another), which is how the package's tests crash it at every step on a
+// filesystem that loses whatever was not synced, and check that every
+// acknowledged write survives and no other one half-appears.
+//
 // FSStorage is safe for concurrent use, also by several processes sharing the
 // directory on one machine or on a filesystem whose link(2) is atomic and
 // whose flock(2) is shared between clients (local filesystems, NFSv4).
 type FSStorage struct {
+	fs   FS
 	root string
 
 	mu     sync.Mutex
@@ -51,6 +56,11 @@ var _ Storage = (*FSStorage)(nil)
 // NewFSStorage returns a Storage keeping its blobs below dir, creating dir if
 // needed.
 func NewFSStorage(dir string) (*FSStorage, error) {
+	return NewFSStorageOn(OSFS{}, dir)
+}
+
+// NewFSStorageOn is NewFSStorage on the filesystem fsys.
+func NewFSStorageOn(fsys FS, dir string) (*FSStorage, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("checkpoint: NewFSStorage: empty directory")
 	}
@@ -58,13 +68,13 @@ func NewFSStorage(dir string) (*FSStorage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: NewFSStorage: %w", err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	if err := fsys.MkdirAll(abs); err != nil {
 		return nil, fmt.Errorf("checkpoint: NewFSStorage: %w", err)
 	}
-	if err := syncDir(filepath.Dir(abs)); err != nil {
+	if err := fsys.SyncDir(filepath.Dir(abs)); err != nil {
 		return nil, fmt.Errorf("checkpoint: NewFSStorage: %w", err)
 	}
-	return &FSStorage{root: abs, synced: map[string]bool{abs: true}}, nil
+	return &FSStorage{fs: fsys, root: abs, synced: map[string]bool{abs: true}}, nil
 }
 
 // Dir returns the root directory.
@@ -129,15 +139,15 @@ func (s *FSStorage) Create(ctx context.Context, name string, data []byte) (Versi
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
 	}
-	err = os.Link(tmp, file)
-	_ = os.Remove(tmp)
+	err = s.fs.Link(tmp, file)
+	_ = s.fs.Remove(tmp)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return "", fmt.Errorf("checkpoint: create %q: %w", name, ErrConflict)
 		}
 		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := s.fs.SyncDir(dir); err != nil {
 		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
 	}
 	return contentVersion(data), nil
@@ -152,7 +162,7 @@ func (s *FSStorage) Create(ctx context.Context, name string, data []byte) (Versi
 // the new content, which may not survive a machine crash).
 func (s *FSStorage) Replace(ctx context.Context, name string, data []byte, v Version) (Version, error) {
 	return s.write(ctx, "replace", name, data, func(file string) error {
-		cur, err := os.ReadFile(file)
+		cur, err := s.fs.ReadFile(file)
 		if errors.Is(err, fs.ErrNotExist) {
 			return ErrConflict
 		}
@@ -186,13 +196,13 @@ func (s *FSStorage) write(ctx context.Context, op, name string, data []byte, che
 		if err := check(file); err != nil {
 			return err
 		}
-		return os.Rename(tmp, file)
+		return s.fs.Rename(tmp, file)
 	})
 	if err != nil {
-		_ = os.Remove(tmp)
+		_ = s.fs.Remove(tmp)
 		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := s.fs.SyncDir(dir); err != nil {
 		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
 	}
 	return contentVersion(data), nil
@@ -203,7 +213,7 @@ func (s *FSStorage) writeTemp(dir, file string, data []byte) (string, error) {
 	if err := s.ensureDir(dir); err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(dir, tempMarker+filepath.Base(file)+".*")
+	tmp, err := s.fs.CreateTemp(dir, tempMarker+filepath.Base(file)+".*")
 	if err != nil {
 		return "", err
 	}
@@ -216,29 +226,21 @@ func (s *FSStorage) writeTemp(dir, file string, data []byte) (string, error) {
 		err = cerr
 	}
 	if err != nil {
-		_ = os.Remove(tmpName)
+		_ = s.fs.Remove(tmpName)
 		return "", err
 	}
 	return tmpName, nil
 }
 
-// locked runs fn holding an exclusive flock of dir's lock file. The lock
-// file's name holds tempMarker, so List never reports it; it is never
-// removed (removing a lock file races with a process about to lock it).
+// locked runs fn holding the lock of dir (see FS.Lock).
 func (s *FSStorage) locked(dir string, fn func() error) error {
-	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	unlock, err := s.fs.Lock(dir)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	if err := flock(f); err != nil {
-		return err
-	}
-	return fn() // closing f releases the lock
+	defer unlock()
+	return fn()
 }
-
-// lockFile is the name of the lock file in every directory holding names.
-const lockFile = tempMarker + "lock"
 
 // contentVersion is the Version of data on the filesystem: its SHA-256. A
 // hash rather than a generation counter keeps the files exactly the stored
@@ -259,12 +261,12 @@ func (s *FSStorage) ensureDir(dir string) error {
 	if done {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(dir); err != nil {
 		return err
 	}
 	// Sync each parent from dir up to the root, so every new entry survives.
 	for d := dir; d != s.root && strings.HasPrefix(d, s.root); d = filepath.Dir(d) {
-		if err := syncDir(filepath.Dir(d)); err != nil {
+		if err := s.fs.SyncDir(filepath.Dir(d)); err != nil {
 			return err
 		}
 	}
@@ -296,9 +298,9 @@ func (s *FSStorage) read(ctx context.Context, op, name string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
 	}
-	data, err := os.ReadFile(file)
+	data, err := s.fs.ReadFile(file)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || isDirErr(file) {
+		if errors.Is(err, fs.ErrNotExist) || s.isDir(file) {
 			return nil, fmt.Errorf("checkpoint: %s %q: %w", op, name, ErrNotFound)
 		}
 		return nil, fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
@@ -306,8 +308,8 @@ func (s *FSStorage) read(ctx context.Context, op, name string) ([]byte, error) {
 	return data, nil
 }
 
-func isDirErr(file string) bool {
-	fi, err := os.Stat(file)
+func (s *FSStorage) isDir(file string) bool {
+	fi, err := s.fs.Stat(file)
 	return err == nil && fi.IsDir()
 }
 
@@ -326,26 +328,38 @@ func (s *FSStorage) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	start := filepath.Join(s.root, filepath.FromSlash(base))
 	var names []string
-	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		entries, err := s.fs.ReadDir(dir)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
 			return err
 		}
-		if d.IsDir() || strings.Contains(d.Name(), tempMarker) {
-			return nil
-		}
-		rel, err := filepath.Rel(s.root, p)
-		if err != nil {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		if strings.HasPrefix(name, prefix) && ValidName(name) {
-			names = append(names, name)
+		for _, e := range entries {
+			p := filepath.Join(dir, e.Name())
+			if e.IsDir() {
+				if err := walk(p); err != nil {
+					return err
+				}
+				continue
+			}
+			if strings.Contains(e.Name(), tempMarker) {
+				continue
+			}
+			rel, err := filepath.Rel(s.root, p)
+			if err != nil {
+				return err
+			}
+			name := filepath.ToSlash(rel)
+			if strings.HasPrefix(name, prefix) && ValidName(name) {
+				names = append(names, name)
+			}
 		}
 		return nil
-	})
+	}
+	err := walk(start)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %q: %w", prefix, err)
 	}
@@ -363,30 +377,18 @@ func (s *FSStorage) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("checkpoint: delete %q: %w", name, err)
 	}
 	dir := filepath.Dir(file)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	if _, err := s.fs.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil // never create a directory (and its lock file) to delete nothing
 	}
-	err = s.locked(dir, func() error { return os.Remove(file) })
+	err = s.locked(dir, func() error { return s.fs.Remove(file) })
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		return fmt.Errorf("checkpoint: delete %q: %w", name, err)
 	}
-	if err := syncDir(filepath.Dir(file)); err != nil {
+	if err := s.fs.SyncDir(filepath.Dir(file)); err != nil {
 		return fmt.Errorf("checkpoint: delete %q: %w", name, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
