@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/dedup"
 )
 
@@ -68,4 +69,13 @@ func benchCheckpoint(b *testing.B, ctx context.Context, task *checkpoint.Task, s
 	require.NoError(b, err)
 	b.ReportMetric(float64(len(data)), "bytes/checkpoint")
 	b.ReportMetric(float64(len(data))/float64(keys), "bytes/key")
+}
+
+// BenchmarkFSStorage is the baseline for other Storages' benchmarks.
+func BenchmarkFSStorage(b *testing.B) {
+	checkpointtest.BenchmarkStorage(b, func(b *testing.B) checkpoint.Storage {
+		s, err := checkpoint.NewFSStorage(filepath.Join(b.TempDir(), "s"))
+		require.NoError(b, err)
+		return s
+	})
 }

@@ -40,7 +40,10 @@
 //   - Put, Create and Replace are atomic: a reader sees the old object or the
 //     whole new one, never a part, also when the server or the writer dies
 //     mid-upload. A write that returned nil is durable to the degree the
-//     server's PUT is (S3: stored redundantly before the reply).
+//     server's PUT is: AWS S3 stores it redundantly before replying;
+//     versitygw v1.8.0's posix backend does not fsync, so its objects
+//     survive a kill of the server (tested) but not necessarily a power loss
+//     of its machine.
 //   - Of concurrent Creates of one name from any machine, exactly one
 //     succeeds; Replace applies only over the ETag it was given. The loser
 //     gets an error wrapping checkpoint.ErrConflict, and nothing changed.
