@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -62,7 +63,20 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 			err = fmt.Errorf("kafkasource: %s: close processor: %w", p, cerr)
 		}
 	}()
-	task, err := s.coord.Attach(ctx, p, proc.Participants)
+	participants := proc.Participants
+	var dl *deadLetters
+	if proc.DeadLetter != nil {
+		if _, taken := participants[deadLetterParticipant]; taken {
+			return fmt.Errorf("kafkasource: %s: participant name %q is reserved for the dead-letter state", p, deadLetterParticipant)
+		}
+		if dl, err = newDeadLetters(*proc.DeadLetter, s.group.Brokers, p); err != nil {
+			return fmt.Errorf("kafkasource: %s: %w", p, err)
+		}
+		participants = make(map[string]checkpoint.Participant, len(proc.Participants)+1)
+		maps.Copy(participants, proc.Participants)
+		participants[deadLetterParticipant] = dl
+	}
+	task, err := s.coord.Attach(ctx, p, participants)
 	if err != nil {
 		if ended() {
 			return nil
@@ -91,7 +105,7 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 	run.start(chainCtx, p, proc.Participants, failChain)
 	for {
 		var oor bool
-		next, oor, err = s.consume(chainCtx, p, next, proc, task, meta, commit)
+		next, oor, err = s.consume(chainCtx, p, next, proc, dl, task, meta, commit)
 		if err == nil && !ended() {
 			var rerr *runnerError
 			if errors.As(context.Cause(chainCtx), &rerr) {
@@ -120,7 +134,7 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 
 // consume reads p from next until ctx ends, an error, or the reader reports
 // an offset out of range (oor). It returns the next offset to read.
-func (s *Source) consume(ctx context.Context, p checkpoint.Partition, next int64, proc *Processor,
+func (s *Source) consume(ctx context.Context, p checkpoint.Partition, next int64, proc *Processor, dl *deadLetters,
 	task *checkpoint.Task, meta checkpoint.Meta, commit func(context.Context, int64) error) (int64, bool, error) {
 	iso := kafka.ReadCommitted
 	if s.opts.ReadUncommitted {
@@ -211,9 +225,17 @@ func (s *Source) consume(ctx context.Context, p checkpoint.Partition, next int64
 				if ctx.Err() != nil {
 					return next, false, nil
 				}
-				return next, false, fmt.Errorf("kafkasource: %s: process offset %d: %w", p, f.m.Offset, err)
+				if err = s.handlePoison(ctx, p, dl, f.m, err); err != nil {
+					if ctx.Err() != nil {
+						return next, false, nil
+					}
+					return next, false, err
+				}
 			}
 			next = f.m.Offset + 1
+			if dl != nil {
+				dl.next = next
+			}
 			if f.m.HighWaterMark > 0 {
 				task.SetLag(max(f.m.HighWaterMark-next, 0))
 			}

@@ -98,6 +98,31 @@
 // deletes records under a reader in the middle of a fetch loop; keep
 // retention well above the checkpoint interval plus the longest outage.)
 //
+// # Poison records
+//
+// A record Process can never handle (a value it cannot decode) would stop
+// the chain at the same offset on every restart. Process says so by
+// returning Poison(err) (an error wrapping ErrPoison); the Processor's
+// policy decides. Without Processor.DeadLetter (the default) the chain
+// stops and Run returns a *PoisonError with the partition and offset: the
+// partition goes no further until someone deals with the record. With a
+// DeadLetter topic the record is written there, with its key, value, time
+// and headers plus its origin (HeaderDeadLetterTopic, ...Partition,
+// ...Offset, ...Error; ParseDeadLetter reads them back), and the chain goes
+// on with the next record. Either way kafkasource.poison_records counts it;
+// nothing is skipped silently.
+//
+// The dead-letter write is made idempotent by looking before writing:
+// kafka-go has no idempotent producer, and a chain killed after the write
+// but before its checkpoint replays the record. The chain's checkpointed
+// state (participant "kafkasource.deadletter") holds the dead-letter offset
+// from which any record it may replay would be found; the first poison
+// record after a restore reads the dead-letter partition from there to its
+// end, and a replayed poison record already there is not written again. A
+// partition that has never completed a checkpoint reads its dead-letter
+// partition from the start once. Source partition P always writes to
+// dead-letter partition P modulo the topic's partition count.
+//
 // # Transactional input
 //
 // kafka-go with IsolationLevel ReadCommitted (the default here) reads only
@@ -122,10 +147,18 @@
 //     ended it takes no further record, tick or barrier (one already taken
 //     runs with the ended context, which a sink fences on).
 //   - Run returns a chain's permanent error (failed checkpoint, Process
-//     error, restore error, offset out of range) after stopping every
+//     error, restore error, offset out of range, a poison record without
+//     dead-letter topic) after stopping every
 //     chain; a retryable one restarts that chain alone from its last
 //     checkpoint, so a restart replays and never skips. Run returns nil
 //     when its context ends.
 //   - No participant goroutine outlives its chain: Runners are awaited and
 //     Closers closed before the chain's partition is given up.
+//   - A poison record of a chain with a dead-letter topic is in that topic
+//     exactly once, across crashes and replays, before the chain's
+//     checkpoint passes it. Assumed: the dead-letter topic is not truncated
+//     below the checkpointed offset, and a revoked owner has no write in
+//     flight when the partition's next owner looks (a write already sent
+//     when the generation ended can land after the look; the origin
+//     headers let a dead-letter consumer drop such a copy).
 package kafkasource

@@ -136,7 +136,7 @@ func IsRetryable(err error) bool {
 		return false
 	}
 	var oor *OffsetOutOfRangeError
-	if errors.As(err, &oor) {
+	if errors.As(err, &oor) || errors.Is(err, ErrPoison) {
 		return false
 	}
 	var kerr kafka.Error

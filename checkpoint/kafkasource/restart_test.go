@@ -38,6 +38,7 @@ func TestIsRetryable(t *testing.T) {
 		{name: "kafka permanent", give: kafka.TopicAuthorizationFailed, want: false},
 		{name: "bad record", give: errors.New("parse offset 7: invalid JSON"), want: false},
 		{name: "out of range", give: &kafkasource.OffsetOutOfRangeError{}, want: false},
+		{name: "poison, even of a network error", give: &kafkasource.PoisonError{Err: kafkasource.Poison(io.ErrUnexpectedEOF)}, want: false},
 		{name: "cancelled", give: fmt.Errorf("x: %w", context.Canceled), want: false},
 	}
 	for _, tt := range tests {

@@ -121,8 +121,8 @@ type Options struct {
 	Dialer *kafka.Dialer
 	// Logger. Default: discard.
 	Logger *slog.Logger
-	// MeterProvider for the kafkasource.chain.restarts counter. Default:
-	// no-op.
+	// MeterProvider for the kafkasource.chain.restarts and
+	// kafkasource.poison_records counters. Default: no-op.
 	MeterProvider metric.MeterProvider
 	// MissingTopic says what Run does when a subscribed topic does not
 	// exist. Default: MissingTopicWait.
@@ -169,6 +169,15 @@ type Processor struct {
 	// Process or checkpoint and after every Runner returned, before the
 	// participants are closed. Participants need not be closed here.
 	Close func() error
+	// DeadLetter is the chain's policy for a poison record, one for which
+	// Process returns an error wrapping ErrPoison (see Poison). Nil (the
+	// default): the chain stops there and Run returns a *PoisonError; the
+	// partition goes no further until the record is dealt with. Set: the
+	// record goes to the dead-letter topic, exactly once even across
+	// crashes and replays, and the chain goes on with the next record.
+	// Either way the record is counted in kafkasource.poison_records;
+	// nothing is skipped silently.
+	DeadLetter *DeadLetter
 }
 
 // NewProcessor builds a fresh chain for partition p. ctx ends with the
@@ -210,6 +219,7 @@ type Source struct {
 	opts    Options
 	log     *slog.Logger
 	running atomic.Bool
+	poison  poisonMetrics
 
 	restarts metric.Int64Counter
 
@@ -263,8 +273,12 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 	if err != nil {
 		return nil, fmt.Errorf("kafkasource: New: %w", err)
 	}
+	pm, err := newPoisonMetrics(opts.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("kafkasource: New: %w", err)
+	}
 	return &Source{group: group, coord: coord, newProc: newProcessor, opts: opts, log: opts.Logger,
-		restarts: restarts}, nil
+		restarts: restarts, poison: pm}, nil
 }
 
 func setDefault[T comparable](v *T, d T) {
