@@ -17,7 +17,8 @@
 // per-object publish lock just before linking the assembled object). A
 // refused or failed upload is aborted.
 //
-// Every request is retried on its own (a part of a multipart upload, a page
+// Parts upload Options.PartConcurrency at a time. Every request is retried
+// on its own (a part of a multipart upload, a page
 // of a listing) up to Options.MaxAttempts times, with jittered exponential
 // backoff, when Retryable says the error is transient; the SDK's own retries
 // are off, so Storage knows when a write's outcome became uncertain.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +30,8 @@ const (
 	DefaultPartSize = 16 << 20
 	// MinPartSize is S3's smallest part (but the last).
 	MinPartSize = 5 << 20
+	// DefaultPartConcurrency is how many parts upload at once.
+	DefaultPartConcurrency = 4
 	// DefaultMaxAttempts bounds the attempts of every request.
 	DefaultMaxAttempts = 5
 	// DefaultBaseBackoff and DefaultMaxBackoff bound the wait before a retry:
@@ -48,6 +51,9 @@ type Options struct {
 	// PartSize is the size of each part but the last, at least MinPartSize.
 	// Default: DefaultPartSize.
 	PartSize int
+	// PartConcurrency is how many parts of one blob are uploaded at once.
+	// Default: DefaultPartConcurrency.
+	PartConcurrency int
 	// MaxAttempts bounds the attempts of each request (a part of a
 	// multipart upload is one request). More attempts ride out longer
 	// outages but hold a checkpoint longer before it fails. Default:
@@ -68,6 +74,9 @@ func (o *Options) setDefaults() error {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
+	if o.PartConcurrency == 0 {
+		o.PartConcurrency = DefaultPartConcurrency
+	}
 	if o.BaseBackoff == 0 {
 		o.BaseBackoff = DefaultBaseBackoff
 	}
@@ -81,6 +90,8 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("%w: MultipartThreshold %d is negative", ErrInvalidOptions, o.MultipartThreshold)
 	case o.PartSize < MinPartSize:
 		return fmt.Errorf("%w: PartSize %d is below S3's minimum %d", ErrInvalidOptions, o.PartSize, MinPartSize)
+	case o.PartConcurrency < 1:
+		return fmt.Errorf("%w: PartConcurrency %d is below 1", ErrInvalidOptions, o.PartConcurrency)
 	case o.MaxAttempts < 1:
 		return fmt.Errorf("%w: MaxAttempts %d is below 1", ErrInvalidOptions, o.MaxAttempts)
 	case o.BaseBackoff < 0 || o.MaxBackoff < o.BaseBackoff:
@@ -276,22 +287,9 @@ func (s *Storage) writeMultipart(ctx context.Context, name string, data []byte, 
 		defer cancel()
 		_, _ = s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: &key, UploadId: &uploadID}, noRetry)
 	}()
-	var parts []types.CompletedPart
-	for off, n := 0, int32(1); off < len(data); off, n = off+s.opts.PartSize, n+1 {
-		part := data[off:min(off+s.opts.PartSize, len(data))]
-		if _, err := s.retry(ctx, func(ctx context.Context) error {
-			out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
-				Bucket: &s.bucket, Key: &key, UploadId: &uploadID, PartNumber: aws.Int32(n),
-				Body: bytes.NewReader(part), ContentLength: aws.Int64(int64(len(part))),
-			}, noRetry)
-			if err != nil {
-				return err
-			}
-			parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(n)})
-			return nil
-		}); err != nil {
-			return "", false, fmt.Errorf("part %d: %w", n, err) // parts are invisible until completion
-		}
+	parts, err := s.uploadParts(ctx, key, uploadID, data)
+	if err != nil {
+		return "", false, err // parts are invisible until completion
 	}
 	var etag string
 	ambiguous, err = s.retry(ctx, func(ctx context.Context) error {
@@ -314,6 +312,54 @@ func (s *Storage) writeMultipart(ctx context.Context, name string, data []byte, 
 		completed = true
 	}
 	return checkpoint.Version(etag), ambiguous, err
+}
+
+// uploadParts uploads data in parts of PartSize, PartConcurrency at a time,
+// each retried on its own. The first part that fails for good cancels the
+// others.
+func (s *Storage) uploadParts(ctx context.Context, key, uploadID string, data []byte) ([]types.CompletedPart, error) {
+	n := (len(data) + s.opts.PartSize - 1) / s.opts.PartSize
+	parts := make([]types.CompletedPart, n)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	sem := make(chan struct{}, s.opts.PartConcurrency)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			part := data[i*s.opts.PartSize : min((i+1)*s.opts.PartSize, len(data))]
+			num := aws.Int32(int32(i + 1))
+			_, err := s.retry(ctx, func(ctx context.Context) error {
+				out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+					Bucket: &s.bucket, Key: &key, UploadId: &uploadID, PartNumber: num,
+					Body: bytes.NewReader(part), ContentLength: aws.Int64(int64(len(part))),
+				}, noRetry)
+				if err != nil {
+					return err
+				}
+				parts[i] = types.CompletedPart{ETag: out.ETag, PartNumber: num}
+				return nil
+			})
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("part %d: %w", i+1, err)
+				}
+				mu.Unlock()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	return parts, firstErr
 }
 
 // Create implements checkpoint.Storage with If-None-Match: * on the PUT (or
