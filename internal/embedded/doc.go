@@ -1,7 +1,7 @@
 // Package embedded starts the servers the pipeline needs on one machine with
 // nothing installed by hand: ClickHouse (clickhouse-local from libchdb.so,
-// serving the native TCP protocol), Kafka (franz-go's kfake, in process) and
-// Redis (Debian's redis-server). The demo uses it directly; tests use it
+// serving the native TCP protocol), Kafka (franz-go's kfake, in process),
+// Redis (Debian's redis-server) and S3 (versitygw over a directory). The demo uses it directly; tests use it
 // through internal/testenv.
 //
 // A tour:
@@ -22,6 +22,11 @@
 //	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
 //	defer r.Stop()
 //
+//	s3, err := embedded.StartS3(ctx, embedded.S3Options{})
+//	defer s3.Stop()
+//	s3.Endpoint()      // http://127.0.0.1:port, root credentials S3AccessKey/S3SecretKey
+//	s3.Kill()          // kill -9; s3.Start(ctx) brings it back on the same directory
+//
 // ClickHouse needs libchdb.so (566 MB) from the npm package
 // @chdb/lib-linux-x64-gnu. EnsureChDB fetches it with `npm pack` into the
 // cache directory (CacheDir: $EXACTLYONCE_CACHE, else
@@ -31,6 +36,8 @@
 // into the cache the first time, keyed by a hash of its source. The Kafka
 // broker process (kfakeserver) is built the same way, from this module, so
 // StartKafkaProcess must run with the working directory inside the module.
+// versitygw v1.8.0 is built with `go install` into the cache (about 100 s
+// the first time; `make deps` does it ahead), under the same kind of lock.
 //
 // # Guarantees
 //
@@ -42,7 +49,9 @@
 // protocol (ClickHouse: Ping and SELECT version(); Redis: PING). ClickHouse
 // keeps its data in its directory across Kill and Restart; a Kafka process
 // with a DataDir keeps acknowledged records and committed offsets across
-// Kill and Start; Redis keeps nothing.
+// Kill and Start; S3 keeps every object in its directory across Kill and
+// Start (versitygw does not fsync, so a power loss could lose some); Redis
+// keeps nothing.
 //
 // # Known issue: clickhouse-local aborts when a client dies mid-insert
 //

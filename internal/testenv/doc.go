@@ -10,6 +10,8 @@
 //	ks := testenv.StartKafkaProcess(t)  // broker in its own process: Kill, Start
 //	addr := testenv.Redis(t)            // fresh redis-server per test
 //	rs := testenv.StartRedis(t)         // dedicated: Stop, Start, Kill
+//	cfg := testenv.S3(t)                // fresh bucket; cfg.Client() is an S3 client
+//	ss := testenv.StartS3(t)            // dedicated versitygw: Kill, Start; ss.NewBucket(t)
 //	topic := testenv.Name(t, "events")  // unique names for shared servers
 //
 // Every server started here is stopped at the test's cleanup; processes are
@@ -22,8 +24,10 @@
 //
 // # External servers
 //
-// CLICKHOUSE_ADDR, KAFKA_BROKERS and REDIS_ADDR point ClickHouse, Kafka and
-// Redis at existing servers; nothing is downloaded or started for them.
+// CLICKHOUSE_ADDR, KAFKA_BROKERS, REDIS_ADDR and S3_ENDPOINT (with
+// S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, S3_REGION and optionally S3_BUCKET)
+// point ClickHouse, Kafka, Redis and S3 at existing servers; nothing is
+// downloaded, built or started for them.
 // Such servers are shared by every test, so tests name their topics, groups
 // and keys with Name. ClickHouse still gets a fresh database per test. The
 // Start* functions always start a dedicated local server, since they hand
@@ -37,6 +41,7 @@
 // real: ClickHouse is clickhouse-local from libchdb.so serving the native
 // protocol; Kafka is franz-go's kfake, which implements the broker protocol
 // (acks=all produce, classic consumer groups, offset commits); Redis is
-// Debian's redis-server without persistence. Kill is SIGKILL and waits for
+// Debian's redis-server without persistence; S3 is versitygw v1.8.0 over a
+// temporary directory. Kill is SIGKILL and waits for
 // the process to be gone; Restart reuses the data directory and port.
 package testenv
