@@ -30,38 +30,52 @@
 //
 // In checkpoint.Storage, beside the checkpoints, not in a ClickHouse table:
 // the checkpoint's storage is by contract visible to whichever instance takes
-// a partition over (the same requirement a restore already has), Put is
-// atomic and durable, and List/Get after Put is read-after-write consistent.
-// A plain MergeTree table gives none of that without FINAL and quorum
-// settings, and a KeeperMap table is not available everywhere. The journal
-// and the insert need not be atomic: the intent is written first, so an
-// intent without an insert is harmless (the replay inserts it) and an insert
-// without an ack is deduplicated by its token.
+// a partition over (the same requirement a restore already has), writes are
+// atomic and durable, reads after writes are consistent, and its conditional
+// writes (Create, Replace) give every process one order of the writes to a
+// name, on one machine (FSStorage) or many (an S3 bucket). A plain MergeTree
+// table gives none of that without FINAL and quorum settings, and a KeeperMap
+// table is not available everywhere. The journal and the insert need not be
+// atomic: the intent is written first, so an intent without an insert is
+// harmless (the replay inserts it) and an insert without an ack is
+// deduplicated by its token.
 //
 // # Fencing
 //
-// Journal.Claim raises an owner epoch; Journal.Record writes an intent and
-// then re-reads the owner record, returning ErrFenced if another instance
-// claimed the partition. So an old owner that passed the check had written
-// its intent before the new owner claimed, and the new owner's Load sees it
-// and re-inserts it with the same token: a paused old owner that resumes and
-// sends that insert late is deduplicated. An intent written after the
-// takeover fails the check and is never inserted; Load drops such stale
-// unacknowledged entries when a newer epoch's batch overlaps them.
+// Journal.Claim raises the owner epoch by a conditional write of the owner
+// record, so each epoch has exactly one owner however many instances claim
+// at once. Journal.Record creates an intent under a name that carries its
+// epoch (two owners never write the same name) and then re-reads the owner
+// record, returning ErrFenced if another instance claimed the partition. So
+// an old owner that passed the check had written its intent before the new
+// owner claimed, and the new owner's Load sees it and re-inserts it with the
+// same token: a paused old owner that resumes and sends that insert late is
+// deduplicated. An intent written after the takeover fails the check and is
+// never inserted; Load drops such stale unacknowledged entries when a newer
+// epoch's batch overlaps them. Nothing else is shared state: acks of
+// replayed batches are create-only records of the acking epoch, and the prune
+// point lives in the owner record, raised by compare-and-swap, so a fenced
+// owner can neither move it nor delete entries.
 //
 // # Guarantees
 //
 // With deterministic processing, a Storage with read-after-write
-// consistency, and a table whose deduplication window covers the blocks
-// inserted between an intent and its re-insert, every row reaches the table
-// exactly once, and through deduplicate_blocks_in_dependent_materialized_views
-// every dependent materialized view sees it once. Residual window: an old
-// owner paused after its ownership check for longer than the table's
-// deduplication window (in blocks, or seconds for replicated tables) can
-// insert a duplicate when it resumes; the window guard in chsink reports the
-// converse case (a replay past the window) instead of inserting blindly.
-// Pruning (on checkpoint completion) never affects correctness; its prune
-// point rides on the next intent, entries are deleted only up to a point
-// already durable, and restoring a checkpoint older than a durable prune
-// point fails with ErrStaleCheckpoint.
+// consistency and conditional writes, and a table whose deduplication
+// window covers the blocks inserted between an intent and its re-insert,
+// every row reaches the table exactly once, and through
+// deduplicate_blocks_in_dependent_materialized_views every dependent
+// materialized view sees it once (chsink refuses a view target whose window
+// is smaller than the replay depth times the views that feed it). Residual
+// window: an old owner paused after its ownership check for longer than the
+// table's deduplication window (in blocks, or seconds for replicated tables)
+// can insert a duplicate when it resumes; the window guard in chsink reports
+// the converse case (a replay past the window) instead of inserting blindly.
+// Pruning never affects correctness: it runs only through the oldest
+// checkpoint the store keeps, so restore can fall back to any kept
+// checkpoint; the prune point is durable before anything is deleted, only the
+// current owner can raise it, and a failed delete is retried later
+// (ErrPruneDeferred, never fatal). Restoring a checkpoint older than the
+// prune point fails with ErrStaleCheckpoint, and a fresh start (no
+// checkpoint) over a pruned journal fails with ErrPrunedJournal unless the
+// backend is told to allow it.
 package sink

@@ -36,6 +36,13 @@ var (
 	// would need were deleted.
 	ErrStaleCheckpoint = errors.New("sink: checkpoint older than the journal's prune point")
 
+	// ErrPrunedJournal reports a fresh start (no checkpoint restored) over a
+	// journal that was already pruned: every checkpoint of the partition was
+	// lost, and the batches the source would replay are partly deleted from
+	// the journal, so they would be cut and inserted again. A backend
+	// refuses it unless told otherwise (chsink.Options.AllowFreshStart).
+	ErrPrunedJournal = errors.New("sink: fresh start over a pruned journal")
+
 	// ErrReplayInProgress reports a snapshot whose barrier falls inside a
 	// journaled batch that is being replayed: the batch can only be written
 	// whole, with its token. It wraps checkpoint.ErrDeclined: the checkpoint
@@ -89,3 +96,8 @@ func (e *OutsideWindowError) Error() string {
 
 // Is reports whether target is ErrOutsideDedupWindow.
 func (e *OutsideWindowError) Is(target error) bool { return target == ErrOutsideDedupWindow }
+
+// ErrPruneDeferred is wrapped by Journal.Prune's error when pruning could
+// not finish (a delete or the prune point's write failed): nothing is lost,
+// the entries are kept and the next Prune tries again. It is not fatal.
+var ErrPruneDeferred = errors.New("sink: journal pruning deferred")

@@ -54,9 +54,6 @@ type Intent struct {
 	// of batch N rides on the intent of batch N+1 instead of a write of its
 	// own. Load reports such entries as Acked.
 	AckedThrough *Position `json:"acked_through,omitempty"`
-	// PrunedThrough, set by Record from Prune, is the journal's prune point
-	// when the intent was written (see Prune).
-	PrunedThrough *Position `json:"pruned_through,omitempty"`
 	// Supersedes is the token of the journaled batch over the same positions
 	// that this one replaces: the replayed rows differed and were inserted
 	// again under a fresh token (see ReinsertToken). Load returns this entry
@@ -78,15 +75,29 @@ func ReinsertToken(prev string, hash uint64) string {
 	return fmt.Sprintf("%s~r%016x", root, h.Sum64())
 }
 
+// ownerRecord is the journal's one mutable object, changed only by
+// compare-and-swap: Claim raises Epoch, Prune raises Pruned. Because both go
+// through the same record, a Prune that succeeds proves its writer was still
+// the owner at that instant, and a claim makes every earlier owner's Prune
+// fail.
 type ownerRecord struct {
-	Epoch       uint64 `json:"epoch"`
-	Owner       string `json:"owner"`
-	Incarnation string `json:"incarnation"`
+	Epoch       uint64    `json:"epoch"`
+	Owner       string    `json:"owner"`
+	Incarnation string    `json:"incarnation"`
+	Pruned      *Position `json:"pruned,omitempty"`
 }
 
-type pruneRecord struct {
-	Through Position `json:"through"`
+// ackRecord acknowledges the entry of epoch Epoch that starts at First: its
+// batch is in ClickHouse. It is a create-only object of its own, so that the
+// owner that writes it never rewrites another owner's entry.
+type ackRecord struct {
+	First    Position `json:"first"`
+	Epoch    uint64   `json:"epoch"`
+	AckEpoch uint64   `json:"ack_epoch"`
 }
+
+// claimAttempts bounds how many claims racing with this one Claim outlasts.
+const claimAttempts = 32
 
 var nameSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
@@ -96,19 +107,28 @@ var nameSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 //
 // Layout under JournalPrefix/table/topic/partition/:
 //
-//	owner                      {"epoch","owner","incarnation"}: fencing record
-//	pruned                     {"through"}: entries up to here were deleted
-//	b-<offset>-<index>-<epoch> one Intent (JSON), named by first position
+//	owner                             {"epoch","owner","incarnation","pruned"}
+//	b-<offset>-<index>-<epoch>        one Intent (JSON), named by first position
+//	a-<offset>-<index>-<epoch>-<ack>  an ack of that entry by epoch <ack>
 //
-// Fencing: Claim raises the epoch and names this instance owner. Record
-// writes an intent and then re-reads the owner record; an instance that sees
-// another owner returns ErrFenced and must not insert. Because an owner that
-// passed that check had written its intent before the new owner's claim, the
-// new owner's Load sees the intent and replays it with the same token.
+// The owner record is the only object ever rewritten, and only by
+// compare-and-swap (checkpoint.Storage.Replace, or Create for the first
+// claim); entries and acks are create-only, and their names carry the epoch
+// of their writer, so two owners never write the same name.
 //
-// Writes: one Put per batch (its intent, which also carries the previous
-// batch's ack and the prune point) and one Delete per pruned entry; Claim,
-// replays and Ack of a replayed batch write more.
+// Fencing: Claim raises the epoch by a conditional write, so each epoch has
+// exactly one owner, however many instances claim at once. Record creates an
+// intent and then re-reads the owner record; an instance that sees another
+// owner returns ErrFenced and must not insert. Because an owner that passed
+// that check had written its intent before the new owner's claim, the new
+// owner's Load sees the intent and replays it with the same token. Prune
+// raises the prune point in the owner record by compare-and-swap before it
+// deletes anything, so a fenced owner can neither move the prune point nor
+// delete.
+//
+// Writes: one Create per batch (its intent, which also carries the previous
+// batch's ack), one Replace per pruning checkpoint and one Delete per pruned
+// entry; Claim, replays and Ack of a replayed batch write more.
 //
 // A Journal is used by one goroutine at a time, except CheckOwner, which
 // reads only what Claim sets and may run concurrently with every method but
@@ -123,9 +143,9 @@ type Journal struct {
 	epoch       uint64
 	incarnation string
 
-	ackedThrough *Position // AckLater: carried by the next Record
-	pruneWant    *Position // Prune: carried by the next Record
-	pruneDurable *Position // carried by a durable intent: entries up to here may go
+	owner        ownerRecord        // as this handle last wrote it
+	version      checkpoint.Version // of owner, as stored
+	ackedThrough *Position          // AckLater: carried by the next Record
 	known        []entryRef
 }
 
@@ -168,36 +188,60 @@ func (j *Journal) Instance() string { return j.instance }
 // Epoch returns the epoch claimed by Claim, 0 before.
 func (j *Journal) Epoch() uint64 { return j.epoch }
 
-// Claim makes this instance the owner: it raises the owner epoch by one.
-// Every earlier owner's Record fails with ErrFenced from then on.
+// Claim makes this instance the owner: it raises the owner epoch by one
+// with a conditional write. Of instances claiming at once each gets an epoch
+// of its own (a loser of the race tries again on the epoch after), so the
+// last to claim owns the journal and every earlier owner's Record and Prune
+// fail with ErrFenced from then on.
 func (j *Journal) Claim(ctx context.Context) error {
-	var rec ownerRecord
-	b, err := j.store.Get(ctx, j.prefix+"owner")
-	switch {
-	case errors.Is(err, checkpoint.ErrNotFound):
-		var inc [8]byte
-		_, _ = rand.Read(inc[:])
-		rec.Incarnation = hex.EncodeToString(inc[:])
-	case err != nil:
-		return fmt.Errorf("sink: journal %s: read owner: %w", j.prefix, err)
-	default:
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return fmt.Errorf("%w: owner record: %v", ErrJournalCorrupt, err)
+	name := j.prefix + "owner"
+	for range claimAttempts {
+		var rec ownerRecord
+		b, v, err := j.store.GetVersion(ctx, name)
+		switch {
+		case errors.Is(err, checkpoint.ErrNotFound):
+			var inc [8]byte
+			_, _ = rand.Read(inc[:])
+			rec.Incarnation = hex.EncodeToString(inc[:])
+		case err != nil:
+			return fmt.Errorf("sink: journal %s: read owner: %w", j.prefix, err)
+		default:
+			if err := json.Unmarshal(b, &rec); err != nil {
+				return fmt.Errorf("%w: owner record: %v", ErrJournalCorrupt, err)
+			}
 		}
+		rec.Epoch++
+		rec.Owner = j.instance
+		out, _ := json.Marshal(rec)
+		var nv checkpoint.Version
+		if v == "" {
+			nv, err = j.store.Create(ctx, name, out)
+		} else {
+			nv, err = j.store.Replace(ctx, name, out, v)
+		}
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue // another instance claimed meanwhile: claim the epoch after
+		}
+		if err != nil {
+			// Unknown outcome: the record says whether it was applied (it
+			// names this instance, so no one else stores these bytes).
+			got, gv, gerr := j.store.GetVersion(ctx, name)
+			if gerr != nil || string(got) != string(out) {
+				return fmt.Errorf("sink: journal %s: claim: %w", j.prefix, err)
+			}
+			nv = gv
+		}
+		j.owner, j.version = rec, nv
+		j.epoch = rec.Epoch
+		j.incarnation = rec.Incarnation
+		// Acks noted in the previous epoch name positions that the new epoch
+		// may cut again; carried into it they would acknowledge its batches
+		// before they are inserted.
+		j.ackedThrough = nil
+		j.known = j.known[:0]
+		return nil
 	}
-	rec.Epoch++
-	rec.Owner = j.instance
-	out, _ := json.Marshal(rec)
-	if err := j.store.Put(ctx, j.prefix+"owner", out); err != nil {
-		return fmt.Errorf("sink: journal %s: claim: %w", j.prefix, err)
-	}
-	j.epoch = rec.Epoch
-	j.incarnation = rec.Incarnation
-	// Acks noted in the previous epoch name positions that the new epoch
-	// may cut again; carried into it they would acknowledge its batches
-	// before they are inserted.
-	j.ackedThrough = nil
-	return nil
+	return fmt.Errorf("%w: %s: lost %d claim races in a row", ErrFenced, j.src, claimAttempts)
 }
 
 // Token returns the insert_deduplication_token of the batch [first, last].
@@ -211,6 +255,23 @@ func (j *Journal) entryName(in Intent) string {
 	return fmt.Sprintf("%sb-%020d-%010d-%020d", j.prefix, in.First.Offset, in.First.Index, in.Epoch)
 }
 
+func (j *Journal) ackName(in Intent, ackEpoch uint64) string {
+	return fmt.Sprintf("%sa-%020d-%010d-%020d-%020d", j.prefix, in.First.Offset, in.First.Index, in.Epoch, ackEpoch)
+}
+
+// create writes a create-only object. A conflict over the very same bytes is
+// this handle's own earlier write whose outcome was unknown: success.
+func (j *Journal) create(ctx context.Context, name string, data []byte) error {
+	_, err := j.store.Create(ctx, name, data)
+	if errors.Is(err, checkpoint.ErrConflict) {
+		if got, gerr := j.store.Get(ctx, name); gerr == nil && string(got) == string(data) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s written twice with different content: %v", ErrJournalCorrupt, name, err)
+	}
+	return err
+}
+
 // CheckOwner returns ErrFenced if another instance claimed the journal.
 func (j *Journal) CheckOwner(ctx context.Context) error {
 	b, err := j.store.Get(ctx, j.prefix+"owner")
@@ -221,26 +282,26 @@ func (j *Journal) CheckOwner(ctx context.Context) error {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return fmt.Errorf("%w: owner record: %v", ErrJournalCorrupt, err)
 	}
-	if rec.Owner != j.instance {
+	if rec.Owner != j.instance || rec.Epoch != j.epoch {
 		return fmt.Errorf("%w (%s: epoch %d owned by %s, this instance %s epoch %d)", ErrFenced, j.src, rec.Epoch, rec.Owner, j.instance, j.epoch)
 	}
 	return nil
 }
 
-// Record durably writes in as a new intent owned by this instance, then
+// Record durably creates in as a new intent owned by this instance, then
 // checks ownership. Only after Record returns nil may the batch be inserted.
-// The intent also carries the acknowledgements noted by AckLater and the
-// prune point noted by Prune.
+// The intent also carries the acknowledgements noted by AckLater.
 //
 // The ownership check re-reads the owner record after every intent, even
 // when nothing seems to have changed: it is what orders this intent before
 // any later Claim. If the read shows this instance still owner, the intent's
-// Put happened before the new owner's Claim, so the new owner's Load, which
+// write happened before the new owner's Claim, so the new owner's Load, which
 // follows its Claim, sees the intent and replays it with the same token; if
 // the check were skipped, an intent written after a takeover could be
 // inserted while the new owner, which never saw it, cuts the same positions
-// differently: a duplicate. The read is a Get without fsync, a small part of
-// a batch's cost; what Record saves is the separate ack and prune writes.
+// differently: a duplicate. The intent's name carries this owner's epoch, so
+// a fenced owner's intent never replaces the new owner's over the same
+// positions.
 func (j *Journal) Record(ctx context.Context, in *Intent) error {
 	if j.epoch == 0 {
 		return errors.New("sink: journal: Record before Claim")
@@ -251,16 +312,13 @@ func (j *Journal) Record(ctx context.Context, in *Intent) error {
 	in.Version = intentVersion
 	in.Table, in.Topic, in.Partition = j.table, j.src.Topic, j.src.Partition
 	in.Epoch, in.Owner = j.epoch, j.instance
-	in.AckedThrough, in.PrunedThrough = j.ackedThrough, j.pruneWant
+	in.AckedThrough = j.ackedThrough
 	b, _ := json.Marshal(in)
 	name := j.entryName(*in)
-	if err := j.store.Put(ctx, name, b); err != nil {
+	if err := j.create(ctx, name, b); err != nil {
 		return fmt.Errorf("sink: journal %s: record %s..%s: %w", j.prefix, in.First, in.Last, err)
 	}
 	j.known = append(j.known, entryRef{name: name, last: in.Last})
-	if in.PrunedThrough != nil {
-		j.pruneDurable = maxPos(j.pruneDurable, *in.PrunedThrough)
-	}
 	return j.CheckOwner(ctx)
 }
 
@@ -276,14 +334,18 @@ func (j *Journal) AckLater(in *Intent) {
 	}
 }
 
-// Ack marks in as acknowledged by ClickHouse. Losing an ack is harmless: the
-// batch is then re-inserted with its token on replay and deduplicated.
+// Ack marks in as acknowledged by ClickHouse, with an ack record of this
+// epoch beside the entry (the entry itself, possibly another owner's, is
+// never rewritten). Losing an ack is harmless: the batch is then re-inserted
+// with its token on replay and deduplicated.
 func (j *Journal) Ack(ctx context.Context, in *Intent) error {
-	in.Acked, in.AckEpoch = true, j.epoch
-	b, _ := json.Marshal(in)
-	if err := j.store.Put(ctx, j.entryName(*in), b); err != nil {
+	b, _ := json.Marshal(ackRecord{First: in.First, Epoch: in.Epoch, AckEpoch: j.epoch})
+	name := j.ackName(*in, j.epoch)
+	if err := j.create(ctx, name, b); err != nil {
 		return fmt.Errorf("sink: journal %s: ack %s..%s: %w", j.prefix, in.First, in.Last, err)
 	}
+	in.Acked, in.AckEpoch = true, max(in.AckEpoch, j.epoch)
+	j.known = append(j.known, entryRef{name: name, last: in.Last})
 	return nil
 }
 
@@ -300,19 +362,34 @@ func (j *Journal) Ack(ctx context.Context, in *Intent) error {
 // written it, since a checkpoint never falls inside a batch of its own
 // lineage.
 func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
-	names, err := j.store.List(ctx, j.prefix+"b-")
+	names, err := j.store.List(ctx, j.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("sink: journal %s: list: %w", j.prefix, err)
 	}
 	var all []Intent
+	var acks []ackRecord
+	var ackNames []string
 	known := j.known[:0]
 	for _, name := range names {
+		base := name[len(j.prefix):]
+		isAck := strings.HasPrefix(base, "a-")
+		if !isAck && !strings.HasPrefix(base, "b-") {
+			continue
+		}
 		b, err := j.store.Get(ctx, name)
 		if errors.Is(err, checkpoint.ErrNotFound) {
 			continue // pruned concurrently
 		}
 		if err != nil {
 			return nil, fmt.Errorf("sink: journal %s: read %s: %w", j.prefix, name, err)
+		}
+		if isAck {
+			var a ackRecord
+			if err := json.Unmarshal(b, &a); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrJournalCorrupt, name, err)
+			}
+			acks, ackNames = append(acks, a), append(ackNames, name)
+			continue
 		}
 		var in Intent
 		if err := json.Unmarshal(b, &in); err != nil {
@@ -322,15 +399,21 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 			return nil, fmt.Errorf("%w: %s: version %d, range %s..%s", ErrJournalCorrupt, name, in.Version, in.First, in.Last)
 		}
 		known = append(known, entryRef{name: name, last: in.Last})
-		if in.PrunedThrough != nil {
-			j.pruneDurable = maxPos(j.pruneDurable, *in.PrunedThrough)
-		}
 		all = append(all, in)
 	}
-	j.known = known
-	if j.pruneDurable != nil {
-		j.pruneWant = maxPos(j.pruneWant, *j.pruneDurable) // keep it alive in the next intent
+	// Ack records of replayed batches, written by later owners.
+	for k, a := range acks {
+		last := a.First
+		for i := range all {
+			e := &all[i]
+			if e.First == a.First && e.Epoch == a.Epoch {
+				e.Acked, e.AckEpoch = true, max(e.AckEpoch, a.AckEpoch)
+				last = e.Last
+			}
+		}
+		known = append(known, entryRef{name: ackNames[k], last: last})
 	}
+	j.known = known
 	// Acks carried by later intents of the same epoch and owner. Only
 	// entries that end before the carrier begins: an intent never
 	// acknowledges itself or a batch cut over its own positions.
@@ -398,76 +481,84 @@ func supersedes(in, prev Intent) bool {
 		in.First == prev.First && in.Last == prev.Last
 }
 
-// Prune notes through, the position covered by a completed checkpoint, as
-// the journal's prune point, and deletes the entries that end at or before
-// the prune point already made durable. The point is not written on its own:
-// the next Record carries it, and only entries at or before a point carried
-// by a durable intent are deleted, so a later restore from a checkpoint
-// older than a deletion still fails with ErrStaleCheckpoint (see Pruned).
-// The newest intent is never deleted (it ends after the point it carries),
-// and a new owner's first intent carries the point it loaded, so the point
-// outlives the entries it pruned. Pruning is an optimisation: a crash midway
-// leaves entries that Load filters by position anyway. Prune is one step
-// per checkpoint: no reads, one Delete per entry.
+// Prune makes through, the position covered by the oldest checkpoint that
+// is still kept, the journal's prune point, and then deletes the entries
+// (and acks) that end at or before the prune point. The point is raised in
+// the owner record by compare-and-swap before anything is deleted, so a
+// restore from a checkpoint older than a deletion fails with
+// ErrStaleCheckpoint (see Pruned), and an owner fenced by a later Claim gets
+// ErrFenced and neither moves the point nor deletes anything. A point at or
+// before the current one changes nothing but retries earlier deletes.
+//
+// Pruning only saves space: a failed write of the point or a failed delete
+// loses nothing (Load filters entries by position anyway) and returns an
+// error wrapping ErrPruneDeferred, which callers should report and go on
+// from; the entries are deleted by a later Prune.
 func (j *Journal) Prune(ctx context.Context, through Position) error {
-	j.pruneWant = maxPos(j.pruneWant, through)
-	if j.pruneDurable == nil {
-		return nil
+	if j.epoch == 0 {
+		return errors.New("sink: journal: Prune before Claim")
 	}
+	if cur := j.owner.Pruned; cur == nil || through.Compare(*cur) > 0 {
+		rec := j.owner
+		rec.Pruned = &through
+		out, _ := json.Marshal(rec)
+		nv, err := j.store.Replace(ctx, j.prefix+"owner", out, j.version)
+		if err != nil && !errors.Is(err, checkpoint.ErrConflict) {
+			// Unknown outcome: read back what the record holds.
+			got, gv, gerr := j.store.GetVersion(ctx, j.prefix+"owner")
+			switch {
+			case gerr != nil:
+				return fmt.Errorf("%w: %s: write prune point %s: %v", ErrPruneDeferred, j.prefix, through, err)
+			case string(got) == string(out):
+				nv, err = gv, nil
+			case gv == j.version:
+				return fmt.Errorf("%w: %s: write prune point %s: %v", ErrPruneDeferred, j.prefix, through, err)
+			default:
+				err = checkpoint.ErrConflict
+			}
+		}
+		if errors.Is(err, checkpoint.ErrConflict) {
+			return fmt.Errorf("%w (%s: prune point not moved, epoch %d claimed by another instance)", ErrFenced, j.src, j.epoch)
+		}
+		j.owner, j.version = rec, nv
+	}
+	point := *j.owner.Pruned
 	keep := j.known[:0]
-	var err error
+	var errs []error
 	for _, e := range j.known {
-		if err == nil && e.last.Compare(*j.pruneDurable) <= 0 {
-			if err = j.store.Delete(ctx, e.name); err == nil {
+		if e.last.Compare(point) <= 0 {
+			err := j.store.Delete(ctx, e.name)
+			if err == nil {
 				continue
 			}
-			err = fmt.Errorf("sink: journal %s: delete %s: %w", j.prefix, e.name, err)
+			errs = append(errs, err)
 		}
 		keep = append(keep, e)
 	}
 	j.known = keep
-	return err
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s: %d deletes failed, retried at the next prune: %w", ErrPruneDeferred, j.prefix, len(errs), errs[0])
+	}
+	return nil
 }
 
-// Pruned returns the journal's durable prune point, if any: the highest
-// prune point carried by an entry (or by the record that older versions
-// wrote). Entries that end at or before it may have been deleted.
+// Pruned returns the journal's prune point, if any: entries that end at or
+// before it may have been deleted. It is read from the owner record, which
+// only an owner that was still owner at that instant could raise.
 func (j *Journal) Pruned(ctx context.Context) (Position, bool, error) {
-	var through *Position
-	b, err := j.store.Get(ctx, j.prefix+"pruned")
+	b, err := j.store.Get(ctx, j.prefix+"owner")
 	switch {
 	case errors.Is(err, checkpoint.ErrNotFound):
+		return Position{}, false, nil
 	case err != nil:
-		return Position{}, false, fmt.Errorf("sink: journal %s: read prune point: %w", j.prefix, err)
-	default:
-		var rec pruneRecord
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return Position{}, false, fmt.Errorf("%w: prune record: %v", ErrJournalCorrupt, err)
-		}
-		through = &rec.Through
+		return Position{}, false, fmt.Errorf("sink: journal %s: read owner: %w", j.prefix, err)
 	}
-	names, err := j.store.List(ctx, j.prefix+"b-")
-	if err != nil {
-		return Position{}, false, fmt.Errorf("sink: journal %s: list: %w", j.prefix, err)
+	var rec ownerRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return Position{}, false, fmt.Errorf("%w: owner record: %v", ErrJournalCorrupt, err)
 	}
-	for _, name := range names {
-		b, err := j.store.Get(ctx, name)
-		if errors.Is(err, checkpoint.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return Position{}, false, fmt.Errorf("sink: journal %s: read %s: %w", j.prefix, name, err)
-		}
-		var in Intent
-		if err := json.Unmarshal(b, &in); err != nil {
-			return Position{}, false, fmt.Errorf("%w: %s: %v", ErrJournalCorrupt, name, err)
-		}
-		if in.PrunedThrough != nil {
-			through = maxPos(through, *in.PrunedThrough)
-		}
-	}
-	if through == nil {
+	if rec.Pruned == nil {
 		return Position{}, false, nil
 	}
-	return *through, true, nil
+	return *rec.Pruned, true, nil
 }

@@ -72,6 +72,15 @@
 // Options.OnOutsideWindow (default: fail loudly with
 // *sink.OutsideWindowError).
 //
+// Every materialized view target fed by the table, recursively, needs a
+// window too, at least the table's window times the number of views that
+// write into it: each block replayed into the table gives the target a
+// block through each view, and a target fed by several views (from several
+// tables) uses its window up that much faster. New refuses a smaller one
+// with ErrNoDedupWindow. The window guard counts the table's own blocks;
+// the rule above keeps the targets inside theirs as long as the other
+// tables feeding a target do not insert faster than this one.
+//
 // ReplacingMergeTree tables deduplicate only when parts merge; read them
 // with SelectFinal or SelectLatest (argMax by version).
 //
@@ -95,4 +104,18 @@
 // checkpoint is skipped, the chain keeps running and the next barrier after
 // the batch succeeds. An insert attempt that runs out of InsertTimeout has
 // an unknown outcome and is retried with the same token.
+//
+// Takeovers and checkpoints: the journal is pruned only through the oldest
+// of the newest Options.KeepCheckpoints completed checkpoints, so a restore
+// that falls back past a corrupt newest checkpoint still finds every batch
+// it must replay; a failed delete is logged and retried at the next
+// completion. A sink that starts without a checkpoint over a pruned journal
+// (every checkpoint lost) fails with sink.ErrPrunedJournal unless
+// Options.AllowFreshStart. With MismatchKeepFirst or MismatchReinsert, a
+// replay that comes up short (processing that is not byte-for-byte
+// deterministic) is finished by Run MaxDelay after its last row, with what
+// is buffered, so a quiet partition does not stay in replay; rows of that
+// batch that arrive later are dropped with a warning (the batch is settled
+// as the version ClickHouse holds). Under MismatchFail the sink waits for a
+// row past the batch, which reports the mismatch.
 package chsink

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
 )
 
 // Defaults for Options.
@@ -104,6 +106,22 @@ type Options struct {
 	// InsertTimeout bounds one insert attempt; default DefaultInsertTimeout.
 	InsertTimeout time.Duration
 
+	// KeepCheckpoints is how many completed checkpoints the checkpoint
+	// store keeps per partition (checkpoint.StoreOptions.Keep); the journal
+	// is pruned only through the oldest of them, so restore can fall back to
+	// any of them. Default checkpoint.DefaultKeep. A value below the store's
+	// makes a fallback to its oldest checkpoints fail with
+	// sink.ErrStaleCheckpoint; nothing is lost either way.
+	KeepCheckpoints int
+	// AllowFreshStart lets a sink that starts without a restored checkpoint
+	// run over a journal that was already pruned, which happens only when
+	// every checkpoint of the partition was lost or unreadable. The batches
+	// before the prune point are gone, so what the source replays is
+	// inserted again under new batch cuts (duplicates, if the source starts
+	// before the prune point). Default false: the first Add fails with
+	// sink.ErrPrunedJournal.
+	AllowFreshStart bool
+
 	// OnMismatch: default MismatchFail.
 	OnMismatch MismatchPolicy
 	// OnOutsideWindow: default WindowFail.
@@ -149,6 +167,9 @@ func (o *Options) setDefaults() error {
 	if o.InsertTimeout == 0 {
 		o.InsertTimeout = DefaultInsertTimeout
 	}
+	if o.KeepCheckpoints == 0 {
+		o.KeepCheckpoints = checkpoint.DefaultKeep
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -158,6 +179,8 @@ func (o *Options) setDefaults() error {
 	switch {
 	case o.MaxRows < 0 || o.MaxRows > 1_000_000:
 		return fmt.Errorf("chsink: MaxRows %d out of range (1..1000000)", o.MaxRows)
+	case o.KeepCheckpoints < 0:
+		return fmt.Errorf("chsink: KeepCheckpoints %d is negative", o.KeepCheckpoints)
 	case o.MaxBytes < 0, o.MaxDelay < 0, o.RetryBase < 0, o.RetryMax < o.RetryBase, o.InsertTimeout < 0, o.DialTimeout < 0:
 		return fmt.Errorf("chsink: negative or inconsistent durations/sizes in Options")
 	case o.OnMismatch < MismatchFail || o.OnMismatch > MismatchReinsert:

@@ -88,7 +88,10 @@ type Sink[T any] struct {
 	pending     []sink.Intent // journaled batches after covered, not replayed yet
 	replaying   bool          // the buffer holds rows of pending[0]
 	snaps       map[checkpoint.ID]sink.Position
-	err         error // sticky: the sink is broken until Restore
+	completed   []sink.Position // covered positions of the newest completed checkpoints, oldest first
+	lastRow     time.Time       // when the last row was added
+	settled     *sink.Position  // a short replay was finished through here: later rows up to it are dropped
+	err         error           // sticky: the sink is broken until Restore
 	closed      bool
 
 	closeCh chan struct{}
@@ -259,6 +262,18 @@ func (s *Sink[T]) Add(ctx context.Context, pos sink.Position, row T) error {
 		s.dropPassed(pos)
 	}
 	s.hasPos, s.pos = true, pos
+	s.lastRow = time.Now()
+	if s.settled != nil {
+		if pos.Compare(*s.settled) <= 0 {
+			// Inside a journaled batch whose short replay was finished by
+			// the timer (see Run): the batch is settled as the version
+			// ClickHouse holds, so a late row of it is not inserted again.
+			s.opts.Logger.Warn("chsink: row inside a replayed batch already finished; dropped",
+				"source", s.src.String(), "position", pos.String(), "batch_last", s.settled.String())
+			return nil
+		}
+		s.settled = nil
+	}
 	s.scratch = row // a field, so passing its address to the column closures does not allocate
 	if err := s.add(ctx, pos, &s.scratch); err != nil {
 		s.err = err
@@ -738,16 +753,21 @@ func (s *Sink[T]) ensureInit(ctx context.Context) error {
 	if err := s.journal.Claim(ctx); err != nil {
 		return err
 	}
+	pruned, ok, err := s.journal.Pruned(ctx)
+	if err != nil {
+		return err
+	}
 	var after *sink.Position
-	if s.hasCovered {
+	switch {
+	case s.hasCovered:
 		after = &s.covered
-		pruned, ok, err := s.journal.Pruned(ctx)
-		if err != nil {
-			return err
-		}
 		if ok && s.covered.Compare(pruned) < 0 {
 			return fmt.Errorf("%w: restored at %s, journal pruned through %s", sink.ErrStaleCheckpoint, s.covered, pruned)
 		}
+	case ok && s.restored:
+		return fmt.Errorf("%w: restored before any row, journal pruned through %s", sink.ErrStaleCheckpoint, pruned)
+	case ok && !s.opts.AllowFreshStart:
+		return fmt.Errorf("%w: %s: journal pruned through %s", sink.ErrPrunedJournal, s.src, pruned)
 	}
 	pending, err := s.journal.Load(ctx, after)
 	if err != nil {
@@ -828,6 +848,7 @@ func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
 	s.expect = st.Pending
 	s.pending = nil
 	clear(s.snaps)
+	s.completed, s.settled = s.completed[:0], nil
 	if err := s.ensureInit(ctx); err != nil {
 		s.err = err
 		return err
@@ -835,8 +856,13 @@ func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
 	return nil
 }
 
-// CheckpointCompleted prunes journal entries that the completed checkpoint
-// made unnecessary. It is idempotent; skipping it only lets the journal grow.
+// CheckpointCompleted prunes the journal entries that no kept checkpoint
+// needs: those through the oldest of the newest Options.KeepCheckpoints
+// completed checkpoints, so restore can still fall back to any checkpoint
+// the store keeps. It is idempotent; skipping it only lets the journal grow.
+// A failed delete is logged and retried at the next completion, never
+// returned; the error is sink.ErrFenced when another instance took the
+// partition over.
 func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -854,7 +880,19 @@ func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) err
 	if !found || s.closed {
 		return nil
 	}
-	return s.journal.Prune(ctx, through)
+	s.completed = append(s.completed, through)
+	if n := len(s.completed) - s.opts.KeepCheckpoints; n > 0 {
+		s.completed = append(s.completed[:0], s.completed[n:]...)
+	}
+	if len(s.completed) < s.opts.KeepCheckpoints {
+		return nil // an older checkpoint of an earlier owner may still be kept
+	}
+	err := s.journal.Prune(ctx, s.completed[0])
+	if errors.Is(err, sink.ErrPruneDeferred) {
+		s.opts.Logger.Warn("chsink: journal pruning deferred", "source", s.src.String(), "err", err)
+		return nil
+	}
+	return err
 }
 
 // Run flushes a non-empty batch MaxDelay after its first row, so a quiet
@@ -876,7 +914,24 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 			return err
 		}
 		wait := time.Hour
-		if s.n > 0 && !s.replaying && ctx.Err() == nil {
+		if s.replaying && s.opts.OnMismatch != MismatchFail && ctx.Err() == nil {
+			// A replay that came up short: processing that is not
+			// byte-for-byte deterministic produced fewer rows in the
+			// journaled batch's positions, and on a quiet partition no row
+			// past it comes to finish it. MaxDelay after the last row, the
+			// replay is finished with what is buffered, as the policy says.
+			wait = s.opts.MaxDelay - time.Since(s.lastRow)
+			if wait <= 0 {
+				last := s.pending[0].Last
+				if err := s.finishReplay(ctx); err != nil {
+					s.err = err
+					s.mu.Unlock()
+					return err
+				}
+				s.settled = &last
+				wait = time.Hour
+			}
+		} else if s.n > 0 && !s.replaying && ctx.Err() == nil {
 			wait = s.opts.MaxDelay - time.Since(s.bufSince)
 			if wait <= 0 {
 				if err := s.flush(ctx); err != nil {

@@ -110,7 +110,7 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 			Reason: "MismatchReinsert needs a Replacing-, Aggregating- or Collapsing-family MergeTree: " +
 				"re-inserted rows of a replayed batch would be counted twice", Err: ErrNotIdempotent}
 	}
-	if err := checkViews(ctx, c, db, table, 0, reinsert); err != nil {
+	if err := checkViews(ctx, c, db, table, info.windowBlocks, 0, reinsert); err != nil {
 		return info, err
 	}
 	have, err := queryStrings(ctx, c, fmt.Sprintf(
@@ -253,8 +253,14 @@ func dedupWindow(ctx context.Context, c *ch.Client, db, table string) (tableInfo
 }
 
 // checkViews checks the target tables of the materialized views that read
-// db.table, recursively.
-func checkViews(ctx context.Context, c *ch.Client, db, table string, depth int, reinsert bool) error {
+// db.table, recursively. depthBlocks is the replay depth in blocks of
+// db.table: the window guard lets a journaled batch be re-inserted while
+// fewer blocks than that went into db.table since, and each of them may
+// give the target a block through the view. A target fed by n views (from
+// this table and others) takes blocks n times as fast, so its window must
+// hold n times the depth, or a replayed block that the source table drops
+// as a duplicate would be counted again by a target that forgot its token.
+func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks int64, depth int, reinsert bool) error {
 	if depth > 8 {
 		return nil
 	}
@@ -272,6 +278,21 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, depth int, 
 			continue // a view with an inner table: not checked (name it with TO)
 		}
 		info, err := dedupWindow(ctx, c, tdb, tt)
+		var feeders int64 = 1
+		if err == nil {
+			feeders, err = viewsInto(ctx, c, tdb, tt)
+		}
+		need := depthBlocks * max(feeders, 1)
+		if err == nil && info.windowBlocks < need {
+			setting := "non_replicated_deduplication_window"
+			if info.replicated {
+				setting = "replicated_deduplication_window"
+			}
+			err = &TableCheckError{Database: tdb, Table: tt, Engine: info.engine,
+				Reason: fmt.Sprintf("%s = %d is below the replay depth: %s.%s deduplicates %d blocks and %d view(s) feed this table, "+
+					"so a replayed block could be counted twice here; set it to at least %d", setting, info.windowBlocks, db, table, depthBlocks, feeders, need),
+				Err: ErrNoDedupWindow}
+		}
 		if err == nil && reinsert && !idempotentEngine(info.engine) {
 			err = &TableCheckError{Database: tdb, Table: tt, Engine: info.engine,
 				Reason: "MismatchReinsert: the view sees re-inserted rows again and would count them twice", Err: ErrNotIdempotent}
@@ -283,7 +304,7 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, depth int, 
 			}
 			return err
 		}
-		if err := checkViews(ctx, c, tdb, tt, depth+1, reinsert); err != nil {
+		if err := checkViews(ctx, c, tdb, tt, need, depth+1, reinsert); err != nil {
 			return err
 		}
 	}
@@ -300,4 +321,19 @@ func idempotentEngine(engine string) bool {
 		return true
 	}
 	return false
+}
+
+// viewsInto counts the materialized views that write into db.table.
+func viewsInto(ctx context.Context, c *ch.Client, db, table string) (int64, error) {
+	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT toString(count()) AS c0 FROM system.tables WHERE engine = 'MaterializedView' AND target_database = %s AND target_table = %s",
+		quote(db), quote(table)), 1)
+	if err != nil {
+		return 0, fmt.Errorf("chsink: count materialized views into %s.%s: %w", db, table, err)
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	n, _ := strconv.ParseInt(rows[0][0], 10, 64)
+	return n, nil
 }

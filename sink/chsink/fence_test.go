@@ -1,0 +1,193 @@
+package chsink_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+)
+
+// Scenario 1 of issue 12: a materialized view's target whose deduplication
+// window is above 0 but smaller than the replay depth was accepted. After a
+// crash the source table drops a replayed block while a target that already
+// forgot the token counts it twice; a target fed by two source tables uses
+// its window up twice as fast. New refuses both.
+func TestNewRejectsViewTargetWindowBelowReplayDepth(t *testing.T) {
+	const twoCol = "(id UInt64, org String, kind LowCardinality(String), at DateTime64(3), score Float64, tags Array(String), note Nullable(String))"
+	tests := []struct {
+		name         string
+		targetWindow string
+		sources      int
+		wantErr      bool
+	}{
+		{"window below the source's", "10", 1, true},
+		{"window equal to the source's", "1000", 1, false},
+		{"two sources use it up twice as fast", "1500", 2, true},
+		{"two sources, window covers both", "2000", 2, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := setup(t, eventsDDL)
+			env.exec(t, "CREATE TABLE "+env.db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = "+tt.targetWindow)
+			env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events GROUP BY kind")
+			if tt.sources == 2 {
+				env.exec(t, "CREATE TABLE "+env.db+".events2 "+twoCol+" ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000")
+				env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts2 TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events2 GROUP BY kind")
+			}
+			s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
+				sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+			if !tt.wantErr {
+				require.NoError(t, err)
+				require.NoError(t, s.Close())
+				return
+			}
+			require.ErrorIs(t, err, chsink.ErrNoDedupWindow)
+			var tce *chsink.TableCheckError
+			require.True(t, errors.As(err, &tce))
+			assert.Equal(t, "kind_counts", tce.Table)
+			assert.Contains(t, err.Error(), "materialized view")
+		})
+	}
+}
+
+// checkpoints feeds s through five checkpoints of 50 records each, all
+// completed, and returns their states by id.
+func checkpoints(t *testing.T, s *chsink.Sink[event]) map[checkpoint.ID][]byte {
+	ctx := context.Background()
+	states := map[checkpoint.ID][]byte{}
+	for id := checkpoint.ID(1); id <= 5; id++ {
+		require.NoError(t, feed(ctx, t, s, int64(id-1)*50, int64(id)*50))
+		st, err := s.Snapshot(ctx, id)
+		require.NoError(t, err)
+		require.NoError(t, s.CheckpointCompleted(ctx, id))
+		states[id] = st
+	}
+	return states
+}
+
+// Scenario 3 of issue 12: the store keeps the newest three checkpoints so
+// that restore can fall back past a corrupt newest one. The journal was
+// pruned through the newest completed checkpoint, so every fallback failed
+// with ErrStaleCheckpoint. Now it is pruned only through the oldest one kept.
+func TestRestoreFallsBackToOldestKeptCheckpoint(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	s1 := env.newSink(t, store, chsink.Options{MaxRows: 40})
+	states := checkpoints(t, s1)
+	require.NoError(t, feed(ctx, t, s1, 250, 270)) // inserted past checkpoint 5, then killed
+	_, err := s1.Snapshot(ctx, 6)
+	require.NoError(t, err)
+	require.NoError(t, s1.Close())
+
+	// Checkpoints 4 and 5 are corrupt: restore falls back to 3, the oldest kept.
+	s2 := env.newSink(t, store, chsink.Options{MaxRows: 40})
+	require.NoError(t, s2.Restore(ctx, states[3]))
+	require.NoError(t, feed(ctx, t, s2, 150, 300))
+	_, err = s2.Snapshot(ctx, 7)
+	require.NoError(t, err)
+	env.assertExact(t, 300, false)
+}
+
+// Scenario 6 of issue 12: when every checkpoint of a partition is lost, the
+// sink started fresh over a journal already pruned, with new batch cuts, and
+// re-inserted what the source replayed, silently. Now it refuses with
+// sink.ErrPrunedJournal unless Options.AllowFreshStart says otherwise.
+func TestFreshStartOverPrunedJournalRefused(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	s1 := env.newSink(t, store, chsink.Options{MaxRows: 40})
+	checkpoints(t, s1)
+	require.NoError(t, s1.Close())
+
+	s2 := env.newSink(t, store, chsink.Options{})
+	err := feed(ctx, t, s2, 0, 10)
+	require.ErrorIs(t, err, sink.ErrPrunedJournal)
+	assert.Equal(t, uint64(expectedRows(0, 250)), env.count(t, "SELECT count() FROM "+env.db+".events"))
+
+	s3 := env.newSink(t, store, chsink.Options{AllowFreshStart: true})
+	require.NoError(t, feed(ctx, t, s3, 300, 310))
+	_, err = s3.Snapshot(ctx, 1)
+	require.NoError(t, err)
+}
+
+// Scenario 5 of issue 12: with processing that is not byte-for-byte
+// deterministic, a replay can come up short; on a quiet partition no row past
+// the journaled batch arrives, and the sink stayed in replay: every
+// checkpoint was declined and buffered rows never reached ClickHouse. Now
+// Run finishes the replay MaxDelay after the last row, with what is buffered.
+func TestShortReplayFinishesOnQuietPartition(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	state := crashAfterUnackedInsert(t, env, store) // batch [100, 150) inserted, not acknowledged
+
+	s := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst, MaxDelay: 100 * time.Millisecond})
+	require.NoError(t, s.Restore(ctx, state))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	require.NoError(t, feed(ctx, t, s, 100, 120)) // the replay comes up short; then the partition is quiet
+
+	require.Eventually(t, func() bool {
+		_, err := s.Snapshot(ctx, 3)
+		require.True(t, err == nil || errors.Is(err, sink.ErrReplayInProgress), "%v", err)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the replay never finished")
+	env.assertExact(t, 150, false) // ClickHouse kept the first version of the batch
+
+	// Rows of the finished batch that come late are not inserted again.
+	require.NoError(t, feed(ctx, t, s, 120, 170))
+	_, err := s.Snapshot(ctx, 4)
+	require.NoError(t, err)
+	env.assertExact(t, 170, false)
+	cancel()
+	<-done
+}
+
+// deleteFaults fails every Delete while armed.
+type deleteFaults struct {
+	checkpoint.Storage
+	armed atomic.Bool
+}
+
+func (f *deleteFaults) Delete(ctx context.Context, name string) error {
+	if f.armed.Load() {
+		return errors.New("injected: delete failed")
+	}
+	return f.Storage.Delete(ctx, name)
+}
+
+// Scenario 7 of issue 12: a failed delete while pruning failed the
+// checkpoint notification, which stops the pipeline. Now it is logged and
+// retried at the next completion.
+func TestFailedPruneDeleteIsNotFatal(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx := context.Background()
+	store := &deleteFaults{Storage: checkpoint.NewMemStorage()}
+	store.armed.Store(true)
+	s := env.newSink(t, store, chsink.Options{MaxRows: 40})
+	checkpoints(t, s) // every CheckpointCompleted returns nil
+	names, err := store.List(ctx, sink.JournalPrefix)
+	require.NoError(t, err)
+	before := len(names)
+
+	store.armed.Store(false)
+	require.NoError(t, feed(ctx, t, s, 250, 300))
+	_, err = s.Snapshot(ctx, 6)
+	require.NoError(t, err)
+	require.NoError(t, s.CheckpointCompleted(ctx, 6))
+	names, err = store.List(ctx, sink.JournalPrefix)
+	require.NoError(t, err)
+	assert.Less(t, len(names), before, "the entries kept by the failed deletes are deleted later")
+	env.assertExact(t, 300, false)
+}
