@@ -14,7 +14,10 @@
 //
 //   - idempotency: the gateway. A delivery id is claimed as pending, marked
 //     done only after Kafka acknowledged the event, and released on
-//     failure, so the provider's retry is never wasted. Memory and Redis
+//     failure, so a retry is never taken for a duplicate. Jira Cloud
+//     retries failures for about 30 minutes; GitHub never does, and
+//     idempotency/githubredeliver redelivers its failed deliveries through
+//     the REST API within GitHub's 3 days. Memory and Redis
 //     stores (idempotency/redisstore); the acks=all Kafka publisher is
 //     idempotency/kafkapub.
 //   - checkpoint: the spine. A Participant (Snapshot, Restore,

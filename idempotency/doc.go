@@ -3,11 +3,30 @@
 //
 // It is stage 1 of the pipeline: webhooks from GitHub and Jira reach a
 // gateway that must publish each event to Kafka and answer the provider.
-// Providers retry what was not answered 2xx, so the gateway deduplicates by
-// the provider's delivery id. The classic mistake is to claim the key and
-// answer 2xx before the publish is acknowledged: one broker hiccup then loses
-// the event for good, because the provider does not retry a 2xx and a retry
-// would be taken for a duplicate. This package orders it the other way.
+// A delivery can arrive more than once (a retry, a redelivery, a sender that
+// timed out on a slow answer), so the gateway deduplicates by the provider's
+// delivery id. The classic mistake is to claim the key and answer 2xx before
+// the publish is acknowledged: one broker hiccup then loses the event for
+// good, because nobody sends a 2xx again and a second copy would be taken for
+// a duplicate. This package orders it the other way.
+//
+// # What the providers do with a failed delivery
+//
+// They do not behave alike, and a non-2xx answer means different things:
+//
+//   - GitHub never retries on its own. A delivery answered non-2xx, or not
+//     answered within 10 s, is recorded as failed and stays failed until it
+//     is redelivered by hand or through the REST API, within 3 days (with
+//     the same X-GitHub-Delivery). Package githubredeliver does that; run it
+//     beside every GitHub endpoint, or a 503 is an event lost.
+//   - Jira Cloud retries a delivery answered 408, 409, 425, 429 or 5xx, or
+//     not answered in time, for up to about 30 minutes, with the same
+//     X-Atlassian-Webhook-Identifier and a growing
+//     X-Atlassian-Webhook-Retry. Other answers are final.
+//
+// So the Handler answers 5xx only for transient failures (the store or the
+// side effect failed), and 4xx with a reason for a delivery that can never be
+// accepted (bad signature, malformed body, [Reject] from Options.Check).
 //
 // # Tour
 //
@@ -24,10 +43,20 @@
 // keys between gateway instances; package idempotencytest is the conformance
 // suite both pass.
 //
-// [Handler] is the webhook endpoint. It checks the body size (413), the
-// signature ([GitHubSignature], 401), the key ([HeaderKey], 400) and that the
-// body is a JSON object (400) before claiming anything; then claims, runs the
-// side effect (a [Func], such as kafkapub's Publisher.Publish), and either
+// [Do] is the protocol without HTTP: claim, run the side effect, complete or
+// release. A Kafka or gRPC consumer calls it directly.
+//
+// [Handler] is the webhook endpoint, configured with a [Provider] preset,
+// [GitHub] or [JiraCloud] (there is no default provider: a Jira endpoint
+// must not read GitHub's headers). It checks the body size (413), the
+// signature over the body as sent (401), the key, the event type and that
+// the payload is a JSON object (400, after decoding GitHub's form-encoded
+// bodies); answers 200 without publishing an event type it ignores (GitHub's
+// "ping", Options.Ignore); finds the tenant partition key (422 without one);
+// runs Options.Check ([Reject]: its 4xx; [ErrIgnored]: 200; other errors:
+// 503). Only then it calls [Do]: claims, runs the side effect (a [Func], such
+// as kafkapub's Publisher.Publish, which carries the delivery id, event
+// type, source, hook id and retry count as Kafka headers), and either
 // completes and answers 202, or releases and answers 503 with Retry-After.
 // Duplicates of a done key replay the stored 202 with Idempotent-Replayed:
 // true; duplicates of a pending key get 503 with Retry-After (see [Handler]
@@ -38,11 +67,14 @@
 //
 //   - A key is done only after its side effect returned nil, so every 2xx
 //     answered for a delivery (first or replayed) means the side effect is
-//     durable. A failed side effect always leads to a non-2xx and a released
-//     key, so the provider's retry runs it again.
+//     durable. A failed side effect always leads to a 503 and a released
+//     key, so a retry (Jira's own, or GitHub's redelivery through
+//     githubredeliver) runs it again.
 //   - While the store remembers a key, at most one side effect for it runs at
 //     a time, and none runs after it is done.
-//   - Rejected requests (401, 413, 400, 405) claim nothing and run nothing.
+//   - Rejected requests (401, 413, 400, 405, 422 and Check's 4xx) and
+//     ignored events (200) claim nothing and run nothing; ignored events
+//     are counted in idempotency.ignored.
 //
 // What it does not promise: exactly one side effect per delivery. The store
 // can forget a key (TTL, eviction, a Redis restart), a side effect can

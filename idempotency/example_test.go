@@ -30,17 +30,18 @@ func ExampleHandler() {
 	}
 	secret := []byte("webhook secret")
 	h, err := idempotency.NewHandler(store, publish, idempotency.Options{
-		Verify: idempotency.GitHubSignature(secret),
-		Source: "github",
+		Provider: idempotency.GitHub(),
+		Secret:   secret,
 	})
 	if err != nil {
 		panic(err)
 	}
 
-	body := `{"action":"opened","organization":{"id":7}}`
+	body := `{"action":"opened","organization":{"login":"octo-org"}}`
 	for range 3 {
 		r := httptest.NewRequest(http.MethodPost, "/webhooks/github", strings.NewReader(body))
 		r.Header.Set(idempotency.HeaderGitHubDelivery, "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+		r.Header.Set(idempotency.HeaderGitHubEvent, "pull_request")
 		r.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub(secret, []byte(body)))
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)

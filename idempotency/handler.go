@@ -51,19 +51,43 @@ const HeaderReplayed = "Idempotent-Replayed"
 // disconnects: a half-finished publish is worse than a finished one.
 type Func func(ctx context.Context, d Delivery) error
 
-// Options configures a Handler. The zero value is valid: GitHub delivery ids,
-// no signature check, body fingerprints and the Default constants.
+// Options configures a Handler. Provider (or Key) is required: the zero
+// Options refuse to start with ErrInvalid, so that a Jira endpoint never
+// reads GitHub's headers by default. Every other field's zero value is valid.
 type Options struct {
+	// Provider says where the provider puts the delivery id, the
+	// signature, the event type and the tenant: GitHub() or JiraCloud().
+	Provider Provider
+	// Secret is the webhook's secret. When set, every request must carry
+	// a valid Provider.SignatureHeader (401 otherwise). Default nil: no
+	// check unless Verify is set.
+	Secret []byte
+	// Ignore lists event types the application does not consume (beyond
+	// Provider.Ignore, GitHub's "ping"): they are answered 200, claim
+	// nothing, publish nothing, and are counted in idempotency.ignored.
+	// Subscribe the webhook to fewer events where you can.
+	Ignore []string
+	// Check validates or normalizes a verified delivery before anything is
+	// claimed. Its error decides the answer:
+	//   - a *RejectError (Reject(status, reason)): that 4xx with the
+	//     reason; nothing claimed, nothing published. For payloads that
+	//     can never be accepted.
+	//   - an error wrapping ErrIgnored: 200, nothing published, counted.
+	//   - any other error: 503 with Retry-After, as a transient failure.
+	//     Jira retries it for about 30 minutes; GitHub does not retry.
+	// Default nil: every verified delivery is accepted.
+	Check func(ctx context.Context, d Delivery) error
+
 	// Key returns a request's idempotency key. Default
-	// HeaderKey(HeaderGitHubDelivery); for Jira use
-	// HeaderKey(HeaderJiraWebhookID).
+	// HeaderKey(Provider.KeyHeader). Set it only for a provider without
+	// a preset.
 	Key KeyFunc
 	// Verify checks the signature before anything else is looked at.
-	// Default nil: no check. Set GitHubSignature(secret) whenever the
-	// webhook has a secret.
+	// Default: the HMAC-SHA256 of Provider.SignatureHeader under Secret
+	// when Secret is set, else no check.
 	Verify Verifier
 	// Source names the provider in each Delivery ("github", "jira").
-	// Default "".
+	// Default Provider.Name.
 	Source string
 	// Fingerprint identifies the request's payload. A retry with the same
 	// key and another fingerprint is refused with 422 and nothing is
@@ -99,7 +123,19 @@ type Options struct {
 
 func (o *Options) setDefaults() error {
 	if o.Key == nil {
-		o.Key = HeaderKey(HeaderGitHubDelivery)
+		if o.Provider.KeyHeader == "" {
+			return fmt.Errorf("%w: Options.Provider is required (idempotency.GitHub() or idempotency.JiraCloud()), or an explicit Key", ErrInvalid)
+		}
+		o.Key = HeaderKey(o.Provider.KeyHeader)
+	}
+	if o.Source == "" {
+		o.Source = o.Provider.Name
+	}
+	if o.Verify == nil && o.Secret != nil {
+		if o.Provider.SignatureHeader == "" {
+			return fmt.Errorf("%w: Secret is set but Provider has no SignatureHeader", ErrInvalid)
+		}
+		o.Verify = HMACSHA256(o.Provider.SignatureHeader, o.Secret)
 	}
 	if o.Fingerprint == nil {
 		o.Fingerprint = BodyFingerprint
@@ -152,29 +188,39 @@ func (o *Options) setDefaults() error {
 // answers 2xx only after the side effect is durable.
 //
 // For each POST it:
-//  1. limits the body (413), verifies the signature (401), reads the key
-//     and checks the body is a JSON object (400). A rejected request claims
-//     nothing and publishes nothing.
-//  2. claims the key. A done key replays its stored 2xx with the header
-//     Idempotent-Replayed: true; a pending key is answered 503 with
+//  1. limits the body (413), verifies the signature over the body as sent
+//     (401), reads the key, decodes a form-encoded payload, checks the
+//     payload is a JSON object and reads the event type (400). A rejected
+//     request claims nothing and publishes nothing.
+//  2. answers 200 without publishing an event type it ignores (GitHub's
+//     "ping", Options.Ignore), finds the partition key (422 without one)
+//     and runs Options.Check: a Reject answers its 4xx, ErrIgnored 200,
+//     any other error 503. None of these claims or publishes anything.
+//  3. claims the key ([Do]). A done key replays its stored 2xx with the
+//     header Idempotent-Replayed: true; a pending key is answered 503 with
 //     Retry-After; a key reused with another payload, 422; a store error,
 //     503 with Retry-After.
-//  3. runs the side effect. On success it completes the key with the 202
+//  4. runs the side effect. On success it completes the key with the 202
 //     response and sends that response; on failure it releases the key and
-//     answers 503 with Retry-After, so the provider's retry runs it again.
+//     answers 503 with Retry-After.
+//
+// Only transient failures answer 5xx. Jira Cloud retries them (and 408,
+// 409, 425, 429) for about 30 minutes; GitHub never retries on its own, so a
+// GitHub delivery answered 503 stays failed until it is redelivered (package
+// githubredeliver does that through the REST API, within GitHub's 3 days).
 //
 // A duplicate of a pending key gets 503 rather than 409 because the first
 // delivery may still fail and be released: the duplicate must then be
-// retried. Jira Cloud retries both 409 and 5xx, and GitHub records any
-// non-2xx as a failed delivery for redelivery, but many senders treat 4xx as
-// final and would drop the event; 5xx with Retry-After is the one answer
-// every sender reads as "try again later".
+// retried, and 5xx with Retry-After is the one answer every sender reads as
+// "try again later".
 //
 // A Handler is safe for concurrent use.
 type Handler struct {
 	store  Store
 	effect Func
 	opts   Options
+	do     DoOptions
+	ignore map[string]bool
 	parser parser
 	m      handlerMetrics
 }
@@ -182,6 +228,8 @@ type Handler struct {
 var _ http.Handler = (*Handler)(nil)
 
 // NewHandler returns a Handler that claims keys in store and runs effect.
+// It fails with ErrInvalid without store, effect, or Options.Provider (or
+// Options.Key).
 func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 	if store == nil || effect == nil {
 		return nil, fmt.Errorf("%w: store and effect are required", ErrInvalid)
@@ -193,11 +241,22 @@ func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	ignore := make(map[string]bool)
+	for _, e := range append(append([]string(nil), opts.Provider.Ignore...), opts.Ignore...) {
+		ignore[e] = true
+	}
 	return &Handler{
 		store:  store,
 		effect: effect,
 		opts:   opts,
-		parser: parser{maxBody: opts.MaxBodyBytes, key: opts.Key, verify: opts.Verify, source: opts.Source},
+		do: DoOptions{
+			PendingTTL:        opts.PendingTTL,
+			DoneTTL:           opts.DoneTTL,
+			SideEffectTimeout: opts.SideEffectTimeout,
+			StoreTimeout:      opts.StoreTimeout,
+		},
+		ignore: ignore,
+		parser: parser{maxBody: opts.MaxBodyBytes, key: opts.Key, verify: opts.Verify, source: opts.Source, provider: opts.Provider},
 		m:      m,
 	}, nil
 }
@@ -225,72 +284,91 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 		h.m.reject(r.Context(), reason)
 		return writeText(w, status, err.Error())
 	}
+	if h.ignore[d.Event] {
+		h.m.ignored.Add(r.Context(), 1, h.m.opt("reason", "event"))
+		return writeText(w, http.StatusOK, "event "+d.Event+" ignored")
+	}
+	if p := h.opts.Provider.Partition; p != nil {
+		if d.Partition, err = p(d.Event, d.Body); err != nil {
+			h.m.reject(r.Context(), "partition")
+			return writeText(w, http.StatusUnprocessableEntity, err.Error())
+		}
+	}
 
 	// Store calls and the side effect outlive a client that hangs up: a
 	// claim must be completed or released, never left to its TTL.
 	ctx := context.WithoutCancel(r.Context())
-	fp := h.opts.Fingerprint(d)
-	claim, err := h.claim(ctx, d.Key, fp)
-	if err != nil {
-		var done *DoneError
-		switch {
-		case errors.As(err, &done):
-			h.m.claim(ctx, "done")
-			resp := done.Record.Response
-			if resp.Status < 100 || resp.Status > 999 {
-				// A damaged record (net/http panics on such a status).
-				// The key is done, so the side effect is durable: answer
-				// what Complete would have stored.
-				h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: done key has no valid stored response; replaying the default",
-					slog.String("key", d.Key), slog.Int("status", resp.Status))
-				resp = acceptedResponse(d.Key)
+	if h.opts.Check != nil {
+		if err := h.opts.Check(ctx, d); err != nil {
+			var rej *RejectError
+			switch {
+			case errors.As(err, &rej):
+				h.m.reject(ctx, "check")
+				return writeText(w, rej.Status, rej.Reason)
+			case errors.Is(err, ErrIgnored):
+				h.m.ignored.Add(ctx, 1, h.m.opt("reason", "check"))
+				return writeText(w, http.StatusOK, err.Error())
+			default:
+				h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: check failed; answering 503",
+					slog.String("key", d.Key), slog.Any("error", err))
+				h.m.reject(ctx, "check_transient")
+				return h.retryLater(w, "check failed, retry later")
 			}
-			w.Header().Set(HeaderReplayed, "true")
-			return writeResponse(w, resp)
-		case errors.Is(err, ErrFingerprintMismatch):
-			h.m.claim(ctx, "mismatch")
-			return writeText(w, http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
-		case errors.Is(err, ErrPending):
-			h.m.claim(ctx, "pending")
-			return h.retryLater(w, "delivery in progress")
-		default:
-			h.m.claim(ctx, "error")
-			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: claim failed", slog.String("key", d.Key), slog.Any("error", err))
-			return h.retryLater(w, "idempotency store unavailable")
 		}
 	}
-	h.m.claim(ctx, "claimed")
 
-	if err := h.run(ctx, d); err != nil {
-		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: side effect failed; releasing", slog.String("key", d.Key), slog.Any("error", err))
-		h.release(ctx, claim)
+	out, err := Do(ctx, h.store, d.Key, h.opts.Fingerprint(d), func(ctx context.Context) (Response, error) {
+		h.m.claim(ctx, "claimed")
+		if err := h.run(ctx, d); err != nil {
+			return Response{}, err
+		}
+		return acceptedResponse(d.Key), nil
+	}, h.do)
+	var effErr *EffectError
+	switch {
+	case err == nil && out.Replayed:
+		h.m.claim(ctx, "done")
+		resp := out.Response
+		if resp.Status < 100 || resp.Status > 999 {
+			// A damaged record (net/http panics on such a status).
+			// The key is done, so the side effect is durable: answer
+			// what Complete would have stored.
+			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: done key has no valid stored response; replaying the default",
+				slog.String("key", d.Key), slog.Int("status", resp.Status))
+			resp = acceptedResponse(d.Key)
+		}
+		w.Header().Set(HeaderReplayed, "true")
+		return writeResponse(w, resp)
+	case err == nil:
+		if out.CompleteErr != nil {
+			// The side effect is durable: answer 2xx whatever the store
+			// says. A later duplicate runs the side effect again, which
+			// downstream deduplication absorbs. Nothing is lost.
+			if errors.Is(out.CompleteErr, ErrClaimLost) {
+				h.m.lost(ctx, "complete")
+			}
+			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: complete failed after the side effect; a retry may duplicate",
+				slog.String("key", d.Key), slog.Any("error", out.CompleteErr))
+		}
+		return writeResponse(w, out.Response)
+	case errors.As(err, &effErr):
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: side effect failed; releasing", slog.String("key", d.Key), slog.Any("error", effErr.Err))
+		h.released(ctx, d.Key, effErr.ReleaseErr)
 		return h.retryLater(w, "delivery failed, retry later")
+	case errors.Is(err, ErrFingerprintMismatch):
+		h.m.claim(ctx, "mismatch")
+		return writeText(w, http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
+	case errors.Is(err, ErrPending):
+		h.m.claim(ctx, "pending")
+		return h.retryLater(w, "delivery in progress")
+	default:
+		h.m.claim(ctx, "error")
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: claim failed", slog.String("key", d.Key), slog.Any("error", err))
+		return h.retryLater(w, "idempotency store unavailable")
 	}
-
-	resp := acceptedResponse(d.Key)
-	if err := h.complete(ctx, claim, resp); err != nil {
-		// The side effect is durable: answer 2xx whatever the store says.
-		// The key stays pending until its TTL or belongs to a newer claim;
-		// a later duplicate runs the side effect again, which downstream
-		// deduplication absorbs. Nothing is lost.
-		if errors.Is(err, ErrClaimLost) {
-			h.m.lost(ctx, "complete")
-		}
-		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: complete failed after the side effect; a retry may duplicate",
-			slog.String("key", d.Key), slog.Any("error", err))
-	}
-	return writeResponse(w, resp)
-}
-
-func (h *Handler) claim(ctx context.Context, key, fp string) (Claim, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
-	defer cancel()
-	return h.store.Claim(ctx, key, fp, h.opts.PendingTTL)
 }
 
 func (h *Handler) run(ctx context.Context, d Delivery) error {
-	ctx, cancel := context.WithTimeout(ctx, h.opts.SideEffectTimeout)
-	defer cancel()
 	start := h.opts.Now()
 	err := h.effect(ctx, d)
 	result := "ok"
@@ -301,16 +379,7 @@ func (h *Handler) run(ctx context.Context, d Delivery) error {
 	return err
 }
 
-func (h *Handler) complete(ctx context.Context, c Claim, resp Response) error {
-	ctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
-	defer cancel()
-	return h.store.Complete(ctx, c, resp, h.opts.DoneTTL)
-}
-
-func (h *Handler) release(ctx context.Context, c Claim) {
-	ctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
-	defer cancel()
-	err := h.store.Release(ctx, c)
+func (h *Handler) released(ctx context.Context, key string, err error) {
 	result := "ok"
 	switch {
 	case err == nil:
@@ -322,7 +391,7 @@ func (h *Handler) release(ctx context.Context, c Claim) {
 		// then, and the one after it runs the side effect.
 		result = "error"
 		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: release failed; key stays pending until its TTL",
-			slog.String("key", c.Key), slog.Any("error", err))
+			slog.String("key", key), slog.Any("error", err))
 	}
 	h.m.releases.Add(ctx, 1, h.m.opt("result", result))
 }
@@ -382,6 +451,7 @@ type handlerMetrics struct {
 	releases metric.Int64Counter
 	lostC    metric.Int64Counter
 	rejected metric.Int64Counter
+	ignored  metric.Int64Counter
 	duration metric.Float64Histogram
 	effect   metric.Float64Histogram
 }
@@ -401,6 +471,8 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 	errs = append(errs, err)
 	hm.rejected, err = m.Int64Counter("idempotency.rejected", metric.WithDescription("Requests rejected before claiming, by reason."))
 	errs = append(errs, err)
+	hm.ignored, err = m.Int64Counter("idempotency.ignored", metric.WithDescription("Deliveries answered 200 and not published: an ignored event type (reason=event) or a Check that returned ErrIgnored (reason=check)."))
+	errs = append(errs, err)
 	hm.duration, err = m.Float64Histogram("idempotency.request.duration", metric.WithUnit("s"), metric.WithDescription("Time to answer a webhook."))
 	errs = append(errs, err)
 	hm.effect, err = m.Float64Histogram("idempotency.side_effect.duration", metric.WithUnit("s"), metric.WithDescription("Time the side effect took."))
@@ -413,14 +485,14 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 		"outcome": {"claimed", "done", "pending", "mismatch", "error"},
 		"result":  {"ok", "lost", "error"},
 		"step":    {"complete", "release"},
-		"reason":  {"method", "too_large", "signature", "key", "malformed", "read"},
+		"reason":  {"method", "too_large", "signature", "key", "malformed", "read", "partition", "check", "check_transient", "event"},
 	} {
 		for _, v := range values {
 			hm.opts[key+"="+v] = metric.WithAttributes(attribute.String(key, v))
 		}
 	}
 	hm.statuses = make(map[int]metric.MeasurementOption)
-	for _, code := range []int{200, 202, 204, 400, 401, 405, 413, 422, 503} {
+	for _, code := range []int{200, 202, 204, 400, 401, 404, 405, 409, 410, 413, 422, 503} {
 		hm.statuses[code] = statusAttr(code)
 	}
 	return hm, nil

@@ -57,15 +57,27 @@ func newMemHandler(t *testing.T, pub *published, opts idempotency.Options) (*ide
 	if opts.Verify == nil {
 		opts.Verify = idempotency.GitHubSignature(secret)
 	}
+	if opts.Key == nil && opts.Provider.KeyHeader == "" {
+		opts.Provider = testProvider()
+	}
 	h, err := idempotency.NewHandler(store, pub.publish, opts)
 	require.NoError(t, err)
 	return h, store
+}
+
+// testProvider is GitHub's preset without the partition key, for tests
+// whose payloads are not full GitHub events.
+func testProvider() idempotency.Provider {
+	p := idempotency.GitHub()
+	p.Partition = nil
+	return p
 }
 
 func githubRequest(key, body string) *http.Request {
 	r := httptest.NewRequest(http.MethodPost, "/webhook", strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set(idempotency.HeaderGitHubDelivery, key)
+	r.Header.Set(idempotency.HeaderGitHubEvent, "pull_request")
 	r.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub(secret, []byte(body)))
 	return r
 }
@@ -207,7 +219,7 @@ func TestHandlerSideEffectOutlivesClient(t *testing.T) {
 		_, hasDeadline := ctx.Deadline()
 		assert.True(t, hasDeadline, "bounded by SideEffectTimeout")
 		return pub.publish(ctx, d)
-	}, idempotency.Options{})
+	}, idempotency.Options{Provider: testProvider()})
 	require.NoError(t, err)
 
 	r := githubRequest("delivery-1", `{}`)
@@ -229,6 +241,7 @@ func TestHandlerCompleteAfterLostClaim(t *testing.T) {
 		clock.Add(time.Hour) // the side effect outlived its claim
 	}}
 	h, err := idempotency.NewHandler(store, pub.publish, idempotency.Options{
+		Provider:      testProvider(),
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 	})
 	require.NoError(t, err)
@@ -313,10 +326,10 @@ func TestNewHandlerValidates(t *testing.T) {
 		name string
 		give idempotency.Options
 	}{
-		{"negative TTL", idempotency.Options{PendingTTL: -time.Second}},
-		{"negative body limit", idempotency.Options{MaxBodyBytes: -1}},
-		{"pending TTL shorter than the side effect", idempotency.Options{PendingTTL: 3 * time.Second, SideEffectTimeout: 5 * time.Second}},
-		{"done TTL shorter than pending", idempotency.Options{DoneTTL: time.Second}},
+		{"negative TTL", idempotency.Options{Provider: idempotency.GitHub(), PendingTTL: -time.Second}},
+		{"negative body limit", idempotency.Options{Provider: idempotency.GitHub(), MaxBodyBytes: -1}},
+		{"pending TTL shorter than the side effect", idempotency.Options{Provider: idempotency.GitHub(), PendingTTL: 3 * time.Second, SideEffectTimeout: 5 * time.Second}},
+		{"done TTL shorter than pending", idempotency.Options{Provider: idempotency.GitHub(), DoneTTL: time.Second}},
 	}
 	for _, tt := range tests {
 		_, err := idempotency.NewHandler(store, pub.publish, tt.give)
@@ -327,7 +340,11 @@ func TestNewHandlerValidates(t *testing.T) {
 	_, err = idempotency.NewHandler(store, nil, idempotency.Options{})
 	assert.ErrorIs(t, err, idempotency.ErrInvalid)
 	_, err = idempotency.NewHandler(store, pub.publish, idempotency.Options{})
-	assert.NoError(t, err, "the zero Options are valid")
+	assert.ErrorIs(t, err, idempotency.ErrInvalid, "the zero Options name no provider")
+	_, err = idempotency.NewHandler(store, pub.publish, idempotency.Options{Provider: idempotency.JiraCloud()})
+	assert.NoError(t, err)
+	_, err = idempotency.NewHandler(store, pub.publish, idempotency.Options{Secret: secret, Key: idempotency.HeaderKey("X-Id")})
+	assert.ErrorIs(t, err, idempotency.ErrInvalid, "a secret without a provider's signature header")
 }
 
 func TestHMACSHA256(t *testing.T) {
@@ -414,7 +431,7 @@ func TestHandlerReplaysCorruptRecord(t *testing.T) {
 	mem, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
 	require.NoError(t, err)
 	pub := &published{}
-	h, err := idempotency.NewHandler(corruptStore{mem}, pub.publish, idempotency.Options{})
+	h, err := idempotency.NewHandler(corruptStore{mem}, pub.publish, idempotency.Options{Provider: testProvider()})
 	require.NoError(t, err)
 	first := serve(h, githubRequest("delivery-1", `{}`))
 	require.Equal(t, http.StatusAccepted, first.Code)
@@ -488,6 +505,7 @@ func TestHandlerReleaseLost(t *testing.T) {
 		clock.Add(time.Hour) // the failing side effect outlived its claim
 	}}
 	h, err := idempotency.NewHandler(store, pub.publish, idempotency.Options{
+		Provider:      testProvider(),
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 	})
 	require.NoError(t, err)

@@ -37,9 +37,43 @@ var (
 	ErrSignature = errors.New("idempotency: bad signature")
 	// ErrNoKey: the request carries no usable idempotency key (400).
 	ErrNoKey = errors.New("idempotency: no idempotency key")
-	// ErrMalformed: the body is not a JSON object (400).
+	// ErrMalformed: the body is not a JSON object, or the event type is
+	// missing (400).
 	ErrMalformed = errors.New("idempotency: malformed body")
+	// ErrNoPartition: the payload names no tenant to partition it by
+	// (Provider.Partition); answered 422.
+	ErrNoPartition = errors.New("idempotency: payload has no partition key")
+	// ErrIgnored is returned, wrapped, by an Options.Check hook for an event
+	// the application does not consume: it is answered 200, claims nothing,
+	// publishes nothing, and is counted in idempotency.ignored.
+	ErrIgnored = errors.New("idempotency: event not consumed")
 )
+
+// RejectError is a permanent rejection of a delivery by an Options.Check
+// hook: the Handler answers Status with Reason, claims nothing and publishes
+// nothing. Build it with [Reject].
+type RejectError struct {
+	// Status is a 4xx status code.
+	Status int
+	// Reason is sent as the response body, for the provider's delivery log.
+	Reason string
+}
+
+// Reject returns a *RejectError: the delivery can never be accepted (it
+// fails validation, cannot be normalized), so retrying it is pointless.
+// A status outside 400..499 becomes 422. Jira Cloud retries 408, 409, 425
+// and 429; use another 4xx for a final answer.
+func Reject(status int, reason string) error {
+	if status < 400 || status > 499 {
+		status = http.StatusUnprocessableEntity
+	}
+	return &RejectError{Status: status, Reason: reason}
+}
+
+// Error implements error.
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("idempotency: rejected with %d: %s", e.Status, e.Reason)
+}
 
 // Delivery is one verified webhook request, handed to the side effect.
 // Header and Body belong to the Handler; a side effect must not modify them
@@ -49,10 +83,26 @@ type Delivery struct {
 	// event id that downstream deduplication relies on, so a side effect
 	// must carry it along (kafkapub puts it in a message header).
 	Key string
-	// Source names the provider, from Options.Source ("github", "jira").
+	// Source names the provider, from Options.Source or Provider.Name
+	// ("github", "jira").
 	Source string
-	Header http.Header
-	// Body is the raw request body, a valid JSON object.
+	// Event is the provider's event type ("pull_request",
+	// "jira:issue_updated"), from Provider.EventHeader or EventField.
+	Event string
+	// HookID is the id of the webhook that sent the delivery, if the
+	// provider says (GitHub's X-GitHub-Hook-ID).
+	HookID string
+	// Retry is the provider's retry count (Jira's
+	// X-Atlassian-Webhook-Retry); 0 on a first attempt or when the
+	// provider does not say.
+	Retry int
+	// Partition is the tenant the event belongs to (Provider.Partition):
+	// kafkapub's default message key, so that one tenant's events stay on
+	// one partition. Empty without a Provider.Partition.
+	Partition string
+	Header    http.Header
+	// Body is the JSON payload, a valid JSON object: the request body, or
+	// the decoded payload field of a form-encoded one.
 	Body []byte
 }
 
@@ -121,10 +171,11 @@ func BodyFingerprint(d Delivery) string {
 
 // parser turns a request into a Delivery, or rejects it. It claims nothing.
 type parser struct {
-	maxBody int64
-	key     KeyFunc
-	verify  Verifier
-	source  string
+	maxBody  int64
+	key      KeyFunc
+	verify   Verifier
+	source   string
+	provider Provider
 }
 
 // parse reads and checks r. Rejections wrap ErrBodyTooLarge, ErrSignature,
@@ -160,10 +211,19 @@ func (p *parser) parse(h http.Header, body io.Reader) (Delivery, error) {
 	if key == "" || len(key) > MaxKeyBytes {
 		return Delivery{}, fmt.Errorf("%w: key length %d not in [1, %d]", ErrNoKey, len(key), MaxKeyBytes)
 	}
+	// The signature covers the body as sent; what is published is the JSON
+	// inside it.
+	if b, err = p.provider.decodeBody(h, b); err != nil {
+		return Delivery{}, err
+	}
 	if !isJSONObject(b) {
 		return Delivery{}, fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}
-	return Delivery{Key: key, Source: p.source, Header: h, Body: b}, nil
+	d := Delivery{Key: key, Source: p.source, Header: h, Body: b}
+	if err := p.provider.metadata(h, &d); err != nil {
+		return Delivery{}, err
+	}
+	return d, nil
 }
 
 // isJSONObject reports whether b is one valid JSON object.

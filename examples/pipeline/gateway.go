@@ -55,12 +55,15 @@ func startGateway(ctx context.Context, brokers []string, topic string, store ide
 	}
 	mux := http.NewServeMux()
 	for path, opts := range map[string]idempotency.Options{
-		"/webhooks/github": {Source: "github", Verify: idempotency.GitHubSignature(webhookSecret)},
-		"/webhooks/jira": {
-			Source: "jira",
-			Key:    idempotency.HeaderKey(idempotency.HeaderJiraWebhookID),
-			Verify: idempotency.HMACSHA256("X-Hub-Signature", webhookSecret),
-		},
+		// The demo's providers send pre-normalized events without the
+		// providers' event headers: only the key and signature headers of
+		// the presets are used.
+		"/webhooks/github": {Secret: webhookSecret, Provider: idempotency.Provider{
+			Name: "github", KeyHeader: idempotency.HeaderGitHubDelivery, SignatureHeader: idempotency.HeaderGitHubSignature,
+		}},
+		"/webhooks/jira": {Secret: webhookSecret, Provider: idempotency.Provider{
+			Name: "jira", KeyHeader: idempotency.HeaderJiraWebhookID, SignatureHeader: idempotency.HeaderJiraSignature,
+		}},
 	} {
 		opts.RetryAfter = time.Second
 		h, err := idempotency.NewHandler(store, flaky.Publish, opts)

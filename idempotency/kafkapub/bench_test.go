@@ -53,8 +53,8 @@ func BenchmarkGateway(b *testing.B) {
 		store, err := redisstore.New(rdb, redisstore.Options{Prefix: testenv.Name(b, "idem") + ":"})
 		require.NoError(b, err)
 		h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{
-			Verify: idempotency.GitHubSignature(secret),
-			Source: "github",
+			Provider: idempotency.GitHub(),
+			Secret:   secret,
 		})
 		require.NoError(b, err)
 		return h
@@ -92,7 +92,7 @@ func benchServe(b *testing.B, h http.Handler, keyPrefix string) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}}
 	defer client.CloseIdleConnections()
 
-	body := []byte(`{"action":"opened","organization":{"id":7},"pull_request":{"number":1347,"title":"Amazing new feature"}}`)
+	body := []byte(`{"action":"opened","organization":{"login":"octo-org"},"pull_request":{"number":1347,"title":"Amazing new feature"}}`)
 	sig := idempotency.SignGitHub(secret, body)
 	var (
 		seq       atomic.Int64
@@ -110,6 +110,7 @@ func benchServe(b *testing.B, h http.Handler, keyPrefix string) {
 			key := keyPrefix + "-" + strconv.FormatInt(seq.Add(1), 10)
 			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(string(body)))
 			req.Header.Set(idempotency.HeaderGitHubDelivery, key)
+			req.Header.Set(idempotency.HeaderGitHubEvent, "pull_request")
 			req.Header.Set(idempotency.HeaderGitHubSignature, sig)
 			t0 := time.Now()
 			resp, err := client.Do(req)

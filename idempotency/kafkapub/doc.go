@@ -1,19 +1,28 @@
 // Package kafkapub publishes webhook deliveries to Kafka with kafka-go, as
 // the side effect of an idempotency.Handler:
 //
-//	pub, err := kafkapub.New(ctx, brokers, "webhooks", kafkapub.Options{
-//		PartitionKey: orgID, // per-organisation order
-//		Logger:       logger,
-//	})
+//	pub, err := kafkapub.New(ctx, brokers, "webhooks", kafkapub.Options{Logger: logger})
 //	defer pub.Close()
-//	h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{Source: "github"})
+//	h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{
+//		Provider: idempotency.GitHub(),
+//		Secret:   secret,
+//	})
+//
+// Each message carries the provider's metadata as headers (event-id,
+// source, event-type, hook-id, retry); a consumer reads them with
+// ReadMetadata instead of looking headers up by hand. Its key is the
+// delivery's tenant (Delivery.Partition: the GitHub organization or owner,
+// the Jira site and project), so one tenant's events share a partition.
 //
 // The writer is configured so that "returned nil" means "durable": acks=all
 // set explicitly (kafka-go's zero value is acks=none, which reports no
 // errors at all), synchronous writes, and a BatchTimeout of a few
 // milliseconds instead of kafka-go's 1 s, which would make every webhook wait
-// a second. Messages are keyed by Options.PartitionKey, so all events of one
-// entity land on one partition in publish order.
+// a second (GitHub gives up on an answer after 10 s). Messages are keyed by
+// Options.PartitionKey, so all events of one entity land on one partition in
+// publish order. Window aggregates are kept per partition: a window's key
+// must be a function of the partition key's fields, or its events spread
+// over partitions and each writes a partial row.
 //
 // At start-up New reads the topic's min.insync.replicas and replication
 // factor and warns through the logger when acks=all is weaker than it sounds

@@ -46,8 +46,9 @@ func newGateway(t *testing.T, redisAddr string, brokers []string, opts idempoten
 	store, err := redisstore.New(g.rdb, redisstore.Options{Prefix: g.prefix})
 	require.NoError(t, err)
 	pub := newPublisher(t, brokers, g.topic, kafkapub.Options{})
-	opts.Verify = idempotency.GitHubSignature(secret)
-	opts.Source = "github"
+	opts.Provider = idempotency.GitHub()
+	opts.Provider.Partition = nil // these tests' payloads are not whole GitHub events
+	opts.Secret = secret
 	h, err := idempotency.NewHandler(store, pub.Publish, opts)
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
@@ -75,6 +76,7 @@ func (g *gateway) send(t *testing.T, key, body, sig string) reply {
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idempotency.HeaderGitHubDelivery, key)
+	req.Header.Set(idempotency.HeaderGitHubEvent, "pull_request")
 	req.Header.Set(idempotency.HeaderGitHubSignature, sig)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

@@ -37,7 +37,78 @@ const (
 	HeaderEventID = "event-id"
 	// HeaderSource carries Delivery.Source.
 	HeaderSource = "source"
+	// HeaderEventType carries Delivery.Event, the provider's event type.
+	HeaderEventType = "event-type"
+	// HeaderHookID carries Delivery.HookID; absent when empty.
+	HeaderHookID = "hook-id"
+	// HeaderRetry carries Delivery.Retry in decimal; absent when 0.
+	HeaderRetry = "retry"
 )
+
+// ErrNoMetadata is returned by ReadMetadata for a message without an
+// event-id header or with a malformed one.
+var ErrNoMetadata = errors.New("kafkapub: message has no delivery metadata")
+
+// Metadata is the provider metadata Publish puts in a message's headers.
+type Metadata struct {
+	EventID   string // HeaderEventID: the delivery id, the dedup key
+	Source    string // HeaderSource: "github", "jira"
+	EventType string // HeaderEventType: "pull_request", "jira:issue_updated"
+	HookID    string // HeaderHookID
+	Retry     int    // HeaderRetry
+}
+
+// ReadMetadata reads the headers Publish wrote on m. It fails with
+// ErrNoMetadata when m has no event-id header (it was not written by
+// Publish) or a retry header that is not a number. When a header appears
+// twice the last one wins, as in Kafka's own header lookups.
+func ReadMetadata(m kafka.Message) (Metadata, error) {
+	var md Metadata
+	var retry string
+	for _, h := range m.Headers {
+		switch h.Key {
+		case HeaderEventID:
+			md.EventID = string(h.Value)
+		case HeaderSource:
+			md.Source = string(h.Value)
+		case HeaderEventType:
+			md.EventType = string(h.Value)
+		case HeaderHookID:
+			md.HookID = string(h.Value)
+		case HeaderRetry:
+			retry = string(h.Value)
+		}
+	}
+	if md.EventID == "" {
+		return Metadata{}, fmt.Errorf("%w: no %s header (partition %d, offset %d)", ErrNoMetadata, HeaderEventID, m.Partition, m.Offset)
+	}
+	if retry != "" {
+		n, err := strconv.Atoi(retry)
+		if err != nil || n < 0 {
+			return Metadata{}, fmt.Errorf("%w: %s header %q (partition %d, offset %d)", ErrNoMetadata, HeaderRetry, retry, m.Partition, m.Offset)
+		}
+		md.Retry = n
+	}
+	return md, nil
+}
+
+// Headers returns the message headers of d's metadata, as Publish writes
+// them: event id and source always, event type, hook id and retry when set.
+func Headers(d idempotency.Delivery) []kafka.Header {
+	hs := make([]kafka.Header, 2, 5)
+	hs[0] = kafka.Header{Key: HeaderEventID, Value: []byte(d.Key)}
+	hs[1] = kafka.Header{Key: HeaderSource, Value: []byte(d.Source)}
+	if d.Event != "" {
+		hs = append(hs, kafka.Header{Key: HeaderEventType, Value: []byte(d.Event)})
+	}
+	if d.HookID != "" {
+		hs = append(hs, kafka.Header{Key: HeaderHookID, Value: []byte(d.HookID)})
+	}
+	if d.Retry > 0 {
+		hs = append(hs, kafka.Header{Key: HeaderRetry, Value: []byte(strconv.Itoa(d.Retry))})
+	}
+	return hs
+}
 
 // ErrInvalid is returned by New for an unusable configuration.
 var ErrInvalid = errors.New("kafkapub: invalid configuration")
@@ -46,9 +117,17 @@ var ErrInvalid = errors.New("kafkapub: invalid configuration")
 type Options struct {
 	// PartitionKey returns the message key of a delivery: the entity whose
 	// events must stay in order, for example the organisation id. Messages
-	// with one key go to one partition, in publish order. Default: the
-	// delivery key, which spreads load but orders nothing. An error fails
-	// the Publish (and so answers the webhook 503).
+	// with one key go to one partition, in publish order. An error fails
+	// the Publish (and so answers the webhook 503). Default:
+	// Delivery.Partition (the provider's tenant: GitHub organization or
+	// owner, Jira site and project), else the delivery key, which spreads
+	// load but orders nothing.
+	//
+	// Window aggregates are kept per partition: a window key (for example
+	// organisation and employee) must be derived from fields that the
+	// partition key is derived from too, or one window's events spread
+	// over partitions and each partition's processor writes a partial row.
+	// See window.PartitionCheck.
 	PartitionKey func(d idempotency.Delivery) ([]byte, error)
 	// Balancer maps keys to partitions. Default kafka.Murmur2Balancer, the
 	// Java client's partitioner, so producers in other languages agree.
@@ -103,7 +182,12 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 		return nil, fmt.Errorf("%w: negative BatchTimeout, MaxAttempts or WriteTimeout", ErrInvalid)
 	}
 	if opts.PartitionKey == nil {
-		opts.PartitionKey = func(d idempotency.Delivery) ([]byte, error) { return []byte(d.Key), nil }
+		opts.PartitionKey = func(d idempotency.Delivery) ([]byte, error) {
+			if d.Partition != "" {
+				return []byte(d.Partition), nil
+			}
+			return []byte(d.Key), nil
+		}
 	}
 	if opts.Balancer == nil {
 		opts.Balancer = kafka.Murmur2Balancer{}
@@ -178,7 +262,8 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 // Publish writes one message for d and returns nil only once the broker has
 // acknowledged it with acks=all. The message's key comes from
 // Options.PartitionKey, its value is d.Body, and its headers carry
-// HeaderEventID (d.Key) and HeaderSource.
+// HeaderEventID (d.Key), HeaderSource, and HeaderEventType, HeaderHookID and
+// HeaderRetry when set (see Headers; consumers read them with ReadMetadata).
 //
 // Publish may write d twice: kafka-go has no idempotent producer, so a retry
 // after a lost acknowledgement, or a Publish whose ctx ends while the batch
@@ -190,14 +275,7 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	if err != nil {
 		return fmt.Errorf("kafkapub: partition key of %q: %w", d.Key, err)
 	}
-	msg := kafka.Message{
-		Key:   key,
-		Value: d.Body,
-		Headers: []kafka.Header{
-			{Key: HeaderEventID, Value: []byte(d.Key)},
-			{Key: HeaderSource, Value: []byte(d.Source)},
-		},
-	}
+	msg := kafka.Message{Key: key, Value: d.Body, Headers: Headers(d)}
 	start := p.opts.Now()
 	err = p.w.WriteMessages(ctx, msg)
 	if err != nil {

@@ -1,0 +1,68 @@
+package kafkapub_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+func TestReadMetadata(t *testing.T) {
+	tests := []struct {
+		name string
+		give idempotency.Delivery
+		want kafkapub.Metadata
+	}{
+		{"github", idempotency.Delivery{Key: "d1", Source: "github", Event: "push", HookID: "42"},
+			kafkapub.Metadata{EventID: "d1", Source: "github", EventType: "push", HookID: "42"}},
+		{"jira retry", idempotency.Delivery{Key: "j1", Source: "jira", Event: "jira:issue_updated", Retry: 3},
+			kafkapub.Metadata{EventID: "j1", Source: "jira", EventType: "jira:issue_updated", Retry: 3}},
+	}
+	for _, tt := range tests {
+		got, err := kafkapub.ReadMetadata(kafka.Message{Headers: kafkapub.Headers(tt.give)})
+		require.NoError(t, err, tt.name)
+		assert.Equal(t, tt.want, got, tt.name)
+	}
+	_, err := kafkapub.ReadMetadata(kafka.Message{})
+	assert.ErrorIs(t, err, kafkapub.ErrNoMetadata)
+	_, err = kafkapub.ReadMetadata(kafka.Message{Headers: []kafka.Header{{Key: kafkapub.HeaderEventID, Value: []byte("d")}, {Key: kafkapub.HeaderRetry, Value: []byte("x")}}})
+	assert.ErrorIs(t, err, kafkapub.ErrNoMetadata)
+}
+
+// Publish writes the metadata and the delivery's partition key; a consumer
+// reads them back from the record with ReadMetadata.
+func TestPublishMetadataAndPartitionKey(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "meta")
+	testenv.CreateTopic(t, brokers, topic, 3)
+	p := newPublisher(t, brokers, topic, kafkapub.Options{SkipDurabilityCheck: true})
+	d := idempotency.Delivery{Key: "d1", Source: "github", Event: "pull_request", HookID: "42", Partition: "github/acme", Body: []byte(`{}`)}
+	require.NoError(t, p.Publish(context.Background(), d))
+
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: partitionOf(t, "github/acme", 3), MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := r.ReadMessage(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "github/acme", string(m.Key))
+	md, err := kafkapub.ReadMetadata(m)
+	require.NoError(t, err)
+	assert.Equal(t, kafkapub.Metadata{EventID: "d1", Source: "github", EventType: "pull_request", HookID: "42"}, md)
+}
+
+func partitionOf(t *testing.T, key string, n int) int {
+	t.Helper()
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = i
+	}
+	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(key)}, parts...)
+}
