@@ -77,6 +77,11 @@
 // input, deduplicated upstream (package dedup) so a redelivery is not
 // counted twice; the sink writes every row before the checkpoint that
 // covers it completes, into a table keyed by (Key, Start, End) with Version
-// as the version column. Session windows are not offered: merging sessions
+// as the version column. Aggregates are kept per partition (one Operator
+// per partition's chain), so every event of one window key must live in one
+// Kafka partition: the producer's partition key must determine the window
+// key (kafkapub keys webhooks by tenant: a window keyed by organisation and
+// employee fits). PartitionCheck catches a key seen on two partitions with a
+// loud ErrKeySplit instead of two partial rows. Session windows are not offered: merging sessions
 // changes a window's bounds, which a table keyed by window cannot retract.
 package window

@@ -1,0 +1,554 @@
+package githubredeliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	// DefaultBaseURL is GitHub's REST API. GitHub Enterprise Server's is
+	// https://HOST/api/v3.
+	DefaultBaseURL = "https://api.github.com"
+	// DefaultWindow is how far back GitHub lets deliveries be redelivered.
+	DefaultWindow = 72 * time.Hour
+	// DefaultInterval is Run's pause between passes.
+	DefaultInterval = time.Minute
+	// DefaultBackoff is the wait after a redelivery request before the
+	// same GUID is requested again without news; it doubles with every
+	// request, up to DefaultMaxBackoff.
+	DefaultBackoff    = time.Minute
+	DefaultMaxBackoff = time.Hour
+	// DefaultMaxWait bounds a rate-limit wait inside a pass.
+	DefaultMaxWait = time.Minute
+	// DefaultPerPage is the page size of the deliveries list (GitHub's
+	// maximum).
+	DefaultPerPage = 100
+	// secondaryWait is GitHub's advice after a secondary rate limit
+	// without Retry-After: wait at least a minute.
+	secondaryWait = time.Minute
+	// windowMargin keeps a request clear of the window's edge, where
+	// GitHub's clock and ours could disagree.
+	windowMargin = 5 * time.Minute
+)
+
+// Errors returned by this package.
+var (
+	// ErrInvalidOptions reports options New refuses.
+	ErrInvalidOptions = errors.New("githubredeliver: invalid options")
+	// ErrCorruptState reports a saved state that cannot be read.
+	ErrCorruptState = errors.New("githubredeliver: corrupt state")
+	// ErrRateLimited matches a *RateLimitError.
+	ErrRateLimited = errors.New("githubredeliver: rate limited")
+)
+
+// RateLimitError ends a pass that would have to wait longer than
+// Options.MaxWait for GitHub's rate limit. Run waits until Until.
+type RateLimitError struct {
+	Until time.Time
+}
+
+// Error implements error.
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("githubredeliver: rate limited until %s", e.Until.UTC().Format(time.RFC3339))
+}
+
+// Is reports whether target is ErrRateLimited.
+func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited }
+
+// APIError is a GitHub answer that is neither success nor a rate limit.
+type APIError struct {
+	Method, URL string
+	Status      int
+	Message     string
+}
+
+// Error implements error.
+func (e *APIError) Error() string {
+	return fmt.Sprintf("githubredeliver: %s %s: %d %s", e.Method, e.URL, e.Status, e.Message)
+}
+
+// Hook names the webhook whose deliveries are watched.
+type Hook struct {
+	path string // e.g. /repos/o/r/hooks/42
+}
+
+// RepoHook is the webhook id of repository owner/repo.
+func RepoHook(owner, repo string, id int64) Hook {
+	return Hook{path: "/repos/" + url.PathEscape(owner) + "/" + url.PathEscape(repo) + "/hooks/" + strconv.FormatInt(id, 10)}
+}
+
+// OrgHook is the webhook id of organization org.
+func OrgHook(org string, id int64) Hook {
+	return Hook{path: "/orgs/" + url.PathEscape(org) + "/hooks/" + strconv.FormatInt(id, 10)}
+}
+
+// AppHook is the webhook of the GitHub App whose JWT Options.TokenFunc
+// supplies.
+func AppHook() Hook { return Hook{path: "/app/hook"} }
+
+// String returns the hook's API path.
+func (h Hook) String() string { return h.path }
+
+// Options configures a Redeliverer. Token or TokenFunc is required; every
+// other zero value is valid.
+type Options struct {
+	// Token is a personal access token (or an installation token) sent as
+	// "Authorization: Bearer". Repository hooks need admin:repo_hook or
+	// "Webhooks" read and write; organization hooks admin:org_hook.
+	Token string
+	// TokenFunc supplies the token for each request instead of Token: a
+	// GitHub App's JWT (for AppHook), or a refreshed installation token.
+	TokenFunc func(ctx context.Context) (string, error)
+	// BaseURL is the REST API's root. Default DefaultBaseURL.
+	BaseURL string
+	// HTTPClient sends the requests. Default: a client with a 30 s timeout.
+	HTTPClient *http.Client
+	// State keeps the cursor and pending GUIDs. Default: a MemoryState.
+	State State
+	// Window is how old a failed delivery may be and still be
+	// redelivered. Default DefaultWindow (GitHub's 3 days).
+	Window time.Duration
+	// Interval is Run's pause between passes. Default DefaultInterval.
+	Interval time.Duration
+	// Backoff and MaxBackoff space out requests for a GUID whose
+	// redeliveries keep failing: after the n-th request the next waits
+	// Backoff<<(n-1), at most MaxBackoff, unless a failed attempt newer
+	// than the request is listed (then the next pass requests again).
+	Backoff, MaxBackoff time.Duration
+	// MaxWait bounds a rate-limit wait inside a pass. Default
+	// DefaultMaxWait.
+	MaxWait time.Duration
+	// PerPage is the list's page size, 1..100. Default DefaultPerPage.
+	PerPage int
+	// Retryable reports whether a failed delivery's status code is worth
+	// a redelivery. Default: 0 (no answer), 408, 409, 425, 429 and 5xx;
+	// any other 4xx is the gateway's final answer.
+	Retryable func(statusCode int) bool
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives each redelivery request and every expired GUID.
+	// Default: discards.
+	Logger *slog.Logger
+}
+
+// DefaultRetryable is the default Options.Retryable.
+func DefaultRetryable(code int) bool {
+	switch {
+	case code == 0, code == 408, code == 409, code == 425, code == 429, code >= 500:
+		return true
+	}
+	return false
+}
+
+// Result is what one pass did.
+type Result struct {
+	// Listed is the number of deliveries listed.
+	Listed int
+	// Redelivered are the GUIDs whose redelivery was requested.
+	Redelivered []string
+	// Waiting are GUIDs still failing whose next request waits for its
+	// backoff or for a requested redelivery to show up.
+	Waiting []string
+	// Succeeded are pending GUIDs seen succeeding in this pass.
+	Succeeded []string
+	// Rejected are GUIDs whose newest attempt failed with a status that is
+	// not Retryable (the gateway rejected the payload for good).
+	Rejected []string
+	// Expired are GUIDs that failed and can no longer be redelivered: the
+	// events are lost unless recovered another way.
+	Expired []string
+}
+
+// Redeliverer redelivers one hook's failed deliveries. See the package doc.
+type Redeliverer struct {
+	hook Hook
+	base *url.URL
+	opts Options
+}
+
+// New returns a Redeliverer of hook.
+func New(hook Hook, opts Options) (*Redeliverer, error) {
+	if hook.path == "" {
+		return nil, fmt.Errorf("%w: no hook (RepoHook, OrgHook or AppHook)", ErrInvalidOptions)
+	}
+	if opts.Token == "" && opts.TokenFunc == nil {
+		return nil, fmt.Errorf("%w: Token or TokenFunc is required", ErrInvalidOptions)
+	}
+	if opts.BaseURL == "" {
+		opts.BaseURL = DefaultBaseURL
+	}
+	base, err := url.Parse(strings.TrimSuffix(opts.BaseURL, "/"))
+	if err != nil || base.Host == "" || (base.Scheme != "https" && base.Scheme != "http") {
+		return nil, fmt.Errorf("%w: BaseURL %q", ErrInvalidOptions, opts.BaseURL)
+	}
+	if opts.PerPage < 0 || opts.PerPage > 100 {
+		return nil, fmt.Errorf("%w: PerPage %d not in 1..100", ErrInvalidOptions, opts.PerPage)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"Window", &opts.Window, DefaultWindow},
+		{"Interval", &opts.Interval, DefaultInterval},
+		{"Backoff", &opts.Backoff, DefaultBackoff},
+		{"MaxBackoff", &opts.MaxBackoff, DefaultMaxBackoff},
+		{"MaxWait", &opts.MaxWait, DefaultMaxWait},
+	} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if opts.PerPage == 0 {
+		opts.PerPage = DefaultPerPage
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if opts.State == nil {
+		opts.State = &MemoryState{}
+	}
+	if opts.Retryable == nil {
+		opts.Retryable = DefaultRetryable
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Redeliverer{hook: hook, base: base, opts: opts}, nil
+}
+
+// Run runs a pass every Options.Interval until ctx ends, and returns
+// ctx.Err() then. A pass that fails is logged and tried again at the next
+// interval; a rate limit is waited out.
+func (r *Redeliverer) Run(ctx context.Context) error {
+	for {
+		wait := r.opts.Interval
+		res, err := r.Pass(ctx)
+		var rl *RateLimitError
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &rl):
+			wait = max(wait, rl.Until.Sub(r.opts.Now()))
+			r.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "githubredeliver: rate limited", slog.Time("until", rl.Until))
+		case err != nil:
+			r.opts.Logger.LogAttrs(ctx, slog.LevelError, "githubredeliver: pass failed", slog.String("hook", r.hook.path), slog.Any("error", err))
+		default:
+			r.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "githubredeliver: pass",
+				slog.Int("listed", res.Listed), slog.Int("redelivered", len(res.Redelivered)), slog.Int("waiting", len(res.Waiting)))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// delivery is one item of GitHub's deliveries list.
+type delivery struct {
+	ID          int64     `json:"id"`
+	GUID        string    `json:"guid"`
+	DeliveredAt time.Time `json:"delivered_at"`
+	Redelivery  bool      `json:"redelivery"`
+	Status      string    `json:"status"`
+	StatusCode  int       `json:"status_code"`
+	Event       string    `json:"event"`
+}
+
+func (d delivery) ok() bool { return d.StatusCode >= 200 && d.StatusCode <= 299 }
+
+// Pass lists the hook's deliveries newer than the state's cursor, requests
+// the redelivery of every GUID that failed and never succeeded, and saves
+// the state. A pass that fails part way saves what it did: GUIDs requested
+// before the failure are not requested again before their backoff.
+func (r *Redeliverer) Pass(ctx context.Context) (Result, error) {
+	snap, err := r.opts.State.Load(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	snap = snap.clone()
+	now := r.opts.Now()
+	cutoff := now.Add(-r.opts.Window)
+
+	listed, err := r.list(ctx, snap.Through, cutoff)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Listed: len(listed)}
+
+	// Oldest first, so a GUID's newest attempt is the last one folded.
+	slices.SortFunc(listed, func(a, b delivery) int { return cmpInt64(a.ID, b.ID) })
+	succeeded := make(map[string]bool)
+	fresh := make(map[string]bool) // GUIDs with a failed attempt newer than their last request
+	for _, d := range listed {
+		if d.ID > snap.Through {
+			snap.Through = d.ID
+		}
+		if d.ok() {
+			succeeded[d.GUID] = true
+			continue
+		}
+		p, known := snap.Pending[d.GUID]
+		if known && d.ID <= p.DeliveryID {
+			continue
+		}
+		p.DeliveryID, p.DeliveredAt, p.StatusCode = d.ID, d.DeliveredAt, d.StatusCode
+		snap.Pending[d.GUID] = p
+		if p.Requests == 0 || d.ID > p.RequestedThrough {
+			fresh[d.GUID] = true
+		}
+	}
+	for guid := range succeeded {
+		if _, ok := snap.Pending[guid]; ok {
+			res.Succeeded = append(res.Succeeded, guid)
+		}
+		delete(snap.Pending, guid)
+	}
+	slices.Sort(res.Succeeded)
+
+	guids := slices.Sorted(func(yield func(string) bool) {
+		for g := range snap.Pending {
+			if !yield(g) {
+				return
+			}
+		}
+	})
+	var passErr error
+	for _, guid := range guids {
+		p := snap.Pending[guid]
+		switch {
+		case !r.opts.Retryable(p.StatusCode):
+			res.Rejected = append(res.Rejected, guid)
+			delete(snap.Pending, guid)
+			r.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "githubredeliver: delivery rejected by the gateway for good; not redelivered",
+				slog.String("guid", guid), slog.Int("status_code", p.StatusCode))
+			continue
+		case p.DeliveredAt.Before(cutoff.Add(windowMargin)):
+			res.Expired = append(res.Expired, guid)
+			delete(snap.Pending, guid)
+			r.opts.Logger.LogAttrs(ctx, slog.LevelError, "githubredeliver: failed delivery left GitHub's redelivery window; the event is lost unless recovered by hand",
+				slog.String("guid", guid), slog.Int64("delivery_id", p.DeliveryID), slog.Time("delivered_at", p.DeliveredAt))
+			continue
+		case passErr != nil, !fresh[guid] && now.Before(p.RequestedAt.Add(r.backoff(p.Requests))):
+			res.Waiting = append(res.Waiting, guid)
+			continue
+		}
+		if err := r.redeliver(ctx, p.DeliveryID); err != nil {
+			passErr = err
+			res.Waiting = append(res.Waiting, guid)
+			continue
+		}
+		p.Requests++
+		p.RequestedAt = r.opts.Now()
+		p.RequestedThrough = snap.Through
+		snap.Pending[guid] = p
+		res.Redelivered = append(res.Redelivered, guid)
+		r.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "githubredeliver: redelivery requested",
+			slog.String("guid", guid), slog.Int64("delivery_id", p.DeliveryID), slog.Int("status_code", p.StatusCode), slog.Int("request", p.Requests))
+	}
+	if err := r.opts.State.Save(context.WithoutCancel(ctx), snap); err != nil {
+		return res, errors.Join(passErr, err)
+	}
+	return res, passErr
+}
+
+func (r *Redeliverer) backoff(requests int) time.Duration {
+	d := r.opts.Backoff
+	for i := 1; i < requests && d < r.opts.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, r.opts.MaxBackoff)
+}
+
+// list returns the deliveries with an id above through that were delivered
+// after cutoff, following the Link header's next cursor.
+func (r *Redeliverer) list(ctx context.Context, through int64, cutoff time.Time) ([]delivery, error) {
+	next := r.base.JoinPath(r.hook.path, "deliveries")
+	next.RawQuery = url.Values{"per_page": {strconv.Itoa(r.opts.PerPage)}}.Encode()
+	var out []delivery
+	for next != nil {
+		resp, body, err := r.do(ctx, http.MethodGet, next)
+		if err != nil {
+			return nil, err
+		}
+		var page []delivery
+		if err := json.Unmarshal(body, &page); err != nil {
+			return nil, fmt.Errorf("githubredeliver: GET %s: decode: %w", next.Redacted(), err)
+		}
+		stop := len(page) == 0
+		for _, d := range page {
+			// Newest first: everything past this one is older.
+			if d.ID <= through || d.DeliveredAt.Before(cutoff) {
+				stop = true
+				break
+			}
+			out = append(out, d)
+		}
+		if stop {
+			break
+		}
+		if next, err = r.nextLink(resp.Header.Get("Link")); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// nextLink returns the rel="next" URL of a Link header, or nil. It refuses
+// a URL on another host than BaseURL's: the token must not leave it.
+func (r *Redeliverer) nextLink(link string) (*url.URL, error) {
+	for part := range strings.SplitSeq(link, ",") {
+		target, params, ok := strings.Cut(strings.TrimSpace(part), ";")
+		if !ok || !strings.Contains(params, `rel="next"`) {
+			continue
+		}
+		u, err := url.Parse(strings.Trim(strings.TrimSpace(target), "<>"))
+		if err != nil {
+			return nil, fmt.Errorf("githubredeliver: Link header %q: %w", link, err)
+		}
+		u = r.base.ResolveReference(u)
+		if u.Host != r.base.Host || u.Scheme != r.base.Scheme {
+			return nil, fmt.Errorf("githubredeliver: Link header points to %s, not %s; refusing to send the token there", u.Host, r.base.Host)
+		}
+		return u, nil
+	}
+	return nil, nil
+}
+
+func (r *Redeliverer) redeliver(ctx context.Context, id int64) error {
+	u := r.base.JoinPath(r.hook.path, "deliveries", strconv.FormatInt(id, 10), "attempts")
+	_, _, err := r.do(ctx, http.MethodPost, u)
+	return err
+}
+
+// do sends one request, waiting out rate limits up to MaxWait, and returns
+// a 2xx response with its body.
+func (r *Redeliverer) do(ctx context.Context, method string, u *url.URL) (*http.Response, []byte, error) {
+	for {
+		token := r.opts.Token
+		if r.opts.TokenFunc != nil {
+			t, err := r.opts.TokenFunc(ctx)
+			if err != nil {
+				return nil, nil, fmt.Errorf("githubredeliver: token: %w", err)
+			}
+			token = t
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("githubredeliver: %w", err)
+		}
+		req.Header.Set("Accept", "application/vnd.github+json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+		resp, err := r.opts.HTTPClient.Do(req)
+		if err != nil {
+			return nil, nil, fmt.Errorf("githubredeliver: %s %s: %w", method, u.Redacted(), err)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		resp.Body.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("githubredeliver: %s %s: read: %w", method, u.Redacted(), err)
+		}
+		now := r.opts.Now()
+		limited := resp.StatusCode == http.StatusTooManyRequests ||
+			resp.StatusCode == http.StatusForbidden && isRateLimit(resp.Header, body)
+		if resp.StatusCode/100 == 2 {
+			// Out of requests: the next one would be refused, so wait
+			// for the reset before returning to the caller's next call.
+			if resp.Header.Get("X-RateLimit-Remaining") == "0" {
+				if until, ok := resetTime(resp.Header); ok && until.After(now) {
+					if err := r.wait(ctx, now, until); err != nil {
+						return nil, nil, err
+					}
+				}
+			}
+			return resp, body, nil
+		}
+		if !limited {
+			var msg struct {
+				Message string `json:"message"`
+			}
+			_ = json.Unmarshal(body, &msg)
+			return nil, nil, &APIError{Method: method, URL: u.Redacted(), Status: resp.StatusCode, Message: msg.Message}
+		}
+		until := now.Add(secondaryWait)
+		if s := resp.Header.Get("Retry-After"); s != "" {
+			if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+				until = now.Add(time.Duration(n) * time.Second)
+			}
+		} else if t, ok := resetTime(resp.Header); ok && resp.Header.Get("X-RateLimit-Remaining") == "0" {
+			until = t
+		}
+		if err := r.wait(ctx, now, until); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// wait sleeps until until, or fails with a *RateLimitError when that is
+// more than MaxWait away.
+func (r *Redeliverer) wait(ctx context.Context, now, until time.Time) error {
+	d := until.Sub(now)
+	if d > r.opts.MaxWait {
+		return &RateLimitError{Until: until}
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// isRateLimit tells a 403 that is a rate limit from one that is a
+// permission error: a rate limit has no requests remaining, a Retry-After,
+// or says so in its message.
+func isRateLimit(h http.Header, body []byte) bool {
+	if h.Get("X-RateLimit-Remaining") == "0" || h.Get("Retry-After") != "" {
+		return true
+	}
+	return strings.Contains(strings.ToLower(string(body)), "rate limit")
+}
+
+func resetTime(h http.Header) (time.Time, bool) {
+	n, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(n, 0), true
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
