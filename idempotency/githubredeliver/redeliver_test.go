@@ -204,7 +204,7 @@ func TestPassRedeliversWhatFailedAndNeverSucceeded(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	f, srv := newFake(t, "/repos/octo-org/app/hooks/42", clk.Now)
 	now := clk.Now()
-	f.add("too-old", now.Add(-80*time.Hour), 503, false)        // outside the 3-day window
+	f.add("too-old", now.Add(-80*time.Hour), 503, false) // outside the 3-day window
 	f.add("at-the-edge", now.Add(-72*time.Hour+time.Minute), 503, false)
 	f.add("recovered", now.Add(-2*time.Hour), 503, false)
 	f.add("ok", now.Add(-90*time.Minute), 202, false)
