@@ -117,7 +117,10 @@ type Options struct {
 	// Buffer is how many fetched records wait ahead of the chain. Default:
 	// DefaultBuffer.
 	Buffer int
-	// Dialer for brokers. Default: kafka-go's default dialer.
+	// Dialer for every broker connection (group coordinator, partition
+	// readers, offset and topic checks): set its TLS (a *tls.Config) and
+	// SASLMechanism (sasl/plain.Mechanism, sasl/scram.Mechanism) to reach
+	// a managed Kafka. Default: kafka-go's default dialer, plain TCP.
 	Dialer *kafka.Dialer
 	// Logger. Default: discard.
 	Logger *slog.Logger

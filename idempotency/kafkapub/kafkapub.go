@@ -142,6 +142,12 @@ type Options struct {
 	// SkipDurabilityCheck skips the start-up check of the topic's
 	// min.insync.replicas and replication factor. Default false.
 	SkipDurabilityCheck bool
+	// Transport connects to the brokers, for both the writes and the
+	// durability check: set its TLS (a *tls.Config) and SASL
+	// (sasl/plain.Mechanism, sasl/scram.Mechanism) to reach a managed
+	// Kafka. Default: a new kafka.Transport, plain TCP without
+	// authentication.
+	Transport *kafka.Transport
 	// Logger receives the durability warning. Default: discards.
 	Logger *slog.Logger
 	// MeterProvider receives the metrics. Default: no-op.
@@ -217,7 +223,10 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 		return nil, fmt.Errorf("kafkapub: metrics: %w", err)
 	}
 
-	transport := &kafka.Transport{}
+	transport := opts.Transport
+	if transport == nil {
+		transport = &kafka.Transport{}
+	}
 	p := &Publisher{
 		w: &kafka.Writer{
 			Addr:     kafka.TCP(brokers...),

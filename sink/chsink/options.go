@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ClickHouse/ch-go"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
@@ -81,6 +82,14 @@ type Options struct {
 	User, Password string
 	// DialTimeout bounds connecting; default DefaultDialTimeout.
 	DialTimeout time.Duration
+	// Client is the base of every connection's ch-go options: TLS (a
+	// *tls.Config, for ClickHouse Cloud's secure native port 9440),
+	// Compression, Settings sent with every query, QuotaKey, a custom
+	// Dialer. The sink sets Address from Table.Addr, Database and
+	// DialTimeout from the fields above, User and Password when they are
+	// set above, ReadTimeout to InsertTimeout, and ClientName when empty.
+	// Default: the zero ch.Options (plain TCP, no compression).
+	Client ch.Options
 
 	// MaxRows flushes a batch at this many rows; default DefaultMaxRows.
 	// Keep it below the server's max_insert_block_size (1,048,449) so a

@@ -231,11 +231,18 @@ func (s *Sink[T]) initMetrics() error {
 }
 
 func (s *Sink[T]) dial(ctx context.Context) (*ch.Client, error) {
-	c, err := ch.Dial(ctx, ch.Options{
-		Address: s.table.Addr, Database: s.opts.Database, User: s.opts.User, Password: s.opts.Password,
-		DialTimeout: s.opts.DialTimeout, ClientName: "exactlyonce-chsink",
-		ReadTimeout: s.opts.InsertTimeout,
-	})
+	o := s.opts.Client
+	o.Address, o.Database, o.DialTimeout, o.ReadTimeout = s.table.Addr, s.opts.Database, s.opts.DialTimeout, s.opts.InsertTimeout
+	if s.opts.User != "" {
+		o.User = s.opts.User
+	}
+	if s.opts.Password != "" {
+		o.Password = s.opts.Password
+	}
+	if o.ClientName == "" {
+		o.ClientName = "exactlyonce-chsink"
+	}
+	c, err := ch.Dial(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("chsink: dial %s: %w", s.table.Addr, err)
 	}
