@@ -19,7 +19,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/dedup"
-	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
@@ -38,11 +37,29 @@ var DDL = []string{
 	SETTINGS non_replicated_deduplication_window = 1000`,
 }
 
-// Event is one webhook delivery's body.
+// Event is what the processor keeps of a GitHub push delivery.
 type Event struct {
-	Org string    `json:"org"`
-	At  time.Time `json:"at"`
-	ID  string    `json:"-"` // the delivery id, from the event-id header
+	Org string    // organization.login
+	At  time.Time // head_commit.timestamp
+	ID  string    // the delivery id, from the event-id header
+}
+
+// parseEvent reads the fields of a GitHub push payload the processor uses.
+func parseEvent(m kafka.Message) (Event, error) {
+	var p struct {
+		Organization struct{ Login string } `json:"organization"`
+		HeadCommit   struct {
+			Timestamp time.Time `json:"timestamp"`
+		} `json:"head_commit"`
+	}
+	if err := json.Unmarshal(m.Value, &p); err != nil {
+		return Event{}, fmt.Errorf("offset %d: %w", m.Offset, err)
+	}
+	md, err := kafkapub.ReadMetadata(m)
+	if err != nil {
+		return Event{}, fmt.Errorf("offset %d: %w", m.Offset, err)
+	}
+	return Event{Org: p.Organization.Login, At: p.HeadCommit.Timestamp, ID: md.EventID}, nil
 }
 
 type minuteRow = window.Row[uint64]
@@ -64,16 +81,6 @@ func minuteSchema() []chsink.Column[minuteRow] {
 	}
 }
 
-// PartitionKey sends every event of an organisation to one partition, so
-// one chain holds all of its windows: the gateway's kafkapub.Options.
-func PartitionKey(d idempotency.Delivery) ([]byte, error) {
-	var ev Event
-	if err := json.Unmarshal(d.Body, &ev); err != nil {
-		return nil, err
-	}
-	return []byte(ev.Org), nil
-}
-
 // Config says where the processor writes.
 type Config struct {
 	ClickHouse string // host:port
@@ -81,7 +88,8 @@ type Config struct {
 	Storage    checkpoint.Storage // checkpoints and sink journals
 }
 
-// NewProcessor builds one partition's chain: dedup by delivery id, the
+// NewProcessor builds one partition's chain (the gateway's kafkapub keys
+// messages by organization, so one chain holds all windows of one): dedup by delivery id, the
 // events sink, a one-minute count per organisation and its sink. The
 // Source runs the sinks' flush timers and closes everything when the
 // chain ends.
@@ -127,14 +135,9 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			return nil
 		}
 		proc.Process = func(ctx context.Context, m kafka.Message) error {
-			var ev Event
-			if err := json.Unmarshal(m.Value, &ev); err != nil {
-				return fmt.Errorf("offset %d: %w", m.Offset, err) // stop, never skip
-			}
-			for _, h := range m.Headers {
-				if h.Key == kafkapub.HeaderEventID {
-					ev.ID = string(h.Value)
-				}
+			ev, err := parseEvent(m)
+			if err != nil {
+				return err // stop, never skip
 			}
 			cursor.At(m.Offset)
 			key = dedup.AppendKey(key[:0], ev.Org, ev.ID)

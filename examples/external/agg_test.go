@@ -3,6 +3,9 @@ package webhookagg_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -41,13 +44,16 @@ func TestPipeline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	// The gateway.
+	// The gateway: GitHub deliveries, signed with the webhook's secret.
+	secret := []byte("webhook secret")
 	store, err := redisstore.New(rdb, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
 	require.NoError(t, err)
-	pub, err := kafkapub.New(ctx, brokers, topic, kafkapub.Options{PartitionKey: webhookagg.PartitionKey})
+	pub, err := kafkapub.New(ctx, brokers, topic, kafkapub.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{Source: "github"})
+	h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{
+		Provider: idempotency.GitHub(), Secret: secret,
+	})
 	require.NoError(t, err)
 	gw := httptest.NewServer(h)
 	t.Cleanup(gw.Close)
@@ -71,10 +77,15 @@ func TestPipeline(t *testing.T) {
 	// first five minutes.
 	base := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	send := func(id string, org int, at time.Time) {
-		body := fmt.Sprintf(`{"org":"org-%d","at":%q}`, org, at.Format(time.RFC3339Nano))
+		body := fmt.Sprintf(`{"ref":"refs/heads/main","organization":{"login":"org-%d"},"head_commit":{"timestamp":%q}}`,
+			org, at.Format(time.RFC3339Nano))
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL, bytes.NewBufferString(body))
 		require.NoError(t, err)
 		req.Header.Set(idempotency.HeaderGitHubDelivery, id)
+		req.Header.Set(idempotency.HeaderGitHubEvent, "push")
+		mac := hmac.New(sha256.New, secret)
+		mac.Write([]byte(body))
+		req.Header.Set(idempotency.HeaderGitHubSignature, "sha256="+hex.EncodeToString(mac.Sum(nil)))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
