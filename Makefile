@@ -13,6 +13,10 @@ CHDB_TGZ     := $(CACHE_DIR)/chdb/chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz
 # path and the lock match internal/embedded's EnsureVersityGW.
 VGW_VERSION  := v1.8.0
 VGW_DIR      := $(CACHE_DIR)/versitygw/$(VGW_VERSION)
+# GitHub's maintained example payloads and its signer, the test data of
+# idempotency (internal/testenv/octokit.go reads them from the same place).
+OCTOKIT_DIR  := $(CACHE_DIR)/octokit
+OCTOKIT_PKGS := @octokit/webhooks-examples@7.6.1 @octokit/webhooks-methods@6.0.0
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps test demo bench
@@ -24,7 +28,7 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 deps:
 	@pkgs=""; \
 	if [ -z "$${REDIS_ADDR:-}" ] && [ ! -x /usr/bin/redis-server ] && ! command -v redis-server >/dev/null; then pkgs="$$pkgs redis-server"; fi; \
-	if [ -z "$${CLICKHOUSE_ADDR:-}" ] && [ ! -f "$(CHDB_TGZ)" ] && ! command -v npm >/dev/null; then pkgs="$$pkgs npm"; fi; \
+	if ! command -v npm >/dev/null; then pkgs="$$pkgs npm"; fi; \
 	if [ -z "$${CLICKHOUSE_ADDR:-}" ] && ! command -v gcc >/dev/null; then pkgs="$$pkgs gcc libc6-dev"; fi; \
 	if [ -n "$$pkgs" ]; then \
 		echo "deps: apt-get install$$pkgs"; \
@@ -41,6 +45,21 @@ deps:
 				mv "$$tmp/$$(basename "$(CHDB_TGZ)")" "$(CHDB_TGZ)"; \
 			fi'; \
 	fi
+	@for spec in $(OCTOKIT_PKGS); do \
+		name=$${spec%@*}; version=$${spec##*@}; \
+		tgz="$(OCTOKIT_DIR)/$$(echo "$${name#@}" | tr / -)-$$version.tgz"; \
+		if [ ! -f "$$tgz" ]; then \
+			mkdir -p "$(OCTOKIT_DIR)" && \
+			flock "$(OCTOKIT_DIR)/.lock" bash -euo pipefail -c ' \
+				if [ ! -f "'"$$tgz"'" ]; then \
+					echo "deps: npm pack '"$$spec"' into $(OCTOKIT_DIR)"; \
+					tmp=$$(mktemp -d "$(OCTOKIT_DIR)/npm-pack-XXXXXX"); \
+					trap "rm -rf $$tmp" EXIT; \
+					(cd "$$tmp" && npm pack --silent "'"$$spec"'" >/dev/null); \
+					mv "$$tmp/$$(basename "'"$$tgz"'")" "'"$$tgz"'"; \
+				fi' || exit 1; \
+		fi; \
+	done
 	@if [ -z "$${S3_ENDPOINT:-}" ] && [ ! -x "$(VGW_DIR)/versitygw" ]; then \
 		mkdir -p "$(VGW_DIR)" && \
 		flock "$(VGW_DIR)/.lock" bash -euo pipefail -c ' \

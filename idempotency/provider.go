@@ -153,7 +153,7 @@ func GitHubPartition(_ string, body []byte) (string, error) {
 	case p.Sender != nil && p.Sender.Login != "":
 		login = p.Sender.Login
 	default:
-		return "", fmt.Errorf("%w: no organization, repository owner, installation or sender", ErrNoPartition)
+		return "github", nil
 	}
 	return "github/" + strings.ToLower(login), nil
 }

@@ -1,11 +1,16 @@
 package idempotency_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -183,7 +188,7 @@ func TestMissingEventOrPartition(t *testing.T) {
 	r := gitHubDelivery("d-1", "", "application/json", prOpened)
 	r.Header.Del(idempotency.HeaderGitHubEvent)
 	assert.Equal(t, http.StatusBadRequest, serve(h, r).Code)
-	w := serve(h, gitHubDelivery("d-2", "pull_request", "application/json", `{"action":"opened"}`))
+	w := serve(h, gitHubDelivery("d-2", "pull_request", "application/json", `{"sender":[1]}`))
 	assert.Equal(t, http.StatusUnprocessableEntity, w.Code)
 	assert.Contains(t, w.Body.String(), "partition")
 	assert.Empty(t, rec.all())
@@ -204,7 +209,10 @@ func TestGitHubPartition(t *testing.T) {
 		require.NoError(t, err, tt.name)
 		assert.Equal(t, tt.want, got, tt.name)
 	}
-	_, err := idempotency.GitHubPartition("push", []byte(`{"action":"x"}`))
+	got, err := idempotency.GitHubPartition("security_advisory", []byte(`{"action":"published","security_advisory":{}}`))
+	require.NoError(t, err)
+	assert.Equal(t, "github", got, "an event of no account")
+	_, err = idempotency.GitHubPartition("push", []byte(`{"sender":"not an object"}`))
 	assert.ErrorIs(t, err, idempotency.ErrNoPartition)
 }
 
@@ -272,4 +280,43 @@ func counterSum(t *testing.T, reader *sdkmetric.ManualReader, name string) int64
 		}
 	}
 	return n
+}
+
+// Jira Cloud payloads built to Atlassian's documented shapes (testdata/jira),
+// delivered with Jira's headers and a retry: accepted once, replayed on the
+// retry, with the event type from the body and the site and project as the
+// partition key.
+func TestJiraDocumentedPayloads(t *testing.T) {
+	rec := &recorder{}
+	h := presetHandler(t, rec, idempotency.Options{Provider: idempotency.JiraCloud()})
+	tests := []struct {
+		file, event string
+	}{
+		{"issue_created.json", "jira:issue_created"},
+		{"issue_updated.json", "jira:issue_updated"},
+		{"comment_created.json", "comment_created"},
+	}
+	for i, tt := range tests {
+		body, err := os.ReadFile(filepath.Join("testdata", "jira", tt.file))
+		require.NoError(t, err)
+		id := fmt.Sprintf("a7f1bb43-%04d", i)
+		for retry := range 2 {
+			r := httptest.NewRequest(http.MethodPost, "/webhooks/jira", bytes.NewReader(body))
+			r.Header.Set("Content-Type", "application/json; charset=utf-8")
+			r.Header.Set(idempotency.HeaderJiraWebhookID, id)
+			r.Header.Set("X-Atlassian-Webhook-Flow", "Primary")
+			if retry > 0 {
+				r.Header.Set(idempotency.HeaderJiraRetry, strconv.Itoa(retry))
+			}
+			r.Header.Set(idempotency.HeaderJiraSignature, idempotency.SignGitHub(secret, body))
+			w := serve(h, r)
+			require.Equal(t, http.StatusAccepted, w.Code, "%s: %s", tt.file, w.Body.String())
+			assert.Equal(t, retry > 0, w.Header().Get(idempotency.HeaderReplayed) == "true")
+		}
+		got := rec.all()
+		require.Len(t, got, i+1, "a retry publishes nothing")
+		assert.Equal(t, idempotency.Delivery{
+			Key: id, Source: "jira", Event: tt.event, Partition: "jira/acme.atlassian.net/OPS", Body: body,
+		}, got[i], tt.file)
+	}
 }

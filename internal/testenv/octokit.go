@@ -1,0 +1,219 @@
+package testenv
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+)
+
+// GitHub's own test data and signer, from npm, fetched into the cache by
+// `make deps` (or here, once, if npm is installed), never committed. The
+// versions match the Makefile's.
+const (
+	OctokitExamplesPackage = "@octokit/webhooks-examples"
+	OctokitExamplesVersion = "7.6.1"
+	OctokitMethodsPackage  = "@octokit/webhooks-methods"
+	OctokitMethodsVersion  = "6.0.0"
+)
+
+// GitHubExample is one example payload of one GitHub event type, as
+// @octokit/webhooks-examples maintains them.
+type GitHubExample struct {
+	Event string
+	Body  []byte
+}
+
+// GitHubExamples returns every example payload of api.github.com in
+// @octokit/webhooks-examples, event by event. Without the package and npm
+// to fetch it, the test fails when CI=true and is skipped otherwise.
+func GitHubExamples(t testing.TB) []GitHubExample {
+	t.Helper()
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	tgz, err := npmPack(ctx, OctokitExamplesPackage, OctokitExamplesVersion)
+	if err != nil {
+		unavailable(t, OctokitExamplesPackage, err)
+	}
+	var index []struct {
+		Name     string            `json:"name"`
+		Examples []json.RawMessage `json:"examples"`
+	}
+	b, err := readTarFile(tgz, "package/api.github.com/index.json")
+	if err == nil {
+		err = json.Unmarshal(b, &index)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", tgz, err)
+	}
+	var out []GitHubExample
+	for _, e := range index {
+		for _, raw := range e.Examples {
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, raw); err != nil {
+				t.Fatalf("%s: example of %s: %v", tgz, e.Name, err)
+			}
+			out = append(out, GitHubExample{Event: e.Name, Body: compact.Bytes()})
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: no examples", tgz)
+	}
+	return out
+}
+
+// OctokitSign returns the X-Hub-Signature-256 value of each payload under
+// secret, computed by GitHub's own signer (@octokit/webhooks-methods' sign,
+// run with node). Without node or the package, the test fails when CI=true
+// and is skipped otherwise.
+func OctokitSign(t testing.TB, secret string, payloads []string) []string {
+	t.Helper()
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	tgz, err := npmPack(ctx, OctokitMethodsPackage, OctokitMethodsVersion)
+	if err != nil {
+		unavailable(t, OctokitMethodsPackage, err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		unavailable(t, "node", fmt.Errorf("node runs %s (make deps installs it): %w", OctokitMethodsPackage, err))
+	}
+	index, err := readTarFile(tgz, "package/dist-node/index.js")
+	if err != nil {
+		t.Fatalf("%s: %v", tgz, err)
+	}
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "webhooks-methods.mjs")
+	if err := os.WriteFile(mod, index, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `import { sign } from ` + jsString("file://"+mod) + `;
+const chunks = [];
+for await (const c of process.stdin) chunks.push(c);
+const { secret, payloads } = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+const out = [];
+for (const p of payloads) out.push(await sign(secret, p));
+process.stdout.write(JSON.stringify(out));`
+	in, err := json.Marshal(struct {
+		Secret   string   `json:"secret"`
+		Payloads []string `json:"payloads"`
+	}{secret, payloads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, node, "--input-type=module", "-e", script)
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node sign: %v\n%s", err, stderr.String())
+	}
+	var sigs []string
+	if err := json.Unmarshal(outb, &sigs); err != nil || len(sigs) != len(payloads) {
+		t.Fatalf("node sign: %d signatures for %d payloads: %v", len(sigs), len(payloads), err)
+	}
+	return sigs
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s) // a JSON string is a JS string literal
+	return string(b)
+}
+
+// npmPack returns the cached tarball of pkg@version, running npm pack once
+// (under a file lock, through a temporary directory and a rename) if it is
+// absent. The cache layout is the Makefile's: <cache>/octokit/<tarball>.
+func npmPack(ctx context.Context, pkg, version string) (string, error) {
+	cache, err := embedded.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "octokit")
+	tgz := filepath.Join(dir, strings.ReplaceAll(strings.TrimPrefix(pkg, "@"), "/", "-")+"-"+version+".tgz")
+	if _, err := os.Stat(tgz); err == nil {
+		return tgz, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	for {
+		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if _, err := os.Stat(tgz); err == nil {
+		return tgz, nil
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return "", fmt.Errorf("npm is needed to fetch %s@%s (make deps installs it): %w: %w", pkg, version, embedded.ErrNotInstalled, err)
+	}
+	tmp, err := os.MkdirTemp(dir, "npm-pack-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, npm, "pack", "--silent", pkg+"@"+version, "--pack-destination", tmp)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("npm pack %s@%s: %w\n%s", pkg, version, err, out)
+	}
+	if err := os.Rename(filepath.Join(tmp, filepath.Base(tgz)), tgz); err != nil {
+		return "", err
+	}
+	return tgz, nil
+}
+
+// readTarFile returns the content of name in the gzipped tarball tgz.
+func readTarFile(tgz, name string) ([]byte, error) {
+	f, err := os.Open(tgz)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, err
+	}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("no %s", name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if h.Name == name {
+			return io.ReadAll(tr)
+		}
+	}
+}
