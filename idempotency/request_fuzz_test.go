@@ -61,3 +61,45 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseForm feeds arbitrary form-encoded bodies, signed, to the parser
+// of the GitHub preset. It must never panic; whatever it accepts is a JSON
+// object decoded from the payload field, with the event header's type;
+// whatever it rejects carries ErrMalformed. Run with:
+// go test -fuzz FuzzParseForm ./idempotency/
+func FuzzParseForm(f *testing.F) {
+	secret := []byte("fuzz-secret")
+	for _, s := range []string{
+		"payload=%7B%22zen%22%3A%22x%22%7D",
+		"payload=%7B",
+		"payload=1&payload=2",
+		"a=b",
+		"%zz",
+		"payload=%5B%5D",
+		"",
+	} {
+		f.Add(s)
+	}
+	p := parser{maxBody: 1024, key: HeaderKey(HeaderGitHubDelivery), verify: GitHubSignature(secret), provider: GitHub()}
+	f.Fuzz(func(t *testing.T, body string) {
+		h := http.Header{}
+		h.Set("Content-Type", "application/x-www-form-urlencoded")
+		h.Set(HeaderGitHubSignature, SignGitHub(secret, []byte(body)))
+		h.Set(HeaderGitHubDelivery, "k")
+		h.Set(HeaderGitHubEvent, "push")
+		d, err := p.parse(h, strings.NewReader(body))
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrBodyTooLarge) {
+				t.Fatalf("unclassified rejection: %v", err)
+			}
+			return
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(d.Body, &obj); err != nil {
+			t.Fatalf("accepted a payload that is not a JSON object: %q: %v", d.Body, err)
+		}
+		if d.Event != "push" || d.Key != "k" {
+			t.Fatalf("delivery %+v", d)
+		}
+	})
+}

@@ -40,6 +40,9 @@ type fakeGitHub struct {
 	// gatewayStatus is the status a redelivery gets; 0: none is made
 	// (GitHub has not got to it yet).
 	gatewayStatus int
+	// deliver, when set, makes each redelivery for real (to a gateway)
+	// and returns its status, instead of gatewayStatus.
+	deliver func(guid string) int
 	// limit, when set, answers the next request instead.
 	limit func(w http.ResponseWriter) bool
 	gets  int
@@ -124,11 +127,15 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.posts = append(f.posts, id)
-		if f.gatewayStatus != 0 {
-			f.mu.Unlock()
-			f.add(f.deliveries[i].GUID, f.now(), f.gatewayStatus, true)
-			f.mu.Lock()
+		status, guid := f.gatewayStatus, f.deliveries[i].GUID
+		f.mu.Unlock()
+		if f.deliver != nil {
+			status = f.deliver(guid)
 		}
+		if status != 0 {
+			f.add(guid, f.now(), status, true)
+		}
+		f.mu.Lock()
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte(`{}`))
 	default:
