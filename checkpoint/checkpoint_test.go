@@ -44,7 +44,7 @@ func (c *counter) CheckpointCompleted(_ context.Context, id checkpoint.ID) error
 	return nil
 }
 
-var p0 = checkpoint.Partition{Topic: "t", Partition: 0}
+var p0 = checkpoint.TopicPartition{Topic: "t", Partition: 0}
 
 func newCoord(t *testing.T, storage checkpoint.Storage, opts checkpoint.Options) *checkpoint.Coordinator {
 	t.Helper()
@@ -326,7 +326,7 @@ func TestTriggerWaitsForChainsAndDetach(t *testing.T) {
 	require.NoError(t, coord.Trigger(ctx), "no chains attached: nothing to do")
 
 	// A barrier pending when the chain detaches fails with ErrChainStopped.
-	task2, err := coord.Attach(ctx, checkpoint.Partition{Topic: "t", Partition: 1}, map[string]checkpoint.Participant{"c": &counter{}})
+	task2, err := coord.Attach(ctx, checkpoint.TopicPartition{Topic: "t", Partition: 1}, map[string]checkpoint.Participant{"c": &counter{}})
 	require.NoError(t, err)
 	errc := make(chan error, 1)
 	go func() { errc <- coord.Trigger(ctx) }()

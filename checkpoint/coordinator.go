@@ -32,12 +32,15 @@ var (
 	// it had failed (nothing written, no offset moved), but the chain goes
 	// on, and the next barrier tries again.
 	ErrDeclined = errors.New("checkpoint: participant declined the barrier")
+	// ErrInvalidOptions is wrapped by the errors NewStore and
+	// NewCoordinator return for a missing argument or an invalid option.
+	ErrInvalidOptions = errors.New("checkpoint: invalid options")
 )
 
 // Error describes a checkpoint that did not complete: nothing was written
 // and no offset moved.
 type Error struct {
-	Partition   Partition
+	Partition   TopicPartition
 	ID          ID
 	Participant string // empty when the failure was not a participant's
 	Op          string // "snapshot", "save" or "notify"
@@ -94,7 +97,7 @@ type Coordinator struct {
 // NewCoordinator returns a Coordinator writing checkpoints to store.
 func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 	if store == nil {
-		return nil, errors.New("checkpoint: NewCoordinator: nil Store")
+		return nil, fmt.Errorf("%w: NewCoordinator: nil Store", ErrInvalidOptions)
 	}
 	if opts.Interval == 0 {
 		opts.Interval = DefaultInterval
@@ -244,7 +247,7 @@ type Meta struct {
 // and Detach when it stops.
 type Task struct {
 	c            *Coordinator
-	p            Partition
+	p            TopicPartition
 	names        []string
 	participants map[string]Participant
 	attrs        attribute.Set
@@ -270,7 +273,7 @@ type Task struct {
 // starts empty. A participant's Restore error is returned as is: restore
 // does not fall back to an older checkpoint for it, since the error may be
 // transient.
-func (c *Coordinator) Attach(ctx context.Context, p Partition, participants map[string]Participant) (*Task, error) {
+func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants map[string]Participant) (*Task, error) {
 	t := &Task{
 		c: c, p: p, participants: participants,
 		names:    slices.Sorted(maps.Keys(participants)),

@@ -30,7 +30,7 @@ func Example() {
 	store, _ := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
 	defer coord.Close()
-	p := checkpoint.Partition{Topic: "events", Partition: 0}
+	p := checkpoint.TopicPartition{Topic: "events", Partition: 0}
 	input := []int{5, 7, 11, 13}
 
 	// First run: process two records, checkpoint, process one more, crash.

@@ -11,20 +11,23 @@ import (
 	"time"
 )
 
-// Partition names one Kafka topic-partition: the unit that owns a processing
-// chain, its participants' state and its checkpoints.
-type Partition struct {
+// TopicPartition names one Kafka topic-partition: the unit that owns a
+// processing chain, its participants' state, its checkpoints and a sink's
+// journal. Partition is an int, as in kafka-go's Message.Partition and
+// group assignments, so a partition from kafka-go needs no conversion.
+type TopicPartition struct {
 	Topic     string
 	Partition int
 }
 
-func (p Partition) String() string { return p.Topic + "/" + strconv.Itoa(p.Partition) }
+// String formats p as "topic/partition".
+func (p TopicPartition) String() string { return p.Topic + "/" + strconv.Itoa(p.Partition) }
 
 // Checkpoint is one completed checkpoint of one partition's chain: the next
 // offset to read and every participant's state at that same position.
 type Checkpoint struct {
 	ID        ID
-	Partition Partition
+	Partition TopicPartition
 	// NextOffset is the offset of the first record the state does not
 	// reflect: a restored chain reads from here.
 	NextOffset int64
@@ -137,7 +140,7 @@ func Decode(data []byte) (*Checkpoint, error) {
 	}
 	rest = rest[hlen:]
 	cp := &Checkpoint{
-		ID: ID(h.ID), Partition: Partition{Topic: h.Topic, Partition: h.Partition},
+		ID: ID(h.ID), Partition: TopicPartition{Topic: h.Topic, Partition: h.Partition},
 		NextOffset: h.NextOffset, Created: h.Created, Duration: time.Duration(h.DurationNS),
 		Generation: h.Generation, Member: h.Member,
 		States: make(map[string][]byte, len(h.States)),

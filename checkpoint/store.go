@@ -49,19 +49,19 @@ type Store struct {
 // NewStore returns a Store over storage.
 func NewStore(storage Storage, opts StoreOptions) (*Store, error) {
 	if storage == nil {
-		return nil, errors.New("checkpoint: NewStore: nil Storage")
+		return nil, fmt.Errorf("%w: NewStore: nil Storage", ErrInvalidOptions)
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
 	if !ValidName(opts.Prefix) {
-		return nil, fmt.Errorf("checkpoint: NewStore: prefix %q: %w", opts.Prefix, ErrInvalidName)
+		return nil, fmt.Errorf("%w: NewStore: prefix %q: %w", ErrInvalidOptions, opts.Prefix, ErrInvalidName)
 	}
 	if opts.Keep == 0 {
 		opts.Keep = DefaultKeep
 	}
 	if opts.Keep < 0 {
-		return nil, fmt.Errorf("checkpoint: NewStore: Keep %d is negative", opts.Keep)
+		return nil, fmt.Errorf("%w: NewStore: Keep %d is negative", ErrInvalidOptions, opts.Keep)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -72,7 +72,7 @@ func NewStore(storage Storage, opts StoreOptions) (*Store, error) {
 // Storage returns the underlying Storage.
 func (s *Store) Storage() Storage { return s.storage }
 
-func (s *Store) dir(p Partition) (string, error) {
+func (s *Store) dir(p TopicPartition) (string, error) {
 	d := s.prefix + "/" + p.Topic + "/" + strconv.Itoa(p.Partition) + "/"
 	if p.Partition < 0 || !ValidName(d[:len(d)-1]) {
 		return "", fmt.Errorf("checkpoint: partition %s: %w", p, ErrInvalidName)
@@ -96,7 +96,7 @@ type entry struct {
 }
 
 // entries lists a partition's checkpoint names, newest first.
-func (s *Store) entries(ctx context.Context, p Partition) ([]entry, error) {
+func (s *Store) entries(ctx context.Context, p TopicPartition) ([]entry, error) {
 	d, err := s.dir(p)
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func (s *Store) Save(ctx context.Context, cp *Checkpoint) (size int, err error) 
 	return len(data), nil
 }
 
-func (s *Store) prune(ctx context.Context, p Partition) {
+func (s *Store) prune(ctx context.Context, p TopicPartition) {
 	es, err := s.entries(ctx, p)
 	if err != nil {
 		s.log.WarnContext(ctx, "checkpoint: listing old checkpoints failed", "partition", p.String(), "err", err)
@@ -169,7 +169,7 @@ func (s *Store) prune(ctx context.Context, p Partition) {
 // It skips a corrupt or foreign checkpoint (for another partition) with a
 // logged reason and falls back to the one before. Without any intact
 // checkpoint it returns an error wrapping ErrNotFound.
-func (s *Store) Latest(ctx context.Context, p Partition) (*Checkpoint, error) {
+func (s *Store) Latest(ctx context.Context, p TopicPartition) (*Checkpoint, error) {
 	es, err := s.entries(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
@@ -197,7 +197,7 @@ func (s *Store) Latest(ctx context.Context, p Partition) (*Checkpoint, error) {
 
 // List returns the IDs of the partition's stored checkpoints, newest first,
 // without reading them.
-func (s *Store) List(ctx context.Context, p Partition) ([]ID, error) {
+func (s *Store) List(ctx context.Context, p TopicPartition) ([]ID, error) {
 	es, err := s.entries(ctx, p)
 	if err != nil {
 		return nil, err

@@ -302,8 +302,8 @@ func (d *Deduplicator) Snapshot(ctx context.Context, _ checkpoint.ID) ([]byte, e
 
 // Restore implements checkpoint.Participant: it replaces the state with one
 // returned by Snapshot. A truncated, corrupt or unknown snapshot is rejected
-// with an error wrapping ErrCorruptSnapshot, ErrSnapshotVersion,
-// ErrIncompatibleSnapshot or ErrFull, and the state is left unchanged.
+// with an error wrapping ErrCorrupt, ErrUnsupportedVersion,
+// ErrIncompatible or ErrFull, and the state is left unchanged.
 func (d *Deduplicator) Restore(ctx context.Context, state []byte) error {
 	if d.closed {
 		return ErrClosed

@@ -354,7 +354,7 @@ func TestSnapshotExactIntoHashed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 
-	require.ErrorIs(t, exact.Restore(ctx, want), dedup.ErrIncompatibleSnapshot)
+	require.ErrorIs(t, exact.Restore(ctx, want), dedup.ErrIncompatible)
 }
 
 // TestRestoreRejects: every truncation and every single-bit flip of a valid
@@ -378,9 +378,9 @@ func TestRestoreRejects(t *testing.T) {
 				err := d.Restore(ctx, b)
 				require.Errorf(t, err, "%s accepted", name)
 				if len(b) >= 10 && string(b[:8]) == "EODEDUP\x00" && (b[8] != 1 || b[9] != 0) {
-					require.ErrorIsf(t, err, dedup.ErrSnapshotVersion, name)
+					require.ErrorIsf(t, err, dedup.ErrUnsupportedVersion, name)
 				} else {
-					require.ErrorIsf(t, err, dedup.ErrCorruptSnapshot, name)
+					require.ErrorIsf(t, err, dedup.ErrCorrupt, name)
 				}
 			}
 			for n := range len(valid) {

@@ -89,7 +89,7 @@
 // state gives byte-identical snapshots, whatever the insertion order, table
 // size or process. Restore checks everything (checksum, order, expiries,
 // lengths) before it replaces any state, and rejects a truncated, corrupt or
-// non-canonical snapshot with an error wrapping ErrCorruptSnapshot. Expiries
+// non-canonical snapshot with an error wrapping ErrCorrupt. Expiries
 // are absolute, so restoring into a Deduplicator with another TTL keeps
 // each entry's expiry. Snapshot and restore are linear in the number of
 // keys, with no sort.

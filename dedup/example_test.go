@@ -59,7 +59,7 @@ func ExampleDeduplicator_Restore() {
 	fmt.Println("first:", first)
 
 	err := after.Restore(ctx, state[:len(state)-1])
-	fmt.Println("truncated snapshot rejected:", errors.Is(err, dedup.ErrCorruptSnapshot))
+	fmt.Println("truncated snapshot rejected:", errors.Is(err, dedup.ErrCorrupt))
 	// Output:
 	// first: false
 	// truncated snapshot rejected: true

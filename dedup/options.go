@@ -224,17 +224,17 @@ var (
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("dedup: closed")
 
-	// ErrCorruptSnapshot is wrapped by the error Restore returns for a
+	// ErrCorrupt is wrapped by the error Restore returns for a
 	// truncated, corrupt or non-canonical snapshot. Nothing was loaded.
-	ErrCorruptSnapshot = errors.New("dedup: corrupt snapshot")
+	ErrCorrupt = errors.New("dedup: corrupt snapshot")
 
-	// ErrSnapshotVersion is wrapped by the error Restore returns for a
+	// ErrUnsupportedVersion is wrapped by the error Restore returns for a
 	// snapshot written by a newer, unknown format version. Nothing was
 	// loaded.
-	ErrSnapshotVersion = errors.New("dedup: unsupported snapshot version")
+	ErrUnsupportedVersion = errors.New("dedup: unsupported snapshot version")
 
-	// ErrIncompatibleSnapshot is returned by Restore when a snapshot of
+	// ErrIncompatible is returned by Restore when a snapshot of
 	// fingerprints only is restored into a deduplicator with ExactKeys.
 	// Nothing was loaded.
-	ErrIncompatibleSnapshot = errors.New("dedup: snapshot has no exact keys")
+	ErrIncompatible = errors.New("dedup: snapshot has no exact keys")
 )

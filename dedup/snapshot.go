@@ -74,7 +74,7 @@ func (d *Deduplicator) encodeSnapshot() []byte {
 }
 
 func corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 }
 
 // decodeSnapshot validates b completely and returns the table it describes,
@@ -88,7 +88,7 @@ func decodeSnapshot(b []byte, exact bool, expected int) (table, int64, error) {
 		return table{}, 0, corrupt("bad magic %q", b[:8])
 	}
 	if v := binary.LittleEndian.Uint16(b[8:]); v != snapshotVersion {
-		return table{}, 0, fmt.Errorf("%w: version %d, want %d", ErrSnapshotVersion, v, snapshotVersion)
+		return table{}, 0, fmt.Errorf("%w: version %d, want %d", ErrUnsupportedVersion, v, snapshotVersion)
 	}
 	body := b[:len(b)-trailerSize]
 	want := binary.LittleEndian.Uint32(b[len(b)-trailerSize:])
@@ -101,7 +101,7 @@ func decodeSnapshot(b []byte, exact bool, expected int) (table, int64, error) {
 	}
 	hasKeys := flags&flagExactKeys != 0
 	if exact && !hasKeys {
-		return table{}, 0, ErrIncompatibleSnapshot
+		return table{}, 0, ErrIncompatible
 	}
 	clock := int64(binary.LittleEndian.Uint64(b[12:]))
 	if clock < 0 || clock > maxClockNanos {

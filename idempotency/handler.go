@@ -152,24 +152,24 @@ func (o *Options) setDefaults() error {
 		{"RetryAfter", &o.RetryAfter, DefaultRetryAfter},
 	} {
 		if *d.v < 0 {
-			return fmt.Errorf("%w: %s %v is negative", ErrInvalid, d.name, *d.v)
+			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
 	if o.MaxBodyBytes < 0 {
-		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalid, o.MaxBodyBytes)
+		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidOptions, o.MaxBodyBytes)
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if o.PendingTTL <= o.SideEffectTimeout+o.StoreTimeout {
 		return fmt.Errorf("%w: PendingTTL %v must exceed SideEffectTimeout %v + StoreTimeout %v",
-			ErrInvalid, o.PendingTTL, o.SideEffectTimeout, o.StoreTimeout)
+			ErrInvalidOptions, o.PendingTTL, o.SideEffectTimeout, o.StoreTimeout)
 	}
 	if o.DoneTTL < o.PendingTTL {
-		return fmt.Errorf("%w: DoneTTL %v is shorter than PendingTTL %v", ErrInvalid, o.DoneTTL, o.PendingTTL)
+		return fmt.Errorf("%w: DoneTTL %v is shorter than PendingTTL %v", ErrInvalidOptions, o.DoneTTL, o.PendingTTL)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -232,7 +232,7 @@ var _ http.Handler = (*Handler)(nil)
 // Options.Key).
 func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 	if store == nil || effect == nil {
-		return nil, fmt.Errorf("%w: store and effect are required", ErrInvalid)
+		return nil, fmt.Errorf("%w: store and effect are required", ErrInvalidOptions)
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err

@@ -333,12 +333,12 @@ func TestNewHandlerValidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := idempotency.NewHandler(store, pub.publish, tt.give)
-		assert.ErrorIs(t, err, idempotency.ErrInvalid, tt.name)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidOptions, tt.name)
 	}
 	_, err = idempotency.NewHandler(nil, pub.publish, idempotency.Options{})
-	assert.ErrorIs(t, err, idempotency.ErrInvalid)
+	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
 	_, err = idempotency.NewHandler(store, nil, idempotency.Options{})
-	assert.ErrorIs(t, err, idempotency.ErrInvalid)
+	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
 	_, err = idempotency.NewHandler(store, pub.publish, idempotency.Options{})
 	assert.ErrorIs(t, err, idempotency.ErrInvalid, "the zero Options name no provider")
 	_, err = idempotency.NewHandler(store, pub.publish, idempotency.Options{Provider: idempotency.JiraCloud()})

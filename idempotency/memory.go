@@ -60,7 +60,7 @@ type memEntry struct {
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
 	if opts.MaxKeys < 0 {
-		return nil, fmt.Errorf("%w: MaxKeys %d is negative", ErrInvalid, opts.MaxKeys)
+		return nil, fmt.Errorf("%w: MaxKeys %d is negative", ErrInvalidOptions, opts.MaxKeys)
 	}
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = DefaultMaxKeys

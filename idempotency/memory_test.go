@@ -114,5 +114,5 @@ func TestMemoryStoreResponseNotAliased(t *testing.T) {
 
 func TestNewMemoryStoreInvalid(t *testing.T) {
 	_, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{MaxKeys: -1})
-	assert.ErrorIs(t, err, idempotency.ErrInvalid)
+	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
 }

@@ -34,8 +34,14 @@ var (
 	// maximum number of pending keys and can evict nothing.
 	ErrStoreFull = errors.New("idempotency: store full")
 
-	// ErrInvalid is returned for an empty key or a TTL that is not positive.
+	// ErrInvalid is returned by a Store for an empty key or a TTL that is
+	// not positive: a bad argument to one call.
 	ErrInvalid = errors.New("idempotency: invalid argument")
+
+	// ErrInvalidOptions is wrapped by the errors NewHandler, NewMemoryStore
+	// and the backends' constructors return for a missing argument or an
+	// invalid option.
+	ErrInvalidOptions = errors.New("idempotency: invalid options")
 )
 
 // DoneError is returned by Claim for a key whose side effect is done. Its

@@ -22,9 +22,9 @@ var (
 	// differ from the journaled batch that covers their positions.
 	ErrNondeterministic = errors.New("sink: replayed rows differ from the journaled batch")
 
-	// ErrJournalCorrupt reports journal entries that cannot be reconciled
+	// ErrCorrupt reports journal entries that cannot be reconciled
 	// (undecodable, or overlapping batches that were both inserted).
-	ErrJournalCorrupt = errors.New("sink: journal corrupt")
+	ErrCorrupt = errors.New("sink: journal corrupt")
 
 	// ErrJournalMissing reports that a snapshot expects journal entries that
 	// the journal no longer holds: the journal storage is not the one the
@@ -71,7 +71,7 @@ type ContentMismatchError struct {
 
 func (e *ContentMismatchError) Error() string {
 	return fmt.Sprintf("sink: %s table %s: journaled batch %s..%s (%d rows, hash %016x) replayed as %d rows ending %s, hash %016x: processing is not deterministic",
-		Source{e.Intent.Topic, e.Intent.Partition}, e.Intent.Table, e.Intent.First, e.Intent.Last,
+		checkpoint.TopicPartition{Topic: e.Intent.Topic, Partition: e.Intent.Partition}, e.Intent.Table, e.Intent.First, e.Intent.Last,
 		e.Intent.Rows, e.Intent.Hash, e.Rows, e.Last, e.Hash)
 }
 
@@ -90,7 +90,7 @@ type OutsideWindowError struct {
 
 func (e *OutsideWindowError) Error() string {
 	return fmt.Sprintf("sink: %s table %s: journaled batch %s..%s (token %s) is outside the deduplication window (%d blocks since, window %d)",
-		Source{e.Intent.Topic, e.Intent.Partition}, e.Intent.Table, e.Intent.First, e.Intent.Last,
+		checkpoint.TopicPartition{Topic: e.Intent.Topic, Partition: e.Intent.Partition}, e.Intent.Table, e.Intent.First, e.Intent.Last,
 		e.Intent.Token, e.BlocksSince, e.WindowBlocks)
 }
 

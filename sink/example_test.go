@@ -11,7 +11,7 @@ import (
 func ExampleJournal() {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	j, _ := sink.OpenJournal(store, "analytics.events", sink.Source{Topic: "webhooks", Partition: 0})
+	j, _ := sink.OpenJournal(store, "analytics.events", checkpoint.TopicPartition{Topic: "webhooks", Partition: 0})
 	_ = j.Claim(ctx)
 
 	first, last := sink.Position{Offset: 100}, sink.Position{Offset: 180, Index: 2}

@@ -33,7 +33,7 @@ type Intent struct {
 	Version   int       `json:"v"`
 	Table     string    `json:"table"`
 	Topic     string    `json:"topic"`
-	Partition int32     `json:"partition"`
+	Partition int       `json:"partition"`
 	First     Position  `json:"first"`
 	Last      Position  `json:"last"`
 	Rows      int       `json:"rows"`
@@ -138,7 +138,7 @@ type Journal struct {
 	store       checkpoint.Storage
 	prefix      string
 	table       string
-	src         Source
+	src         checkpoint.TopicPartition
 	instance    string
 	epoch       uint64
 	incarnation string
@@ -164,7 +164,7 @@ func maxPos(a *Position, b Position) *Position {
 
 // OpenJournal returns the journal of table for src. Table, topic must consist
 // of [A-Za-z0-9._-]. Nothing is read until Claim.
-func OpenJournal(store checkpoint.Storage, table string, src Source) (*Journal, error) {
+func OpenJournal(store checkpoint.Storage, table string, src checkpoint.TopicPartition) (*Journal, error) {
 	if store == nil {
 		return nil, errors.New("sink: journal: nil storage")
 	}
@@ -207,7 +207,7 @@ func (j *Journal) Claim(ctx context.Context) error {
 			return fmt.Errorf("sink: journal %s: read owner: %w", j.prefix, err)
 		default:
 			if err := json.Unmarshal(b, &rec); err != nil {
-				return fmt.Errorf("%w: owner record: %v", ErrJournalCorrupt, err)
+				return fmt.Errorf("%w: owner record: %v", ErrCorrupt, err)
 			}
 		}
 		rec.Epoch++
@@ -267,7 +267,7 @@ func (j *Journal) create(ctx context.Context, name string, data []byte) error {
 		if got, gerr := j.store.Get(ctx, name); gerr == nil && string(got) == string(data) {
 			return nil
 		}
-		return fmt.Errorf("%w: %s written twice with different content: %v", ErrJournalCorrupt, name, err)
+		return fmt.Errorf("%w: %s written twice with different content: %v", ErrCorrupt, name, err)
 	}
 	return err
 }
@@ -280,7 +280,7 @@ func (j *Journal) CheckOwner(ctx context.Context) error {
 	}
 	var rec ownerRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return fmt.Errorf("%w: owner record: %v", ErrJournalCorrupt, err)
+		return fmt.Errorf("%w: owner record: %v", ErrCorrupt, err)
 	}
 	if rec.Owner != j.instance || rec.Epoch != j.epoch {
 		return fmt.Errorf("%w (%s: epoch %d owned by %s, this instance %s epoch %d)", ErrFenced, j.src, rec.Epoch, rec.Owner, j.instance, j.epoch)
@@ -357,7 +357,7 @@ func (j *Journal) Ack(ctx context.Context, in *Intent) error {
 // by a fenced owner and never inserted); an unacknowledged entry of an older
 // epoch that overlaps a newer epoch's entry was written by a fenced owner
 // after the takeover and never inserted, so it is dropped; any other overlap
-// is ErrJournalCorrupt. An unacknowledged entry that spans after (starts at or
+// is ErrCorrupt. An unacknowledged entry that spans after (starts at or
 // before it, ends past it) is dropped too: only a fenced owner can have
 // written it, since a checkpoint never falls inside a batch of its own
 // lineage.
@@ -386,17 +386,17 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		if isAck {
 			var a ackRecord
 			if err := json.Unmarshal(b, &a); err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrJournalCorrupt, name, err)
+				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
 			}
 			acks, ackNames = append(acks, a), append(ackNames, name)
 			continue
 		}
 		var in Intent
 		if err := json.Unmarshal(b, &in); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrJournalCorrupt, name, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
 		}
 		if in.Version != intentVersion || in.Last.Compare(in.First) < 0 {
-			return nil, fmt.Errorf("%w: %s: version %d, range %s..%s", ErrJournalCorrupt, name, in.Version, in.First, in.Last)
+			return nil, fmt.Errorf("%w: %s: version %d, range %s..%s", ErrCorrupt, name, in.Version, in.First, in.Last)
 		}
 		known = append(known, entryRef{name: name, last: in.Last})
 		all = append(all, in)
@@ -467,7 +467,7 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 			case in.Epoch < prev.Epoch && !in.Acked:
 			default:
 				return nil, fmt.Errorf("%w: overlapping batches %s..%s (epoch %d) and %s..%s (epoch %d)",
-					ErrJournalCorrupt, prev.First, prev.Last, prev.Epoch, in.First, in.Last, in.Epoch)
+					ErrCorrupt, prev.First, prev.Last, prev.Epoch, in.First, in.Last, in.Epoch)
 			}
 			continue
 		}
@@ -555,7 +555,7 @@ func (j *Journal) Pruned(ctx context.Context) (Position, bool, error) {
 	}
 	var rec ownerRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return Position{}, false, fmt.Errorf("%w: owner record: %v", ErrJournalCorrupt, err)
+		return Position{}, false, fmt.Errorf("%w: owner record: %v", ErrCorrupt, err)
 	}
 	if rec.Pruned == nil {
 		return Position{}, false, nil

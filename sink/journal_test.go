@@ -12,7 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink"
 )
 
-var src = sink.Source{Topic: "events", Partition: 3}
+var src = checkpoint.TopicPartition{Topic: "events", Partition: 3}
 
 func pos(o int64, i uint32) sink.Position { return sink.Position{Offset: o, Index: i} }
 
@@ -116,7 +116,7 @@ func TestJournalOverlapOfAckedBatchesIsCorrupt(t *testing.T) {
 	y := record(t, b, pos(5, 0), pos(12, 0))
 	require.NoError(t, b.Ack(ctx, &y))
 	_, err := b.Load(ctx, nil)
-	require.ErrorIs(t, err, sink.ErrJournalCorrupt)
+	require.ErrorIs(t, err, sink.ErrCorrupt)
 }
 
 func TestJournalPrune(t *testing.T) {
@@ -203,11 +203,11 @@ func TestOpenJournalRejectsBadNames(t *testing.T) {
 	store := checkpoint.NewMemStorage()
 	tests := []struct {
 		table string
-		src   sink.Source
+		src   checkpoint.TopicPartition
 	}{
 		{"db/t", src},
-		{"db.t", sink.Source{Topic: "a b", Partition: 0}},
-		{"db.t", sink.Source{Topic: "ok", Partition: -1}},
+		{"db.t", checkpoint.TopicPartition{Topic: "a b", Partition: 0}},
+		{"db.t", checkpoint.TopicPartition{Topic: "ok", Partition: -1}},
 	}
 	for _, tt := range tests {
 		_, err := sink.OpenJournal(store, tt.table, tt.src)

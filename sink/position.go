@@ -1,9 +1,6 @@
 package sink
 
-import (
-	"fmt"
-	"strconv"
-)
+import "strconv"
 
 // Position locates a row in its source partition: the offset of the record
 // that produced it and the row's index among that record's rows. A chain hands
@@ -33,12 +30,3 @@ func (p Position) Compare(q Position) int {
 func (p Position) String() string {
 	return strconv.FormatInt(p.Offset, 10) + "." + strconv.FormatUint(uint64(p.Index), 10)
 }
-
-// Source names the Kafka topic-partition whose records produce a sink's rows.
-type Source struct {
-	Topic     string
-	Partition int32
-}
-
-// String formats s as "topic/partition".
-func (s Source) String() string { return fmt.Sprintf("%s/%d", s.Topic, s.Partition) }

@@ -50,7 +50,7 @@ func BenchmarkThroughput(b *testing.B) {
 				require.NoError(b, err)
 				var seen atomic.Int64
 				done := make(chan struct{})
-				newProc := func(_ context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+				newProc := func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 					d, err := dedup.New(time.Hour, dedup.Options{})
 					if err != nil {
 						return nil, err

@@ -20,7 +20,7 @@ type fetched struct {
 
 // runChain runs partition p's chain for one generation. It returns nil when
 // the generation (or Run) ends, and an error when the chain failed.
-func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.Partition) (err error) {
+func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.TopicPartition) (err error) {
 	// ctx ends with the ownership: the generation or Run, whichever first.
 	ctx, cancel := context.WithCancel(gctx)
 	defer cancel()
@@ -134,7 +134,7 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 
 // consume reads p from next until ctx ends, an error, or the reader reports
 // an offset out of range (oor). It returns the next offset to read.
-func (s *Source) consume(ctx context.Context, p checkpoint.Partition, next int64, proc *Processor, dl *deadLetters,
+func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next int64, proc *Processor, dl *deadLetters,
 	task *checkpoint.Task, meta checkpoint.Meta, commit func(context.Context, int64) error) (int64, bool, error) {
 	iso := kafka.ReadCommitted
 	if s.opts.ReadUncommitted {
@@ -245,7 +245,7 @@ func (s *Source) consume(ctx context.Context, p checkpoint.Partition, next int64
 
 // startOffset returns where the chain reads first: the restored checkpoint's
 // offset if it is inside the log, else what the policies say.
-func (s *Source) startOffset(ctx context.Context, p checkpoint.Partition, restored *checkpoint.Checkpoint) (int64, error) {
+func (s *Source) startOffset(ctx context.Context, p checkpoint.TopicPartition, restored *checkpoint.Checkpoint) (int64, error) {
 	first, last, err := s.logBounds(ctx, p)
 	if err != nil {
 		return 0, err
@@ -274,7 +274,7 @@ func (s *Source) startOffset(ctx context.Context, p checkpoint.Partition, restor
 }
 
 // logBounds returns the first offset and the high watermark of p.
-func (s *Source) logBounds(ctx context.Context, p checkpoint.Partition) (first, last int64, err error) {
+func (s *Source) logBounds(ctx context.Context, p checkpoint.TopicPartition) (first, last int64, err error) {
 	var errs []error
 	for _, b := range s.group.Brokers {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)

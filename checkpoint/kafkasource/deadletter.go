@@ -59,7 +59,7 @@ func (e *poisonError) Unwrap() []error { return []error{ErrPoison, e.err} }
 // topic meets a poison record: the chain stops at that offset rather than
 // skip it. It wraps ErrPoison and Process's error.
 type PoisonError struct {
-	Partition checkpoint.Partition
+	Partition checkpoint.TopicPartition
 	Offset    int64
 	Err       error // Process's error
 }
@@ -138,7 +138,7 @@ func newPoisonMetrics(mp metric.MeterProvider) (poisonMetrics, error) {
 	return poisonMetrics{records: c}, err
 }
 
-func (m poisonMetrics) add(ctx context.Context, p checkpoint.Partition, outcome string) {
+func (m poisonMetrics) add(ctx context.Context, p checkpoint.TopicPartition, outcome string) {
 	m.records.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(
 		attribute.String("topic", p.Topic), attribute.Int("partition", p.Partition), attribute.String("outcome", outcome)))
 }
@@ -162,7 +162,7 @@ func (m poisonMetrics) add(ctx context.Context, p checkpoint.Partition, outcome 
 type deadLetters struct {
 	cfg    DeadLetter
 	client *kafka.Client
-	source checkpoint.Partition
+	source checkpoint.TopicPartition
 
 	partition int   // dead-letter partition; -1 until known
 	from      int64 // see above; -1: the partition's first offset
@@ -174,7 +174,7 @@ type deadLetters struct {
 
 const deadLetterStateVersion = 1
 
-func newDeadLetters(cfg DeadLetter, brokers []string, source checkpoint.Partition) (*deadLetters, error) {
+func newDeadLetters(cfg DeadLetter, brokers []string, source checkpoint.TopicPartition) (*deadLetters, error) {
 	if cfg.Topic == "" {
 		return nil, errors.New("kafkasource: DeadLetter.Topic is empty")
 	}
@@ -382,7 +382,7 @@ func (d *deadLetters) origin(headers []kafka.Header) (int64, bool) {
 // handlePoison applies the chain's poison policy to the error Process
 // returned for m. It returns nil when the chain may go on (the record is in
 // the dead-letter topic), else the error that stops the chain.
-func (s *Source) handlePoison(ctx context.Context, p checkpoint.Partition, dl *deadLetters, m kafka.Message, err error) error {
+func (s *Source) handlePoison(ctx context.Context, p checkpoint.TopicPartition, dl *deadLetters, m kafka.Message, err error) error {
 	if !errors.Is(err, ErrPoison) {
 		return fmt.Errorf("kafkasource: %s: process offset %d: %w", p, m.Offset, err)
 	}

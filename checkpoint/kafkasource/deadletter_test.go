@@ -102,7 +102,7 @@ func TestPoisonChild(t *testing.T) {
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 20 * time.Millisecond})
 	require.NoError(t, err)
-	newProc := func(_ context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+	newProc := func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		c := &counter{}
 		var snapped bool
 		poisonAt := int64(-1)
@@ -285,7 +285,7 @@ func TestPoisonStopsByDefault(t *testing.T) {
 	defer coord.Close()
 	var cs counters
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "poison-stop", Topics: []string{topic}}, coord,
-		func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			proc, err := cs.newProcessor(ctx, p)
 			inner := proc.Process
 			proc.Process = func(ctx context.Context, m kafka.Message) error {
@@ -303,7 +303,7 @@ func TestPoisonStopsByDefault(t *testing.T) {
 	var perr *kafkasource.PoisonError
 	require.ErrorAs(t, err, &perr)
 	assert.Equal(t, int64(10), perr.Offset)
-	assert.Equal(t, checkpoint.Partition{Topic: topic, Partition: 0}, perr.Partition)
+	assert.Equal(t, checkpoint.TopicPartition{Topic: topic, Partition: 0}, perr.Partition)
 	assert.ErrorIs(t, err, kafkasource.ErrPoison)
 	assert.Equal(t, map[string]int64{"stopped": 1}, poisonCounts(t, reader))
 }

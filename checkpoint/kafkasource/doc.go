@@ -10,7 +10,7 @@
 //	src, err := kafkasource.New(
 //		kafkasource.Group{Brokers: brokers, ID: "aggregator", Topics: []string{"events"}},
 //		coord,
-//		func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+//		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 //			d, _ := dedup.New(24*time.Hour, dedup.Options{})
 //			s := newSink(p)
 //			return &kafkasource.Processor{

@@ -45,7 +45,7 @@ func Example() {
 	src, _ := kafkasource.New(
 		kafkasource.Group{Brokers: k.Brokers(), ID: "example", Topics: []string{"numbers"}},
 		coord,
-		func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			sum := &total{}
 			return &kafkasource.Processor{
 				Participants: map[string]checkpoint.Participant{"sum": sum},
@@ -74,7 +74,7 @@ func Example() {
 	stop()
 	fmt.Println("Run:", <-done)
 
-	cp, _ := store.Latest(ctx, checkpoint.Partition{Topic: "numbers", Partition: 0})
+	cp, _ := store.Latest(ctx, checkpoint.TopicPartition{Topic: "numbers", Partition: 0})
 	fmt.Printf("checkpoint %d: next offset %d, sum %s\n", cp.ID, cp.NextOffset, cp.States["sum"])
 	// Output:
 	// Run: <nil>

@@ -114,7 +114,7 @@ type counters struct {
 	failSnap atomic.Bool
 }
 
-func (cs *counters) newProcessor(_ context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+func (cs *counters) newProcessor(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 	c := &counter{failSnap: &cs.failSnap}
 	cs.mu.Lock()
 	if cs.byPart == nil {

@@ -80,7 +80,7 @@ func TestKillChild(t *testing.T) {
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 20 * time.Millisecond})
 	require.NoError(t, err)
-	newProc := func(_ context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+	newProc := func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		c := &counter{}
 		return &kafkasource.Processor{
 			Participants: map[string]checkpoint.Participant{"counter": c, "log": logParticipant{plog}},
@@ -179,7 +179,7 @@ func TestKill9(t *testing.T) {
 		}
 		// Every retained checkpoint, not only the newest, is consistent.
 		for p := range killPartitions {
-			ids, err := store.List(context.Background(), checkpoint.Partition{Topic: killTopic, Partition: p})
+			ids, err := store.List(context.Background(), checkpoint.TopicPartition{Topic: killTopic, Partition: p})
 			require.NoError(t, err)
 			// A kill between a Put and the pruning after it leaves one extra.
 			assert.LessOrEqual(t, len(ids), checkpoint.DefaultKeep+1)

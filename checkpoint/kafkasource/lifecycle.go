@@ -29,7 +29,7 @@ type runners struct {
 	wg sync.WaitGroup
 }
 
-func (r *runners) start(ctx context.Context, p checkpoint.Partition, participants map[string]checkpoint.Participant,
+func (r *runners) start(ctx context.Context, p checkpoint.TopicPartition, participants map[string]checkpoint.Participant,
 	fail context.CancelCauseFunc) {
 	for _, name := range sortedNames(participants) {
 		run, ok := participants[name].(Runner)
@@ -49,7 +49,7 @@ func (r *runners) wait() { r.wg.Wait() }
 // runnerError is how a failed Run reaches the chain: as the cause of the
 // chain's cancelled context.
 type runnerError struct {
-	partition checkpoint.Partition
+	partition checkpoint.TopicPartition
 	name      string
 	err       error
 }

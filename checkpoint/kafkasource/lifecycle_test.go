@@ -77,7 +77,7 @@ func TestParticipantLifecycle(t *testing.T) {
 		part []*lifecycled
 	)
 	var procCloses atomic.Int32
-	src, brokers, topic := lifecycleSource(t, func(_ context.Context, _ checkpoint.Partition) (*kafkasource.Processor, error) {
+	src, brokers, topic := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		l := newLifecycled()
 		mu.Lock()
 		part = append(part, l)
@@ -122,7 +122,7 @@ func TestParticipantLifecycle(t *testing.T) {
 func TestParticipantRunErrorFailsChain(t *testing.T) {
 	errFlush := errors.New("flush failed for good")
 	var l *lifecycled
-	src, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.Partition) (*kafkasource.Processor, error) {
+	src, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		l = newLifecycled()
 		l.runErr = errFlush
 		return &kafkasource.Processor{
@@ -143,7 +143,7 @@ func TestParticipantRunErrorFailsChain(t *testing.T) {
 func TestHalfBuiltChainClosed(t *testing.T) {
 	errSecond := errors.New("second sink: table missing")
 	first := newLifecycled()
-	src, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.Partition) (*kafkasource.Processor, error) {
+	src, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{"first": first}}
 		return proc, errSecond
 	})

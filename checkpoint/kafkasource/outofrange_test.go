@@ -43,7 +43,7 @@ func TestOffsetOutOfRangePolicy(t *testing.T) {
 			// State: 1000 records counted, their offsets summing to 7.
 			state := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, 1000), 7)
 			_, err = store.Save(ctx, &checkpoint.Checkpoint{
-				ID: 9, Partition: checkpoint.Partition{Topic: topic}, NextOffset: 1000,
+				ID: 9, Partition: checkpoint.TopicPartition{Topic: topic}, NextOffset: 1000,
 				States: map[string][]byte{"counter": state},
 			})
 			require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestOffsetOutOfRangePolicy(t *testing.T) {
 					var oerr *kafkasource.OffsetOutOfRangeError
 					require.ErrorAs(t, err, &oerr)
 					assert.Equal(t, kafkasource.OffsetOutOfRangeError{
-						Partition: checkpoint.Partition{Topic: topic}, Offset: 1000, First: 0, Last: 50, CheckpointID: 9,
+						Partition: checkpoint.TopicPartition{Topic: topic}, Offset: 1000, First: 0, Last: 50, CheckpointID: 9,
 					}, *oerr)
 				case <-time.After(30 * time.Second):
 					t.Fatal("Run did not fail")
@@ -75,10 +75,10 @@ func TestOffsetOutOfRangePolicy(t *testing.T) {
 			}
 			require.Eventually(t, func() bool {
 				_ = src.Checkpoint(ctx)
-				cp, err := store.Latest(ctx, checkpoint.Partition{Topic: topic})
+				cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: topic})
 				return err == nil && cp.NextOffset == 50
 			}, 30*time.Second, 50*time.Millisecond)
-			cp, err := store.Latest(ctx, checkpoint.Partition{Topic: topic})
+			cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: topic})
 			require.NoError(t, err)
 			count, sum := decodeCounter(t, cp.States["counter"])
 			assert.Equal(t, int64(1050), count, "restored state kept, 50 records added")

@@ -154,7 +154,7 @@ func IsRetryable(err error) bool {
 // superviseChain runs p's chain for one generation and restarts it after
 // retryable failures. It returns nil when the generation or Run ends, and
 // the error that ends Run otherwise.
-func (s *Source) superviseChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.Partition) error {
+func (s *Source) superviseChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.TopicPartition) error {
 	r := &s.opts.Restart
 	attrs := metric.WithAttributes(attribute.String("topic", p.Topic), attribute.Int("partition", p.Partition))
 	attempt := 0

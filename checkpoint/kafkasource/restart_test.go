@@ -91,7 +91,7 @@ func TestRestartKeepsOtherPartitions(t *testing.T) {
 	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	opts.Restart = kafkasource.Restart{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
-		coord, func(_ context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+		coord, func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			f := &flaky{down: &atomic.Bool{}}
 			if p.Partition == 0 {
 				f.down = &down
@@ -171,7 +171,7 @@ func TestRestartDisabled(t *testing.T) {
 			opts := fastGroup
 			opts.Restart = tt.restart
 			src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
-				coord, func(context.Context, checkpoint.Partition) (*kafkasource.Processor, error) {
+				coord, func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 					builds.Add(1)
 					f := &flaky{down: &down}
 					return &kafkasource.Processor{
@@ -211,7 +211,7 @@ func waitCounts(t *testing.T, store *checkpoint.Store, topic string, want map[in
 
 func latestOf(t *testing.T, store *checkpoint.Store, topic string, p int) *checkpoint.Checkpoint {
 	t.Helper()
-	cp, err := store.Latest(context.Background(), checkpoint.Partition{Topic: topic, Partition: p})
+	cp, err := store.Latest(context.Background(), checkpoint.TopicPartition{Topic: topic, Partition: p})
 	if errors.Is(err, checkpoint.ErrNotFound) {
 		return nil
 	}

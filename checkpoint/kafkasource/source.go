@@ -36,6 +36,9 @@ const (
 var (
 	// ErrRunning is returned by Run on a Source that is already running.
 	ErrRunning = errors.New("kafkasource: already running")
+	// ErrInvalidOptions is wrapped by the error New returns for a missing
+	// argument or an invalid option.
+	ErrInvalidOptions = errors.New("kafkasource: invalid options")
 	// errGenerationEnded marks a skipped offset commit.
 	errGenerationEnded = errors.New("kafkasource: generation ended, offset commit skipped")
 )
@@ -44,7 +47,7 @@ var (
 // longer (or not yet) in the log, and the OutOfRange policy is
 // OutOfRangeFail.
 type OffsetOutOfRangeError struct {
-	Partition    checkpoint.Partition
+	Partition    checkpoint.TopicPartition
 	Offset       int64 // the offset the chain must read next
 	First, Last  int64 // the log's first offset and high watermark
 	CheckpointID checkpoint.ID
@@ -190,7 +193,7 @@ type Processor struct {
 // When a step fails halfway, return the Processor built so far with the
 // error: the Source closes the participants it holds (those that implement
 // io.Closer), so a sink opened before a later step failed is not leaked.
-type NewProcessor func(ctx context.Context, p checkpoint.Partition) (*Processor, error)
+type NewProcessor func(ctx context.Context, p checkpoint.TopicPartition) (*Processor, error)
 
 // maxGroupFailures bounds how many consecutive retryable consumer-group
 // errors Run rides out before it returns the last one.
@@ -233,24 +236,24 @@ type Source struct {
 func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, opts Options) (*Source, error) {
 	switch {
 	case len(group.Brokers) == 0:
-		return nil, errors.New("kafkasource: New: no brokers")
+		return nil, fmt.Errorf("%w: no brokers", ErrInvalidOptions)
 	case group.ID == "":
-		return nil, errors.New("kafkasource: New: empty group ID")
+		return nil, fmt.Errorf("%w: empty group ID", ErrInvalidOptions)
 	case len(group.Topics) == 0:
-		return nil, errors.New("kafkasource: New: no topics")
+		return nil, fmt.Errorf("%w: no topics", ErrInvalidOptions)
 	case coord == nil:
-		return nil, errors.New("kafkasource: New: nil Coordinator")
+		return nil, fmt.Errorf("%w: nil Coordinator", ErrInvalidOptions)
 	case newProcessor == nil:
-		return nil, errors.New("kafkasource: New: nil NewProcessor")
+		return nil, fmt.Errorf("%w: nil NewProcessor", ErrInvalidOptions)
 	case opts.OutOfRange < OutOfRangeFail || opts.OutOfRange > OutOfRangeLatest:
-		return nil, fmt.Errorf("kafkasource: New: unknown OutOfRange policy %d", opts.OutOfRange)
+		return nil, fmt.Errorf("%w: unknown OutOfRange policy %d", ErrInvalidOptions, opts.OutOfRange)
 	case opts.MissingTopic < MissingTopicWait || opts.MissingTopic > MissingTopicFail:
-		return nil, fmt.Errorf("kafkasource: New: unknown MissingTopic policy %d", opts.MissingTopic)
+		return nil, fmt.Errorf("%w: unknown MissingTopic policy %d", ErrInvalidOptions, opts.MissingTopic)
 	case opts.StartOffset < StartEarliest || opts.StartOffset > StartLatest:
-		return nil, fmt.Errorf("kafkasource: New: unknown StartOffset %d", opts.StartOffset)
+		return nil, fmt.Errorf("%w: unknown StartOffset %d", ErrInvalidOptions, opts.StartOffset)
 	case opts.SessionTimeout < 0 || opts.RebalanceTimeout < 0 || opts.HeartbeatInterval < 0 ||
 		opts.MaxWait < 0 || opts.MaxBytes < 0 || opts.Buffer < 0 || opts.TopicPollInterval < 0:
-		return nil, errors.New("kafkasource: New: negative option")
+		return nil, fmt.Errorf("%w: negative duration, size or buffer", ErrInvalidOptions)
 	}
 	setDefault(&opts.SessionTimeout, DefaultSessionTimeout)
 	setDefault(&opts.RebalanceTimeout, DefaultRebalanceTimeout)
@@ -365,7 +368,7 @@ func (s *Source) Run(ctx context.Context) error {
 			"assignments", fmt.Sprint(gen.Assignments))
 		for topic, as := range gen.Assignments {
 			for _, a := range as {
-				p := checkpoint.Partition{Topic: topic, Partition: a.ID}
+				p := checkpoint.TopicPartition{Topic: topic, Partition: a.ID}
 				wg.Add(1)
 				gen.Start(func(gctx context.Context) {
 					defer wg.Done()

@@ -80,7 +80,7 @@ func latest(t testing.TB, store *checkpoint.Store, topic string, partitions int)
 	t.Helper()
 	out := make([]*checkpoint.Checkpoint, partitions)
 	for p := range partitions {
-		cp, err := store.Latest(context.Background(), checkpoint.Partition{Topic: topic, Partition: p})
+		cp, err := store.Latest(context.Background(), checkpoint.TopicPartition{Topic: topic, Partition: p})
 		if errors.Is(err, checkpoint.ErrNotFound) {
 			continue
 		}
@@ -141,7 +141,7 @@ func TestSourceCheckpointThenSnapshotFailure(t *testing.T) {
 	ids := map[int][]checkpoint.ID{}
 	for p := range partitions {
 		var err error
-		ids[p], err = in.store.List(context.Background(), checkpoint.Partition{Topic: topic, Partition: p})
+		ids[p], err = in.store.List(context.Background(), checkpoint.TopicPartition{Topic: topic, Partition: p})
 		require.NoError(t, err)
 	}
 	in.cs.failSnap.Store(true)
@@ -156,7 +156,7 @@ func TestSourceCheckpointThenSnapshotFailure(t *testing.T) {
 	runErr := in.stop(t)
 	require.ErrorAs(t, runErr, &cerr, "Run returns the failed checkpoint")
 	for p := range partitions {
-		got, err := in.store.List(context.Background(), checkpoint.Partition{Topic: topic, Partition: p})
+		got, err := in.store.List(context.Background(), checkpoint.TopicPartition{Topic: topic, Partition: p})
 		require.NoError(t, err)
 		assert.Equal(t, ids[p], got, "no checkpoint written for partition %d", p)
 	}

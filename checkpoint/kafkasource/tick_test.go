@@ -36,7 +36,7 @@ func TestTickRunsWhileIdleAndStopsRun(t *testing.T) {
 
 	var idleTicks atomic.Int32
 	boom := errors.New("tick failed")
-	newProc := func(_ context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+	newProc := func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		var inside atomic.Int32 // per chain: Tick and Process of one partition
 		enter := func(what string) func() {
 			if inside.Add(1) != 1 {
@@ -122,7 +122,7 @@ func TestDeclinedCheckpointKeepsRunning(t *testing.T) {
 	d := &decliner{}
 	d.declines.Store(2)
 	attached := make(chan struct{})
-	newProc := func(context.Context, checkpoint.Partition) (*kafkasource.Processor, error) {
+	newProc := func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		defer close(attached)
 		return &kafkasource.Processor{
 			Participants: map[string]checkpoint.Participant{"d": d},
@@ -159,7 +159,7 @@ func TestDeclinedCheckpointKeepsRunning(t *testing.T) {
 		t.Fatalf("Run stopped: %v", err)
 	default:
 	}
-	cp, err := store.Latest(ctx, checkpoint.Partition{Topic: topic, Partition: 0})
+	cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: topic, Partition: 0})
 	require.NoError(t, err)
 	assert.Equal(t, []byte("ok"), cp.States["d"])
 }

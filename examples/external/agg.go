@@ -94,7 +94,7 @@ type Config struct {
 // Source runs the sinks' flush timers and closes everything when the
 // chain ends.
 func NewProcessor(cfg Config) kafkasource.NewProcessor {
-	return func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 		if err != nil {
@@ -108,15 +108,14 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			return proc, err
 		}
 		proc.Participants["window"] = w
-		src := sink.Source{Topic: p.Topic, Partition: int32(p.Partition)}
 		opts := chsink.Options{Database: cfg.Database, MaxDelay: 100 * time.Millisecond}
-		events, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "events"}, src, cfg.Storage, eventSchema, opts)
+		events, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "events"}, p, cfg.Storage, eventSchema, opts)
 		if err != nil {
 			return proc, err // the Source closes dedup and window
 		}
 		proc.Participants["events"] = events
 		opts.OnMismatch = chsink.MismatchReinsert // windows closed by a Tick may move on replay
-		minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "org_minute"}, src, cfg.Storage, minuteSchema, opts)
+		minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "org_minute"}, p, cfg.Storage, minuteSchema, opts)
 		if err != nil {
 			return proc, err // the Source closes events too
 		}

@@ -50,7 +50,7 @@ func runProcessor(ctx context.Context, cfg processorConfig) error {
 	}
 	defer coord.Close()
 
-	newChain := func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+	newChain := func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		return newChain(ctx, cfg, storage, p)
 	}
 	src, err := kafkasource.New(
@@ -85,7 +85,7 @@ type chain struct {
 	log *slog.Logger
 }
 
-func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Storage, p checkpoint.Partition) (*kafkasource.Processor, error) {
+func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Storage, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 	d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 	if err != nil {
 		return nil, err
@@ -101,14 +101,13 @@ func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Stora
 	if err != nil {
 		return nil, err
 	}
-	src := sink.Source{Topic: p.Topic, Partition: int32(p.Partition)}
 	sinkOpts := chsink.Options{
 		Database:   cfg.Database,
 		MaxDelay:   200 * time.Millisecond,
 		MaxRetries: 4,
 		Logger:     cfg.Logger,
 	}
-	events, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "events"}, src, storage, eventSchema, sinkOpts)
+	events, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "events"}, p, storage, eventSchema, sinkOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +118,7 @@ func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Stora
 	// stopping (the events table keeps the default, which refuses).
 	minuteOpts := sinkOpts
 	minuteOpts.OnMismatch = chsink.MismatchReinsert
-	minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "org_minute"}, src, storage, minuteSchema, minuteOpts)
+	minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "org_minute"}, p, storage, minuteSchema, minuteOpts)
 	if err != nil {
 		_ = events.Close()
 		return nil, err

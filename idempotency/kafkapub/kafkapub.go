@@ -110,8 +110,9 @@ func Headers(d idempotency.Delivery) []kafka.Header {
 	return hs
 }
 
-// ErrInvalid is returned by New for an unusable configuration.
-var ErrInvalid = errors.New("kafkapub: invalid configuration")
+// ErrInvalidOptions is wrapped by the error New returns for an unusable
+// configuration.
+var ErrInvalidOptions = errors.New("kafkapub: invalid options")
 
 // Options configures a Publisher. The zero value is valid.
 type Options struct {
@@ -182,10 +183,10 @@ type Publisher struct {
 // or after Options.WriteTimeout, whichever comes first.
 func New(ctx context.Context, brokers []string, topic string, opts Options) (*Publisher, error) {
 	if len(brokers) == 0 || topic == "" {
-		return nil, fmt.Errorf("%w: brokers and topic are required", ErrInvalid)
+		return nil, fmt.Errorf("%w: brokers and topic are required", ErrInvalidOptions)
 	}
 	if opts.BatchTimeout < 0 || opts.MaxAttempts < 0 || opts.WriteTimeout < 0 {
-		return nil, fmt.Errorf("%w: negative BatchTimeout, MaxAttempts or WriteTimeout", ErrInvalid)
+		return nil, fmt.Errorf("%w: negative BatchTimeout, MaxAttempts or WriteTimeout", ErrInvalidOptions)
 	}
 	if opts.PartitionKey == nil {
 		opts.PartitionKey = func(d idempotency.Delivery) ([]byte, error) {

@@ -221,7 +221,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := kafkapub.New(ctx, tt.brokers, tt.topic, tt.opts)
-		assert.ErrorIs(t, err, kafkapub.ErrInvalid, tt.name)
+		assert.ErrorIs(t, err, kafkapub.ErrInvalidOptions, tt.name)
 	}
 }
 

@@ -55,7 +55,7 @@ var _ idempotency.Store = (*Store)(nil)
 // of rdb and closes it.
 func New(rdb redis.Scripter, opts Options) (*Store, error) {
 	if rdb == nil {
-		return nil, fmt.Errorf("%w: nil redis client", idempotency.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil redis client", idempotency.ErrInvalidOptions)
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix

@@ -132,7 +132,7 @@ func TestRedisDownAndBack(t *testing.T) {
 
 func TestNewRejectsNilClient(t *testing.T) {
 	_, err := redisstore.New(nil, redisstore.Options{})
-	assert.ErrorIs(t, err, idempotency.ErrInvalid)
+	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
 }
 
 // dropProxy forwards TCP to a Redis server. After dropNext, it swallows the

@@ -120,7 +120,7 @@ func BenchmarkInsert(b *testing.B) {
 		name, newStore, every := bc.name, bc.newStore, bc.every
 		b.Run(name, func(b *testing.B) {
 			store := newStore(b)
-			s, err := chsink.New(ctx, chsink.Table{Addr: addr, Name: newTable(b)}, sink.Source{Topic: name}, store, eventSchema,
+			s, err := chsink.New(ctx, chsink.Table{Addr: addr, Name: newTable(b)}, checkpoint.TopicPartition{Topic: name}, store, eventSchema,
 				chsink.Options{Database: db, MaxRows: benchBatch})
 			require.NoError(b, err)
 			defer s.Close()

@@ -43,7 +43,7 @@ func TestNewRejectsViewTargetWindowBelowReplayDepth(t *testing.T) {
 				env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts2 TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events2 GROUP BY kind")
 			}
 			s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-				sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
 			if !tt.wantErr {
 				require.NoError(t, err)
 				require.NoError(t, s.Close())

@@ -132,7 +132,7 @@ func (e chEnv) newSinkAt(t *testing.T, addr string, store checkpoint.Storage, op
 	t.Helper()
 	opts.Database = e.db
 	s, err := chsink.New(context.Background(), chsink.Table{Addr: addr, Name: "events"},
-		sink.Source{Topic: "events", Partition: 0}, store, eventSchema, opts)
+		checkpoint.TopicPartition{Topic: "events", Partition: 0}, store, eventSchema, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s

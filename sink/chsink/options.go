@@ -187,15 +187,15 @@ func (o *Options) setDefaults() error {
 	}
 	switch {
 	case o.MaxRows < 0 || o.MaxRows > 1_000_000:
-		return fmt.Errorf("chsink: MaxRows %d out of range (1..1000000)", o.MaxRows)
+		return fmt.Errorf("%w: MaxRows %d out of range (1..1000000)", ErrInvalidOptions, o.MaxRows)
 	case o.KeepCheckpoints < 0:
-		return fmt.Errorf("chsink: KeepCheckpoints %d is negative", o.KeepCheckpoints)
+		return fmt.Errorf("%w: KeepCheckpoints %d is negative", ErrInvalidOptions, o.KeepCheckpoints)
 	case o.MaxBytes < 0, o.MaxDelay < 0, o.RetryBase < 0, o.RetryMax < o.RetryBase, o.InsertTimeout < 0, o.DialTimeout < 0:
-		return fmt.Errorf("chsink: negative or inconsistent durations/sizes in Options")
+		return fmt.Errorf("%w: negative or inconsistent durations or sizes", ErrInvalidOptions)
 	case o.OnMismatch < MismatchFail || o.OnMismatch > MismatchReinsert:
-		return fmt.Errorf("chsink: unknown MismatchPolicy %d", o.OnMismatch)
+		return fmt.Errorf("%w: unknown MismatchPolicy %d", ErrInvalidOptions, o.OnMismatch)
 	case o.OnOutsideWindow < WindowFail || o.OnOutsideWindow > WindowSkip:
-		return fmt.Errorf("chsink: unknown WindowPolicy %d", o.OnOutsideWindow)
+		return fmt.Errorf("%w: unknown WindowPolicy %d", ErrInvalidOptions, o.OnOutsideWindow)
 	}
 	return nil
 }

@@ -174,7 +174,7 @@ func TestFailedBackgroundInsertSurfaces(t *testing.T) {
 			require.NoError(t, s.Close())
 			assert.Equal(t, uint64(expectedRows(0, 100)), env.count(t, "SELECT count() FROM "+env.db+".events"))
 
-			j, err := sink.OpenJournal(store, env.db+".events", sink.Source{Topic: "events"})
+			j, err := sink.OpenJournal(store, env.db+".events", checkpoint.TopicPartition{Topic: "events"})
 			require.NoError(t, err)
 			require.NoError(t, j.Claim(ctx))
 			before := rowsFrom(0, 100)

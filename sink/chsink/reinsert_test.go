@@ -83,7 +83,7 @@ func TestMismatchReinsertRefusedOnNonIdempotentTables(t *testing.T) {
 				env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events GROUP BY kind")
 			}
 			_, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-				sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema,
+				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema,
 				chsink.Options{Database: env.db, OnMismatch: chsink.MismatchReinsert})
 			require.ErrorIs(t, err, chsink.ErrNotIdempotent)
 			var tce *chsink.TableCheckError
@@ -92,7 +92,7 @@ func TestMismatchReinsertRefusedOnNonIdempotentTables(t *testing.T) {
 
 			// The same table is accepted under the default policy.
 			s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-				sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
 			require.NoError(t, err)
 			require.NoError(t, s.Close())
 		})

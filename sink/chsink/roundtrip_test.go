@@ -19,7 +19,7 @@ import (
 func newKindSink(t *testing.T, env chEnv, store checkpoint.Storage, maxRows int) *chsink.Sink[chsink.KindRow] {
 	t.Helper()
 	s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "kinds"},
-		sink.Source{Topic: "kinds"}, store, chsink.KindSchema, chsink.Options{Database: env.db, MaxRows: maxRows})
+		checkpoint.TopicPartition{Topic: "kinds"}, store, chsink.KindSchema, chsink.Options{Database: env.db, MaxRows: maxRows})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s

@@ -22,28 +22,6 @@ import (
 
 var _ checkpoint.Participant = (*Sink[struct{}])(nil)
 
-// InsertError reports a batch that could not be inserted. Whether ClickHouse
-// holds the batch is unknown unless Permanent is true (the server rejected
-// it); either way the batch's intent stays in the journal, so a replay
-// re-inserts it with the same token and ClickHouse keeps exactly one copy.
-type InsertError struct {
-	Intent    sink.Intent
-	Attempts  int
-	Permanent bool // the last error is not retryable
-	Err       error
-}
-
-func (e *InsertError) Error() string {
-	kind := "retries exhausted"
-	if e.Permanent {
-		kind = "permanent error"
-	}
-	return fmt.Sprintf("chsink: insert %s..%s (%d rows, token %s) into %s: %s after %d attempts: %v",
-		e.Intent.First, e.Intent.Last, e.Intent.Rows, e.Intent.Token, e.Intent.Table, kind, e.Attempts, e.Err)
-}
-
-func (e *InsertError) Unwrap() error { return e.Err }
-
 // Table names the ClickHouse server and table a sink writes to.
 type Table struct {
 	Addr string // host:port of the native protocol
@@ -62,7 +40,7 @@ type Table struct {
 type Sink[T any] struct {
 	opts    Options
 	table   Table
-	src     sink.Source
+	src     checkpoint.TopicPartition
 	journal *sink.Journal
 	store   checkpoint.Storage
 
@@ -139,7 +117,7 @@ type snapshotState struct {
 	Version    int           `json:"v"`
 	Table      string        `json:"table"`
 	Topic      string        `json:"topic"`
-	Partition  int32         `json:"partition"`
+	Partition  int           `json:"partition"`
 	HasCovered bool          `json:"has_covered"`
 	Covered    sink.Position `json:"covered"`
 	Pending    pendingRange  `json:"pending"`
@@ -151,12 +129,12 @@ const snapshotVersion = 1
 // (see TableCheckError) and has the schema's columns, and returns a sink for
 // src whose journal lives in store. New does not read the journal: that
 // happens in Restore, or before the first row on a fresh start.
-func New[T any](ctx context.Context, table Table, src sink.Source, store checkpoint.Storage, schema Schema[T], opts Options) (*Sink[T], error) {
+func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition, store checkpoint.Storage, schema Schema[T], opts Options) (*Sink[T], error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
 	if schema == nil {
-		return nil, errors.New("chsink: nil schema")
+		return nil, fmt.Errorf("%w: nil schema", ErrInvalidOptions)
 	}
 	buf, err := newColSet(schema)
 	if err != nil {
@@ -176,12 +154,12 @@ func New[T any](ctx context.Context, table Table, src sink.Source, store checkpo
 		bytesPerRow: 64,
 	}
 	if len(spare.cols) != len(buf.cols) {
-		return nil, fmt.Errorf("chsink: schema returned %d columns, then %d", len(buf.cols), len(spare.cols))
+		return nil, fmt.Errorf("%w: schema returned %d columns, then %d", ErrInvalidOptions, len(buf.cols), len(spare.cols))
 	}
 	names := make([]string, len(buf.cols))
 	for i, c := range buf.cols {
 		if spare.cols[i].name != c.name {
-			return nil, fmt.Errorf("chsink: schema returned column %q, then %q at %d", c.name, spare.cols[i].name, i)
+			return nil, fmt.Errorf("%w: schema returned column %q, then %q at %d", ErrInvalidOptions, c.name, spare.cols[i].name, i)
 		}
 		names[i] = c.name
 	}
@@ -212,7 +190,7 @@ func (s *Sink[T]) initMetrics() error {
 	s.m.attrs = metric.WithAttributes(
 		attribute.String("table", s.opts.Database+"."+s.table.Name),
 		attribute.String("topic", s.src.Topic),
-		attribute.Int("partition", int(s.src.Partition)))
+		attribute.Int("partition", s.src.Partition))
 	var err, e error
 	s.m.rows, e = m.Int64Counter("exactlyonce.sink.rows_written", metric.WithDescription("Rows acknowledged by ClickHouse (replayed batches included)."))
 	err = errors.Join(err, e)
@@ -835,12 +813,18 @@ func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
 	dec := json.NewDecoder(strings.NewReader(string(state)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st); err != nil {
-		return fmt.Errorf("chsink: restore: corrupt state: %w", err)
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the state", ErrCorrupt)
+	}
+	if st.Version != snapshotVersion {
+		return fmt.Errorf("%w: state version %d, this sink reads %d", ErrUnsupportedVersion, st.Version, snapshotVersion)
 	}
 	table := s.opts.Database + "." + s.table.Name
-	if st.Version != snapshotVersion || st.Table != table || st.Topic != s.src.Topic || st.Partition != s.src.Partition {
-		return fmt.Errorf("chsink: restore: state v%d for %s %s/%d does not belong to this sink (%s %s)",
-			st.Version, st.Table, st.Topic, st.Partition, table, s.src)
+	if st.Table != table || st.Topic != s.src.Topic || st.Partition != s.src.Partition {
+		return fmt.Errorf("%w: state of %s %s/%d, this sink writes %s %s",
+			ErrIncompatible, st.Table, st.Topic, st.Partition, table, s.src)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -35,12 +35,12 @@ func TestNewRejectsTableWithoutDedupWindow(t *testing.T) {
 	env := setup(t, `CREATE TABLE %s.events (id UInt64, org String, kind LowCardinality(String), at DateTime64(3),
 		score Float64, tags Array(String), note Nullable(String)) ENGINE = MergeTree ORDER BY id`)
 	_, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-		sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
 	require.ErrorIs(t, err, chsink.ErrNoDedupWindow)
 	assert.Contains(t, err.Error(), "non_replicated_deduplication_window")
 
 	_, err = chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "missing"},
-		sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
 	require.ErrorIs(t, err, chsink.ErrTableSchema)
 }
 
@@ -49,7 +49,7 @@ func TestNewRejectsViewTargetWithoutDedupWindow(t *testing.T) {
 	env.exec(t, "CREATE TABLE "+env.db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind")
 	env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events GROUP BY kind")
 	_, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-		sink.Source{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
 	require.ErrorIs(t, err, chsink.ErrNoDedupWindow)
 	assert.Contains(t, err.Error(), "materialized view")
 }

@@ -1,7 +1,6 @@
 package chsink
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/ClickHouse/ch-go/proto"
@@ -30,12 +29,12 @@ type colSet[T any] struct {
 func newColSet[T any](schema Schema[T]) (*colSet[T], error) {
 	cols := schema()
 	if len(cols) == 0 {
-		return nil, errors.New("chsink: schema has no columns")
+		return nil, fmt.Errorf("%w: schema has no columns", ErrInvalidOptions)
 	}
 	set := &colSet[T]{cols: cols, encoded: make([]encoded, len(cols))}
 	for i, c := range cols {
 		if c.name == "" || c.data == nil || c.add == nil {
-			return nil, fmt.Errorf("chsink: column %d is not built by a chsink column constructor", i)
+			return nil, fmt.Errorf("%w: column %d is not built by a chsink column constructor", ErrInvalidOptions, i)
 		}
 		set.input = append(set.input, proto.InputColumn{Name: c.name, Data: c.data})
 		set.sealed = append(set.sealed, proto.InputColumn{Name: c.name, Data: &set.encoded[i]})

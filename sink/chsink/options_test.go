@@ -1,0 +1,34 @@
+package chsink_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+)
+
+// Options and schema are checked before New dials: every refusal wraps
+// ErrInvalidOptions, and the unreachable address is never tried.
+func TestNewInvalidOptions(t *testing.T) {
+	tests := []struct {
+		name   string
+		schema chsink.Schema[event]
+		opts   chsink.Options
+	}{
+		{"nil schema", nil, chsink.Options{}},
+		{"empty schema", func() []chsink.Column[event] { return nil }, chsink.Options{}},
+		{"MaxRows too large", eventSchema, chsink.Options{MaxRows: 2_000_000}},
+		{"negative MaxBytes", eventSchema, chsink.Options{MaxBytes: -1}},
+		{"RetryMax below RetryBase", eventSchema, chsink.Options{RetryBase: 2, RetryMax: 1}},
+		{"unknown MismatchPolicy", eventSchema, chsink.Options{OnMismatch: 99}},
+		{"unknown WindowPolicy", eventSchema, chsink.Options{OnOutsideWindow: 99}},
+	}
+	for _, tt := range tests {
+		_, err := chsink.New(context.Background(), chsink.Table{Addr: "127.0.0.1:1", Name: "t"},
+			checkpoint.TopicPartition{Topic: "t"}, checkpoint.NewMemStorage(), tt.schema, tt.opts)
+		assert.ErrorIs(t, err, chsink.ErrInvalidOptions, tt.name)
+	}
+}
