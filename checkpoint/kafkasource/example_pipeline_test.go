@@ -76,7 +76,7 @@ func Example_pipeline() {
 	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 100 * time.Millisecond})
 	defer coord.Close()
 
-	newChain := func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+	newChain := func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 		if err != nil {
@@ -88,8 +88,7 @@ func Example_pipeline() {
 			return proc, err
 		}
 		proc.Participants["window"] = w
-		src := sink.Source{Topic: p.Topic, Partition: int32(p.Partition)}
-		pushes, err := chsink.New(ctx, chsink.Table{Addr: chSrv.Addr(), Name: "pushes"}, src, storage,
+		pushes, err := chsink.New(ctx, chsink.Table{Addr: chSrv.Addr(), Name: "pushes"}, p, storage,
 			func() []chsink.Column[pushEvent] {
 				return []chsink.Column[pushEvent]{
 					chsink.String("id", func(e *pushEvent) string { return e.ID }),
@@ -101,7 +100,7 @@ func Example_pipeline() {
 			return proc, err // the Source closes what is in proc
 		}
 		proc.Participants["pushes"] = pushes
-		minutes, err := chsink.New(ctx, chsink.Table{Addr: chSrv.Addr(), Name: "repo_minute"}, src, storage,
+		minutes, err := chsink.New(ctx, chsink.Table{Addr: chSrv.Addr(), Name: "repo_minute"}, p, storage,
 			func() []chsink.Column[repoMinute] {
 				return []chsink.Column[repoMinute]{
 					chsink.String("repo", func(r *repoMinute) string { return r.Key }),
@@ -171,7 +170,7 @@ func Example_pipeline() {
 	// Wait for the checkpoint that covers every record (the minute of
 	// push-5 stays open: no later event closes it).
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		cp, _ := store.Latest(ctx, checkpoint.Partition{Topic: "pushes", Partition: 0})
+		cp, _ := store.Latest(ctx, checkpoint.TopicPartition{Topic: "pushes", Partition: 0})
 		if cp != nil && cp.NextOffset == 7 {
 			break
 		}

@@ -76,13 +76,13 @@ func TestClickHouseOutage(t *testing.T) {
 	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	opts.Restart = kafkasource.Restart{InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
-		coord, func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+		coord, func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			addr, db := upAddr, upDB
 			if p.Partition == 0 {
 				addr, db = down.Addr(), downDB
 			}
 			s, err := chsink.New(ctx, chsink.Table{Addr: addr, Name: "offsets"},
-				sink.Source{Topic: p.Topic, Partition: int32(p.Partition)}, storage, offsetSchema,
+				p, storage, offsetSchema,
 				chsink.Options{Database: db, MaxDelay: 50 * time.Millisecond, MaxRetries: 2,
 					RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
 			if err != nil {

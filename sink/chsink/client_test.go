@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
@@ -35,7 +34,7 @@ func TestClientOptions(t *testing.T) {
 	assert.Equal(t, uint64(expectedRows(0, 30)), e.count(t, "SELECT count() FROM events"))
 
 	newSink := func(client ch.Options) error {
-		s, err := chsink.New(ctx, chsink.Table{Addr: e.addr, Name: "events"}, sink.Source{Topic: "other", Partition: 0},
+		s, err := chsink.New(ctx, chsink.Table{Addr: e.addr, Name: "events"}, checkpoint.TopicPartition{Topic: "other", Partition: 0},
 			checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: e.db, Client: client, DialTimeout: 2 * time.Second})
 		if err == nil {
 			_ = s.Close()
@@ -57,7 +56,7 @@ func TestClientTLSOnPlaintextPort(t *testing.T) {
 	db := testkit.NewDatabase(t, srv.Addr())
 	ctx := context.Background()
 	_, clientTLS := testkit.TLS(t)
-	_, err := chsink.New(ctx, chsink.Table{Addr: srv.Addr(), Name: "events"}, sink.Source{Topic: "t", Partition: 0},
+	_, err := chsink.New(ctx, chsink.Table{Addr: srv.Addr(), Name: "events"}, checkpoint.TopicPartition{Topic: "t", Partition: 0},
 		checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: db, Client: ch.Options{TLS: clientTLS}, DialTimeout: 2 * time.Second})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "tls")

@@ -1,0 +1,120 @@
+package chsink
+
+// Connections and insert attempts: one connection, redialled after any
+// failure, and an insert retried with the same token.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+
+	"github.com/exactlyonce/exactlyonce/sink"
+)
+
+func (s *Sink[T]) dial(ctx context.Context) (*ch.Client, error) {
+	o := s.opts.Client
+	o.Address, o.Database, o.DialTimeout, o.ReadTimeout = s.table.Addr, s.opts.Database, s.opts.DialTimeout, s.opts.InsertTimeout
+	if s.opts.User != "" {
+		o.User = s.opts.User
+	}
+	if s.opts.Password != "" {
+		o.Password = s.opts.Password
+	}
+	if o.ClientName == "" {
+		o.ClientName = "exactlyonce-chsink"
+	}
+	c, err := ch.Dial(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("chsink: dial %s: %w", s.table.Addr, err)
+	}
+	return c, nil
+}
+
+func (s *Sink[T]) connect(ctx context.Context) error {
+	if s.conn != nil && !s.conn.IsClosed() {
+		return nil
+	}
+	s.dropConn()
+	c, err := s.dial(ctx)
+	if err != nil {
+		return err
+	}
+	s.conn = c
+	return nil
+}
+
+func (s *Sink[T]) dropConn() {
+	if s.conn != nil {
+		_ = s.conn.Close()
+		s.conn = nil
+	}
+}
+
+// insert sends input with in's token, retrying retryable errors with
+// exponential backoff and full jitter; hook, if set, runs before each
+// attempt. It runs in the flight's goroutine, or in the sink's with no batch
+// in flight: it uses the connection and, of the journal, only CheckOwner.
+func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, hook func()) error {
+	settings := []ch.Setting{
+		{Key: "insert_deduplication_token", Value: in.Token, Important: true},
+		ch.SettingInt("insert_deduplicate", 1),
+		ch.SettingInt("deduplicate_blocks_in_dependent_materialized_views", 1),
+		ch.SettingInt("async_insert", 0),
+	}
+	for attempt := 0; ; attempt++ {
+		err := ctx.Err()
+		if err == nil && attempt > 0 {
+			err = s.journal.CheckOwner(ctx)
+		}
+		if err == nil {
+			err = s.connect(ctx)
+		}
+		timedOut := false
+		if err == nil {
+			if hook != nil {
+				hook()
+			}
+			actx, cancel := context.WithTimeout(ctx, s.opts.InsertTimeout)
+			// ch-go notices a cancelled context only at its next read
+			// deadline (InsertTimeout away); closing the connection ends the
+			// attempt at once, with an unknown outcome like any cut.
+			conn := s.conn
+			stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+			err = conn.Do(actx, ch.Query{Body: s.body, Input: input, Settings: settings})
+			stop()
+			// The attempt's own deadline, not the caller's: the outcome is
+			// unknown and a retry with the same token settles it.
+			timedOut = err != nil && actx.Err() != nil && ctx.Err() == nil
+			cancel()
+			if err == nil {
+				return nil
+			}
+			s.dropConn()
+		}
+		if errors.Is(err, sink.ErrFenced) || ctx.Err() != nil {
+			return &InsertError{Intent: in, Attempts: attempt + 1, Err: errors.Join(err, ctx.Err())}
+		}
+		retryable := timedOut || IsRetryable(err)
+		if !retryable || attempt >= s.opts.MaxRetries {
+			return &InsertError{Intent: in, Attempts: attempt + 1, Permanent: !retryable, Err: err}
+		}
+		s.m.retries.Add(ctx, 1, s.m.attrs)
+		ceil := s.opts.RetryBase << min(attempt, 20)
+		if ceil > s.opts.RetryMax || ceil <= 0 {
+			ceil = s.opts.RetryMax
+		}
+		delay := time.Duration(rand.Int64N(int64(ceil) + 1))
+		s.opts.Logger.Debug("chsink: insert failed, retrying", "token", in.Token, "attempt", attempt+1, "delay", delay, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}

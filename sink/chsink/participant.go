@@ -1,0 +1,151 @@
+package chsink
+
+// checkpoint.Participant: the state a checkpoint keeps, and the journal
+// pruning a completed checkpoint allows.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink"
+)
+
+type pendingRange struct {
+	Count int           `json:"count"`
+	First sink.Position `json:"first"`
+	Last  sink.Position `json:"last"`
+}
+
+type snapshotState struct {
+	Version    int           `json:"v"`
+	Table      string        `json:"table"`
+	Topic      string        `json:"topic"`
+	Partition  int           `json:"partition"`
+	HasCovered bool          `json:"has_covered"`
+	Covered    sink.Position `json:"covered"`
+	Pending    pendingRange  `json:"pending"`
+}
+
+const snapshotVersion = 1
+
+// Snapshot flushes every buffered row and waits for ClickHouse to
+// acknowledge it and the batch in flight, then returns the sink's state: the
+// position through which rows are durable and the journaled batches still to
+// be replayed. An error, including that of the batch inserted in the
+// background, fails the checkpoint. A barrier inside a journaled batch being
+// replayed returns sink.ErrReplayInProgress and leaves the sink usable.
+func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	if s.replaying {
+		return nil, fmt.Errorf("%w: %s..%s at %s", sink.ErrReplayInProgress, s.pending[0].First, s.pending[0].Last, s.pos)
+	}
+	if err := s.flush(ctx); err != nil {
+		s.err = err
+		return nil, err
+	}
+	if err := s.wait(); err != nil {
+		return nil, err
+	}
+	st := snapshotState{
+		Version: snapshotVersion, Table: s.opts.Database + "." + s.table.Name, Topic: s.src.Topic, Partition: s.src.Partition,
+		HasCovered: s.hasCovered || s.hasPos, Covered: s.covered,
+	}
+	if s.hasPos && s.pos.Compare(st.Covered) > 0 {
+		st.Covered = s.pos
+	}
+	if n := len(s.pending); n > 0 {
+		st.Pending = pendingRange{Count: n, First: s.pending[0].First, Last: s.pending[n-1].Last}
+	}
+	if st.HasCovered {
+		s.snaps[id] = st.Covered
+	}
+	return json.Marshal(st)
+}
+
+// Restore replaces the sink's state with a snapshot's, claims the journal
+// (fencing the previous owner) and loads the batches to replay.
+func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
+	var st snapshotState
+	dec := json.NewDecoder(strings.NewReader(string(state)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the state", ErrCorrupt)
+	}
+	if st.Version != snapshotVersion {
+		return fmt.Errorf("%w: state version %d, this sink reads %d", ErrUnsupportedVersion, st.Version, snapshotVersion)
+	}
+	table := s.opts.Database + "." + s.table.Name
+	if st.Table != table || st.Topic != s.src.Topic || st.Partition != s.src.Partition {
+		return fmt.Errorf("%w: state of %s %s/%d, this sink writes %s %s",
+			ErrIncompatible, st.Table, st.Topic, st.Partition, table, s.src)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return sink.ErrClosed
+	}
+	s.abandon() // before Claim: the flight's goroutine reads the journal's epoch
+	s.resetBuffer()
+	s.err, s.inited, s.restored = nil, false, true
+	s.hasCovered, s.covered = st.HasCovered, st.Covered
+	s.hasPos, s.pos = st.HasCovered, st.Covered
+	s.expect = st.Pending
+	s.pending = nil
+	clear(s.snaps)
+	s.completed, s.settled = s.completed[:0], nil
+	if err := s.ensureInit(ctx); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
+}
+
+// CheckpointCompleted prunes the journal entries that no kept checkpoint
+// needs: those through the oldest of the newest Options.KeepCheckpoints
+// completed checkpoints, so restore can still fall back to any checkpoint
+// the store keeps. It is idempotent; skipping it only lets the journal grow.
+// A failed delete is logged and retried at the next completion, never
+// returned; the error is sink.ErrFenced when another instance took the
+// partition over.
+func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var through sink.Position
+	found := false
+	for sid, pos := range s.snaps {
+		if sid <= id {
+			if !found || pos.Compare(through) > 0 {
+				through = pos
+			}
+			found = true
+			delete(s.snaps, sid)
+		}
+	}
+	if !found || s.closed {
+		return nil
+	}
+	s.completed = append(s.completed, through)
+	if n := len(s.completed) - s.opts.KeepCheckpoints; n > 0 {
+		s.completed = append(s.completed[:0], s.completed[n:]...)
+	}
+	if len(s.completed) < s.opts.KeepCheckpoints {
+		return nil // an older checkpoint of an earlier owner may still be kept
+	}
+	err := s.journal.Prune(ctx, s.completed[0])
+	if errors.Is(err, sink.ErrPruneDeferred) {
+		s.opts.Logger.Warn("chsink: journal pruning deferred", "source", s.src.String(), "err", err)
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,211 @@
+package chsink
+
+// Replay: rows that fall into batches journaled before a crash are
+// re-cut into exactly those batches and resolved one by one.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/sink"
+)
+
+// replayStep is what the sink does with the next row when journaled batches
+// remain to be replayed (see nextReplayStep).
+type replayStep uint8
+
+const (
+	// stepBatch: no journaled batch covers the row; it joins the normal
+	// batch being filled.
+	stepBatch replayStep = iota
+	// stepAppend: the row belongs to the head batch; append it to that
+	// batch's replay.
+	stepAppend
+	// stepAppendFinish: as stepAppend, and the row is the batch's last:
+	// resolve the batch after appending.
+	stepAppendFinish
+	// stepFlush: the row reaches the head batch while the buffer holds rows
+	// before it; those are a batch of their own, never part of the head
+	// batch's (its token would cover them). Flush them, then decide again.
+	stepFlush
+	// stepFinish: the row is past the head batch; resolve the batch with
+	// the rows replayed into it (maybe none), then decide again.
+	stepFinish
+	// stepMismatch: the row precedes the head batch after a restore, and
+	// the policy refuses rows outside journaled batches.
+	stepMismatch
+)
+
+func (s replayStep) String() string {
+	return [...]string{"batch", "append", "append+finish", "flush", "finish", "mismatch"}[s]
+}
+
+// nextReplayStep decides what to do with the row at pos, given head, the
+// first journaled batch still to replay; replaying, whether the buffer holds
+// rows of head; buffered, the rows in the buffer; and failDetached, whether
+// a row before head is an error (a restored sink with MismatchFail: replay
+// must resume exactly at a batch boundary).
+//
+// It is a pure function, so every case is tested without a server. The
+// sink calls it until it returns a step that consumes the row: stepFlush
+// and stepFinish change the state (the buffer is emptied, or head is
+// dropped) and ask again.
+func nextReplayStep(head *sink.Intent, replaying bool, buffered int, pos sink.Position, failDetached bool) replayStep {
+	switch {
+	case head == nil:
+		return stepBatch
+	case replaying && pos.Compare(head.Last) > 0:
+		return stepFinish
+	case replaying:
+		return appendStep(head, pos)
+	case pos.Compare(head.First) < 0 && failDetached:
+		return stepMismatch
+	case pos.Compare(head.First) < 0:
+		return stepBatch
+	case buffered > 0:
+		return stepFlush
+	case pos.Compare(head.Last) > 0:
+		return stepFinish
+	}
+	return appendStep(head, pos)
+}
+
+func appendStep(head *sink.Intent, pos sink.Position) replayStep {
+	if pos == head.Last {
+		return stepAppendFinish
+	}
+	return stepAppend
+}
+
+// finishReplay resolves pending[0] with the rows buffered for it. It runs
+// synchronously, after the batch in flight (rows buffered before pending[0])
+// is settled: replays are rare, and their order of acks and inserts then
+// stays the plain one.
+func (s *Sink[T]) finishReplay(ctx context.Context) error {
+	if err := s.wait(); err != nil {
+		return err
+	}
+	start := time.Now()
+	p := s.pending[0]
+	var h uint64
+	if s.n > 0 {
+		var err error
+		if h, _, err = s.buf.seal(); err != nil {
+			return err
+		}
+	}
+	match := s.n == p.Rows && h == p.Hash && (s.n == 0 || s.last == p.Last)
+	if !match {
+		mis := &sink.ContentMismatchError{Intent: p, Rows: s.n, Hash: h, Last: s.last}
+		switch {
+		case s.opts.OnMismatch == MismatchFail:
+			return mis
+		case s.opts.OnMismatch == MismatchReinsert && s.n > 0:
+			s.opts.Logger.Warn("chsink: replayed batch differs from the journal; inserting the new version under a fresh token", "err", mis)
+			return s.reinsert(ctx, p, h, start)
+		}
+		s.opts.Logger.Warn("chsink: replayed batch differs from the journal; keeping the first version", "err", mis)
+	}
+	switch {
+	case p.Acked:
+		// Already in ClickHouse: the replayed rows are dropped here.
+	case s.n == 0:
+		// KeepFirst with nothing replayed: the old version landed or nothing did.
+	default:
+		skip, err := s.guardWindow(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !skip {
+			if err := s.journal.CheckOwner(ctx); err != nil {
+				return err
+			}
+			if err := s.insert(ctx, s.buf.sealed, p, s.beforeInsert); err != nil {
+				return err
+			}
+		}
+	}
+	if !p.Acked {
+		if err := s.journal.Ack(ctx, &p); err != nil {
+			return err
+		}
+	}
+	s.pending = s.pending[1:]
+	if s.n > 0 && !p.Acked {
+		s.written(p, time.Since(start))
+	} else {
+		s.covered, s.hasCovered = p.Last, true
+	}
+	s.resetBuffer()
+	return nil
+}
+
+// reinsert writes the buffered rows, replayed into pending[0]'s positions
+// with a different content hash h, as a new journaled batch that supersedes
+// it, under a token derived from the old token and h. The deduplication
+// window does not matter here: the token is new, unless this very content
+// was reinserted before, and then the superseding entry is what the journal
+// returns and what matched. The new batch is acknowledged like any other
+// (see flush); until then a replay re-inserts it with its token. Like
+// finishReplay, it inserts synchronously.
+func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, start time.Time) error {
+	in := sink.Intent{
+		First: p.First, Last: p.Last, Rows: s.n, Hash: h,
+		Token: sink.ReinsertToken(p.Token, h), Supersedes: p.Token,
+		Created: s.opts.Now(),
+	}
+	var err error
+	if in.Block, err = s.blockLowerBound(ctx); err != nil {
+		return err
+	}
+	if err := s.journal.Record(ctx, &in); err != nil {
+		return err
+	}
+	if err := s.insert(ctx, s.buf.sealed, in, s.beforeInsert); err != nil {
+		return err
+	}
+	s.journal.AckLater(&in)
+	s.pending = s.pending[1:]
+	s.written(in, time.Since(start))
+	s.resetBuffer()
+	return nil
+}
+
+// ensureInit claims the journal and loads the batches to replay.
+func (s *Sink[T]) ensureInit(ctx context.Context) error {
+	if s.inited {
+		return nil
+	}
+	if err := s.journal.Claim(ctx); err != nil {
+		return err
+	}
+	pruned, ok, err := s.journal.Pruned(ctx)
+	if err != nil {
+		return err
+	}
+	var after *sink.Position
+	switch {
+	case s.hasCovered:
+		after = &s.covered
+		if ok && s.covered.Compare(pruned) < 0 {
+			return fmt.Errorf("%w: restored at %s, journal pruned through %s", sink.ErrStaleCheckpoint, s.covered, pruned)
+		}
+	case ok && s.restored:
+		return fmt.Errorf("%w: restored before any row, journal pruned through %s", sink.ErrStaleCheckpoint, pruned)
+	case ok && !s.opts.AllowFreshStart:
+		return fmt.Errorf("%w: %s: journal pruned through %s", sink.ErrPrunedJournal, s.src, pruned)
+	}
+	pending, err := s.journal.Load(ctx, after)
+	if err != nil {
+		return err
+	}
+	if e := s.expect; s.restored && e.Count > 0 {
+		if len(pending) < e.Count || pending[0].First != e.First || pending[len(pending)-1].Last.Compare(e.Last) < 0 {
+			return fmt.Errorf("%w: snapshot expects %d batches %s..%s, journal has %d", sink.ErrJournalMissing, e.Count, e.First, e.Last, len(pending))
+		}
+	}
+	s.pending = pending
+	s.inited = true
+	return nil
+}
