@@ -35,7 +35,7 @@ func (o *DoOptions) setDefaults() error {
 		{"StoreTimeout", &o.StoreTimeout, DefaultStoreTimeout},
 	} {
 		if *d.v < 0 {
-			return fmt.Errorf("%w: %s %v is negative", ErrInvalid, d.name, *d.v)
+			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
@@ -43,10 +43,10 @@ func (o *DoOptions) setDefaults() error {
 	}
 	if o.PendingTTL <= o.SideEffectTimeout+o.StoreTimeout {
 		return fmt.Errorf("%w: PendingTTL %v must exceed SideEffectTimeout %v + StoreTimeout %v",
-			ErrInvalid, o.PendingTTL, o.SideEffectTimeout, o.StoreTimeout)
+			ErrInvalidOptions, o.PendingTTL, o.SideEffectTimeout, o.StoreTimeout)
 	}
 	if o.DoneTTL < o.PendingTTL {
-		return fmt.Errorf("%w: DoneTTL %v is shorter than PendingTTL %v", ErrInvalid, o.DoneTTL, o.PendingTTL)
+		return fmt.Errorf("%w: DoneTTL %v is shorter than PendingTTL %v", ErrInvalidOptions, o.DoneTTL, o.PendingTTL)
 	}
 	return nil
 }
@@ -105,7 +105,7 @@ func (e *EffectError) Unwrap() error { return e.Err }
 // caller gave up.
 func Do(ctx context.Context, store Store, key, fingerprint string, fn func(ctx context.Context) (Response, error), opts DoOptions) (Outcome, error) {
 	if store == nil || fn == nil {
-		return Outcome{}, fmt.Errorf("%w: store and fn are required", ErrInvalid)
+		return Outcome{}, fmt.Errorf("%w: store and fn are required", ErrInvalidOptions)
 	}
 	if err := opts.setDefaults(); err != nil {
 		return Outcome{}, err

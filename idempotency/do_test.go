@@ -78,7 +78,7 @@ func TestDoPendingAndCancelledCaller(t *testing.T) {
 	close(proceed)
 	require.NoError(t, <-done)
 	out, err := idempotency.Do(context.Background(), store, "k", "fp", nil, idempotency.DoOptions{})
-	assert.ErrorIs(t, err, idempotency.ErrInvalid, "fn is required")
+	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions, "fn is required")
 	out, err = idempotency.Do(context.Background(), store, "k", "fp", func(context.Context) (idempotency.Response, error) {
 		t.Error("ran a done key")
 		return idempotency.Response{}, nil
@@ -97,6 +97,6 @@ func TestDoOptionsValidated(t *testing.T) {
 		{DoneTTL: time.Second},
 	} {
 		_, err := idempotency.Do(context.Background(), store, "k", "fp", fn, o)
-		assert.ErrorIs(t, err, idempotency.ErrInvalid)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
 	}
 }

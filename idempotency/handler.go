@@ -52,7 +52,7 @@ const HeaderReplayed = "Idempotent-Replayed"
 type Func func(ctx context.Context, d Delivery) error
 
 // Options configures a Handler. Provider (or Key) is required: the zero
-// Options refuse to start with ErrInvalid, so that a Jira endpoint never
+// Options refuse to start with ErrInvalidOptions, so that a Jira endpoint never
 // reads GitHub's headers by default. Every other field's zero value is valid.
 type Options struct {
 	// Provider says where the provider puts the delivery id, the
@@ -124,7 +124,7 @@ type Options struct {
 func (o *Options) setDefaults() error {
 	if o.Key == nil {
 		if o.Provider.KeyHeader == "" {
-			return fmt.Errorf("%w: Options.Provider is required (idempotency.GitHub() or idempotency.JiraCloud()), or an explicit Key", ErrInvalid)
+			return fmt.Errorf("%w: Options.Provider is required (idempotency.GitHub() or idempotency.JiraCloud()), or an explicit Key", ErrInvalidOptions)
 		}
 		o.Key = HeaderKey(o.Provider.KeyHeader)
 	}
@@ -133,7 +133,7 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Verify == nil && o.Secret != nil {
 		if o.Provider.SignatureHeader == "" {
-			return fmt.Errorf("%w: Secret is set but Provider has no SignatureHeader", ErrInvalid)
+			return fmt.Errorf("%w: Secret is set but Provider has no SignatureHeader", ErrInvalidOptions)
 		}
 		o.Verify = HMACSHA256(o.Provider.SignatureHeader, o.Secret)
 	}
@@ -228,7 +228,7 @@ type Handler struct {
 var _ http.Handler = (*Handler)(nil)
 
 // NewHandler returns a Handler that claims keys in store and runs effect.
-// It fails with ErrInvalid without store, effect, or Options.Provider (or
+// It fails with ErrInvalidOptions without store, effect, or Options.Provider (or
 // Options.Key).
 func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 	if store == nil || effect == nil {

@@ -340,11 +340,11 @@ func TestNewHandlerValidates(t *testing.T) {
 	_, err = idempotency.NewHandler(store, nil, idempotency.Options{})
 	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
 	_, err = idempotency.NewHandler(store, pub.publish, idempotency.Options{})
-	assert.ErrorIs(t, err, idempotency.ErrInvalid, "the zero Options name no provider")
+	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions, "the zero Options name no provider")
 	_, err = idempotency.NewHandler(store, pub.publish, idempotency.Options{Provider: idempotency.JiraCloud()})
 	assert.NoError(t, err)
 	_, err = idempotency.NewHandler(store, pub.publish, idempotency.Options{Secret: secret, Key: idempotency.HeaderKey("X-Id")})
-	assert.ErrorIs(t, err, idempotency.ErrInvalid, "a secret without a provider's signature header")
+	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions, "a secret without a provider's signature header")
 }
 
 func TestHMACSHA256(t *testing.T) {

@@ -176,10 +176,10 @@ const deadLetterStateVersion = 1
 
 func newDeadLetters(cfg DeadLetter, brokers []string, source checkpoint.TopicPartition) (*deadLetters, error) {
 	if cfg.Topic == "" {
-		return nil, errors.New("kafkasource: DeadLetter.Topic is empty")
+		return nil, fmt.Errorf("%w: DeadLetter.Topic is empty", ErrInvalidOptions)
 	}
 	if cfg.Timeout < 0 {
-		return nil, errors.New("kafkasource: negative DeadLetter.Timeout")
+		return nil, fmt.Errorf("%w: negative DeadLetter.Timeout", ErrInvalidOptions)
 	}
 	if len(cfg.Brokers) == 0 {
 		cfg.Brokers = brokers

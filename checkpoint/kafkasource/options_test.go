@@ -35,6 +35,8 @@ func TestNewInvalidOptions(t *testing.T) {
 		{name: "unknown OutOfRange", opts: kafkasource.Options{OutOfRange: 99}, coord: coord, proc: newProc},
 		{name: "unknown StartOffset", opts: kafkasource.Options{StartOffset: 99}, coord: coord, proc: newProc},
 		{name: "negative buffer", opts: kafkasource.Options{Buffer: -1}, coord: coord, proc: newProc},
+		{name: "negative restart backoff", opts: kafkasource.Options{Restart: kafkasource.Restart{InitialBackoff: -1}}, coord: coord, proc: newProc},
+		{name: "restart jitter of 1", opts: kafkasource.Options{Restart: kafkasource.Restart{Jitter: 1}}, coord: coord, proc: newProc},
 	}
 	for _, tt := range tests {
 		g := group

@@ -86,11 +86,11 @@ type Restart struct {
 func (r *Restart) setDefaults() error {
 	switch {
 	case r.InitialBackoff < 0, r.MaxBackoff < 0, r.ResetAfter < 0, r.MaxAttempts < 0:
-		return errors.New("kafkasource: New: negative Restart option")
+		return fmt.Errorf("%w: negative Restart option", ErrInvalidOptions)
 	case r.Multiplier != 0 && r.Multiplier < 1:
-		return fmt.Errorf("kafkasource: New: Restart.Multiplier %v below 1", r.Multiplier)
+		return fmt.Errorf("%w: Restart.Multiplier %v below 1", ErrInvalidOptions, r.Multiplier)
 	case r.Jitter >= 1:
-		return fmt.Errorf("kafkasource: New: Restart.Jitter %v not below 1", r.Jitter)
+		return fmt.Errorf("%w: Restart.Jitter %v not below 1", ErrInvalidOptions, r.Jitter)
 	}
 	setDefault(&r.InitialBackoff, DefaultRestartInitialBackoff)
 	setDefault(&r.MaxBackoff, DefaultRestartMaxBackoff)

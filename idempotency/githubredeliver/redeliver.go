@@ -46,8 +46,8 @@ const (
 var (
 	// ErrInvalidOptions reports options New refuses.
 	ErrInvalidOptions = errors.New("githubredeliver: invalid options")
-	// ErrCorruptState reports a saved state that cannot be read.
-	ErrCorruptState = errors.New("githubredeliver: corrupt state")
+	// ErrCorrupt reports a saved state that cannot be read.
+	ErrCorrupt = errors.New("githubredeliver: corrupt state")
 	// ErrRateLimited matches a *RateLimitError.
 	ErrRateLimited = errors.New("githubredeliver: rate limited")
 )

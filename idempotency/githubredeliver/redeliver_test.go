@@ -378,7 +378,7 @@ func TestCheckpointStateAcrossRestart(t *testing.T) {
 
 	require.NoError(t, storage.Put(context.Background(), "githubredeliver/o/r/1", []byte("{")))
 	_, err := state.Load(context.Background())
-	assert.ErrorIs(t, err, githubredeliver.ErrCorruptState)
+	assert.ErrorIs(t, err, githubredeliver.ErrCorrupt)
 }
 
 func TestRunStopsWithContext(t *testing.T) {

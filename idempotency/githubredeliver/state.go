@@ -99,7 +99,7 @@ func (c CheckpointState) Load(ctx context.Context) (Snapshot, error) {
 	}
 	var s Snapshot
 	if err := json.Unmarshal(b, &s); err != nil {
-		return Snapshot{}, fmt.Errorf("%w: state %s: %w", ErrCorruptState, c.Name, err)
+		return Snapshot{}, fmt.Errorf("%w: state %s: %w", ErrCorrupt, c.Name, err)
 	}
 	return s.clone(), nil
 }
