@@ -108,3 +108,42 @@ func TestNextTickAfterIdleInputReturns(t *testing.T) {
 	// exactly these two times, with no wake-up in between.
 	assert.Equal(t, []time.Duration{30*time.Minute + 20*time.Second, 89*time.Minute + 20*time.Second}, ticks)
 }
+
+// With AllowedLateness longer than the slide and every input idle, NextTick
+// names the earlier of the next unfired window's end and the next fired
+// window's end plus lateness: a caller ticking exactly at NextTick gets the
+// next window on time, not when an already-fired window's lateness ends.
+func TestNextTickUnfiredWindowBeforeFiredWindowsLateness(t *testing.T) {
+	op, clk := newCount(t, Tumbling(time.Minute), Options{
+		MaxOutOfOrderness: -1,
+		AllowedLateness:   10 * time.Minute,
+		IdleTimeout:       10 * time.Second,
+	})
+	var out Output[float64, uint64]
+	require.NoError(t, op.Add(ev("a", 30*time.Second, 1), &out))
+	require.NoError(t, op.Add(ev("a", 90*time.Second, 1), &out)) // fires [0, 1m)
+	require.Equal(t, []Row[uint64]{row("a", 0, time.Minute, 1, 1)}, out.Rows)
+	out.Reset()
+
+	var ticks []time.Duration
+	for range 10 {
+		next, ok := op.NextTick()
+		require.True(t, ok)
+		clk.t = next
+		ticks = append(ticks, next.Sub(t0))
+		op.Tick(&out)
+		if len(out.Rows) > 0 {
+			break
+		}
+	}
+	// The input turns idle at 10s with newest event time 90s; [1m, 2m)
+	// ends 30s of idle watermark later, at 40s, long before [0, 1m)'s
+	// lateness ends (11m of event time).
+	assert.Equal(t, []time.Duration{10 * time.Second, 40 * time.Second}, ticks)
+	assert.Equal(t, []Row[uint64]{row("a", time.Minute, 2*time.Minute, 1, 1)}, out.Rows)
+
+	// Then the next thing due is the end of [0, 1m)'s lateness.
+	next, ok := op.NextTick()
+	require.True(t, ok)
+	assert.Equal(t, t0.Add(40*time.Second+(11*time.Minute-2*time.Minute)), next)
+}

@@ -359,18 +359,23 @@ func satAdd(a, b int64) int64 {
 	return s
 }
 
-// nextDue returns the earliest watermark at which a group fires or closes.
+// nextDue returns the earliest watermark at which a group fires or closes:
+// the earlier of the first unfired group's end and the first fired group's
+// end plus the lateness. (Fired groups come first, since groups fire in
+// start order; with a lateness longer than the slide, later groups fire
+// before the first one closes.)
 func (o *Operator[In, Acc, Out]) nextDue() (int64, bool) {
-	for _, s := range o.starts {
+	due, ok := int64(math.MaxInt64), false
+	for i, s := range o.starts {
 		g := o.groups[s]
 		if !g.fired {
-			return g.end, true
+			return min(due, g.end), true
 		}
-		if o.lateness > 0 {
-			return g.end + o.lateness, true // starts ascend: nothing fires earlier
+		if i == 0 {
+			due, ok = g.end+o.lateness, true
 		}
 	}
-	return 0, false
+	return due, ok
 }
 
 // fire emits the windows whose end the watermark passed, ordered by start
