@@ -126,31 +126,35 @@ func (p Provider) isZero() bool {
 // GitHub compares them without case, so they are lower-cased. It fails with
 // ErrNoPartition when the payload has none of these.
 func GitHubPartition(_ string, body []byte) (string, error) {
+	type account struct {
+		Login string `json:"login"`
+	}
+	// Values, not pointers: nothing is allocated for absent fields.
 	var p struct {
-		Organization *struct{ Login string } `json:"organization"`
-		Repository   *struct {
-			Owner *struct{ Login string } `json:"owner"`
+		Organization account `json:"organization"`
+		Repository   struct {
+			Owner account `json:"owner"`
 		} `json:"repository"`
-		Installation *struct {
-			ID      json.Number             `json:"id"`
-			Account *struct{ Login string } `json:"account"`
+		Installation struct {
+			ID      json.Number `json:"id"`
+			Account account     `json:"account"`
 		} `json:"installation"`
-		Sender *struct{ Login string } `json:"sender"`
+		Sender account `json:"sender"`
 	}
 	if err := json.Unmarshal(body, &p); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoPartition, err)
 	}
 	login := ""
 	switch {
-	case p.Organization != nil && p.Organization.Login != "":
+	case p.Organization.Login != "":
 		login = p.Organization.Login
-	case p.Repository != nil && p.Repository.Owner != nil && p.Repository.Owner.Login != "":
+	case p.Repository.Owner.Login != "":
 		login = p.Repository.Owner.Login
-	case p.Installation != nil && p.Installation.Account != nil && p.Installation.Account.Login != "":
+	case p.Installation.Account.Login != "":
 		login = p.Installation.Account.Login
-	case p.Installation != nil && p.Installation.ID != "":
+	case p.Installation.ID != "":
 		return "github/installation/" + p.Installation.ID.String(), nil
-	case p.Sender != nil && p.Sender.Login != "":
+	case p.Sender.Login != "":
 		login = p.Sender.Login
 	default:
 		return "github", nil
