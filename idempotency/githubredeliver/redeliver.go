@@ -13,6 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // Defaults of Options.
@@ -140,6 +144,10 @@ type Options struct {
 	// Logger receives each redelivery request and every expired GUID.
 	// Default: discards.
 	Logger *slog.Logger
+	// MeterProvider receives githubredeliver.guids, GUIDs by outcome of a
+	// pass: redelivered, succeeded, rejected, expired (alert on expired:
+	// those events are lost). Default: no-op.
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultRetryable is the default Options.Retryable.
@@ -160,7 +168,8 @@ type Result struct {
 	// Waiting are GUIDs still failing whose next request waits for its
 	// backoff or for a requested redelivery to show up.
 	Waiting []string
-	// Succeeded are pending GUIDs seen succeeding in this pass.
+	// Succeeded are GUIDs seen failing (in this pass or an earlier one)
+	// and then succeeding in this pass.
 	Succeeded []string
 	// Rejected are GUIDs whose newest attempt failed with a status that is
 	// not Retryable (the gateway rejected the payload for good).
@@ -172,9 +181,10 @@ type Result struct {
 
 // Redeliverer redelivers one hook's failed deliveries. See the package doc.
 type Redeliverer struct {
-	hook Hook
-	base *url.URL
-	opts Options
+	hook  Hook
+	base  *url.URL
+	opts  Options
+	guids metric.Int64Counter
 }
 
 // New returns a Redeliverer of hook.
@@ -231,7 +241,15 @@ func New(hook Hook, opts Options) (*Redeliverer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Redeliverer{hook: hook, base: base, opts: opts}, nil
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = noop.NewMeterProvider()
+	}
+	guids, err := opts.MeterProvider.Meter("github.com/exactlyonce/exactlyonce/idempotency/githubredeliver").
+		Int64Counter("githubredeliver.guids", metric.WithDescription("GUIDs by outcome of a pass: redelivered, succeeded, rejected, expired."))
+	if err != nil {
+		return nil, fmt.Errorf("githubredeliver: metrics: %w", err)
+	}
+	return &Redeliverer{hook: hook, base: base, opts: opts, guids: guids}, nil
 }
 
 // Run runs a pass every Options.Interval until ctx ends, and returns
@@ -365,6 +383,14 @@ func (r *Redeliverer) Pass(ctx context.Context) (Result, error) {
 		res.Redelivered = append(res.Redelivered, guid)
 		r.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "githubredeliver: redelivery requested",
 			slog.String("guid", guid), slog.Int64("delivery_id", p.DeliveryID), slog.Int("status_code", p.StatusCode), slog.Int("request", p.Requests))
+	}
+	for _, c := range []struct {
+		outcome string
+		n       int
+	}{{"redelivered", len(res.Redelivered)}, {"succeeded", len(res.Succeeded)}, {"rejected", len(res.Rejected)}, {"expired", len(res.Expired)}} {
+		if c.n > 0 {
+			r.guids.Add(ctx, int64(c.n), metric.WithAttributes(attribute.String("outcome", c.outcome)))
+		}
 	}
 	if err := r.opts.State.Save(context.WithoutCancel(ctx), snap); err != nil {
 		return res, errors.Join(passErr, err)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/idempotency/githubredeliver"
@@ -224,13 +226,17 @@ func TestPassRedeliversWhatFailedAndNeverSucceeded(t *testing.T) {
 	f.gatewayStatus = 202 // the gateway is back
 
 	state := &githubredeliver.MemoryState{}
-	r := newRedeliverer(t, srv, githubredeliver.RepoHook("octo-org", "app", 42), clk, githubredeliver.Options{State: state})
+	reader := sdkmetric.NewManualReader()
+	r := newRedeliverer(t, srv, githubredeliver.RepoHook("octo-org", "app", 42), clk, githubredeliver.Options{
+		State: state, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	})
 	res, err := r.Pass(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 9, res.Listed, "everything inside the window, over five pages")
 	assert.Equal(t, []string{"failed", "failed-twice", "timed-out"}, res.Redelivered)
 	assert.Equal(t, []string{"rejected"}, res.Rejected)
 	assert.Equal(t, []string{"at-the-edge"}, res.Expired)
+	assert.Equal(t, []string{"recovered"}, res.Succeeded, "failed, then redelivered by hand")
 	assert.ElementsMatch(t, []int64{failed, twice, timedOut}, f.Posts(), "the newest failed delivery of each GUID")
 
 	// Next pass: the redeliveries succeeded; only they are listed.
@@ -244,6 +250,26 @@ func TestPassRedeliversWhatFailedAndNeverSucceeded(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, snap.Pending)
 	assert.Len(t, f.Posts(), 3)
+	assert.Equal(t, map[string]int64{"redelivered": 3, "succeeded": 4, "rejected": 1, "expired": 1}, guidCounts(t, reader))
+}
+
+func guidCounts(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "githubredeliver.guids" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				v, _ := dp.Attributes.Value("outcome")
+				out[v.AsString()] += dp.Value
+			}
+		}
+	}
+	return out
 }
 
 // While the gateway stays down, every redelivery fails again: each failure
