@@ -86,3 +86,32 @@ func ExampleMemoryStore() {
 	// once done: replay 202 accepted
 	// other payload: idempotency: key reused with a different request
 }
+
+// Do is the protocol without HTTP, for a Kafka or gRPC consumer: the side
+// effect runs once per key, a failure releases the key for the next try,
+// and a done key returns its stored response without running again.
+func ExampleDo() {
+	ctx := context.Background()
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
+	if err != nil {
+		panic(err)
+	}
+	attempts := 0
+	charge := func(context.Context) (idempotency.Response, error) {
+		attempts++
+		if attempts == 1 {
+			return idempotency.Response{}, errors.New("payment service unavailable")
+		}
+		return idempotency.Response{Status: 200, Body: []byte("charge ch_42")}, nil
+	}
+	for range 3 {
+		out, err := idempotency.Do(ctx, store, "order-7", "fingerprint", charge, idempotency.DoOptions{})
+		fmt.Printf("err=%v replayed=%v body=%q\n", err, out.Replayed, out.Response.Body)
+	}
+	fmt.Println("attempts:", attempts)
+	// Output:
+	// err=idempotency: side effect failed: payment service unavailable replayed=false body=""
+	// err=<nil> replayed=false body="charge ch_42"
+	// err=<nil> replayed=true body="charge ch_42"
+	// attempts: 2
+}
