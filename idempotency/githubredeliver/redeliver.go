@@ -185,6 +185,9 @@ type Redeliverer struct {
 	base  *url.URL
 	opts  Options
 	guids metric.Int64Counter
+	// exhausted is the reset time of a primary rate limit that a
+	// successful response said is used up: the next request waits for it.
+	exhausted time.Time
 }
 
 // New returns a Redeliverer of hook.
@@ -471,6 +474,11 @@ func (r *Redeliverer) redeliver(ctx context.Context, id int64) error {
 // a 2xx response with its body.
 func (r *Redeliverer) do(ctx context.Context, method string, u *url.URL) (*http.Response, []byte, error) {
 	for {
+		if now := r.opts.Now(); now.Before(r.exhausted) {
+			if err := r.wait(ctx, now, r.exhausted); err != nil {
+				return nil, nil, err
+			}
+		}
 		token := r.opts.Token
 		if r.opts.TokenFunc != nil {
 			t, err := r.opts.TokenFunc(ctx)
@@ -499,13 +507,11 @@ func (r *Redeliverer) do(ctx context.Context, method string, u *url.URL) (*http.
 		limited := resp.StatusCode == http.StatusTooManyRequests ||
 			resp.StatusCode == http.StatusForbidden && isRateLimit(resp.Header, body)
 		if resp.StatusCode/100 == 2 {
-			// Out of requests: the next one would be refused, so wait
-			// for the reset before returning to the caller's next call.
+			// Out of requests: the next one would be refused, so it
+			// waits for the reset; this answer is good.
 			if resp.Header.Get("X-RateLimit-Remaining") == "0" {
 				if until, ok := resetTime(resp.Header); ok && until.After(now) {
-					if err := r.wait(ctx, now, until); err != nil {
-						return nil, nil, err
-					}
+					r.exhausted = until
 				}
 			}
 			return resp, body, nil

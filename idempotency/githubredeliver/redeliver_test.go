@@ -45,6 +45,9 @@ type fakeGitHub struct {
 	// deliver, when set, makes each redelivery for real (to a gateway)
 	// and returns its status, instead of gatewayStatus.
 	deliver func(guid string) int
+	// exhaustNext makes the next successful answer say that no request
+	// is left until an hour from now.
+	exhaustNext bool
 	// limit, when set, answers the next request instead.
 	limit func(w http.ResponseWriter) bool
 	gets  int
@@ -111,6 +114,10 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-RateLimit-Limit", "5000")
 	w.Header().Set("X-RateLimit-Remaining", "4999")
 	w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(f.now().Add(time.Hour).Unix(), 10))
+	if f.exhaustNext {
+		f.exhaustNext = false
+		w.Header().Set("X-RateLimit-Remaining", "0")
+	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == f.hook+"/deliveries":
 		f.gets++
@@ -160,7 +167,9 @@ func (f *fakeGitHub) list(w http.ResponseWriter, r *http.Request) {
 	}
 	var page []delivery
 	for i := len(f.deliveries) - 1; i >= 0 && len(page) < perPage; i-- {
-		if d := f.deliveries[i]; d.ID < below && d.DeliveredAt.After(f.now().Add(-72*time.Hour)) {
+		// Older deliveries are listed too: the client must stop at
+		// the 3-day window by itself.
+		if d := f.deliveries[i]; d.ID < below {
 			page = append(page, d)
 		}
 	}
@@ -359,6 +368,29 @@ func TestPassHonoursRateLimits(t *testing.T) {
 	var apiErr *githubredeliver.APIError
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, http.StatusForbidden, apiErr.Status)
+}
+
+// A successful answer that used the last request of the hour: its data is
+// kept, and the next request waits for the reset (here: longer than
+// MaxWait, so the pass ends with the reset time and saves what it saw).
+func TestPassStopsWhenRequestsRunOut(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	f, srv := newFake(t, "/app/hook", clk.Now)
+	f.add("g1", clk.Now().Add(-time.Minute), 503, false)
+	f.exhaustNext = true
+	r := newRedeliverer(t, srv, githubredeliver.AppHook(), clk, githubredeliver.Options{})
+	res, err := r.Pass(context.Background())
+	var rl *githubredeliver.RateLimitError
+	require.ErrorAs(t, err, &rl)
+	assert.True(t, rl.Until.Equal(clk.Now().Add(time.Hour)), "until %v", rl.Until)
+	assert.Equal(t, []string{"g1"}, res.Waiting)
+	assert.Empty(t, f.Posts(), "no request past the limit")
+
+	clk.Add(time.Hour)
+	res, err = r.Pass(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.Listed, "the cursor was saved with the first pass")
+	assert.Equal(t, []string{"g1"}, res.Redelivered)
 }
 
 func TestPassRefusesForeignLink(t *testing.T) {
