@@ -24,6 +24,34 @@
 // per-input event times; it starts no goroutines and has no timer of its
 // own, so the chain calls Tick when no events arrive (NextTick says when).
 //
+// # Early firings and the end of input
+//
+// A window is emitted when it fires, after its End and the
+// out-of-orderness bound have passed. Options.Early also emits its partial
+// result before: every EarlyFiring.Every events of the window, and every
+// EarlyFiring.Interval of processing time for windows that changed. Early
+// rows have Row.Early set and the number of events so far as Version, so
+// the final row replaces them in the table: a dashboard reading with FINAL
+// sees the current hour as it fills and the exact result once it closes.
+//
+// EndInput tells the operator that the input is finished (a backfill, a
+// bounded replay, a test): the watermark moves past every window and every
+// open window fires at once, as with Flink's final watermark.
+//
+// # Inputs, partitions and RemoveInput
+//
+// The rule for when an operator spans partitions: it does when one
+// goroutine feeds it records of several partitions, and only then. With
+// checkpoint/kafkasource it never does: each partition has its own chain,
+// the chain builds its own operator (declare Options.Inputs as the chain's
+// one partition), and a revoked partition takes its operator, state and
+// watermark with it, so there is nothing to remove. An operator spans
+// partitions when a consumer of your own feeds it several (a merged stream,
+// a manually assigned set of partitions checkpointed together); then an
+// input that leaves for good (revoked, or a bounded input that is done)
+// must be removed with RemoveInput, or it holds the watermark back until it
+// turns idle, and forever when idleness is off.
+//
 // # Aggregators and neutral elements
 //
 // An Aggregator is a commutative monoid (Identity, Merge) with Add and
@@ -59,17 +87,20 @@
 // # Guarantees
 //
 // Deterministic: given the same snapshot and the same input in the same
-// order, and the same idleness decisions, the operator emits byte-identical
+// order (RemoveInput and EndInput calls included), and the same idleness
+// and early-firing-interval decisions, the operator emits byte-identical
 // rows in the same order (windows by start, then key) and takes
 // byte-identical snapshots. Processing time is not in a snapshot.
 //
-// Idleness is the one input that is not replayed: it depends on the clock,
-// so a replay may close a window at another point of the input than the
-// first run did, and a row may then hold more or fewer events. Output stays
+// Idleness and EarlyFiring.Interval are the inputs that are not replayed:
+// they depend on the clock, so a replay may close a window, or emit a
+// partial row, at another point of the input than the first run did, and a
+// row may then hold more or fewer events. (Early rows by EarlyFiring.Every
+// depend on the input only.) Output stays
 // idempotent anyway: a row is keyed by (Key, Start, End) and its Version is
 // the number of events folded into the window, so a ReplacingMergeTree
 // (read with FINAL) keeps the most complete emission, whichever run wrote
-// it, and rewriting a row writes the same bytes. A row written by a run that
+// it, early or final, and rewriting a row writes the same bytes. A row written by a run that
 // died before its checkpoint is replaced or rewritten by the replay, never
 // added to.
 //

@@ -77,3 +77,45 @@ func ExampleOperator_Snapshot() {
 	// Output:
 	// open windows: 1
 }
+
+// Early firings show an hour's partial result while it fills: every two
+// events here (EarlyFiring.Interval does the same on processing time). In a
+// ReplacingMergeTree(version) table the final row replaces the partial ones.
+func ExampleEarlyFiring() {
+	op, _ := window.New(window.Tumbling(time.Hour), window.Count[string]{}, window.Options{
+		MaxOutOfOrderness: time.Minute,
+		Early:             window.EarlyFiring{Every: 2},
+	})
+	t0 := time.Date(2026, 10, 28, 15, 0, 0, 0, time.UTC)
+	var out window.Output[string, uint64]
+	for _, m := range []time.Duration{5, 10, 20, 30, 50, 62} {
+		_ = op.Add(window.Event[string]{Key: "alice", Time: t0.Add(m * time.Minute), Value: "pr.merged"}, &out)
+	}
+	for _, r := range out.Rows {
+		fmt.Printf("%s [%s, %s) version %d count %d early %v\n", r.Key, r.Start.Format("15:04"), r.End.Format("15:04"), r.Version, r.Result, r.Early)
+	}
+	// Output:
+	// alice [15:00, 16:00) version 2 count 2 early true
+	// alice [15:00, 16:00) version 4 count 4 early true
+	// alice [15:00, 16:00) version 5 count 5 early false
+}
+
+// At the end of a bounded input (a backfill), EndInput fires every window
+// still open, without waiting for idleness or the wall clock.
+func ExampleOperator_EndInput() {
+	op, _ := window.New(window.Tumbling(time.Hour), window.Sum[int64]{}, window.Options{})
+	t0 := time.Date(2026, 10, 28, 15, 0, 0, 0, time.UTC)
+	var out window.Output[int64, int64]
+	for i, m := range []time.Duration{10, 70, 75} {
+		_ = op.Add(window.Event[int64]{Key: "repo-1", Time: t0.Add(m * time.Minute), Value: int64(i + 1)}, &out)
+	}
+	fmt.Println("before:", len(out.Rows), "rows")
+	op.EndInput(&out)
+	for _, r := range out.Rows {
+		fmt.Printf("%s [%s, %s) sum %d\n", r.Key, r.Start.Format("15:04"), r.End.Format("15:04"), r.Result)
+	}
+	// Output:
+	// before: 1 rows
+	// repo-1 [15:00, 16:00) sum 1
+	// repo-1 [16:00, 17:00) sum 5
+}

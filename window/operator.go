@@ -46,6 +46,14 @@ type Operator[In, Acc, Out any] struct {
 	last   *group[Acc]
 	open   int // windows held
 
+	// Early firings: every > 0 emits a pane at every multiple of every
+	// events; interval > 0 emits changed panes every interval of processing
+	// time, next at nextEarly, when pending says a pane changed since.
+	every     uint64
+	interval  int64
+	nextEarly int64
+	pending   bool
+
 	emitted, late uint64
 	keys          []string // scratch for sorting
 }
@@ -68,8 +76,9 @@ type group[Acc any] struct {
 
 // pane is the state of one window of one key.
 type pane[Acc any] struct {
-	n   uint64 // events folded in: the Version of the next row
-	acc Acc
+	n     uint64 // events folded in: the Version of the next row
+	shown uint64 // n at the last emission; not in a snapshot
+	acc   Acc
 }
 
 const slabSize = 256
@@ -95,7 +104,10 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 	if opts.AllowedLateness < 0 {
 		return nil, fmt.Errorf("%w: negative allowed lateness %v", ErrInvalidOptions, opts.AllowedLateness)
 	}
-	for _, d := range []time.Duration{opts.MaxOutOfOrderness, opts.AllowedLateness, opts.IdleTimeout} {
+	if opts.Early.Interval < 0 {
+		return nil, fmt.Errorf("%w: negative early-firing interval %v", ErrInvalidOptions, opts.Early.Interval)
+	}
+	for _, d := range []time.Duration{opts.MaxOutOfOrderness, opts.AllowedLateness, opts.IdleTimeout, opts.Early.Interval} {
 		if d > maxSize {
 			return nil, fmt.Errorf("%w: duration %v above %v", ErrInvalidOptions, d, time.Duration(maxSize))
 		}
@@ -110,6 +122,8 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 		log:      opts.Logger,
 		wm:       noWatermark,
 		groups:   make(map[int64]*group[Acc]),
+		every:    opts.Early.Every,
+		interval: int64(opts.Early.Interval),
 	}
 	switch {
 	case o.bound == 0:
@@ -139,7 +153,9 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 		return nil, err
 	}
 	o.declared = slices.Clone(opts.Inputs)
-	o.inputs = declaredInputs(o.declared, nil, o.now().UnixNano())
+	now := o.now().UnixNano()
+	o.inputs = declaredInputs(o.declared, nil, now)
+	o.nextEarly = satAdd(now, o.interval)
 	return o, nil
 }
 
@@ -215,11 +231,17 @@ func (o *Operator[In, Acc, Out]) Add(ev Event[In], out *Output[In, Out]) error {
 		}
 		p.acc = o.agg.Add(p.acc, ev.Value)
 		p.n++
-		if g.fired {
-			o.emit(g, ev.Key, p, out) // late but allowed: re-emit with a higher version
+		switch {
+		case g.fired:
+			o.emit(g, ev.Key, p, false, out) // late but allowed: re-emit with a higher version
+		case o.every > 0 && p.n%o.every == 0:
+			o.emit(g, ev.Key, p, true, out)
+		default:
+			o.pending = true
 		}
 	}
 	o.advance(now, out)
+	o.early(now, out)
 	return nil
 }
 
@@ -248,19 +270,88 @@ func (o *Operator[In, Acc, Out]) group(s int64) *group[Acc] {
 func (o *Operator[In, Acc, Out]) Tick(out *Output[In, Out]) {
 	now := o.now().UnixNano()
 	o.advance(now, out)
+	o.early(now, out)
 	if o.wm != noWatermark {
 		o.inst.lag.Record(context.Background(), time.Duration(now-o.wm).Seconds(), o.inst.record...)
 	}
 }
 
+// early emits, when the early-firing interval is due at processing time
+// now, the partial result of every unfired window that changed since its
+// last emission, by start then key.
+func (o *Operator[In, Acc, Out]) early(now int64, out *Output[In, Out]) {
+	if o.interval == 0 || now < o.nextEarly {
+		return
+	}
+	o.nextEarly = satAdd(now, o.interval)
+	if !o.pending {
+		return
+	}
+	o.pending = false
+	for _, s := range o.starts {
+		g := o.groups[s]
+		if g.fired {
+			continue
+		}
+		keys := o.keys[:0]
+		for k, p := range g.panes {
+			if p.n != p.shown {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for j, k := range keys {
+			o.emit(g, k, g.panes[k], true, out)
+			keys[j] = ""
+		}
+		o.keys = keys[:0]
+	}
+}
+
+// EndInput declares that no event will follow on any input, as Flink's
+// final watermark does at the end of a bounded input: the watermark moves
+// past every window, every open window fires (appending its rows to out)
+// and closes. Use it at the end of a backfill or replay of a bounded
+// range, and in tests. Every event added afterwards is late. The final
+// watermark is in the operator's snapshots, so a restored operator keeps
+// it.
+func (o *Operator[In, Acc, Out]) EndInput(out *Output[In, Out]) {
+	o.wm = maxAbsTime // past every window's end plus lateness: see maxEventTime
+	o.fire(out)
+}
+
+// RemoveInput forgets an input: it no longer holds the watermark back, and
+// the watermark advances to what the remaining inputs allow, appending the
+// rows of the windows that closes to out. Call it when an input leaves for
+// good, for example a partition revoked from an operator that spans
+// partitions (see the package documentation for when that is). Events the
+// input already delivered stay in their windows; an event it delivers
+// later makes it an input again. Removing the last input leaves the
+// watermark where it is. Like Add, it is part of the operator's input: a
+// replay must call it at the same point to emit the same rows.
+func (o *Operator[In, Acc, Out]) RemoveInput(id int, out *Output[In, Out]) {
+	o.inputs = slices.DeleteFunc(o.inputs, func(in input) bool { return in.id == id })
+	o.declared = slices.DeleteFunc(o.declared, func(d int) bool { return d == id })
+	now := o.now().UnixNano()
+	o.advance(now, out)
+	o.early(now, out)
+}
+
 // NextTick returns the processing time at which Tick would next change
 // something without new events (an input turning idle, or, when all inputs
-// are idle, the next window closing), and false when nothing is pending.
+// are idle, the next window closing, or the next early firing of windows
+// that changed), and false when nothing is pending.
 func (o *Operator[In, Acc, Out]) NextTick() (time.Time, bool) {
-	if o.idle < 0 || len(o.inputs) == 0 {
-		return time.Time{}, false
-	}
 	next := int64(math.MaxInt64)
+	if o.interval > 0 && o.pending {
+		next = o.nextEarly
+	}
+	if o.idle < 0 || len(o.inputs) == 0 {
+		if next == math.MaxInt64 {
+			return time.Time{}, false
+		}
+		return time.Unix(0, next).UTC(), true
+	}
 	allIdle := true
 	for _, in := range o.inputs {
 		if !in.idle {
@@ -395,7 +486,7 @@ func (o *Operator[In, Acc, Out]) fire(out *Output[In, Out]) {
 			}
 			slices.Sort(keys)
 			for j, k := range keys {
-				o.emit(g, k, g.panes[k], out)
+				o.emit(g, k, g.panes[k], false, out)
 				keys[j] = ""
 			}
 			o.keys = keys[:0]
@@ -415,8 +506,9 @@ func (o *Operator[In, Acc, Out]) fire(out *Output[In, Out]) {
 	}
 }
 
-func (o *Operator[In, Acc, Out]) emit(g *group[Acc], key string, p *pane[Acc], out *Output[In, Out]) {
+func (o *Operator[In, Acc, Out]) emit(g *group[Acc], key string, p *pane[Acc], early bool, out *Output[In, Out]) {
 	res, ok := o.agg.Result(p.acc)
+	p.shown = p.n
 	out.Rows = append(out.Rows, Row[Out]{
 		Key:     key,
 		Start:   time.Unix(0, g.start).UTC(),
@@ -424,6 +516,7 @@ func (o *Operator[In, Acc, Out]) emit(g *group[Acc], key string, p *pane[Acc], o
 		Version: p.n,
 		Valid:   ok,
 		Result:  res,
+		Early:   early,
 	})
 	o.emitted++
 	o.inst.emissions.Add(context.Background(), 1, o.inst.add...)

@@ -184,6 +184,9 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 	o.inst.open.Add(context.Background(), int64(nPanes-o.open), o.inst.add...)
 	o.inputs = declaredInputs(o.declared, inputs, now)
 	o.wm, o.groups, o.starts, o.last, o.open = wm, groups, starts, nil, nPanes
+	// What early firings emitted is not in the snapshot: the next one
+	// emits every unfired window again (the same rows, if it was shown).
+	o.pending, o.nextEarly = nPanes > 0, satAdd(now, o.interval)
 	// Drop windows past their lateness (possible when AllowedLateness
 	// shrank); they fired before the snapshot, so nothing is emitted.
 	var discard Output[In, Out]

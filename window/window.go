@@ -131,6 +131,9 @@ type Row[Out any] struct {
 	// no samples): store NULL, not Result.
 	Valid  bool
 	Result Out
+	// Early is true for a partial result emitted before the window fired
+	// (see EarlyFiring). The window's final row replaces it in the table.
+	Early bool
 }
 
 // LateEvent is an event that arrived after a window it belongs to was
@@ -189,6 +192,11 @@ type Options struct {
 	// speaks again.
 	IdleTimeout time.Duration
 
+	// Early emits partial results of windows that have not fired yet, for
+	// dashboards that show the current window as it fills. Default: none,
+	// a window is emitted when it fires. See EarlyFiring.
+	Early EarlyFiring
+
 	// Inputs lists inputs known before their first event. A listed input
 	// holds the watermark back from the start (until it is idle), so that
 	// the first events of one partition cannot close windows before the
@@ -209,6 +217,32 @@ type Options struct {
 	// Name tells apart operators in metrics (attribute "window.operator").
 	// Default "window".
 	Name string
+}
+
+// EarlyFiring configures early (partial) emissions of windows that have not
+// fired yet. Either field, or both, may be set; the zero value emits
+// nothing early.
+//
+// An early row is an ordinary Row with Early set: keyed by (Key, Start,
+// End) and versioned by the number of events folded in, so in a
+// ReplacingMergeTree(Version) table the window's final row, with at least
+// as many events, replaces every early row of it, and a read with FINAL
+// returns the partial result until the window fires and the final result
+// after. An early row and a final row of the same Version hold the same
+// result: store Version and the result, not Early, so that the table has
+// nothing to choose between them.
+type EarlyFiring struct {
+	// Interval emits, every Interval of processing time (Options.Now), the
+	// partial result of each window that has not fired and changed since
+	// its last emission. It is checked on every Add and Tick, and NextTick
+	// names the time of the next one. Like idleness, it depends on the
+	// clock, so a replay may emit partial rows at other points of the
+	// input; the final rows do not depend on it.
+	Interval time.Duration
+	// Every emits the partial result of a window each time its event count
+	// reaches a multiple of Every, while it has not fired. These rows
+	// depend on the input only, and a replay emits them again identically.
+	Every uint64
 }
 
 // Event times are kept as Unix nanoseconds. maxAbsTime bounds every time a
