@@ -225,3 +225,93 @@ func TestClickHouseAveragesExactWherePlaceholderDilutes(t *testing.T) {
 	assert.Equal(t, proto.NewNullable((120+360.5+600)/3), ours[0].avg)
 	assert.False(t, math.IsNaN(ours[0].avg.Value))
 }
+
+// Early firings against the real server: while an hour fills, the hourly
+// per-employee rows read with FINAL show the events so far (partial rows
+// appear before the window closes), and once it closes FINAL holds exactly
+// the final result, with every row inserted twice (at-least-once).
+func TestClickHouseEarlyFiringsThenFinal(t *testing.T) {
+	addr, db := testenv.ClickHouse(t)
+	c := testenv.DialClickHouse(t, addr, db)
+	ctx := t.Context()
+	require.NoError(t, c.Do(ctx, ch.Query{Body: `CREATE TABLE merged_hourly (employee_id String, window_start DateTime,
+		window_end DateTime, version UInt64, merged UInt64)
+		ENGINE = ReplacingMergeTree(version) ORDER BY (employee_id, window_start, window_end)`}))
+
+	insert := func(rows []window.Row[uint64]) {
+		var who proto.ColStr
+		var start, end proto.ColDateTime
+		var version, merged proto.ColUInt64
+		for range 2 {
+			for _, r := range rows {
+				who.Append(r.Key)
+				start.Append(r.Start)
+				end.Append(r.End)
+				version.Append(r.Version)
+				merged.Append(r.Result)
+			}
+		}
+		require.NoError(t, c.Do(ctx, ch.Query{
+			Body: "INSERT INTO merged_hourly VALUES",
+			Input: proto.Input{{Name: "employee_id", Data: &who}, {Name: "window_start", Data: &start},
+				{Name: "window_end", Data: &end}, {Name: "version", Data: &version}, {Name: "merged", Data: &merged}},
+		}))
+	}
+	final := func() map[string]uint64 {
+		var who proto.ColStr
+		var h proto.ColDateTime
+		var merged proto.ColUInt64
+		got := map[string]uint64{}
+		require.NoError(t, c.Do(ctx, ch.Query{
+			Body:   "SELECT employee_id, window_start, merged FROM merged_hourly FINAL",
+			Result: proto.Results{{Name: "employee_id", Data: &who}, {Name: "window_start", Data: &h}, {Name: "merged", Data: &merged}},
+			OnResult: func(context.Context, proto.Block) error {
+				for i := range who.Rows() {
+					got[who.Row(i)+" "+h.Row(i).UTC().Format("15:04")] = merged.Row(i)
+				}
+				return nil
+			},
+		}))
+		return got
+	}
+
+	hour := time.Date(2026, 10, 28, 10, 0, 0, 0, time.UTC)
+	clk := hour
+	op, err := window.New(window.Tumbling(time.Hour), window.Count[string]{}, window.Options{
+		MaxOutOfOrderness: time.Minute,
+		IdleTimeout:       -1,
+		Early:             window.EarlyFiring{Interval: time.Minute},
+		Now:               func() time.Time { return clk },
+	})
+	require.NoError(t, err)
+	var out window.Output[string, uint64]
+	truth := map[string]uint64{}
+	// Three employees merge pull requests through the 10:00 hour; the
+	// processing clock runs with event time.
+	for m := range 60 {
+		for i, who := range []string{"alice", "bob", "carol"} {
+			if m%(i+2) != 0 {
+				continue
+			}
+			require.NoError(t, op.Add(window.Event[string]{Key: who, Time: hour.Add(time.Duration(m) * time.Minute), Value: "pr.merged"}, &out))
+			truth[who+" 10:00"]++
+		}
+		clk = hour.Add(time.Duration(m)*time.Minute + 30*time.Second)
+		op.Tick(&out)
+		if m == 29 {
+			for _, r := range out.Rows {
+				require.True(t, r.Early, "only partial rows before the hour closes")
+			}
+			insert(out.Rows)
+			out.Reset()
+			so := map[string]uint64{}
+			for k := range truth {
+				so[k] = truth[k]
+			}
+			assert.Equal(t, so, final(), "at 10:29:30 the current hour shows its events so far")
+		}
+	}
+	op.EndInput(&out)
+	insert(out.Rows)
+	assert.Equal(t, truth, final(), "FINAL: exactly the final result")
+}
