@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/testkit"
+)
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+func start(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s output:\n%s", filepath.Base(bin), p.out.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return err
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not exit after %v", p.cmd.Path, sig)
+		return nil
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func waitReady(t *testing.T, addr string, p *proc) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("%s exited: %v\n%s", p.cmd.Path, err, p.out.String())
+		default:
+		}
+		code, _ := get("http://" + addr + "/readyz")
+		return code == http.StatusOK
+	}, time.Minute, 50*time.Millisecond)
+}
+
+// TestBinaries runs examples/gateway and examples/processor as separate
+// processes against servers they did not start (Kafka with TLS, ClickHouse,
+// Redis): the gateway refuses to start without webhook secrets; signed
+// deliveries, each sent twice, reach ClickHouse exactly once through a
+// kill -9 of the processor and one of the gateway; both serve the SDK's metrics on /metrics; both
+// stop cleanly on SIGTERM, the processor after a last checkpoint.
+func TestBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs two binaries")
+	}
+	bin := t.TempDir()
+	for _, b := range []struct{ name, pkg string }{{"gateway", "../gateway"}, {"processor", "."}} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, b.name), b.pkg).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	gatewayBin, processorBin := filepath.Join(bin, "gateway"), filepath.Join(bin, "processor")
+
+	// Servers the binaries did not start. Kafka speaks TLS only.
+	serverTLS, _ := testkit.TLS(t)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: serverTLS.Certificates[0].Certificate[0]}), 0o644))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(serverTLS), kfake.SeedTopics(3, "webhooks"))
+	require.NoError(t, err)
+	t.Cleanup(kc.Close)
+	brokers := strings.Join(kc.ListenAddrs(), ",")
+	chAddr, db := testkit.ClickHouse(t)
+	redisAddr := testkit.Redis(t)
+	kafkaFlags := []string{"-brokers", brokers, "-topic", "webhooks", "-kafka-tls", "-kafka-ca", caFile}
+
+	// No secrets: refused, loudly.
+	out, err := exec.Command(gatewayBin, append([]string{"-listen", freeAddr(t)}, kafkaFlags...)...).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "no webhook secret")
+
+	const secret = "s3cret"
+	gwAddr := freeAddr(t)
+	gwArgs := append([]string{"-listen", gwAddr, "-store", "redis", "-redis", redisAddr,
+		"-github-secret", secret, "-jira-secret", secret}, kafkaFlags...)
+	gw := start(t, gatewayBin, gwArgs...)
+	procAddr := freeAddr(t)
+	procArgs := append([]string{"-listen", procAddr, "-group", "processor", "-clickhouse", chAddr, "-database", db,
+		"-state-dir", t.TempDir(), "-checkpoint-interval", "200ms"}, kafkaFlags...)
+	pr := start(t, processorBin, procArgs...)
+	waitReady(t, gwAddr, gw)
+	waitReady(t, procAddr, pr)
+
+	send := func(i int) {
+		body := fmt.Sprintf(`{"ref":"refs/heads/main","organization":{"login":"org-%d"}}`, i%4)
+		for range 2 { // the provider retries
+			req, err := http.NewRequest(http.MethodPost, "http://"+gwAddr+"/webhooks/github", strings.NewReader(body))
+			require.NoError(t, err)
+			mac := hmac.New(sha256.New, []byte(secret))
+			mac.Write([]byte(body))
+			req.Header.Set(idempotency.HeaderGitHubSignature, "sha256="+hex.EncodeToString(mac.Sum(nil)))
+			req.Header.Set(idempotency.HeaderGitHubDelivery, fmt.Sprintf("delivery-%d", i))
+			req.Header.Set(idempotency.HeaderGitHubEvent, "push")
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Less(t, resp.StatusCode, 300, "delivery %d", i)
+		}
+	}
+	count := func(q string) uint64 { return testkit.Count(t, chAddr, db, q) }
+	for i := range 20 {
+		send(i)
+	}
+	require.Eventually(t, func() bool { return count("SELECT count() FROM events") == 20 }, time.Minute, 50*time.Millisecond)
+
+	// kill -9 the processor, deliver more, start it again.
+	require.Error(t, pr.signal(t, syscall.SIGKILL))
+	for i := 20; i < 40; i++ {
+		send(i)
+	}
+	pr = start(t, processorBin, procArgs...)
+	waitReady(t, procAddr, pr)
+	require.Eventually(t, func() bool { return count("SELECT count() FROM events") >= 40 }, time.Minute, 50*time.Millisecond)
+	// The SDK's metrics on /metrics.
+	_, gwMetrics := get("http://" + gwAddr + "/metrics")
+	assert.Contains(t, gwMetrics, "kafkapub_messages")
+	assert.Contains(t, gwMetrics, "idempotency_claims")
+	_, prMetrics := get("http://" + procAddr + "/metrics")
+	assert.Contains(t, prMetrics, "checkpoint_duration")
+	assert.Contains(t, prMetrics, "exactlyonce_sink_rows_written")
+
+	// kill -9 the gateway; the restarted one answers redeliveries from Redis.
+	require.Error(t, gw.signal(t, syscall.SIGKILL))
+	gw = start(t, gatewayBin, gwArgs...)
+	waitReady(t, gwAddr, gw)
+	for i := range 5 {
+		send(i)
+	}
+	time.Sleep(500 * time.Millisecond) // a duplicate would land now
+	assert.Equal(t, uint64(40), count("SELECT count() FROM events"))
+	assert.Equal(t, uint64(40), count("SELECT uniqExact(event_id) FROM events"), "every delivery once")
+
+	_, gwMetrics = get("http://" + gwAddr + "/metrics")
+	assert.Contains(t, gwMetrics, `idempotency_claims_total{otel_scope_name="github.com/exactlyonce/exactlyonce/idempotency",otel_scope_schema_url="",otel_scope_version="",outcome="done"} 10`, // five deliveries, each twice
+		"the restarted gateway answered the redeliveries from Redis")
+
+	// SIGTERM: clean exits, the processor after its last checkpoint.
+	assert.NoError(t, gw.signal(t, syscall.SIGTERM))
+	assert.Contains(t, gw.out.String(), "gateway stopped cleanly")
+	assert.NoError(t, pr.signal(t, syscall.SIGTERM))
+	assert.Contains(t, pr.out.String(), "last checkpoint taken")
+}

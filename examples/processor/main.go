@@ -1,0 +1,255 @@
+// Command processor reads the gateway's topic with a consumer group and
+// runs one checkpointed chain per partition (chain.go: dedup by delivery
+// id, the events, one-minute counts per tenant) into ClickHouse, exactly
+// once across crashes, restarts and rebalances.
+//
+//	processor -brokers kafka:9092 -topic webhooks -group processor \
+//		-clickhouse clickhouse:9000 -database webhooks -state-dir /var/lib/processor
+//
+// -state-dir holds the checkpoints and the sinks' journals: every instance
+// of the group must share it (a shared disk), so a partition that moves
+// restores its state. Endpoints on -listen: /healthz, /readyz (the chains
+// run), /metrics (the SDK's OpenTelemetry metrics in the Prometheus
+// format). Every flag has an environment variable (-h lists them).
+//
+// A chain whose ClickHouse or Kafka is unreachable restarts from its last
+// checkpoint with backoff while the others go on (kafkasource.Restart); a
+// permanent error (a record that cannot be processed, a journal that does
+// not match) stops the process with status 1, for a supervisor to see. On
+// SIGTERM or SIGINT it stops being ready, takes a last checkpoint (so the
+// next owner replays nothing), and stops.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(ctx, os.Args[1:], os.Getenv, log); err != nil {
+		log.Error("processor stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	listen, topic, group  string
+	brokers               []string
+	stateDir              string
+	interval              time.Duration
+	createTables          bool
+	chAddr, database      string
+	chUser, chPassword    string
+	chTLS                 bool
+	chCA                  string
+	kafkaTLS              bool
+	kafkaCA               string
+	kafkaSASL, kafkaUser  string
+	kafkaPassword         string
+	lastCheckpointTimeout time.Duration
+}
+
+func parse(args []string, getenv func(string) string) (config, error) {
+	fs := flag.NewFlagSet("processor", flag.ContinueOnError)
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	var c config
+	var brokers string
+	fs.StringVar(&c.listen, "listen", env("PROCESSOR_LISTEN", ":8081"), "HTTP address of /healthz, /readyz, /metrics (PROCESSOR_LISTEN)")
+	fs.StringVar(&brokers, "brokers", env("KAFKA_BROKERS", "localhost:9092"), "Kafka bootstrap brokers, comma-separated (KAFKA_BROKERS)")
+	fs.StringVar(&c.topic, "topic", env("KAFKA_TOPIC", "webhooks"), "Kafka topic (KAFKA_TOPIC)")
+	fs.StringVar(&c.group, "group", env("KAFKA_GROUP", "processor"), "consumer group (KAFKA_GROUP)")
+	fs.StringVar(&c.stateDir, "state-dir", env("PROCESSOR_STATE_DIR", "./state"), "checkpoints and sink journals, shared by every instance (PROCESSOR_STATE_DIR)")
+	fs.DurationVar(&c.interval, "checkpoint-interval", time.Second, "time between checkpoints")
+	fs.BoolVar(&c.createTables, "create-tables", env("PROCESSOR_CREATE_TABLES", "true") == "true", "create the database and tables if missing (PROCESSOR_CREATE_TABLES)")
+	fs.StringVar(&c.chAddr, "clickhouse", env("CLICKHOUSE_ADDR", "localhost:9000"), "ClickHouse native protocol address (CLICKHOUSE_ADDR)")
+	fs.StringVar(&c.database, "database", env("CLICKHOUSE_DATABASE", "webhooks"), "ClickHouse database (CLICKHOUSE_DATABASE)")
+	fs.StringVar(&c.chUser, "clickhouse-user", env("CLICKHOUSE_USER", ""), "ClickHouse user (CLICKHOUSE_USER)")
+	fs.StringVar(&c.chPassword, "clickhouse-password", env("CLICKHOUSE_PASSWORD", ""), "ClickHouse password (CLICKHOUSE_PASSWORD)")
+	fs.BoolVar(&c.chTLS, "clickhouse-tls", env("CLICKHOUSE_TLS", "") == "true", "connect to ClickHouse with TLS, e.g. port 9440 (CLICKHOUSE_TLS=true)")
+	fs.StringVar(&c.chCA, "clickhouse-ca", env("CLICKHOUSE_CA_FILE", ""), "PEM CA file for ClickHouse TLS; default the system's (CLICKHOUSE_CA_FILE)")
+	fs.BoolVar(&c.kafkaTLS, "kafka-tls", env("KAFKA_TLS", "") == "true", "connect to Kafka with TLS (KAFKA_TLS=true)")
+	fs.StringVar(&c.kafkaCA, "kafka-ca", env("KAFKA_CA_FILE", ""), "PEM CA file for Kafka TLS; default the system's (KAFKA_CA_FILE)")
+	fs.StringVar(&c.kafkaSASL, "kafka-sasl", env("KAFKA_SASL", ""), "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (KAFKA_SASL)")
+	fs.StringVar(&c.kafkaUser, "kafka-user", env("KAFKA_USER", ""), "SASL user (KAFKA_USER)")
+	fs.StringVar(&c.kafkaPassword, "kafka-password", env("KAFKA_PASSWORD", ""), "SASL password (KAFKA_PASSWORD)")
+	fs.DurationVar(&c.lastCheckpointTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for the last checkpoint")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.brokers = strings.Split(brokers, ",")
+	return c, nil
+}
+
+func tlsConfig(ca string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no certificate", ca)
+		}
+	}
+	return cfg, nil
+}
+
+func mechanism(name, user, password string) (sasl.Mechanism, error) {
+	switch strings.ToLower(name) {
+	case "":
+		return nil, nil
+	case "plain":
+		return plain.Mechanism{Username: user, Password: password}, nil
+	case "scram-sha-256":
+		return scram.Mechanism(scram.SHA256, user, password)
+	case "scram-sha-512":
+		return scram.Mechanism(scram.SHA512, user, password)
+	}
+	return nil, fmt.Errorf("-kafka-sasl %q: want plain, scram-sha-256 or scram-sha-512", name)
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, log *slog.Logger) error {
+	cfg, err := parse(args, getenv)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer mp.Shutdown(context.Background())
+
+	dialer := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
+	if cfg.kafkaTLS {
+		if dialer.TLS, err = tlsConfig(cfg.kafkaCA); err != nil {
+			return fmt.Errorf("-kafka-ca: %w", err)
+		}
+	}
+	if dialer.SASLMechanism, err = mechanism(cfg.kafkaSASL, cfg.kafkaUser, cfg.kafkaPassword); err != nil {
+		return err
+	}
+	chOpts := ch.Options{Address: cfg.chAddr, User: cfg.chUser, Password: cfg.chPassword, Compression: ch.CompressionLZ4}
+	if cfg.chTLS {
+		if chOpts.TLS, err = tlsConfig(cfg.chCA); err != nil {
+			return fmt.Errorf("-clickhouse-ca: %w", err)
+		}
+	}
+	if cfg.createTables {
+		if err := createTables(ctx, chOpts, cfg.database); err != nil {
+			return err
+		}
+	}
+
+	storage, err := checkpoint.NewFSStorage(cfg.stateDir)
+	if err != nil {
+		return err
+	}
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: cfg.interval, Logger: log, MeterProvider: mp})
+	if err != nil {
+		return err
+	}
+	defer coord.Close()
+	chain := newChain(chainConfig{
+		ClickHouse: chsink.Table{Addr: cfg.chAddr},
+		Sink: chsink.Options{Database: cfg.database, User: cfg.chUser, Password: cfg.chPassword, Client: chOpts,
+			Logger: log, MeterProvider: mp},
+		Storage: storage,
+		Logger:  log,
+	})
+	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.group, Topics: []string{cfg.topic}},
+		coord, chain, kafkasource.Options{Dialer: dialer, Logger: log, MeterProvider: mp})
+	if err != nil {
+		return err
+	}
+
+	var ready atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	log.Info("processor running", "addr", ln.Addr().String(), "topic", cfg.topic, "group", cfg.group, "clickhouse", cfg.chAddr)
+
+	// Run gets its own context: on SIGTERM the last checkpoint is taken
+	// while the chains still run, and only then are they stopped.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	done := make(chan error, 1)
+	go func() { done <- src.Run(runCtx) }()
+	ready.Store(true)
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	ready.Store(false)
+	log.Info("shutting down: taking a last checkpoint")
+	cctx, cancel := context.WithTimeout(context.Background(), cfg.lastCheckpointTimeout)
+	err = src.Checkpoint(cctx)
+	cancel()
+	if err != nil {
+		log.Warn("last checkpoint failed; the next owner replays from the previous one", "err", err)
+	} else {
+		log.Info("last checkpoint taken")
+	}
+	stopRun()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	log.Info("processor stopped cleanly")
+	return nil
+}
