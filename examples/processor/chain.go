@@ -99,7 +99,7 @@ type chainConfig struct {
 // one-minute counts per tenant → tenant_minute. The Source runs the
 // sinks' flush timers and closes every participant when the chain ends.
 func newChain(cfg chainConfig) kafkasource.NewProcessor {
-	return func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 		if err != nil {
@@ -113,10 +113,9 @@ func newChain(cfg chainConfig) kafkasource.NewProcessor {
 			return proc, err
 		}
 		proc.Participants["window"] = w
-		src := sink.Source{Topic: p.Topic, Partition: int32(p.Partition)}
 		table := cfg.ClickHouse
 		table.Name = "events"
-		events, err := chsink.New(ctx, table, src, cfg.Storage, eventSchema, cfg.Sink)
+		events, err := chsink.New(ctx, table, p, cfg.Storage, eventSchema, cfg.Sink)
 		if err != nil {
 			return proc, err
 		}
@@ -124,7 +123,7 @@ func newChain(cfg chainConfig) kafkasource.NewProcessor {
 		table.Name = "tenant_minute"
 		minuteOpts := cfg.Sink
 		minuteOpts.OnMismatch = chsink.MismatchReinsert // windows closed by a tick may move on replay
-		minutes, err := chsink.New(ctx, table, src, cfg.Storage, minuteSchema, minuteOpts)
+		minutes, err := chsink.New(ctx, table, p, cfg.Storage, minuteSchema, minuteOpts)
 		if err != nil {
 			return proc, err
 		}
