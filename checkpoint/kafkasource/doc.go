@@ -85,6 +85,10 @@
 // and the partition's next owner restores that checkpoint and replays. A
 // sink should fence on that context (stop writing once it ends), and be
 // idempotent for the replay.
+// A chain's participants serve its partition only, so a window operator in
+// a chain never spans partitions: a revoked partition takes its operator and
+// watermark with it, and no other chain's watermark waits for it (nothing
+// to call window.Operator.RemoveInput for).
 //
 // # Offsets out of range
 //
