@@ -277,7 +277,7 @@ func TestDeclinedIsSkippedNotFailed(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, map[string]int64{"checkpoint.declines": 1}, sums)
+	assert.Equal(t, map[string]int64{"exactlyonce.checkpoint.declines": 1}, sums)
 
 	task.Detach()
 	task2, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": good})
@@ -372,10 +372,10 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]any{
-		"checkpoint.duration":           uint64(1),
-		"checkpoint.size":               uint64(1),
-		"checkpoint.failures":           int64(1),
-		"checkpoint.last_completed.age": 3.0,
-		"checkpoint.consumer.lag":       int64(17),
+		"exactlyonce.checkpoint.duration":           uint64(1),
+		"exactlyonce.checkpoint.size":               uint64(1),
+		"exactlyonce.checkpoint.failures":           int64(1),
+		"exactlyonce.checkpoint.last_completed.age": 3.0,
+		"exactlyonce.checkpoint.consumer.lag":       int64(17),
 	}, got)
 }

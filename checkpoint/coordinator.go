@@ -12,7 +12,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
 // DefaultInterval is the default time between two interval checkpoints.
@@ -108,34 +109,24 @@ func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.MeterProvider == nil {
-		opts.MeterProvider = noop.NewMeterProvider()
-	}
 	c := &Coordinator{
 		store: store, interval: opts.Interval, now: opts.Now, log: opts.Logger,
 		tasks: map[*Task]struct{}{},
 	}
-	m := opts.MeterProvider.Meter("github.com/exactlyonce/exactlyonce/checkpoint")
-	var errs [8]error
-	c.duration, errs[0] = m.Float64Histogram("checkpoint.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from barrier to durable checkpoint metadata, per partition."))
-	c.size, errs[1] = m.Int64Histogram("checkpoint.size", metric.WithUnit("By"),
-		metric.WithDescription("Size of a partition's checkpoint file."))
-	c.failures, errs[2] = m.Int64Counter("checkpoint.failures",
-		metric.WithDescription("Checkpoints that did not complete."))
-	c.declines, errs[7] = m.Int64Counter("checkpoint.declines",
-		metric.WithDescription("Checkpoints skipped because a participant declined the barrier (ErrDeclined)."))
-	c.commits, errs[3] = m.Int64Counter("checkpoint.offset_commit.failures",
-		metric.WithDescription("Offset commits to the consumer group that failed after a completed checkpoint (harmless: the checkpoint is the truth)."))
-	age, err4 := m.Float64ObservableGauge("checkpoint.last_completed.age", metric.WithUnit("s"),
-		metric.WithDescription("Time since the partition's last completed (or restored) checkpoint."))
-	lag, err5 := m.Int64ObservableGauge("checkpoint.consumer.lag", metric.WithUnit("{record}"),
-		metric.WithDescription("Records between the partition's high watermark and the chain's next offset."))
-	errs[4], errs[5] = err4, err5
-	if err := errors.Join(errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], errs[7]); err != nil {
-		return nil, fmt.Errorf("checkpoint: NewCoordinator: metrics: %w", err)
-	}
-	c.reg, errs[6] = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+	m := meter.New(opts.MeterProvider, "checkpoint")
+	c.duration = m.Histogram("exactlyonce.checkpoint.duration", "s",
+		"Time from barrier to durable checkpoint metadata, per partition.")
+	c.size = m.Int64Histogram("exactlyonce.checkpoint.size", "By", "Size of a partition's checkpoint file.")
+	c.failures = m.Counter("exactlyonce.checkpoint.failures", "{checkpoint}", "Checkpoints that did not complete.")
+	c.declines = m.Counter("exactlyonce.checkpoint.declines", "{checkpoint}",
+		"Checkpoints skipped because a participant declined the barrier (ErrDeclined).")
+	c.commits = m.Counter("exactlyonce.checkpoint.offset_commit.failures", "{commit}",
+		"Offset commits to the consumer group that failed after a completed checkpoint (harmless: the checkpoint is the truth).")
+	age := m.FloatObservableGauge("exactlyonce.checkpoint.last_completed.age", "s",
+		"Time since the partition's last completed (or restored) checkpoint.")
+	lag := m.ObservableGauge("exactlyonce.checkpoint.consumer.lag", "{record}",
+		"Records between the partition's high watermark and the chain's next offset.")
+	c.reg = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		now := c.now()
 		for _, t := range c.snapshotTasks() {
 			at := metric.WithAttributeSet(t.attrs)
@@ -151,8 +142,8 @@ func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 		}
 		return nil
 	}, age, lag)
-	if errs[6] != nil {
-		return nil, fmt.Errorf("checkpoint: NewCoordinator: metrics: %w", errs[6])
+	if err := m.Err(); err != nil {
+		return nil, fmt.Errorf("checkpoint: NewCoordinator: metrics: %w", err)
 	}
 	return c, nil
 }
@@ -277,7 +268,7 @@ func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants
 	t := &Task{
 		c: c, p: p, participants: participants,
 		names:    slices.Sorted(maps.Keys(participants)),
-		attrs:    attribute.NewSet(attribute.String("topic", p.Topic), attribute.Int("partition", p.Partition)),
+		attrs:    attribute.NewSet(meter.Partition(p.Topic, p.Partition)...),
 		barriers: make(chan *Barrier, 1),
 	}
 	for _, n := range t.names {

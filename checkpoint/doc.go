@@ -131,9 +131,9 @@
 //
 // # Metrics
 //
-// Through Options.MeterProvider: checkpoint.duration (s),
-// checkpoint.size (By), checkpoint.failures, checkpoint.declines,
-// checkpoint.offset_commit.failures,
-// checkpoint.last_completed.age (s) and checkpoint.consumer.lag (records),
-// each with topic and partition attributes.
+// Through Options.MeterProvider: exactlyonce.checkpoint.duration (s),
+// .size (By), .failures, .declines, .offset_commit.failures,
+// .last_completed.age (s) and .consumer.lag (records), each with the
+// OpenTelemetry topic and partition attributes (messaging.destination.name,
+// messaging.destination.partition.id). README.md lists every metric.
 package checkpoint

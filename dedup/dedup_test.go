@@ -444,10 +444,10 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]int64{
-		"dedup_first_seen_total": 3,
-		"dedup_dropped_total":    1,
-		"dedup_expired_total":    2,
-		"dedup_live_keys":        1,
+		"exactlyonce.dedup.first_seen": 3,
+		"exactlyonce.dedup.dropped":    1,
+		"exactlyonce.dedup.expired":    2,
+		"exactlyonce.dedup.keys":       1,
 	}, got)
 }
 

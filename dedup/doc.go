@@ -17,7 +17,7 @@
 //		return err // nothing recorded: fail the partition, never drop
 //	}
 //	if !first {
-//		return nil // duplicate: drop it (counted in dedup_dropped_total)
+//		return nil // duplicate: drop it (counted in exactlyonce.dedup.dropped)
 //	}
 //	// pass the event on
 //

@@ -147,15 +147,18 @@ type Options struct {
 	// Logger receives debug messages about table growth. Default discards.
 	Logger *slog.Logger
 
-	// MeterProvider provides the instruments dedup_first_seen_total,
-	// dedup_dropped_total, dedup_live_keys and dedup_expired_total. The
+	// MeterProvider provides the instruments exactlyonce.dedup.first_seen,
+	// exactlyonce.dedup.dropped, exactlyonce.dedup.keys and
+	// exactlyonce.dedup.expired (see the table in README.md). The
 	// values are published every 256 Observe calls and at every Snapshot
 	// and Cleanup, so a collection may lag by up to 255 calls. Default: a
 	// no-op provider.
 	MeterProvider metric.MeterProvider
 
 	// MetricAttributes are added to every measurement, for example the
-	// topic and partition the deduplicator serves.
+	// topic and partition the deduplicator serves, under the OpenTelemetry
+	// keys messaging.destination.name and messaging.destination.partition.id
+	// as the SDK's other metrics carry them.
 	MetricAttributes []attribute.KeyValue
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
@@ -457,27 +459,16 @@ type handlerMetrics struct {
 }
 
 func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
-	m := mp.Meter("github.com/exactlyonce/exactlyonce/idempotency")
-	var (
-		hm   handlerMetrics
-		errs []error
-		err  error
-	)
-	hm.claims, err = m.Int64Counter("idempotency.claims", metric.WithDescription("Claims by outcome: claimed, done, pending, mismatch, error."))
-	errs = append(errs, err)
-	hm.releases, err = m.Int64Counter("idempotency.releases", metric.WithDescription("Releases after a failed side effect, by result: ok, lost, error."))
-	errs = append(errs, err)
-	hm.lostC, err = m.Int64Counter("idempotency.claims.lost", metric.WithDescription("Claims found taken over or expired, by step: complete, release."))
-	errs = append(errs, err)
-	hm.rejected, err = m.Int64Counter("idempotency.rejected", metric.WithDescription("Requests rejected before claiming, by reason."))
-	errs = append(errs, err)
-	hm.ignored, err = m.Int64Counter("idempotency.ignored", metric.WithDescription("Deliveries answered 200 and not published: an ignored event type (reason=event) or a Check that returned ErrIgnored (reason=check)."))
-	errs = append(errs, err)
-	hm.duration, err = m.Float64Histogram("idempotency.request.duration", metric.WithUnit("s"), metric.WithDescription("Time to answer a webhook."))
-	errs = append(errs, err)
-	hm.effect, err = m.Float64Histogram("idempotency.side_effect.duration", metric.WithUnit("s"), metric.WithDescription("Time the side effect took."))
-	errs = append(errs, err)
-	if err := errors.Join(errs...); err != nil {
+	m := meter.New(mp, "idempotency")
+	var hm handlerMetrics
+	hm.claims = m.Counter("exactlyonce.idempotency.claims", "{claim}", "Claims by outcome: claimed, done, pending, mismatch, error.")
+	hm.releases = m.Counter("exactlyonce.idempotency.releases", "{release}", "Releases after a failed side effect, by result: ok, lost, error.")
+	hm.lostC = m.Counter("exactlyonce.idempotency.claims.lost", "{claim}", "Claims found taken over or expired, by step: complete, release.")
+	hm.rejected = m.Counter("exactlyonce.idempotency.rejected", "{request}", "Requests rejected before claiming, by reason.")
+	hm.ignored = m.Counter("exactlyonce.idempotency.ignored", "{delivery}", "Deliveries answered 200 and not published: an ignored event type (reason=event) or a Check that returned ErrIgnored (reason=check).")
+	hm.duration = m.Histogram("exactlyonce.idempotency.request.duration", "s", "Time to answer a webhook.")
+	hm.effect = m.Histogram("exactlyonce.idempotency.side_effect.duration", "s", "Time the side effect took.")
+	if err := m.Err(); err != nil {
 		return handlerMetrics{}, fmt.Errorf("idempotency: metrics: %w", err)
 	}
 	hm.opts = make(map[string]metric.MeasurementOption)

@@ -253,8 +253,8 @@ func TestHandlerCompleteAfterLostClaim(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	assert.Equal(t, map[string]int64{
-		"idempotency.claims/outcome=claimed":    1,
-		"idempotency.claims.lost/step=complete": 1,
+		"exactlyonce.idempotency.claims/outcome=claimed":    1,
+		"exactlyonce.idempotency.claims.lost/step=complete": 1,
 	}, counters(rm))
 }
 
@@ -273,14 +273,14 @@ func TestHandlerMetrics(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	assert.Equal(t, map[string]int64{
-		"idempotency.claims/outcome=claimed":    2,
-		"idempotency.claims/outcome=done":       1,
-		"idempotency.claims/outcome=mismatch":   1,
-		"idempotency.releases/result=ok":        1,
-		"idempotency.rejected/reason=malformed": 1,
+		"exactlyonce.idempotency.claims/outcome=claimed":    2,
+		"exactlyonce.idempotency.claims/outcome=done":       1,
+		"exactlyonce.idempotency.claims/outcome=mismatch":   1,
+		"exactlyonce.idempotency.releases/result=ok":        1,
+		"exactlyonce.idempotency.rejected/reason=malformed": 1,
 	}, counters(rm))
-	assert.Equal(t, uint64(5), histogramCount(rm, "idempotency.request.duration"))
-	assert.Equal(t, uint64(2), histogramCount(rm, "idempotency.side_effect.duration"))
+	assert.Equal(t, uint64(5), histogramCount(rm, "exactlyonce.idempotency.request.duration"))
+	assert.Equal(t, uint64(2), histogramCount(rm, "exactlyonce.idempotency.side_effect.duration"))
 }
 
 // counters flattens the int64 sums of rm to "name/key=value" → value.
@@ -515,8 +515,8 @@ func TestHandlerReleaseLost(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	assert.Equal(t, map[string]int64{
-		"idempotency.claims/outcome=claimed":   1,
-		"idempotency.claims.lost/step=release": 1,
-		"idempotency.releases/result=lost":     1,
+		"exactlyonce.idempotency.claims/outcome=claimed":   1,
+		"exactlyonce.idempotency.claims.lost/step=release": 1,
+		"exactlyonce.idempotency.releases/result=lost":     1,
 	}, counters(rm))
 }

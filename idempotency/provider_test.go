@@ -124,7 +124,7 @@ func TestIgnoredEvents(t *testing.T) {
 	r.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub([]byte("wrong"), []byte(ping)))
 	assert.Equal(t, http.StatusUnauthorized, serve(h, r).Code)
 	assert.Empty(t, rec.all())
-	assert.Equal(t, int64(2), counterSum(t, reader, "idempotency.ignored"))
+	assert.Equal(t, int64(2), counterSum(t, reader, "exactlyonce.idempotency.ignored"))
 }
 
 func TestCheckHook(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
 // noWatermark is the watermark before any input has one.
@@ -556,25 +557,15 @@ type instruments struct {
 }
 
 func newInstruments(mp metric.MeterProvider, name string) (instruments, error) {
-	m := mp.Meter("github.com/exactlyonce/exactlyonce/window")
-	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("window.operator", name)))
+	m := meter.New(mp, "window")
+	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("exactlyonce.window.operator", name)))
 	i := instruments{add: []metric.AddOption{attrs}, record: []metric.RecordOption{attrs}}
-	var err error
-	if i.open, err = m.Int64UpDownCounter("window.open",
-		metric.WithDescription("Windows held in state."), metric.WithUnit("{window}")); err != nil {
-		return i, fmt.Errorf("window: metrics: %w", err)
-	}
-	if i.emissions, err = m.Int64Counter("window.emissions",
-		metric.WithDescription("Rows emitted, re-emissions included."), metric.WithUnit("{row}")); err != nil {
-		return i, fmt.Errorf("window: metrics: %w", err)
-	}
-	if i.late, err = m.Int64Counter("window.late_events",
-		metric.WithDescription("Events later than the allowed lateness, handed to the late output (one per missed window)."),
-		metric.WithUnit("{event}")); err != nil {
-		return i, fmt.Errorf("window: metrics: %w", err)
-	}
-	if i.lag, err = m.Float64Gauge("window.watermark_lag",
-		metric.WithDescription("Processing time minus the operator watermark."), metric.WithUnit("s")); err != nil {
+	i.open = m.UpDownCounter("exactlyonce.window.open", "{window}", "Windows held in state.")
+	i.emissions = m.Counter("exactlyonce.window.emissions", "{row}", "Rows emitted, re-emissions included.")
+	i.late = m.Counter("exactlyonce.window.late_events", "{event}",
+		"Events later than the allowed lateness, handed to the late output (one per missed window).")
+	i.lag = m.Gauge("exactlyonce.window.watermark_lag", "s", "Processing time minus the operator watermark.")
+	if err := m.Err(); err != nil {
 		return i, fmt.Errorf("window: metrics: %w", err)
 	}
 	return i, nil

@@ -142,7 +142,7 @@ func TestAllowedLatenessReemitsThenLateOutput(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]int64{
-		"window.open": 1, "window.emissions": 2, "window.late_events": 1, "window.watermark_lag": 1,
+		"exactlyonce.window.open": 1, "exactlyonce.window.emissions": 2, "exactlyonce.window.late_events": 1, "exactlyonce.window.watermark_lag": 1,
 	}, got)
 }
 

@@ -214,7 +214,7 @@ type Options struct {
 	// MeterProvider creates the operator's instruments. Default noop.
 	MeterProvider metric.MeterProvider
 
-	// Name tells apart operators in metrics (attribute "window.operator").
+	// Name tells apart operators in metrics (attribute "exactlyonce.window.operator").
 	// Default "window".
 	Name string
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
 // DefaultDeadLetterTimeout bounds each produce and each fetch of a
@@ -128,19 +128,16 @@ func ParseDeadLetter(m kafka.Message) (DeadLetterOrigin, error) {
 type poisonMetrics struct{ records metric.Int64Counter }
 
 func newPoisonMetrics(mp metric.MeterProvider) (poisonMetrics, error) {
-	if mp == nil {
-		mp = noop.NewMeterProvider()
-	}
-	c, err := mp.Meter("github.com/exactlyonce/exactlyonce/checkpoint/kafkasource").Int64Counter(
-		"kafkasource.poison_records",
-		metric.WithDescription("Records Process reported as poison, by outcome: dead_lettered (written to the dead-letter topic), "+
-			"already_dead_lettered (a replay found it there already) or stopped (no dead-letter topic: the chain stopped)"))
-	return poisonMetrics{records: c}, err
+	m := meter.New(mp, "checkpoint/kafkasource")
+	c := m.Counter("exactlyonce.kafkasource.poison_records", "{record}",
+		"Records Process reported as poison, by outcome: dead_lettered (written to the dead-letter topic), "+
+			"already_dead_lettered (a replay found it there already) or stopped (no dead-letter topic: the chain stopped).")
+	return poisonMetrics{records: c}, m.Err()
 }
 
 func (m poisonMetrics) add(ctx context.Context, p checkpoint.TopicPartition, outcome string) {
 	m.records.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(
-		attribute.String("topic", p.Topic), attribute.Int("partition", p.Partition), attribute.String("outcome", outcome)))
+		append(meter.Partition(p.Topic, p.Partition), attribute.String("outcome", outcome))...))
 }
 
 // deadLetters writes one source partition's poison records to the

@@ -308,7 +308,7 @@ func TestPoisonStopsByDefault(t *testing.T) {
 	assert.Equal(t, map[string]int64{"stopped": 1}, poisonCounts(t, reader))
 }
 
-// poisonCounts returns kafkasource.poison_records by outcome.
+// poisonCounts returns exactlyonce.kafkasource.poison_records by outcome.
 func poisonCounts(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -316,7 +316,7 @@ func poisonCounts(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != "kafkasource.poison_records" {
+			if m.Name != "exactlyonce.kafkasource.poison_records" {
 				continue
 			}
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {

@@ -59,7 +59,7 @@
 // refused or reset connection: IsRetryable) is closed and built again from
 // its partition's last checkpoint after an exponential backoff, bounded by
 // Restart.MaxBackoff, while the other partitions go on; each restart is
-// counted in kafkasource.chain.restarts. Defaults: 1 s initial backoff,
+// counted in exactlyonce.kafkasource.chain.restarts. Defaults: 1 s initial backoff,
 // doubling, at most 1 min, ±10 % jitter, reset after 5 min without a
 // failure, unlimited attempts (see Restart). Any other chain error ends
 // Run.
@@ -113,7 +113,7 @@
 // DeadLetter topic the record is written there, with its key, value, time
 // and headers plus its origin (HeaderDeadLetterTopic, ...Partition,
 // ...Offset, ...Error; ParseDeadLetter reads them back), and the chain goes
-// on with the next record. Either way kafkasource.poison_records counts it;
+// on with the next record. Either way exactlyonce.kafkasource.poison_records counts it;
 // nothing is skipped silently.
 //
 // The dead-letter write is made idempotent by looking before writing:

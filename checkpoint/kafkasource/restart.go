@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
 // Defaults for Restart, the values of Flink's exponential-delay restart
@@ -43,7 +43,7 @@ var ErrRestartsExhausted = errors.New("kafkasource: chain restarts exhausted")
 // The n-th consecutive restart of a partition waits
 // min(MaxBackoff, InitialBackoff * Multiplier^(n-1)), spread by ±Jitter.
 // A chain that ran ResetAfter without failing starts over at
-// InitialBackoff. Each restart adds one to the kafkasource.chain.restarts
+// InitialBackoff. Each restart adds one to the exactlyonce.kafkasource.chain.restarts
 // counter (topic and partition attributes) and logs a warning with the
 // error.
 //
@@ -156,7 +156,7 @@ func IsRetryable(err error) bool {
 // the error that ends Run otherwise.
 func (s *Source) superviseChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.TopicPartition) error {
 	r := &s.opts.Restart
-	attrs := metric.WithAttributes(attribute.String("topic", p.Topic), attribute.Int("partition", p.Partition))
+	attrs := metric.WithAttributes(meter.Partition(p.Topic, p.Partition)...)
 	attempt := 0
 	for {
 		started := time.Now()

@@ -64,7 +64,7 @@ func (f *flaky) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) 
 
 // TestRestartKeepsOtherPartitions proves the restart strategy: while the
 // server of partition 0 is down, its chain fails with a retryable error and
-// is built again with backoff (counted in kafkasource.chain.restarts), Run
+// is built again with backoff (counted in exactlyonce.kafkasource.chain.restarts), Run
 // does not return, partitions 1 and 2 keep checkpointing; when the server
 // is back, partition 0 catches up from its last checkpoint with every
 // record counted exactly once.
@@ -226,7 +226,7 @@ func restarts(t *testing.T, reader *sdkmetric.ManualReader) int64 {
 	var n int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != "kafkasource.chain.restarts" {
+			if m.Name != "exactlyonce.kafkasource.chain.restarts" {
 				continue
 			}
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {

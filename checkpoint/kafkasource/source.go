@@ -14,13 +14,10 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
-
-// meterName is the instrumentation scope of the Source's metrics.
-const meterName = "github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 
 // Defaults for Options.
 const (
@@ -127,8 +124,8 @@ type Options struct {
 	Dialer *kafka.Dialer
 	// Logger. Default: discard.
 	Logger *slog.Logger
-	// MeterProvider for the kafkasource.chain.restarts and
-	// kafkasource.poison_records counters. Default: no-op.
+	// MeterProvider for the exactlyonce.kafkasource.chain.restarts and
+	// exactlyonce.kafkasource.poison_records counters. Default: no-op.
 	MeterProvider metric.MeterProvider
 	// MissingTopic says what Run does when a subscribed topic does not
 	// exist. Default: MissingTopicWait.
@@ -181,7 +178,7 @@ type Processor struct {
 	// partition goes no further until the record is dealt with. Set: the
 	// record goes to the dead-letter topic, exactly once even across
 	// crashes and replays, and the chain goes on with the next record.
-	// Either way the record is counted in kafkasource.poison_records;
+	// Either way the record is counted in exactlyonce.kafkasource.poison_records;
 	// nothing is skipped silently.
 	DeadLetter *DeadLetter
 }
@@ -271,13 +268,11 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 	if err := opts.Restart.setDefaults(); err != nil {
 		return nil, err
 	}
-	if opts.MeterProvider == nil {
-		opts.MeterProvider = noop.NewMeterProvider()
-	}
-	restarts, err := opts.MeterProvider.Meter(meterName).Int64Counter("kafkasource.chain.restarts",
-		metric.WithDescription("chains built again after a retryable failure"))
-	if err != nil {
-		return nil, fmt.Errorf("kafkasource: New: %w", err)
+	m := meter.New(opts.MeterProvider, "checkpoint/kafkasource")
+	restarts := m.Counter("exactlyonce.kafkasource.chain.restarts", "{restart}",
+		"Chains built again after a retryable failure.")
+	if err := m.Err(); err != nil {
+		return nil, fmt.Errorf("kafkasource: New: metrics: %w", err)
 	}
 	pm, err := newPoisonMetrics(opts.MeterProvider)
 	if err != nil {

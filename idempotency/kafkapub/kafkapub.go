@@ -12,6 +12,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
@@ -217,10 +219,10 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	m := opts.MeterProvider.Meter("github.com/exactlyonce/exactlyonce/idempotency/kafkapub")
-	published, err1 := m.Int64Counter("kafkapub.messages", metric.WithDescription("Publishes by result: ok, failed, unknown."))
-	latency, err2 := m.Float64Histogram("kafkapub.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from Publish to the broker's acknowledgement."))
-	if err := errors.Join(err1, err2); err != nil {
+	m := meter.New(opts.MeterProvider, "idempotency/kafkapub")
+	published := m.Counter("exactlyonce.kafkapub.messages", "{message}", "Publishes by result: ok, failed, unknown.")
+	latency := m.Histogram("exactlyonce.kafkapub.publish.duration", "s", "Time from Publish to the broker's acknowledgement.")
+	if err := m.Err(); err != nil {
 		return nil, fmt.Errorf("kafkapub: metrics: %w", err)
 	}
 

@@ -1,12 +1,12 @@
 package chsink
 
 import (
-	"errors"
 	"fmt"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
 type metrics struct {
@@ -19,27 +19,16 @@ type metrics struct {
 }
 
 func (s *Sink[T]) initMetrics() error {
-	mp := s.opts.MeterProvider
-	if mp == nil {
-		mp = noop.NewMeterProvider()
-	}
-	m := mp.Meter("github.com/exactlyonce/exactlyonce/sink/chsink")
-	s.m.attrs = metric.WithAttributes(
-		attribute.String("table", s.opts.Database+"."+s.table.Name),
-		attribute.String("topic", s.src.Topic),
-		attribute.Int("partition", s.src.Partition))
-	var err, e error
-	s.m.rows, e = m.Int64Counter("exactlyonce.sink.rows_written", metric.WithDescription("Rows acknowledged by ClickHouse (replayed batches included)."))
-	err = errors.Join(err, e)
-	s.m.batches, e = m.Int64Counter("exactlyonce.sink.batches_written", metric.WithDescription("Batches acknowledged by ClickHouse."))
-	err = errors.Join(err, e)
-	s.m.retries, e = m.Int64Counter("exactlyonce.sink.retries", metric.WithDescription("Insert attempts after a failed one."))
-	err = errors.Join(err, e)
-	s.m.latency, e = m.Float64Histogram("exactlyonce.sink.batch_duration", metric.WithUnit("s"), metric.WithDescription("Time to write a batch: journal, insert with retries, ack."))
-	err = errors.Join(err, e)
-	s.m.buffered, e = m.Int64UpDownCounter("exactlyonce.sink.buffered_rows", metric.WithDescription("Rows buffered, not yet flushed, in steps of 1024."))
-	err = errors.Join(err, e)
-	if err != nil {
+	m := meter.New(s.opts.MeterProvider, "sink/chsink")
+	s.m.attrs = metric.WithAttributes(append(meter.Partition(s.src.Topic, s.src.Partition),
+		attribute.String(meter.KeyDatabase, s.opts.Database),
+		attribute.String(meter.KeyTable, s.table.Name))...)
+	s.m.rows = m.Counter("exactlyonce.sink.rows_written", "{row}", "Rows acknowledged by ClickHouse (replayed batches included).")
+	s.m.batches = m.Counter("exactlyonce.sink.batches_written", "{batch}", "Batches acknowledged by ClickHouse.")
+	s.m.retries = m.Counter("exactlyonce.sink.retries", "{attempt}", "Insert attempts after a failed one.")
+	s.m.latency = m.Histogram("exactlyonce.sink.batch_duration", "s", "Time to write a batch: journal, insert with retries, ack.")
+	s.m.buffered = m.UpDownCounter("exactlyonce.sink.buffered_rows", "{row}", "Rows buffered, not yet flushed, in steps of 1024.")
+	if err := m.Err(); err != nil {
 		return fmt.Errorf("chsink: metrics: %w", err)
 	}
 	return nil
