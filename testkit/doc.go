@@ -9,14 +9,15 @@
 //		chAddr, db := testkit.ClickHouse(t)   // shared server, fresh database per test
 //		brokers := testkit.Kafka(t)           // in-process Kafka (franz-go kfake) per test
 //		redisAddr := testkit.Redis(t)         // redis-server per test
+//		s3 := testkit.S3(t)                   // a fresh bucket (versitygw) for checkpoint/s3storage
 //		topic := testkit.Name(t, "events")    // unique, so shared servers never collide
 //		testkit.CreateTopic(t, brokers, topic, 3)
 //		// ... run the pipeline ...
 //		rows := testkit.Table(t, chAddr, db, "org_minute", testkit.Final)
 //	}
 //
-// StartClickHouse and StartRedis give a test a dedicated server it may
-// kill and restart (Kill, Restart, Stop, Start), for failure tests.
+// StartClickHouse, StartRedis and StartS3 give a test a dedicated server it
+// may kill and restart (Kill, Restart, Stop, Start), for failure tests.
 //
 // # What it needs
 //
@@ -36,7 +37,8 @@
 // # Servers you already run
 //
 // CLICKHOUSE_ADDR (host:port, native protocol), KAFKA_BROKERS
-// (comma-separated) and REDIS_ADDR point the kit at existing servers;
+// (comma-separated), REDIS_ADDR and S3_ENDPOINT (with S3_ACCESS_KEY_ID,
+// S3_SECRET_ACCESS_KEY, S3_REGION, S3_BUCKET) point the kit at existing servers;
 // nothing is downloaded or started for them. Tests share them, so name
 // topics, groups and keys with Name; ClickHouse still gets a fresh database
 // per test. StartClickHouse skips the test when CLICKHOUSE_ADDR is set: it
