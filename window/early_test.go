@@ -74,8 +74,16 @@ func TestEarlyFiringInterval(t *testing.T) {
 	assert.Equal(t, []Row[uint64]{earlyRow("a", 0, time.Minute, 3, 3)}, out.Rows)
 	out.Reset()
 
+	require.NoError(t, op.Add(ev("a", 5*time.Second, 1), &out))
 	require.NoError(t, op.Add(ev("c", 70*time.Second, 1), &out)) // fires [0, 1m)
-	assert.Equal(t, []Row[uint64]{row("a", 0, time.Minute, 3, 3), row("b", 0, time.Minute, 1, 1)}, out.Rows)
+	assert.Equal(t, []Row[uint64]{row("a", 0, time.Minute, 4, 4), row("b", 0, time.Minute, 1, 1)}, out.Rows)
+	_, ok = op.NextTick()
+	assert.True(t, ok, "c's window is pending")
+	out.Reset()
+	op.EndInput(&out)
+	assert.Equal(t, []Row[uint64]{row("c", time.Minute, 2*time.Minute, 1, 1)}, out.Rows)
+	_, ok = op.NextTick()
+	assert.False(t, ok, "every window fired: no early firing is due")
 }
 
 // versioned is a model of a ReplacingMergeTree(Version) table ordered by

@@ -505,6 +505,9 @@ func (o *Operator[In, Acc, Out]) fire(out *Output[In, Out]) {
 	if n > 0 {
 		o.starts = slices.Delete(o.starts, 0, n)
 	}
+	if len(o.starts) == 0 || o.groups[o.starts[len(o.starts)-1]].fired {
+		o.pending = false // every window fired: nothing to emit early
+	}
 }
 
 func (o *Operator[In, Acc, Out]) emit(g *group[Acc], key string, p *pane[Acc], early bool, out *Output[In, Out]) {

@@ -60,6 +60,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{name: "offset not below slide", spec: Spec{Size: time.Minute, Slide: time.Minute, Offset: time.Minute}},
 		{name: "fan-out too large", spec: Hopping(time.Hour, time.Millisecond)},
 		{name: "negative lateness", spec: Tumbling(time.Minute), opts: Options{AllowedLateness: -1}},
+		{name: "negative early interval", spec: Tumbling(time.Minute), opts: Options{Early: EarlyFiring{Interval: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
