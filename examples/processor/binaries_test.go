@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -70,12 +71,18 @@ func start(t *testing.T, bin string, args ...string) *proc {
 func (p *proc) signal(t *testing.T, sig syscall.Signal) error {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(sig))
+	return p.wait(t)
+}
+
+// wait returns the process's exit error once it has exited.
+func (p *proc) wait(t *testing.T) error {
+	t.Helper()
 	select {
 	case err := <-p.done:
 		p.done <- err // for the cleanup
 		return err
 	case <-time.After(time.Minute):
-		t.Fatalf("%s did not exit after %v", p.cmd.Path, sig)
+		t.Fatalf("%s did not exit", p.cmd.Path)
 		return nil
 	}
 }
@@ -116,8 +123,10 @@ func waitReady(t *testing.T, addr string, p *proc) {
 // processes against servers they did not start (Kafka with TLS, ClickHouse,
 // Redis): the gateway refuses to start without webhook secrets; signed
 // deliveries, each sent twice, reach ClickHouse exactly once through a
-// kill -9 of the processor and one of the gateway; both serve the SDK's metrics on /metrics; both
-// stop cleanly on SIGTERM, the processor after a last checkpoint.
+// kill -9 of the processor and one of the gateway; both serve the SDK's
+// metrics on /metrics; on SIGTERM the gateway refuses new connections but
+// finishes and publishes a delivery in flight, and the processor exits
+// after a last checkpoint.
 func TestBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs two binaries")
@@ -212,9 +221,35 @@ func TestBinaries(t *testing.T) {
 	assert.Contains(t, gwMetrics, `idempotency_claims_total{otel_scope_name="github.com/exactlyonce/exactlyonce/idempotency",otel_scope_schema_url="",otel_scope_version="",outcome="done"} 10`, // five deliveries, each twice
 		"the restarted gateway answered the redeliveries from Redis")
 
-	// SIGTERM: clean exits, the processor after its last checkpoint.
-	assert.NoError(t, gw.signal(t, syscall.SIGTERM))
+	// SIGTERM with a delivery in flight (its body half sent): the gateway
+	// stops accepting, finishes it, publishes it, then exits cleanly.
+	body := `{"ref":"refs/heads/main","organization":{"login":"org-9"}}`
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(body))
+	conn, err := net.Dial("tcp", gwAddr)
+	require.NoError(t, err)
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /webhooks/github HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+
+		"%s: sha256=%s\r\n%s: in-flight\r\n%s: push\r\nContent-Length: %d\r\n\r\n%s",
+		idempotency.HeaderGitHubSignature, hex.EncodeToString(mac.Sum(nil)), idempotency.HeaderGitHubDelivery,
+		idempotency.HeaderGitHubEvent, len(body), body[:10])
+	time.Sleep(200 * time.Millisecond) // the server is reading the body
+	require.NoError(t, gw.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { return strings.Contains(gw.out.String(), "shutting down") }, 10*time.Second, 10*time.Millisecond)
+	_, err = net.DialTimeout("tcp", gwAddr, time.Second)
+	assert.Error(t, err, "no new connection once shutting down")
+	_, err = io.WriteString(conn, body[10:])
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusAccepted, resp.StatusCode, "the delivery in flight is finished")
+	assert.NoError(t, gw.wait(t))
 	assert.Contains(t, gw.out.String(), "gateway stopped cleanly")
+	require.Eventually(t, func() bool { return count("SELECT count() FROM events WHERE event_id = 'in-flight'") == 1 },
+		time.Minute, 50*time.Millisecond, "and published")
+
+	// SIGTERM of the processor: a last checkpoint, then a clean exit.
 	assert.NoError(t, pr.signal(t, syscall.SIGTERM))
 	assert.Contains(t, pr.out.String(), "last checkpoint taken")
 }
