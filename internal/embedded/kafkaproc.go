@@ -41,6 +41,10 @@ type KafkaProcessOptions struct {
 	// what the kernel already has (everything written), but a machine crash
 	// may lose the latest batches. Default: false.
 	SyncWrites bool
+	// MinSessionTimeout is the smallest consumer-group session timeout the
+	// broker accepts, so a test can expire a frozen member quickly.
+	// Default: kfake's, 6s.
+	MinSessionTimeout time.Duration
 	// Port on 127.0.0.1. Default: a free port. Restart reuses it.
 	Port int
 	// CacheDir holds the built kfakeserver. Default: CacheDir().
@@ -117,6 +121,9 @@ func (k *KafkaProcess) Start(ctx context.Context) error {
 	}
 	if k.opts.SyncWrites {
 		args = append(args, "-sync")
+	}
+	if k.opts.MinSessionTimeout > 0 {
+		args = append(args, "-min-session-timeout", k.opts.MinSessionTimeout.String())
 	}
 	p, err := startProcess(k.bin, args, os.Environ(), "")
 	if err != nil {

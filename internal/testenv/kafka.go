@@ -54,11 +54,17 @@ type KafkaServer struct {
 // StartKafkaProcess starts a dedicated broker process for this test,
 // stopped at cleanup. Records and committed offsets survive Kill and Start.
 // It ignores $KAFKA_BROKERS: a test that kills a broker needs its own.
-func StartKafkaProcess(t testing.TB) *KafkaServer {
+// Options, if given, are used with DataDir set to a temporary directory.
+func StartKafkaProcess(t testing.TB, opts ...embedded.KafkaProcessOptions) *KafkaServer {
 	t.Helper()
 	ctx, cancel := setupContext(t)
 	defer cancel()
-	k, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: t.TempDir()})
+	var o embedded.KafkaProcessOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.DataDir = t.TempDir()
+	k, err := embedded.StartKafkaProcess(ctx, o)
 	if err != nil {
 		unavailable(t, "kafka (kfakeserver process)", err)
 		return nil

@@ -18,6 +18,7 @@ func run() int {
 	port := flag.Int("port", 0, "port to listen on, on 127.0.0.1")
 	dataDir := flag.String("data-dir", "", "persistence directory (empty: memory only)")
 	syncWrites := flag.Bool("sync", false, "fsync every produced batch")
+	minSession := flag.Duration("min-session-timeout", 0, "smallest consumer-group session timeout accepted (0: kfake's default, 6s)")
 	flag.Parse()
 
 	opts := []kfake.Opt{
@@ -29,6 +30,9 @@ func run() int {
 	}
 	if *syncWrites {
 		opts = append(opts, kfake.SyncWrites())
+	}
+	if *minSession > 0 {
+		opts = append(opts, kfake.GroupMinSessionTimeout(*minSession))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

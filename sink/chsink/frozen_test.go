@@ -1,0 +1,462 @@
+package chsink_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+)
+
+// envFrozenRuns sets how many times TestFrozenOwnerIsFenced runs its
+// scenario in a row (default 1).
+const envFrozenRuns = "EXACTLYONCE_FROZEN_RUNS"
+
+// envFrozenChild, set to a JSON frozenConfig, makes TestFrozenOwnerChild a
+// processor process.
+const envFrozenChild = "EXACTLYONCE_FROZEN_CHILD"
+
+const (
+	frozenPartitions = 4
+	frozenSession    = time.Second
+)
+
+type frozenConfig struct {
+	Brokers            []string
+	Topic, Group       string
+	CHAddr, Database   string
+	S3                 testenv.S3Config
+	CheckpointInterval time.Duration
+	FreezeFile         string // see runFrozenProcessor
+}
+
+type frozenRow struct {
+	ID        uint64
+	Partition int32
+	Offset    int64
+}
+
+func frozenSchema() []chsink.Column[frozenRow] {
+	return []chsink.Column[frozenRow]{
+		chsink.UInt64("id", func(r *frozenRow) uint64 { return r.ID }),
+		chsink.Int32("partition", func(r *frozenRow) int32 { return r.Partition }),
+		chsink.Int64("offset", func(r *frozenRow) int64 { return r.Offset }),
+	}
+}
+
+// TestFrozenOwnerChild is the processor process of TestFrozenOwnerIsFenced
+// (the test binary started again); without its environment it does nothing.
+// It consumes the topic in the shared group, checkpoints on the shared S3
+// bucket and sinks every record as one row. It prints "chain <partition>"
+// when it builds a partition's chain and "exit <error>" when it stops.
+func TestFrozenOwnerChild(t *testing.T) {
+	raw := os.Getenv(envFrozenChild)
+	if raw == "" {
+		t.Skip("processor process of TestFrozenOwnerIsFenced")
+	}
+	var cfg frozenConfig
+	require.NoError(t, json.Unmarshal([]byte(raw), &cfg))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err := runFrozenProcessor(ctx, cfg)
+	fmt.Printf("exit %v\n", err)
+	if err != nil && ctx.Err() == nil {
+		os.Exit(3)
+	}
+}
+
+func runFrozenProcessor(ctx context.Context, cfg frozenConfig) error {
+	storage, err := s3storage.New(s3storage.NewClient(s3storage.ClientConfig{
+		Endpoint: cfg.S3.Endpoint, Region: cfg.S3.Region,
+		AccessKeyID: cfg.S3.AccessKeyID, SecretAccessKey: cfg.S3.SecretAccessKey,
+	}), cfg.S3.Bucket, s3storage.Options{Prefix: cfg.S3.Prefix})
+	if err != nil {
+		return err
+	}
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: cfg.CheckpointInterval, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer coord.Close()
+	newChain := func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+		fmt.Printf("chain %d\n", p.Partition)
+		s, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "events"},
+			sink.Source{Topic: p.Topic, Partition: int32(p.Partition)}, storage, frozenSchema,
+			chsink.Options{Database: cfg.Database, MaxRows: 1000, MaxDelay: 50 * time.Millisecond, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		// Armed by the test (a file in this process's own directory), the
+		// process stops itself with SIGSTOP at the next batch about to be
+		// journaled ("record": rows buffered, no intent yet, the moment
+		// where only fencing or the end of its generation keeps a resumed
+		// owner from inserting them) or inserted ("insert": the intent is
+		// journaled and passed its ownership check, so the new owner
+		// replays it with the same token and the late insert is dropped by
+		// ClickHouse).
+		freeze := func(at string) func() {
+			return func() {
+				// "record" freezes only a flush of the timer (Run), whose
+				// context the generation's end does not cancel.
+				if at == "record" && !strings.Contains(string(debug.Stack()), ").Run(") {
+					return
+				}
+				if b, err := os.ReadFile(cfg.FreezeFile); err == nil && string(b) == at && os.Remove(cfg.FreezeFile) == nil {
+					fmt.Printf("freezing before the %s of a batch of partition %d\n", at, p.Partition)
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+					fmt.Printf("resumed\n")
+				}
+			}
+		}
+		s.SetHooks(freeze("record"), freeze("insert"))
+		return &kafkasource.Processor{
+			Participants: map[string]checkpoint.Participant{"events": newDetachedSink(s)},
+			Process: func(ctx context.Context, m kafka.Message) error {
+				id, err := strconv.ParseUint(string(m.Value), 10, 64)
+				if err != nil {
+					return err
+				}
+				err = s.Add(ctx, sink.Position{Offset: m.Offset}, frozenRow{ID: id, Partition: int32(m.Partition), Offset: m.Offset})
+				if err != nil {
+					fmt.Printf("add: %v\n", err)
+				}
+				return err
+			},
+		}, nil
+	}
+	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.Brokers, ID: cfg.Group, Topics: []string{cfg.Topic}},
+		coord, newChain, kafkasource.Options{
+			SessionTimeout: frozenSession, RebalanceTimeout: frozenSession,
+			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 50 * time.Millisecond, Logger: log,
+		})
+	if err != nil {
+		return err
+	}
+	return src.Run(ctx)
+}
+
+// detachedSink is the participant the child hands its chain: it prints the
+// errors of Snapshot (the chain does not report them once its generation
+// ended), and it runs the sink's flush timer (Run) on a context of its own
+// that outlives the consumer-group generation, until Close. kafkasource
+// would cancel Run with the generation; a processor that does not, or whose
+// cancellation comes late, relies on the journal's fence alone, and that is
+// what the frozen owner meets when it resumes.
+type detachedSink struct {
+	s    *chsink.Sink[frozenRow]
+	done chan struct{}
+}
+
+func newDetachedSink(s *chsink.Sink[frozenRow]) *detachedSink {
+	d := &detachedSink{s: s, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		if err := s.Run(context.Background()); err != nil {
+			fmt.Printf("run: %v\n", err)
+		}
+	}()
+	return d
+}
+
+func (d *detachedSink) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
+	b, err := d.s.Snapshot(ctx, id)
+	if err != nil {
+		fmt.Printf("snapshot: %v\n", err)
+	}
+	return b, err
+}
+
+func (d *detachedSink) Restore(ctx context.Context, state []byte) error {
+	return d.s.Restore(ctx, state)
+}
+
+func (d *detachedSink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error {
+	return d.s.CheckpointCompleted(ctx, id)
+}
+
+func (d *detachedSink) Close() error {
+	err := d.s.Close()
+	<-d.done
+	return err
+}
+
+// frozenProc is a processor process and what it printed.
+type frozenProc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  []string
+	done chan struct{}
+	err  error
+
+	freezeFile string
+}
+
+func startFrozenProc(t *testing.T, name string, cfg frozenConfig) *frozenProc {
+	home := t.TempDir() // a machine of its own: nothing local is shared
+	cfg.FreezeFile = filepath.Join(home, "freeze")
+	raw, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFrozenOwnerChild$", "-test.v")
+	cmd.Env = append(os.Environ(), envFrozenChild+"="+string(raw), "TMPDIR="+home, "HOME="+home)
+	cmd.Dir = home
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	p := &frozenProc{name: name, cmd: cmd, done: make(chan struct{}), freezeFile: cfg.FreezeFile}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out = append(p.out, sc.Text())
+			p.mu.Unlock()
+		}
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// lines returns what the process printed that starts with prefix.
+func (p *frozenProc) lines(prefix string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, l := range p.out {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (p *frozenProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestFrozenOwnerIsFenced is the multi-machine test of issue 12: two
+// processor processes, each with its own local directories, share only the
+// S3 bucket (checkpoints and sink journals), Kafka (kfake in its own
+// process) and ClickHouse. One is frozen with SIGSTOP past its group session
+// timeout while records keep coming, the other takes its partitions over and
+// inserts, then the frozen one resumes with SIGCONT. It must be fenced:
+// every record is in the table and in its materialized view exactly once,
+// and every partition's committed offset reaches the end of the log.
+// EXACTLYONCE_FROZEN_RUNS runs it several times in a row.
+func TestFrozenOwnerIsFenced(t *testing.T) {
+	runs := 1
+	if v := os.Getenv(envFrozenRuns); v != "" {
+		var err error
+		runs, err = strconv.Atoi(v)
+		require.NoError(t, err, envFrozenRuns)
+	}
+	addr, _ := testenv.ClickHouse(t)
+	kfk := testenv.StartKafkaProcess(t, embedded.KafkaProcessOptions{MinSessionTimeout: 200 * time.Millisecond})
+	bucket := testenv.S3(t)
+	for run := range runs {
+		t.Run(fmt.Sprintf("run%02d", run), func(t *testing.T) {
+			s3 := bucket
+			s3.Prefix += fmt.Sprintf("run%02d/", run)
+			frozenRun(t, addr, kfk.Brokers(), s3, run)
+		})
+	}
+}
+
+func frozenRun(t *testing.T, addr string, brokers []string, s3 testenv.S3Config, run int) {
+	ctx := context.Background()
+	db := testenv.NewDatabase(t, addr)
+	env := chEnv{addr: addr, db: db, conn: testenv.DialClickHouse(t, addr, db)}
+	env.exec(t, "CREATE TABLE "+db+".events (id UInt64, partition Int32, offset Int64) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000")
+	env.exec(t, "CREATE TABLE "+db+".per_partition (partition Int32, n UInt64) ENGINE = SummingMergeTree ORDER BY partition SETTINGS non_replicated_deduplication_window = 1000")
+	env.exec(t, "CREATE MATERIALIZED VIEW "+db+".per_partition_mv TO "+db+".per_partition AS SELECT partition, count() AS n FROM "+db+".events GROUP BY partition")
+	topic := fmt.Sprintf("frozen-%d-%d", run, time.Now().UnixNano())
+	testenv.CreateTopic(t, brokers, topic, frozenPartitions)
+	cfg := frozenConfig{Brokers: brokers, Topic: topic, Group: topic + "-g", CHAddr: addr, Database: db,
+		S3: s3, CheckpointInterval: 200 * time.Millisecond}
+
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond}
+	defer w.Close()
+	var sentN atomic.Int64
+	produce := func(n int) {
+		from := int(sentN.Load())
+		msgs := make([]kafka.Message, n)
+		for i := range msgs {
+			id := strconv.Itoa(from + i)
+			msgs[i] = kafka.Message{Key: []byte(id), Value: []byte(id)}
+		}
+		for attempt := 0; ; attempt++ {
+			err := w.WriteMessages(ctx, msgs...)
+			if err == nil {
+				break
+			}
+			// A topic just created may not be in the writer's metadata yet.
+			if !errors.Is(err, kafka.UnknownTopicOrPartition) || attempt == 50 {
+				require.NoError(t, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		sentN.Add(int64(n))
+	}
+	rows := func() uint64 { return env.count(t, "SELECT count() FROM "+db+".events") }
+	waitFor := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: timed out waiting for %s (rows %d of %d sent)", run, what, rows(), sentN.Load())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	a := startFrozenProc(t, "a", cfg)
+	b := startFrozenProc(t, "b", cfg)
+	produce(400)
+	waitFor("both processors to own partitions and insert everything", 30*time.Second, func() bool {
+		return len(a.lines("chain ")) > 0 && len(b.lines("chain ")) > 0 && rows() == uint64(sentN.Load())
+	})
+
+	// Freeze a while records keep coming, so it holds buffered rows and
+	// batches in flight; b takes its partitions once its session expires.
+	bChains := len(b.lines("chain "))
+	var prod sync.WaitGroup
+	prod.Go(func() {
+		for range 20 {
+			produce(20)
+			time.Sleep(25 * time.Millisecond)
+		}
+	})
+	freezeAt := []string{"record", "insert"}[run%2]
+	require.NoError(t, os.WriteFile(a.freezeFile, []byte(freezeAt), 0o644))
+	waitFor("a to freeze itself before journaling a batch", 10*time.Second, func() bool {
+		return len(a.lines("freezing ")) > 0
+	})
+	prod.Wait()
+	waitFor("b to take a's partitions and insert everything", 30*time.Second, func() bool {
+		return len(b.lines("chain ")) > bChains && rows() == uint64(sentN.Load())
+	})
+
+	// a resumes: whatever it had buffered or in flight must not land again.
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+	produce(200)
+	waitFor("every record after a resumed", 30*time.Second, func() bool { return rows() >= uint64(sentN.Load()) })
+	// Let a's timers, flushes and late inserts run, and the group settle.
+	time.Sleep(2 * frozenSession)
+	produce(100)
+	waitFor("the group to settle with every partition moving", 30*time.Second, func() bool {
+		return rows() >= uint64(sentN.Load()) && frozenLag(t, brokers, cfg.Group, topic) == 0
+	})
+
+	n := uint64(sentN.Load())
+	assert.Equal(t, n, rows(), "rows")
+	assert.Equal(t, n, env.count(t, "SELECT uniqExact(id) FROM "+db+".events"), "distinct ids")
+	assert.Equal(t, n, env.count(t, "SELECT max(id) + 1 FROM "+db+".events"), "no id missing")
+	assert.Equal(t, n, env.count(t, "SELECT sum(n) FROM "+db+".per_partition"), "materialized view total")
+	assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM (SELECT partition, sum(n) AS v FROM "+db+".per_partition GROUP BY partition) AS p "+
+		"FULL JOIN (SELECT partition, count() AS c FROM "+db+".events GROUP BY partition) AS e USING partition WHERE v != c"), "view per partition")
+	// What stopped a after it resumed: the journal's fence, or the end of
+	// its consumer-group generation, which kafka-go notices at once.
+	fenced, ended := 0, 0
+	a.mu.Lock()
+	resumed := false
+	for _, l := range a.out {
+		resumed = resumed || l == "resumed"
+		if resumed && strings.Contains(l, "another instance owns this partition") {
+			fenced++
+		}
+		if resumed && strings.Contains(l, "generation has ended") {
+			ended++
+		}
+	}
+	a.mu.Unlock()
+	require.True(t, resumed, "a never resumed")
+	if freezeAt == "record" {
+		assert.Positive(t, fenced, "a, resumed before journaling, was not fenced")
+	}
+	if os.Getenv("EXACTLYONCE_FROZEN_DUMP") != "" {
+		a.mu.Lock()
+		t.Logf("a's output:\n%s", strings.Join(a.out, "\n"))
+		a.mu.Unlock()
+	}
+	t.Logf("run %d: frozen before the %s; %d records sent; a built %d chains, b %d; after resuming a was fenced %d times, cancelled by its generation's end %d times",
+		run, freezeAt, n, len(a.lines("chain ")), len(b.lines("chain ")), fenced, ended)
+}
+
+// frozenLag is how many records of the topic are past the group's committed
+// offsets.
+func frozenLag(t *testing.T, brokers []string, group, topic string) int64 {
+	ctx := context.Background()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	ps := make([]int, frozenPartitions)
+	req := map[string][]kafka.OffsetRequest{}
+	for i := range ps {
+		ps[i] = i
+		req[topic] = append(req[topic], kafka.LastOffsetOf(i))
+	}
+	ends, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: req})
+	require.NoError(t, err)
+	resp, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+	if err == nil && resp.Error != nil {
+		err = resp.Error
+	}
+	if errors.Is(err, kafka.GroupIdNotFound) {
+		return -1
+	}
+	require.NoError(t, err)
+	committed := map[int]int64{}
+	for _, p := range resp.Topics[topic] {
+		committed[p.Partition] = p.CommittedOffset
+	}
+	var lag int64
+	for _, p := range ends.Topics[topic] {
+		lag += max(p.LastOffset-committed[p.Partition], 0)
+	}
+	return lag
+}
