@@ -108,10 +108,10 @@ func runFrozenProcessor(ctx context.Context, cfg frozenConfig) error {
 		return err
 	}
 	defer coord.Close()
-	newChain := func(ctx context.Context, p checkpoint.Partition) (*kafkasource.Processor, error) {
+	newChain := func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		fmt.Printf("chain %d\n", p.Partition)
 		s, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "events"},
-			sink.Source{Topic: p.Topic, Partition: int32(p.Partition)}, storage, frozenSchema,
+			p, storage, frozenSchema,
 			chsink.Options{Database: cfg.Database, MaxRows: 1000, MaxDelay: 50 * time.Millisecond, Logger: log})
 		if err != nil {
 			return nil, err
@@ -128,7 +128,7 @@ func runFrozenProcessor(ctx context.Context, cfg frozenConfig) error {
 			return func() {
 				// "record" freezes only a flush of the timer (Run), whose
 				// context the generation's end does not cancel.
-				if at == "record" && !strings.Contains(string(debug.Stack()), ").Run(") {
+				if at == "record" && !inSinkRun() {
 					return
 				}
 				if b, err := os.ReadFile(cfg.FreezeFile); err == nil && string(b) == at && os.Remove(cfg.FreezeFile) == nil {
@@ -163,6 +163,16 @@ func runFrozenProcessor(ctx context.Context, cfg frozenConfig) error {
 		return err
 	}
 	return src.Run(ctx)
+}
+
+// inSinkRun reports whether the calling goroutine runs chsink's Sink.Run.
+func inSinkRun() bool {
+	for l := range strings.SplitSeq(string(debug.Stack()), "\n") {
+		if strings.Contains(l, "chsink.(*Sink[") && strings.Contains(l, "]).Run(") {
+			return true
+		}
+	}
+	return false
 }
 
 // detachedSink is the participant the child hands its chain: it prints the
