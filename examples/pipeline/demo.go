@@ -33,6 +33,7 @@ type demoConfig struct {
 	Instances                       int
 	Seed                            uint64
 	Dir                             string
+	Checkpoints                     string // fs or s3 (see s3.go)
 	Logger                          *slog.Logger
 }
 
@@ -189,6 +190,11 @@ func (d *demo) startPipeline(ctx context.Context) error {
 	if d.cfg.Verbose {
 		d.sup.args = append(d.sup.args, "-v")
 	}
+	s3Args, err := d.startCheckpointStore(ctx)
+	if err != nil {
+		return err
+	}
+	d.sup.args = append(d.sup.args, s3Args...)
 	supCtx, stopSup := context.WithCancel(ctx)
 	supDone := make(chan struct{})
 	go func() { defer close(supDone); d.sup.run(supCtx) }()

@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string) error {
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated events and faults")
 	fs.StringVar(&cfg.Dir, "dir", "", "state directory (default: a new temporary directory)")
 	fs.BoolVar(&cfg.Verbose, "v", false, "log the processor's warnings")
+	fs.StringVar(&cfg.Checkpoints, "checkpoints", "fs", "where processors keep checkpoints and sink journals: fs (a local directory) or s3 ($S3_ENDPOINT or an embedded versitygw)")
 	role := fs.String("role", "demo", "internal: demo or processor")
 	var proc processorConfig
 	var brokers string
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&proc.CHAddr, "clickhouse", "", "internal")
 	fs.StringVar(&proc.Database, "database", "", "internal")
 	fs.StringVar(&proc.StateDir, "state", "", "internal")
+	fs.StringVar(&proc.S3.Endpoint, "s3-endpoint", "", "internal")
+	fs.StringVar(&proc.S3.Bucket, "s3-bucket", "", "internal")
 	groupSuffix := fs.String("group-suffix", "", "internal")
 	if err := fs.Parse(args); err != nil {
 		return err

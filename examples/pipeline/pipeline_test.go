@@ -51,7 +51,7 @@ func TestPipelineUnderFaults(t *testing.T) {
 		args []string
 	}{
 		{name: "one processor", args: []string{"-instances=1", "-kill-kafka=true"}},
-		{name: "two processors", args: []string{"-instances=2", "-kill-kafka=false"}},
+		{name: "two processors, checkpoints on S3", args: []string{"-instances=2", "-kill-kafka=false", "-checkpoints=s3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

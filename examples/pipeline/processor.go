@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,7 +26,8 @@ type processorConfig struct {
 	Group    string
 	CHAddr   string
 	Database string
-	StateDir string // checkpoints and sink journals
+	StateDir string     // checkpoints and sink journals, unless S3 names a bucket
+	S3       s3Location // see s3.go
 	Logger   *slog.Logger
 }
 
@@ -36,7 +36,7 @@ type processorConfig struct {
 // until ctx ends or a chain fails; the supervisor restarts it after a failure
 // or a kill -9, and it resumes from its last checkpoint.
 func runProcessor(ctx context.Context, cfg processorConfig) error {
-	storage, err := checkpoint.NewFSStorage(filepath.Join(cfg.StateDir, "state"))
+	storage, err := processorStorage(cfg)
 	if err != nil {
 		return err
 	}
