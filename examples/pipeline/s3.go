@@ -37,7 +37,11 @@ func (d *demo) startCheckpointStore(ctx context.Context) ([]string, error) {
 	}
 	endpoint := os.Getenv("S3_ENDPOINT")
 	if endpoint == "" {
-		srv, err := embedded.StartS3(ctx, embedded.S3Options{Dir: filepath.Join(d.dir, "s3")})
+		dir := filepath.Join(d.dir, "s3")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		srv, err := embedded.StartS3(ctx, embedded.S3Options{Dir: dir})
 		if err != nil {
 			return nil, fmt.Errorf("start S3 (versitygw): %w", err)
 		}
