@@ -16,6 +16,17 @@
 // runs TestProcessRace, which re-executes the test binary as several child
 // processes racing Create and compare-and-swap Replace on one name.
 //
+// TestParticipant is the conformance suite for checkpoint.Participant
+// implementations (dedup, window and chsink run it): the same state gives the
+// same bytes, a restored snapshot round-trips, and a truncated, garbage or
+// foreign state is refused with the package's typed error and loads nothing.
+//
+//	checkpointtest.TestParticipant(t, checkpointtest.Participant{
+//		New:     func(t *testing.T) checkpoint.Participant { return newOp(t) },
+//		Fill:    func(t *testing.T, p checkpoint.Participant, n int) { feed(t, p, n) },
+//		Refused: []error{mypkg.ErrCorrupt, mypkg.ErrUnsupportedVersion},
+//	})
+//
 // BenchmarkStorage measures Put, Create and Get of small and large blobs, the
 // same way on every backend, so their figures compare.
 package checkpointtest
