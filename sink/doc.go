@@ -1,7 +1,9 @@
 // Package sink holds the ClickHouse-independent half of the exactly-once
-// sink: source positions, the write-ahead journal that fixes batch
-// boundaries and deduplication tokens, and the errors shared by backends.
-// The ClickHouse backend, which imports ch-go, is package sink/chsink.
+// sink: source positions, the journal's entries (Intent) and layout, the
+// protocol of the write-ahead journal that fixes batch boundaries and
+// deduplication tokens, and the errors shared by backends. The ClickHouse
+// backend, which imports ch-go, is package sink/chsink; the journal itself
+// is internal to this module (sink/internal/journal), driven by the backend.
 //
 // # Tour
 //
@@ -10,11 +12,12 @@
 // record. Positions grow strictly, and replaying the same records after a
 // restore yields the same rows at the same positions.
 //
-// Before a batch is inserted, the sink records an Intent in a Journal: the
+// Before a batch is inserted, the sink records an Intent in its journal: the
 // source (topic, partition), table, first and last position, row count,
-// content hash and the insert_deduplication_token (see Journal.Token). After
-// ClickHouse acknowledges the insert, the ack rides on a later batch's
-// intent (Journal.AckLater), so a batch costs one journal write. After a
+// content hash and the insert_deduplication_token (derived from the
+// journal's incarnation, the source and the positions). After ClickHouse
+// acknowledges the insert, the ack rides on a later batch's intent
+// (AckedThrough), so a batch costs one journal write. After a
 // restart the new owner loads every intent after the restored checkpoint and
 // cuts the replayed rows into exactly those batches: an acked batch is
 // skipped, an unacknowledged one (the last ones before the crash, whether or
@@ -24,7 +27,7 @@
 // journal returns a *ContentMismatchError: reusing the token would silently
 // keep one version. A backend may instead, for idempotent tables, insert the
 // new content under ReinsertToken and journal it as an Intent that
-// Supersedes the old one; Load then returns the superseding entry.
+// Supersedes the old one; a replay then uses the superseding entry.
 //
 // # Where the journal lives, and why
 //
@@ -42,20 +45,21 @@
 //
 // # Fencing
 //
-// Journal.Claim raises the owner epoch by a conditional write of the owner
-// record, so each epoch has exactly one owner however many instances claim
-// at once. Journal.Record creates an intent under a name that carries its
-// epoch (two owners never write the same name) and then re-reads the owner
-// record, returning ErrFenced if another instance claimed the partition. So
-// an old owner that passed the check had written its intent before the new
-// owner claimed, and the new owner's Load sees it and re-inserts it with the
-// same token: a paused old owner that resumes and sends that insert late is
-// deduplicated. An intent written after the takeover fails the check and is
-// never inserted; Load drops such stale unacknowledged entries when a newer
-// epoch's batch overlaps them. Nothing else is shared state: acks of
-// replayed batches are create-only records of the acking epoch, and the prune
-// point lives in the owner record, raised by compare-and-swap, so a fenced
-// owner can neither move it nor delete entries.
+// A new owner claims the journal by raising the owner epoch with a
+// conditional write of the owner record, so each epoch has exactly one owner
+// however many instances claim at once. Recording an intent creates it under
+// a name that carries its epoch (two owners never write the same name) and
+// then re-reads the owner record, failing with ErrFenced if another instance
+// claimed the partition. So an old owner that passed the check had written
+// its intent before the new owner claimed, and the new owner's load of the
+// journal sees it and re-inserts it with the same token: a paused old owner
+// that resumes and sends that insert late is deduplicated. An intent written
+// after the takeover fails the check and is never inserted; loading drops
+// such stale unacknowledged entries when a newer epoch's batch overlaps
+// them. Nothing else is shared state: acks of replayed batches are
+// create-only records of the acking epoch, and the prune point lives in the
+// owner record, raised by compare-and-swap, so a fenced owner can neither
+// move it nor delete entries.
 //
 // # Guarantees
 //

@@ -97,7 +97,7 @@ func (e *OutsideWindowError) Error() string {
 // Is reports whether target is ErrOutsideDedupWindow.
 func (e *OutsideWindowError) Is(target error) bool { return target == ErrOutsideDedupWindow }
 
-// ErrPruneDeferred is wrapped by Journal.Prune's error when pruning could
+// ErrPruneDeferred is wrapped by the journal's prune error when pruning could
 // not finish (a delete or the prune point's write failed): nothing is lost,
 // the entries are kept and the next Prune tries again. It is not fatal.
 var ErrPruneDeferred = errors.New("sink: journal pruning deferred")

@@ -1,27 +1,19 @@
 package sink_test
 
 import (
-	"context"
 	"fmt"
+	"strings"
 
-	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
 )
 
-func ExampleJournal() {
-	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
-	j, _ := sink.OpenJournal(store, "analytics.events", checkpoint.TopicPartition{Topic: "webhooks", Partition: 0})
-	_ = j.Claim(ctx)
-
-	first, last := sink.Position{Offset: 100}, sink.Position{Offset: 180, Index: 2}
-	in := sink.Intent{First: first, Last: last, Rows: 57}
-	in.Token = j.Token(first, last)
-	_ = j.Record(ctx, &in) // durable before the insert
-	// ... insert with insert_deduplication_token = in.Token ...
-	_ = j.Ack(ctx, &in)
-
-	replay, _ := j.Load(ctx, nil) // what a new owner replays
-	fmt.Println(len(replay), replay[0].First, replay[0].Last, replay[0].Acked)
-	// Output: 1 100.0 180.2 true
+// A replayed batch whose rows differ from the journaled ones can be
+// inserted again under a token derived from the old one and the new content:
+// the same new content always gets the same token, so a second replay of it
+// is deduplicated.
+func ExampleReinsertToken() {
+	old := "eo1:5f0c:webhooks:0:100.0-180.2"
+	tok := sink.ReinsertToken(old, 0xfeed)
+	fmt.Println(strings.HasPrefix(tok, old+"~r"), tok == sink.ReinsertToken(old, 0xfeed), tok == sink.ReinsertToken(old, 0xbeef))
+	// Output: true true false
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/sink/internal/journal"
 )
 
 // row is one row of the test stream with its position.
@@ -174,7 +175,7 @@ func TestFailedBackgroundInsertSurfaces(t *testing.T) {
 			require.NoError(t, s.Close())
 			assert.Equal(t, uint64(expectedRows(0, 100)), env.count(t, "SELECT count() FROM "+env.db+".events"))
 
-			j, err := sink.OpenJournal(store, env.db+".events", checkpoint.TopicPartition{Topic: "events"})
+			j, err := journal.Open(store, env.db+".events", checkpoint.TopicPartition{Topic: "events"})
 			require.NoError(t, err)
 			require.NoError(t, j.Claim(ctx))
 			before := rowsFrom(0, 100)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/internal/journal"
 )
 
 var _ checkpoint.Participant = (*Sink[struct{}])(nil)
@@ -33,7 +34,7 @@ type Sink[T any] struct {
 	opts    Options
 	table   Table
 	src     checkpoint.TopicPartition
-	journal *sink.Journal
+	journal *journal.Journal
 	store   checkpoint.Storage
 
 	buf   *colSet[T] // the batch being filled
@@ -95,7 +96,7 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 	if err != nil {
 		return nil, err
 	}
-	j, err := sink.OpenJournal(store, opts.Database+"."+table.Name, src)
+	j, err := journal.Open(store, opts.Database+"."+table.Name, src)
 	if err != nil {
 		return nil, err
 	}

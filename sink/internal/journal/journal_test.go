@@ -1,4 +1,4 @@
-package sink_test
+package journal_test
 
 import (
 	"context"
@@ -10,38 +10,24 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/internal/journal"
 )
 
 var src = checkpoint.TopicPartition{Topic: "events", Partition: 3}
 
 func pos(o int64, i uint32) sink.Position { return sink.Position{Offset: o, Index: i} }
 
-func record(t *testing.T, j *sink.Journal, first, last sink.Position) sink.Intent {
+func record(t *testing.T, j *journal.Journal, first, last sink.Position) sink.Intent {
 	t.Helper()
 	in := sink.Intent{First: first, Last: last, Rows: 1, Token: j.Token(first, last), Created: time.Unix(1, 0).UTC()}
 	require.NoError(t, j.Record(context.Background(), &in))
 	return in
 }
 
-func TestPositionCompare(t *testing.T) {
-	tests := []struct {
-		give, other sink.Position
-		want        int
-	}{
-		{pos(1, 0), pos(1, 0), 0},
-		{pos(1, 0), pos(1, 1), -1},
-		{pos(2, 0), pos(1, 9), 1},
-		{pos(0, 5), pos(1, 0), -1},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, tt.give.Compare(tt.other), "%s vs %s", tt.give, tt.other)
-	}
-}
-
 func TestJournalRecordAckLoad(t *testing.T) {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	j, err := sink.OpenJournal(store, "db.t", src)
+	j, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, j.Claim(ctx))
 
@@ -63,7 +49,7 @@ func TestJournalRecordAckLoad(t *testing.T) {
 	assert.Equal(t, []sink.Intent{b}, got)
 
 	// A new instance sees the same journal and the same tokens.
-	j2, err := sink.OpenJournal(store, "db.t", src)
+	j2, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, j2.Claim(ctx))
 	assert.Equal(t, b.Token, j2.Token(b.First, b.Last))
@@ -73,13 +59,13 @@ func TestJournalRecordAckLoad(t *testing.T) {
 func TestJournalFencing(t *testing.T) {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	old, err := sink.OpenJournal(store, "db.t", src)
+	old, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, old.Claim(ctx))
 	inFlight := record(t, old, pos(0, 0), pos(4, 0)) // passed the owner check
 
 	// A new owner claims: it sees the old owner's in-flight intent.
-	next, err := sink.OpenJournal(store, "db.t", src)
+	next, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, next.Claim(ctx))
 	got, err := next.Load(ctx, nil)
@@ -95,7 +81,7 @@ func TestJournalFencing(t *testing.T) {
 	// never-inserted intent of the old epoch is dropped on load.
 	require.NoError(t, next.Ack(ctx, &got[0]))
 	mine := record(t, next, pos(5, 0), pos(7, 0))
-	third, err := sink.OpenJournal(store, "db.t", src)
+	third, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, third.Claim(ctx))
 	loaded, err := third.Load(ctx, nil)
@@ -107,11 +93,11 @@ func TestJournalFencing(t *testing.T) {
 func TestJournalOverlapOfAckedBatchesIsCorrupt(t *testing.T) {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	a, _ := sink.OpenJournal(store, "db.t", src)
+	a, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, a.Claim(ctx))
 	x := record(t, a, pos(0, 0), pos(9, 0))
 	require.NoError(t, a.Ack(ctx, &x))
-	b, _ := sink.OpenJournal(store, "db.t", src)
+	b, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, b.Claim(ctx))
 	y := record(t, b, pos(5, 0), pos(12, 0))
 	require.NoError(t, b.Ack(ctx, &y))
@@ -122,7 +108,7 @@ func TestJournalOverlapOfAckedBatchesIsCorrupt(t *testing.T) {
 func TestJournalPrune(t *testing.T) {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	j, _ := sink.OpenJournal(store, "db.t", src)
+	j, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, j.Claim(ctx))
 	_, ok, err := j.Pruned(ctx)
 	require.NoError(t, err)
@@ -145,7 +131,7 @@ func TestJournalPrune(t *testing.T) {
 
 	// A new owner keeps the point and prunes what the old one journaled,
 	// acks of replayed batches included.
-	k, _ := sink.OpenJournal(store, "db.t", src)
+	k, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, k.Claim(ctx))
 	after := pos(9, 0)
 	loaded, err := k.Load(ctx, &after)
@@ -171,7 +157,7 @@ func TestJournalPrune(t *testing.T) {
 func TestJournalAckLater(t *testing.T) {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	j, _ := sink.OpenJournal(store, "db.t", src)
+	j, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, j.Claim(ctx))
 	a := record(t, j, pos(0, 0), pos(9, 0))
 	j.AckLater(&a)
@@ -187,7 +173,7 @@ func TestJournalAckLater(t *testing.T) {
 	assert.False(t, got[1].Acked)
 
 	// An ack carried by another owner's intent does not cover this one's.
-	other, _ := sink.OpenJournal(store, "db.t", src)
+	other, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, other.Claim(ctx))
 	b := record(t, other, pos(20, 0), pos(29, 0))
 	other.AckLater(&got[1]) // not its batch: ignored
@@ -210,7 +196,7 @@ func TestOpenJournalRejectsBadNames(t *testing.T) {
 		{"db.t", checkpoint.TopicPartition{Topic: "ok", Partition: -1}},
 	}
 	for _, tt := range tests {
-		_, err := sink.OpenJournal(store, tt.table, tt.src)
+		_, err := journal.Open(store, tt.table, tt.src)
 		assert.Error(t, err, "%q %v", tt.table, tt.src)
 	}
 }
@@ -228,25 +214,25 @@ func TestJournalSupersede(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := checkpoint.NewMemStorage()
-			a, _ := sink.OpenJournal(store, "db.t", src)
+			a, _ := journal.Open(store, "db.t", src)
 			require.NoError(t, a.Claim(ctx))
 			old := record(t, a, pos(0, 0), pos(9, 0))
 			if !tt.ackLater {
 				require.NoError(t, a.Ack(ctx, &old))
 			}
-			b, _ := sink.OpenJournal(store, "db.t", src)
+			b, _ := journal.Open(store, "db.t", src)
 			require.NoError(t, b.Claim(ctx))
 			re := sink.Intent{First: old.First, Last: old.Last, Rows: 2, Hash: 7,
 				Token: sink.ReinsertToken(old.Token, 7), Supersedes: old.Token}
 			if tt.ackLater {
-				c, _ := sink.OpenJournal(store, "db.t", src)
+				c, _ := journal.Open(store, "db.t", src)
 				require.NoError(t, c.Claim(ctx)) // fences b
 				require.ErrorIs(t, b.Record(ctx, &re), sink.ErrFenced)
 				require.NoError(t, c.Ack(ctx, &old))
 			} else {
 				require.NoError(t, b.Record(ctx, &re))
 			}
-			d, _ := sink.OpenJournal(store, "db.t", src)
+			d, _ := journal.Open(store, "db.t", src)
 			require.NoError(t, d.Claim(ctx))
 			got, err := d.Load(ctx, nil)
 			require.NoError(t, err)
@@ -256,17 +242,6 @@ func TestJournalSupersede(t *testing.T) {
 	}
 }
 
-func TestReinsertToken(t *testing.T) {
-	base := "eo1:abc:rtopic:0:1.0-9.0"
-	a := sink.ReinsertToken(base, 1)
-	assert.Equal(t, a, sink.ReinsertToken(base, 1), "deterministic")
-	assert.NotEqual(t, a, sink.ReinsertToken(base, 2))
-	assert.NotEqual(t, base, a)
-	b := sink.ReinsertToken(a, 2)
-	assert.NotEqual(t, sink.ReinsertToken(base, 2), b, "depends on the history")
-	assert.Equal(t, len(a), len(b), "does not grow")
-}
-
 // A handle that claims again (the sink's Restore after a failure) must not
 // carry the previous epoch's ack into the new one: the new epoch re-cuts the
 // same positions, and a stale ack would mark its not-yet-inserted batch as
@@ -274,7 +249,7 @@ func TestReinsertToken(t *testing.T) {
 func TestJournalClaimDropsPreviousEpochAck(t *testing.T) {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	j, _ := sink.OpenJournal(store, "db.t", src)
+	j, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, j.Claim(ctx))
 	a := record(t, j, pos(0, 0), pos(9, 0))
 	j.AckLater(&a) // never carried: the chain fails here
@@ -298,17 +273,17 @@ func TestJournalClaimDropsPreviousEpochAck(t *testing.T) {
 func TestJournalDropsFencedIntentAcrossRestorePoint(t *testing.T) {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	old, err := sink.OpenJournal(store, "db.t", src)
+	old, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, old.Claim(ctx))
-	next, err := sink.OpenJournal(store, "db.t", src)
+	next, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, next.Claim(ctx))
 
 	late := sink.Intent{First: pos(5, 0), Last: pos(15, 0), Rows: 1, Token: old.Token(pos(5, 0), pos(15, 0))}
 	require.ErrorIs(t, old.Record(ctx, &late), sink.ErrFenced) // written, then refused
 
-	third, err := sink.OpenJournal(store, "db.t", src)
+	third, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, third.Claim(ctx))
 	restoredThrough := pos(10, 0) // a checkpoint of next's lineage, its batches pruned

@@ -1,4 +1,4 @@
-package sink_test
+package journal_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/internal/journal"
 )
 
 // Scenario 2 of issue 12: two instances claim one journal at the same time
@@ -28,9 +29,9 @@ func TestJournalConcurrentClaim(t *testing.T) {
 	require.NoError(t, err)
 	fences := 0
 	for round := range 100 {
-		var js [2]*sink.Journal
+		var js [2]*journal.Journal
 		for i := range js {
-			js[i], err = sink.OpenJournal(store, "db.t", src)
+			js[i], err = journal.Open(store, "db.t", src)
 			require.NoError(t, err)
 		}
 		var start, done sync.WaitGroup
@@ -88,7 +89,7 @@ func TestJournalConcurrentClaim(t *testing.T) {
 		}
 		fences += btoi(!recorded[1-winner] && ins[1-winner].Hash != 0)
 
-		reader, err := sink.OpenJournal(store, "db.t", src)
+		reader, err := journal.Open(store, "db.t", src)
 		require.NoError(t, err)
 		require.NoError(t, reader.Claim(ctx))
 		after := pos(base-1, 0)
@@ -124,14 +125,14 @@ func btoi(b bool) int {
 func TestJournalFencedOwnerDoesNotMovePrunePoint(t *testing.T) {
 	ctx := context.Background()
 	store := checkpoint.NewMemStorage()
-	old, err := sink.OpenJournal(store, "db.t", src)
+	old, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, old.Claim(ctx))
 	a := record(t, old, pos(0, 0), pos(9, 0))
 	old.AckLater(&a)
 	record(t, old, pos(10, 0), pos(19, 0))
 
-	next, err := sink.OpenJournal(store, "db.t", src)
+	next, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, next.Claim(ctx))
 	after := pos(9, 0) // next restored from a checkpoint through record 9
@@ -149,7 +150,7 @@ func TestJournalFencedOwnerDoesNotMovePrunePoint(t *testing.T) {
 	_ = old.Prune(ctx, pos(29, 0))
 
 	// next dies; a third owner restores from next's checkpoint through 9.
-	third, err := sink.OpenJournal(store, "db.t", src)
+	third, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, third.Claim(ctx))
 	through, ok, err := third.Pruned(ctx)
@@ -185,7 +186,7 @@ func (f *failingDeletes) Delete(ctx context.Context, name string) error {
 func TestJournalFailedPruneDeleteIsRetried(t *testing.T) {
 	ctx := context.Background()
 	store := &failingDeletes{Storage: checkpoint.NewMemStorage()}
-	j, err := sink.OpenJournal(store, "db.t", src)
+	j, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, j.Claim(ctx))
 	record(t, j, pos(0, 0), pos(9, 0))

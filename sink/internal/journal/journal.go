@@ -1,79 +1,24 @@
-package sink
+// Package journal is the sink's write-ahead journal in a checkpoint.Storage:
+// the batch intents, their acks, the owner record that fences a stale owner
+// and the prune point. Package sink describes the protocol; this package is
+// internal because only the ClickHouse backend (sink/chsink) drives it.
+package journal
 
 import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink"
 )
-
-// JournalPrefix is the storage name prefix under which journals live:
-// JournalPrefix + table + "/" + topic + "/" + partition + "/".
-const JournalPrefix = "sink-journal/"
-
-const intentVersion = 1
-
-// Intent is one journal entry: a batch the sink is about to insert (or did
-// insert), identified by its source positions. It is recorded durably before
-// the insert. Once ClickHouse acknowledged it, the ack normally rides on the
-// next intent of the same epoch (AckedThrough) and Load reports the entry as
-// Acked; a replayed batch's ack is a second write of the entry (Journal.Ack).
-type Intent struct {
-	Version   int       `json:"v"`
-	Table     string    `json:"table"`
-	Topic     string    `json:"topic"`
-	Partition int       `json:"partition"`
-	First     Position  `json:"first"`
-	Last      Position  `json:"last"`
-	Rows      int       `json:"rows"`
-	Hash      uint64    `json:"hash"`
-	Token     string    `json:"token"`
-	Epoch     uint64    `json:"epoch"` // owner epoch that wrote the intent
-	Owner     string    `json:"owner"` // instance that wrote the intent
-	Created   time.Time `json:"created"`
-	// Block is the table's highest block number seen just before the insert,
-	// used to tell whether a re-insert is still inside the deduplication
-	// window; -1 when unknown.
-	Block int64 `json:"block"`
-	Acked bool  `json:"acked"`
-	// AckEpoch is the owner epoch that set Acked.
-	AckEpoch uint64 `json:"ack_epoch,omitempty"`
-	// AckedThrough, set by Record from AckLater, acknowledges the earlier
-	// entries of the same epoch and owner that end at or before it: the ack
-	// of batch N rides on the intent of batch N+1 instead of a write of its
-	// own. Load reports such entries as Acked.
-	AckedThrough *Position `json:"acked_through,omitempty"`
-	// Supersedes is the token of the journaled batch over the same positions
-	// that this one replaces: the replayed rows differed and were inserted
-	// again under a fresh token (see ReinsertToken). Load returns this entry
-	// in place of the one it supersedes.
-	Supersedes string `json:"supersedes,omitempty"`
-}
-
-// ReinsertToken returns the insert_deduplication_token for content with
-// hash replayed into the positions of a journaled batch whose token is prev
-// but whose content differed. It is deterministic, so a second replay of
-// the same new content gets the same token and ClickHouse drops it, and it
-// differs from prev and from every token derived along another history:
-// the suffix hashes prev (itself possibly derived) with the new hash.
-func ReinsertToken(prev string, hash uint64) string {
-	root, _, _ := strings.Cut(prev, "~r")
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(prev))
-	_, _ = h.Write(binary.BigEndian.AppendUint64(nil, hash))
-	return fmt.Sprintf("%s~r%016x", root, h.Sum64())
-}
 
 // ownerRecord is the journal's one mutable object, changed only by
 // compare-and-swap: Claim raises Epoch, Prune raises Pruned. Because both go
@@ -81,19 +26,19 @@ func ReinsertToken(prev string, hash uint64) string {
 // the owner at that instant, and a claim makes every earlier owner's Prune
 // fail.
 type ownerRecord struct {
-	Epoch       uint64    `json:"epoch"`
-	Owner       string    `json:"owner"`
-	Incarnation string    `json:"incarnation"`
-	Pruned      *Position `json:"pruned,omitempty"`
+	Epoch       uint64         `json:"epoch"`
+	Owner       string         `json:"owner"`
+	Incarnation string         `json:"incarnation"`
+	Pruned      *sink.Position `json:"pruned,omitempty"`
 }
 
 // ackRecord acknowledges the entry of epoch Epoch that starts at First: its
 // batch is in ClickHouse. It is a create-only object of its own, so that the
 // owner that writes it never rewrites another owner's entry.
 type ackRecord struct {
-	First    Position `json:"first"`
-	Epoch    uint64   `json:"epoch"`
-	AckEpoch uint64   `json:"ack_epoch"`
+	First    sink.Position `json:"first"`
+	Epoch    uint64        `json:"epoch"`
+	AckEpoch uint64        `json:"ack_epoch"`
 }
 
 // claimAttempts bounds how many claims racing with this one Claim outlasts.
@@ -105,10 +50,10 @@ var nameSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // kept in a checkpoint.Storage so that whichever instance takes the partition
 // over after a rebalance reads it.
 //
-// Layout under JournalPrefix/table/topic/partition/:
+// Layout under sink.JournalPrefix/table/topic/partition/:
 //
 //	owner                             {"epoch","owner","incarnation","pruned"}
-//	b-<offset>-<index>-<epoch>        one Intent (JSON), named by first position
+//	b-<offset>-<index>-<epoch>        one sink.Intent (JSON), named by first position
 //	a-<offset>-<index>-<epoch>-<ack>  an ack of that entry by epoch <ack>
 //
 // The owner record is the only object ever rewritten, and only by
@@ -119,7 +64,7 @@ var nameSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // Fencing: Claim raises the epoch by a conditional write, so each epoch has
 // exactly one owner, however many instances claim at once. Record creates an
 // intent and then re-reads the owner record; an instance that sees another
-// owner returns ErrFenced and must not insert. Because an owner that passed
+// owner returns sink.ErrFenced and must not insert. Because an owner that passed
 // that check had written its intent before the new owner's claim, the new
 // owner's Load sees the intent and replays it with the same token. Prune
 // raises the prune point in the owner record by compare-and-swap before it
@@ -145,26 +90,26 @@ type Journal struct {
 
 	owner        ownerRecord        // as this handle last wrote it
 	version      checkpoint.Version // of owner, as stored
-	ackedThrough *Position          // AckLater: carried by the next Record
+	ackedThrough *sink.Position     // AckLater: carried by the next Record
 	known        []entryRef
 }
 
 // entryRef is an entry this handle wrote or loaded, deletable once pruned.
 type entryRef struct {
 	name string
-	last Position
+	last sink.Position
 }
 
-func maxPos(a *Position, b Position) *Position {
+func maxPos(a *sink.Position, b sink.Position) *sink.Position {
 	if a == nil || b.Compare(*a) > 0 {
 		return &b
 	}
 	return a
 }
 
-// OpenJournal returns the journal of table for src. Table, topic must consist
+// Open returns the journal of table for src. Table, topic must consist
 // of [A-Za-z0-9._-]. Nothing is read until Claim.
-func OpenJournal(store checkpoint.Storage, table string, src checkpoint.TopicPartition) (*Journal, error) {
+func Open(store checkpoint.Storage, table string, src checkpoint.TopicPartition) (*Journal, error) {
 	if store == nil {
 		return nil, errors.New("sink: journal: nil storage")
 	}
@@ -175,7 +120,7 @@ func OpenJournal(store checkpoint.Storage, table string, src checkpoint.TopicPar
 	_, _ = rand.Read(id[:])
 	return &Journal{
 		store:    store,
-		prefix:   fmt.Sprintf("%s%s/%s/%d/", JournalPrefix, table, src.Topic, src.Partition),
+		prefix:   fmt.Sprintf("%s%s/%s/%d/", sink.JournalPrefix, table, src.Topic, src.Partition),
 		table:    table,
 		src:      src,
 		instance: hex.EncodeToString(id[:]),
@@ -192,7 +137,7 @@ func (j *Journal) Epoch() uint64 { return j.epoch }
 // with a conditional write. Of instances claiming at once each gets an epoch
 // of its own (a loser of the race tries again on the epoch after), so the
 // last to claim owns the journal and every earlier owner's Record and Prune
-// fail with ErrFenced from then on.
+// fail with sink.ErrFenced from then on.
 func (j *Journal) Claim(ctx context.Context) error {
 	name := j.prefix + "owner"
 	for range claimAttempts {
@@ -207,7 +152,7 @@ func (j *Journal) Claim(ctx context.Context) error {
 			return fmt.Errorf("sink: journal %s: read owner: %w", j.prefix, err)
 		default:
 			if err := json.Unmarshal(b, &rec); err != nil {
-				return fmt.Errorf("%w: owner record: %v", ErrCorrupt, err)
+				return fmt.Errorf("%w: owner record: %v", sink.ErrCorrupt, err)
 			}
 		}
 		rec.Epoch++
@@ -241,21 +186,21 @@ func (j *Journal) Claim(ctx context.Context) error {
 		j.known = j.known[:0]
 		return nil
 	}
-	return fmt.Errorf("%w: %s: lost %d claim races in a row", ErrFenced, j.src, claimAttempts)
+	return fmt.Errorf("%w: %s: lost %d claim races in a row", sink.ErrFenced, j.src, claimAttempts)
 }
 
 // Token returns the insert_deduplication_token of the batch [first, last].
 // It depends only on the journal's incarnation (created with the journal, so
 // a wiped journal never reuses an old token), the source and the positions.
-func (j *Journal) Token(first, last Position) string {
+func (j *Journal) Token(first, last sink.Position) string {
 	return fmt.Sprintf("eo1:%s:%s:%d:%s-%s", j.incarnation, j.src.Topic, j.src.Partition, first, last)
 }
 
-func (j *Journal) entryName(in Intent) string {
+func (j *Journal) entryName(in sink.Intent) string {
 	return fmt.Sprintf("%sb-%020d-%010d-%020d", j.prefix, in.First.Offset, in.First.Index, in.Epoch)
 }
 
-func (j *Journal) ackName(in Intent, ackEpoch uint64) string {
+func (j *Journal) ackName(in sink.Intent, ackEpoch uint64) string {
 	return fmt.Sprintf("%sa-%020d-%010d-%020d-%020d", j.prefix, in.First.Offset, in.First.Index, in.Epoch, ackEpoch)
 }
 
@@ -267,12 +212,12 @@ func (j *Journal) create(ctx context.Context, name string, data []byte) error {
 		if got, gerr := j.store.Get(ctx, name); gerr == nil && string(got) == string(data) {
 			return nil
 		}
-		return fmt.Errorf("%w: %s written twice with different content: %v", ErrCorrupt, name, err)
+		return fmt.Errorf("%w: %s written twice with different content: %v", sink.ErrCorrupt, name, err)
 	}
 	return err
 }
 
-// CheckOwner returns ErrFenced if another instance claimed the journal.
+// CheckOwner returns sink.ErrFenced if another instance claimed the journal.
 func (j *Journal) CheckOwner(ctx context.Context) error {
 	b, err := j.store.Get(ctx, j.prefix+"owner")
 	if err != nil {
@@ -280,10 +225,10 @@ func (j *Journal) CheckOwner(ctx context.Context) error {
 	}
 	var rec ownerRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return fmt.Errorf("%w: owner record: %v", ErrCorrupt, err)
+		return fmt.Errorf("%w: owner record: %v", sink.ErrCorrupt, err)
 	}
 	if rec.Owner != j.instance || rec.Epoch != j.epoch {
-		return fmt.Errorf("%w (%s: epoch %d owned by %s, this instance %s epoch %d)", ErrFenced, j.src, rec.Epoch, rec.Owner, j.instance, j.epoch)
+		return fmt.Errorf("%w (%s: epoch %d owned by %s, this instance %s epoch %d)", sink.ErrFenced, j.src, rec.Epoch, rec.Owner, j.instance, j.epoch)
 	}
 	return nil
 }
@@ -302,14 +247,14 @@ func (j *Journal) CheckOwner(ctx context.Context) error {
 // differently: a duplicate. The intent's name carries this owner's epoch, so
 // a fenced owner's intent never replaces the new owner's over the same
 // positions.
-func (j *Journal) Record(ctx context.Context, in *Intent) error {
+func (j *Journal) Record(ctx context.Context, in *sink.Intent) error {
 	if j.epoch == 0 {
 		return errors.New("sink: journal: Record before Claim")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	in.Version = intentVersion
+	in.Version = sink.IntentVersion
 	in.Table, in.Topic, in.Partition = j.table, j.src.Topic, j.src.Partition
 	in.Epoch, in.Owner = j.epoch, j.instance
 	in.AckedThrough = j.ackedThrough
@@ -328,7 +273,7 @@ func (j *Journal) Record(ctx context.Context, in *Intent) error {
 // batch whose ack was lost, so deferring the ack costs nothing in
 // correctness, only (after a crash) one deduplicated re-insert that the
 // deduplication window must cover, as it must the batch in flight.
-func (j *Journal) AckLater(in *Intent) {
+func (j *Journal) AckLater(in *sink.Intent) {
 	if in.Epoch == j.epoch && in.Owner == j.instance {
 		j.ackedThrough = maxPos(j.ackedThrough, in.Last)
 	}
@@ -338,7 +283,7 @@ func (j *Journal) AckLater(in *Intent) {
 // epoch beside the entry (the entry itself, possibly another owner's, is
 // never rewritten). Losing an ack is harmless: the batch is then re-inserted
 // with its token on replay and deduplicated.
-func (j *Journal) Ack(ctx context.Context, in *Intent) error {
+func (j *Journal) Ack(ctx context.Context, in *sink.Intent) error {
 	b, _ := json.Marshal(ackRecord{First: in.First, Epoch: in.Epoch, AckEpoch: j.epoch})
 	name := j.ackName(*in, j.epoch)
 	if err := j.create(ctx, name, b); err != nil {
@@ -357,16 +302,16 @@ func (j *Journal) Ack(ctx context.Context, in *Intent) error {
 // by a fenced owner and never inserted); an unacknowledged entry of an older
 // epoch that overlaps a newer epoch's entry was written by a fenced owner
 // after the takeover and never inserted, so it is dropped; any other overlap
-// is ErrCorrupt. An unacknowledged entry that spans after (starts at or
+// is sink.ErrCorrupt. An unacknowledged entry that spans after (starts at or
 // before it, ends past it) is dropped too: only a fenced owner can have
 // written it, since a checkpoint never falls inside a batch of its own
 // lineage.
-func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
+func (j *Journal) Load(ctx context.Context, after *sink.Position) ([]sink.Intent, error) {
 	names, err := j.store.List(ctx, j.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("sink: journal %s: list: %w", j.prefix, err)
 	}
-	var all []Intent
+	var all []sink.Intent
 	var acks []ackRecord
 	var ackNames []string
 	known := j.known[:0]
@@ -386,17 +331,17 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		if isAck {
 			var a ackRecord
 			if err := json.Unmarshal(b, &a); err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
+				return nil, fmt.Errorf("%w: %s: %v", sink.ErrCorrupt, name, err)
 			}
 			acks, ackNames = append(acks, a), append(ackNames, name)
 			continue
 		}
-		var in Intent
+		var in sink.Intent
 		if err := json.Unmarshal(b, &in); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
+			return nil, fmt.Errorf("%w: %s: %v", sink.ErrCorrupt, name, err)
 		}
-		if in.Version != intentVersion || in.Last.Compare(in.First) < 0 {
-			return nil, fmt.Errorf("%w: %s: version %d, range %s..%s", ErrCorrupt, name, in.Version, in.First, in.Last)
+		if in.Version != sink.IntentVersion || in.Last.Compare(in.First) < 0 {
+			return nil, fmt.Errorf("%w: %s: version %d, range %s..%s", sink.ErrCorrupt, name, in.Version, in.First, in.Last)
 		}
 		known = append(known, entryRef{name: name, last: in.Last})
 		all = append(all, in)
@@ -430,7 +375,7 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 			}
 		}
 	}
-	all = slices.DeleteFunc(all, func(in Intent) bool {
+	all = slices.DeleteFunc(all, func(in sink.Intent) bool {
 		if after == nil {
 			return false
 		}
@@ -446,7 +391,7 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 		// the sink on every restart.
 		return !in.Acked && in.First.Compare(*after) <= 0
 	})
-	slices.SortFunc(all, func(a, b Intent) int {
+	slices.SortFunc(all, func(a, b sink.Intent) int {
 		if c := a.First.Compare(b.First); c != 0 {
 			return c
 		}
@@ -467,7 +412,7 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 			case in.Epoch < prev.Epoch && !in.Acked:
 			default:
 				return nil, fmt.Errorf("%w: overlapping batches %s..%s (epoch %d) and %s..%s (epoch %d)",
-					ErrCorrupt, prev.First, prev.Last, prev.Epoch, in.First, in.Last, in.Epoch)
+					sink.ErrCorrupt, prev.First, prev.Last, prev.Epoch, in.First, in.Last, in.Epoch)
 			}
 			continue
 		}
@@ -476,7 +421,7 @@ func (j *Journal) Load(ctx context.Context, after *Position) ([]Intent, error) {
 	return out, nil
 }
 
-func supersedes(in, prev Intent) bool {
+func supersedes(in, prev sink.Intent) bool {
 	return in.Supersedes != "" && in.Supersedes == prev.Token && in.Epoch > prev.Epoch &&
 		in.First == prev.First && in.Last == prev.Last
 }
@@ -487,14 +432,14 @@ func supersedes(in, prev Intent) bool {
 // the owner record by compare-and-swap before anything is deleted, so a
 // restore from a checkpoint older than a deletion fails with
 // ErrStaleCheckpoint (see Pruned), and an owner fenced by a later Claim gets
-// ErrFenced and neither moves the point nor deletes anything. A point at or
+// sink.ErrFenced and neither moves the point nor deletes anything. A point at or
 // before the current one changes nothing but retries earlier deletes.
 //
 // Pruning only saves space: a failed write of the point or a failed delete
 // loses nothing (Load filters entries by position anyway) and returns an
-// error wrapping ErrPruneDeferred, which callers should report and go on
+// error wrapping sink.ErrPruneDeferred, which callers should report and go on
 // from; the entries are deleted by a later Prune.
-func (j *Journal) Prune(ctx context.Context, through Position) error {
+func (j *Journal) Prune(ctx context.Context, through sink.Position) error {
 	if j.epoch == 0 {
 		return errors.New("sink: journal: Prune before Claim")
 	}
@@ -508,17 +453,17 @@ func (j *Journal) Prune(ctx context.Context, through Position) error {
 			got, gv, gerr := j.store.GetVersion(ctx, j.prefix+"owner")
 			switch {
 			case gerr != nil:
-				return fmt.Errorf("%w: %s: write prune point %s: %v", ErrPruneDeferred, j.prefix, through, err)
+				return fmt.Errorf("%w: %s: write prune point %s: %v", sink.ErrPruneDeferred, j.prefix, through, err)
 			case string(got) == string(out):
 				nv, err = gv, nil
 			case gv == j.version:
-				return fmt.Errorf("%w: %s: write prune point %s: %v", ErrPruneDeferred, j.prefix, through, err)
+				return fmt.Errorf("%w: %s: write prune point %s: %v", sink.ErrPruneDeferred, j.prefix, through, err)
 			default:
 				err = checkpoint.ErrConflict
 			}
 		}
 		if errors.Is(err, checkpoint.ErrConflict) {
-			return fmt.Errorf("%w (%s: prune point not moved, epoch %d claimed by another instance)", ErrFenced, j.src, j.epoch)
+			return fmt.Errorf("%w (%s: prune point not moved, epoch %d claimed by another instance)", sink.ErrFenced, j.src, j.epoch)
 		}
 		j.owner, j.version = rec, nv
 	}
@@ -537,7 +482,7 @@ func (j *Journal) Prune(ctx context.Context, through Position) error {
 	}
 	j.known = keep
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %s: %d deletes failed, retried at the next prune: %w", ErrPruneDeferred, j.prefix, len(errs), errs[0])
+		return fmt.Errorf("%w: %s: %d deletes failed, retried at the next prune: %w", sink.ErrPruneDeferred, j.prefix, len(errs), errs[0])
 	}
 	return nil
 }
@@ -545,20 +490,20 @@ func (j *Journal) Prune(ctx context.Context, through Position) error {
 // Pruned returns the journal's prune point, if any: entries that end at or
 // before it may have been deleted. It is read from the owner record, which
 // only an owner that was still owner at that instant could raise.
-func (j *Journal) Pruned(ctx context.Context) (Position, bool, error) {
+func (j *Journal) Pruned(ctx context.Context) (sink.Position, bool, error) {
 	b, err := j.store.Get(ctx, j.prefix+"owner")
 	switch {
 	case errors.Is(err, checkpoint.ErrNotFound):
-		return Position{}, false, nil
+		return sink.Position{}, false, nil
 	case err != nil:
-		return Position{}, false, fmt.Errorf("sink: journal %s: read owner: %w", j.prefix, err)
+		return sink.Position{}, false, fmt.Errorf("sink: journal %s: read owner: %w", j.prefix, err)
 	}
 	var rec ownerRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return Position{}, false, fmt.Errorf("%w: owner record: %v", ErrCorrupt, err)
+		return sink.Position{}, false, fmt.Errorf("%w: owner record: %v", sink.ErrCorrupt, err)
 	}
 	if rec.Pruned == nil {
-		return Position{}, false, nil
+		return sink.Position{}, false, nil
 	}
 	return *rec.Pruned, true, nil
 }
