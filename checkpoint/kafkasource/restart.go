@@ -126,8 +126,9 @@ func (r *Restart) backoff(attempt int) time.Duration {
 
 // IsRetryable reports whether a chain's error says a server or the network
 // failed, so the same chain built again later can succeed: a refused,
-// reset or timed-out connection, an unexpected EOF, a closed connection, or
-// a Kafka error kafka-go marks temporary. Everything else is permanent: a
+// reset or timed-out connection, an unexpected EOF, a closed connection, a
+// Kafka error kafka-go marks temporary, or an error in the chain whose
+// Retryable() bool method says so (which takes precedence). Everything else is permanent: a
 // Process error on a record that cannot be processed fails the same way
 // again, and so does an offset out of range, a journal that does not match
 // the replay or a fenced sink. Context cancellation is not retryable.
@@ -138,6 +139,12 @@ func IsRetryable(err error) bool {
 	var oor *OffsetOutOfRangeError
 	if errors.As(err, &oor) || errors.Is(err, ErrPoison) {
 		return false
+	}
+	// A backend that knows better says so (chsink.InsertError: a batch
+	// whose retries ran out on TOO_MANY_PARTS or a dropped connection).
+	var r interface{ Retryable() bool }
+	if errors.As(err, &r) {
+		return r.Retryable()
 	}
 	var kerr kafka.Error
 	if errors.As(err, &kerr) {

@@ -21,6 +21,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
 func TestIsRetryable(t *testing.T) {
@@ -40,6 +41,8 @@ func TestIsRetryable(t *testing.T) {
 		{name: "out of range", give: &kafkasource.OffsetOutOfRangeError{}, want: false},
 		{name: "poison, even of a network error", give: &kafkasource.PoisonError{Err: kafkasource.Poison(io.ErrUnexpectedEOF)}, want: false},
 		{name: "cancelled", give: fmt.Errorf("x: %w", context.Canceled), want: false},
+		{name: "insert retries exhausted", give: fmt.Errorf("process: %w", &chsink.InsertError{Err: errors.New("TOO_MANY_PARTS")}), want: true},
+		{name: "insert rejected", give: &chsink.InsertError{Permanent: true, Err: io.EOF}, want: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,3 +49,8 @@ func (e *InsertError) Error() string {
 }
 
 func (e *InsertError) Unwrap() error { return e.Err }
+
+// Retryable reports whether inserting the batch again later can succeed:
+// the retries ran out on a passing condition (IsRetryable), not on a
+// rejection. kafkasource's restart strategy reads it.
+func (e *InsertError) Retryable() bool { return !e.Permanent }
