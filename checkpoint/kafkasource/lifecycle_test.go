@@ -48,7 +48,7 @@ func (l *lifecycled) Close() error {
 	return nil
 }
 
-func lifecycleSource(t *testing.T, newProc kafkasource.NewProcessor) (*kafkasource.Source, []string, string) {
+func lifecycleSource(t *testing.T, newProc kafkasource.NewProcessor) (*kafkasource.Source, []string, string, *checkpoint.Store) {
 	t.Helper()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name(t, "topic")
@@ -64,7 +64,7 @@ func lifecycleSource(t *testing.T, newProc kafkasource.NewProcessor) (*kafkasour
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
 		coord, newProc, opts)
 	require.NoError(t, err)
-	return src, brokers, topic
+	return src, brokers, topic, store
 }
 
 // TestParticipantLifecycle proves the Source starts a participant's Run
@@ -77,7 +77,7 @@ func TestParticipantLifecycle(t *testing.T) {
 		part []*lifecycled
 	)
 	var procCloses atomic.Int32
-	src, brokers, topic := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+	src, brokers, topic, store := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		l := newLifecycled()
 		mu.Lock()
 		part = append(part, l)
@@ -104,7 +104,11 @@ func TestParticipantLifecycle(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Run of the participant was not started")
 	}
-	require.NoError(t, src.Checkpoint(ctx))
+	require.Eventually(t, func() bool { // a checkpoint after the five records
+		require.NoError(t, src.Checkpoint(ctx))
+		cp := latestOf(t, store, topic, 0)
+		return cp != nil && cp.NextOffset == 5
+	}, time.Minute, 20*time.Millisecond)
 	assert.False(t, l.runEnded.Load(), "Run lasts as long as the chain")
 	cancel()
 	require.NoError(t, <-done)
@@ -122,7 +126,7 @@ func TestParticipantLifecycle(t *testing.T) {
 func TestParticipantRunErrorFailsChain(t *testing.T) {
 	errFlush := errors.New("flush failed for good")
 	var l *lifecycled
-	src, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+	src, _, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		l = newLifecycled()
 		l.runErr = errFlush
 		return &kafkasource.Processor{
@@ -143,7 +147,7 @@ func TestParticipantRunErrorFailsChain(t *testing.T) {
 func TestHalfBuiltChainClosed(t *testing.T) {
 	errSecond := errors.New("second sink: table missing")
 	first := newLifecycled()
-	src, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+	src, _, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{"first": first}}
 		return proc, errSecond
 	})
