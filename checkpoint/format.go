@@ -45,8 +45,13 @@ type Checkpoint struct {
 }
 
 // ErrCorrupt is wrapped by errors from Decode for bytes that are not a whole,
-// intact checkpoint: truncated, bit-flipped or of an unknown version.
+// intact checkpoint: truncated or bit-flipped.
 var ErrCorrupt = errors.New("checkpoint: corrupt checkpoint")
+
+// ErrUnsupportedVersion is wrapped by errors from Decode for a checkpoint
+// file of a format version this build does not read (a newer program wrote
+// it). Nothing is decoded.
+var ErrUnsupportedVersion = errors.New("checkpoint: unsupported checkpoint version")
 
 // File layout, version 1 (all integers big endian):
 //
@@ -59,6 +64,9 @@ var ErrCorrupt = errors.New("checkpoint: corrupt checkpoint")
 // The states are raw bytes rather than JSON so that a state of hundreds of
 // megabytes (ten million dedup keys) costs one copy, not a base64 expansion.
 const magic = "EOCKPT01"
+
+// magicFamily is the magic without its two version digits.
+const magicFamily = "EOCKPT"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -123,6 +131,9 @@ func Decode(data []byte) (*Checkpoint, error) {
 		return nil, corrupt("%d bytes is too short", len(data))
 	}
 	if string(data[:len(magic)]) != magic {
+		if string(data[:len(magicFamily)]) == magicFamily {
+			return nil, fmt.Errorf("%w: version %q, this build reads %q", ErrUnsupportedVersion, data[len(magicFamily):len(magic)], magic[len(magicFamily):])
+		}
 		return nil, corrupt("bad magic %q", data[:len(magic)])
 	}
 	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])

@@ -4,11 +4,11 @@ package chsink
 // pruning a completed checkpoint allows.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
@@ -73,17 +73,9 @@ func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error
 // Restore replaces the sink's state with a snapshot's, claims the journal
 // (fencing the previous owner) and loads the batches to replay.
 func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
-	var st snapshotState
-	dec := json.NewDecoder(strings.NewReader(string(state)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&st); err != nil {
-		return fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: trailing data after the state", ErrCorrupt)
-	}
-	if st.Version != snapshotVersion {
-		return fmt.Errorf("%w: state version %d, this sink reads %d", ErrUnsupportedVersion, st.Version, snapshotVersion)
+	st, err := decodeState(state)
+	if err != nil {
+		return err
 	}
 	table := s.opts.Database + "." + s.table.Name
 	if st.Table != table || st.Topic != s.src.Topic || st.Partition != s.src.Partition {
@@ -148,4 +140,34 @@ func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) err
 		return nil
 	}
 	return err
+}
+
+// decodeState parses a state written by Snapshot. The version is read
+// first, leniently, so that a newer state with fields this build does not
+// know is refused as ErrUnsupportedVersion rather than as corrupt; a state
+// of this version must then decode exactly, with nothing unknown or left
+// over.
+func decodeState(b []byte) (snapshotState, error) {
+	var v struct {
+		Version *int `json:"v"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return snapshotState{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if v.Version == nil {
+		return snapshotState{}, fmt.Errorf("%w: no version", ErrCorrupt)
+	}
+	if *v.Version != snapshotVersion {
+		return snapshotState{}, fmt.Errorf("%w: state version %d, this sink reads %d", ErrUnsupportedVersion, *v.Version, snapshotVersion)
+	}
+	var st snapshotState
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return snapshotState{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if dec.More() {
+		return snapshotState{}, fmt.Errorf("%w: trailing data after the state", ErrCorrupt)
+	}
+	return st, nil
 }
