@@ -126,3 +126,12 @@ func recordSize(r Record, tsDelta, offDelta int64) int {
 	}
 	return n
 }
+
+// encode returns a produce request's record set: the size of the one batch,
+// then the batch.
+func encode(dst []byte, h batchHeader, recs []Record, now time.Time) []byte {
+	dst = append(dst[:0], 0, 0, 0, 0)
+	dst = appendBatch(dst, h, recs, now)
+	binary.BigEndian.PutUint32(dst, uint32(len(dst)-4))
+	return dst
+}

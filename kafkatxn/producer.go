@@ -220,7 +220,7 @@ func (p *Producer) send(tp topicPartition, ps *partState, recs []Record) (int64,
 		ps.epoch, ps.seq = epoch, 0
 	}
 	h := batchHeader{producerID: pid, producerEpoch: epoch, baseSequence: ps.seq}
-	batch := appendBatch(nil, h, recs, p.opts.Now())
+	batch := encode(nil, h, recs, p.opts.Now())
 	unknown := false // an attempt may have been written
 	var lastErr error
 	for {
@@ -249,7 +249,7 @@ func (p *Producer) send(tp topicPartition, ps *partState, recs []Record) (int64,
 			p.mu.Unlock()
 			ps.epoch, ps.seq = epoch, 0
 			h = batchHeader{producerID: pid, producerEpoch: epoch}
-			batch = appendBatch(batch[:0], h, recs, p.opts.Now())
+			batch = encode(batch[:0], h, recs, p.opts.Now())
 			lastErr = err
 			continue
 		case retriable(err):

@@ -19,8 +19,7 @@ import (
 // producer (test data from outside this package), transactions that commit
 // and abort in turn, each spanning every partition, plus plain records in
 // between, then reads every partition with a Reader: each committed and
-// plain record appears once, no aborted one, no control marker. kafka-go's
-// own ReadCommitted reader, for contrast, hands out the aborted records.
+// plain record appears once, no aborted one, no control marker.
 func TestReaderSkipsAbortedTransactions(t *testing.T) {
 	const partitions, txns, perTxn = 3, 12, 5
 	brokers := testenv.Kafka(t)

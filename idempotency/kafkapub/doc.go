@@ -32,7 +32,13 @@
 //
 //   - Publish returns nil only after every in-sync replica acknowledged the
 //     message, so a 2xx from the Handler means the event is in Kafka.
-//   - At least once, not exactly once: kafka-go has no idempotent producer.
+//   - IdempotentPublisher (NewIdempotent) writes through kafkatxn's
+//     idempotent producer: a retry after a lost acknowledgement is dropped
+//     by the broker, so a Publish that returns nil wrote its message once.
+//     Only a Publish that fails with an unknown outcome (and is retried by
+//     the provider) can still leave a copy, which the event-id dedup drops.
+//   - Publisher, for brokers with idempotence disabled, is at least once:
+//     kafka-go has no idempotent producer.
 //     Its retries after a lost acknowledgement, and a Publish whose context
 //     ends while the batch is in flight, can write a message twice, even when
 //     Publish returned an error (IsOutcomeUnknown). Each message carries the

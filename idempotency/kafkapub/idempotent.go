@@ -1,0 +1,106 @@
+package kafkapub
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
+)
+
+// IdempotentPublisher publishes like Publisher, through kafkatxn's
+// idempotent producer: every batch carries a producer id, epoch and
+// sequence number, so a retry after a lost acknowledgement is dropped by the
+// broker instead of written twice. It needs brokers with idempotence enabled
+// (Kafka 0.11+, the default since 3.0); use Publisher where it is disabled.
+// It is safe for concurrent use.
+type IdempotentPublisher struct {
+	p          *kafkatxn.Producer
+	topic      string
+	partitions []int
+	opts       Options
+}
+
+// NewIdempotent returns an IdempotentPublisher to topic. It reads the
+// topic's partitions once: partitions added later are not used until a
+// restart. Options.MaxAttempts and BatchTimeout do not apply (the producer
+// retries a batch until WriteTimeout × MaxAttempts, the delivery timeout).
+func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Options) (*IdempotentPublisher, error) {
+	if len(brokers) == 0 || topic == "" {
+		return nil, fmt.Errorf("%w: brokers and topic are required", ErrInvalid)
+	}
+	if opts.MaxAttempts < 0 || opts.WriteTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative MaxAttempts or WriteTimeout", ErrInvalid)
+	}
+	if opts.PartitionKey == nil {
+		opts.PartitionKey = func(d idempotency.Delivery) ([]byte, error) { return []byte(d.Key), nil }
+	}
+	if opts.Balancer == nil {
+		opts.Balancer = kafka.Murmur2Balancer{}
+	}
+	if opts.MaxAttempts == 0 {
+		opts.MaxAttempts = DefaultMaxAttempts
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	transport := &kafka.Transport{}
+	md, err := (&kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: opts.WriteTimeout}).
+		Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("kafkapub: metadata of %s: %w", topic, err)
+	}
+	var parts []int
+	for _, t := range md.Topics {
+		if t.Name == topic && t.Error == nil {
+			for _, p := range t.Partitions {
+				parts = append(parts, p.ID)
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("kafkapub: topic %s has no partitions", topic)
+	}
+	slices.Sort(parts)
+	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{
+		RequestTimeout:  opts.WriteTimeout,
+		DeliveryTimeout: opts.WriteTimeout * 3 * 2, // a few attempts, as kafka-go's MaxAttempts
+		Transport:       transport,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kafkapub: %w", err)
+	}
+	return &IdempotentPublisher{p: p, topic: topic, partitions: parts, opts: opts}, nil
+}
+
+// Publish writes one message for d, like Publisher.Publish, and returns nil
+// once every in-sync replica has it. A retry after a lost acknowledgement
+// does not write it twice. An error for which IsOutcomeUnknown is true
+// (kafkatxn.ErrOutcomeUnknown, or ctx ended before the answer) may still
+// leave the message in the log; the webhook is then retried and the
+// downstream deduplicator drops the copy by its event id.
+func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Delivery) error {
+	key, err := p.opts.PartitionKey(d)
+	if err != nil {
+		return fmt.Errorf("kafkapub: partition key of %q: %w", d.Key, err)
+	}
+	msg := kafka.Message{Key: key}
+	part := p.opts.Balancer.Balance(msg, p.partitions...)
+	_, err = p.p.Produce(ctx, p.topic, part, kafkatxn.Record{
+		Key: key, Value: d.Body,
+		Headers: []kafkatxn.Header{{Key: HeaderEventID, Value: []byte(d.Key)}, {Key: HeaderSource, Value: []byte(d.Source)}},
+	})
+	if err != nil {
+		if kafkatxn.IsOutcomeUnknown(err) {
+			err = &retriedError{err: err}
+		}
+		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
+	}
+	return nil
+}
+
+// Close closes the producer. It is safe to call twice.
+func (p *IdempotentPublisher) Close() error { return p.p.Close() }
