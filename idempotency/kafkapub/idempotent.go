@@ -30,10 +30,10 @@ type IdempotentPublisher struct {
 // retries a batch until WriteTimeout × MaxAttempts, the delivery timeout).
 func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Options) (*IdempotentPublisher, error) {
 	if len(brokers) == 0 || topic == "" {
-		return nil, fmt.Errorf("%w: brokers and topic are required", ErrInvalid)
+		return nil, fmt.Errorf("%w: brokers and topic are required", ErrInvalidOptions)
 	}
 	if opts.MaxAttempts < 0 || opts.WriteTimeout < 0 {
-		return nil, fmt.Errorf("%w: negative MaxAttempts or WriteTimeout", ErrInvalid)
+		return nil, fmt.Errorf("%w: negative MaxAttempts or WriteTimeout", ErrInvalidOptions)
 	}
 	if opts.PartitionKey == nil {
 		opts.PartitionKey = func(d idempotency.Delivery) ([]byte, error) { return []byte(d.Key), nil }
@@ -76,7 +76,8 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 	return &IdempotentPublisher{p: p, topic: topic, partitions: parts, opts: opts}, nil
 }
 
-// Publish writes one message for d, like Publisher.Publish, and returns nil
+// Publish writes one message for d, with the same key, value and headers
+// as Publisher.Publish, and returns nil
 // once every in-sync replica has it. A retry after a lost acknowledgement
 // does not write it twice. An error for which IsOutcomeUnknown is true
 // (kafkatxn.ErrOutcomeUnknown, or ctx ended before the answer) may still
@@ -89,10 +90,12 @@ func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Deliver
 	}
 	msg := kafka.Message{Key: key}
 	part := p.opts.Balancer.Balance(msg, p.partitions...)
-	_, err = p.p.Produce(ctx, p.topic, part, kafkatxn.Record{
-		Key: key, Value: d.Body,
-		Headers: []kafkatxn.Header{{Key: HeaderEventID, Value: []byte(d.Key)}, {Key: HeaderSource, Value: []byte(d.Source)}},
-	})
+	hs := Headers(d)
+	rec := kafkatxn.Record{Key: key, Value: d.Body, Headers: make([]kafkatxn.Header, len(hs))}
+	for i, h := range hs {
+		rec.Headers[i] = kafkatxn.Header{Key: h.Key, Value: h.Value}
+	}
+	_, err = p.p.Produce(ctx, p.topic, part, rec)
 	if err != nil {
 		if kafkatxn.IsOutcomeUnknown(err) {
 			err = &retriedError{err: err}

@@ -68,8 +68,10 @@ func TestIdempotentPublisherLostAcks(t *testing.T) {
 			off = m.Offset + 1
 			want := (kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: m.Key}, 0, 1, 2)
 			assert.Equal(t, want, p, "key %s on its partition", m.Key)
-			require.Len(t, m.Headers, 2)
-			seen[string(m.Headers[0].Value)]++
+			md, err := kafkapub.ReadMetadata(m)
+			require.NoError(t, err)
+			assert.Equal(t, "github", md.Source)
+			seen[md.EventID]++
 		}
 		require.NoError(t, r.Close())
 	}
