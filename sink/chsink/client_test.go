@@ -61,3 +61,27 @@ func TestClientTLSOnPlaintextPort(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "tls")
 }
+
+// TestRunTwice proves a second Run while one runs returns nil at once (the
+// Source runs it, and older code started it too), and that the first one
+// still flushes and stops at Close.
+func TestRunTwice(t *testing.T) {
+	e := setup(t, eventsDDL)
+	s := e.newSink(t, checkpoint.NewMemStorage(), chsink.Options{MaxDelay: 20 * time.Millisecond})
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- s.Run(ctx) }()
+	require.NoError(t, feed(ctx, t, s, 0, 10))
+	require.Eventually(t, func() bool { return e.count(t, "SELECT count() FROM events") == uint64(expectedRows(0, 10)) },
+		10*time.Second, 10*time.Millisecond, "the first Run flushes")
+	second := make(chan error, 1)
+	go func() { second <- s.Run(ctx) }()
+	select {
+	case err := <-second:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a second Run did not return")
+	}
+	require.NoError(t, s.Close())
+	assert.NoError(t, <-first)
+}

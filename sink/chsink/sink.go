@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/ch-go"
@@ -67,6 +68,7 @@ type Sink[T any] struct {
 
 	closeCh chan struct{}
 	kick    chan struct{}
+	running atomic.Bool // a Run is flushing: a second one returns at once
 
 	scratch T
 	block   int64     // cached block counter, a lower bound
@@ -269,8 +271,15 @@ func (s *Sink[T]) resetBuffer() {
 // Run flushes a non-empty batch MaxDelay after its first row, so a quiet
 // stream still reaches ClickHouse. It returns nil after Close, ctx.Err()
 // when ctx ends (the chain's generation ended: no insert starts after), or
-// the error of a failed flush, which also breaks the sink.
+// the error of a failed flush, which also breaks the sink. kafkasource runs
+// it for every chain the sink is a participant of; a second Run while one
+// is running returns nil at once, so code that also starts it itself gets
+// one flush timer, not two.
 func (s *Sink[T]) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return nil
+	}
+	defer s.running.Store(false)
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
