@@ -93,6 +93,9 @@ func (r *Reader) Fetch(ctx context.Context) ([]kafka.Message, error) {
 			return nil, fmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", r.topic, r.partition, r.next, fr.err)
 		}
 		r.buf = r.filter(fr, r.buf[:0])
+		for i := range r.buf {
+			r.buf[i].HighWaterMark = fr.highWatermark
+		}
 		if len(r.buf) > 0 {
 			return slices.Clone(r.buf), nil
 		}

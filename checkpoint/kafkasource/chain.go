@@ -136,21 +136,9 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 // an offset out of range (oor). It returns the next offset to read.
 func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next int64, proc *Processor, dl *deadLetters,
 	task *checkpoint.Task, meta checkpoint.Meta, commit func(context.Context, int64) error) (int64, bool, error) {
-	iso := kafka.ReadCommitted
-	if s.opts.ReadUncommitted {
-		iso = kafka.ReadUncommitted
-	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: s.group.Brokers, Topic: p.Topic, Partition: p.Partition, Dialer: s.opts.Dialer,
-		MinBytes: 1, MaxBytes: s.opts.MaxBytes, MaxWait: s.opts.MaxWait,
-		IsolationLevel: iso, OffsetOutOfRangeError: true,
-		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
-			s.log.Debug("kafkasource: kafka-go reader: " + fmt.Sprintf(f, a...))
-		}),
-	})
-	if err := r.SetOffset(next); err != nil {
-		_ = r.Close()
-		return next, false, fmt.Errorf("kafkasource: %s: set offset %d: %w", p, next, err)
+	r, err := s.newFetcher(p, next)
+	if err != nil {
+		return next, false, err
 	}
 	fctx, fcancel := context.WithCancel(ctx)
 	recs := make(chan fetched, s.opts.Buffer)

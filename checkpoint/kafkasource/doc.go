@@ -132,13 +132,11 @@
 // kafka-go with IsolationLevel ReadCommitted (the default here) reads only
 // up to the last stable offset, so open transactions are not read; but it
 // does not filter records of aborted transactions, nor transaction control
-// markers, and its Message does not say which is which. This source
-// therefore supports input topics written without transactions (idempotent
-// producers, as this SDK's gateway uses). If an input topic may hold
-// transactional writes, either guarantee that its producers never abort
-// after writing, or make Process drop records a downstream check identifies
-// (an event-ID dedup makes a re-sent record harmless, but cannot tell an
-// aborted record from a committed one).
+// markers, and its Message does not say which is which. Set
+// Options.FilterAborted when an input topic may hold transactional writes
+// (Kafka Streams, Flink, kafkatxn): the chain then reads with
+// kafkatxn.Reader, which skips both, using the fetch response's aborted
+// transactions and the control batches, as the Java consumer does.
 //
 // # Guarantees
 //

@@ -102,6 +102,11 @@ type Options struct {
 	// commits. Default false: ReadCommitted, so nothing past the last stable
 	// offset is read. See the package doc on transactional input.
 	ReadUncommitted bool
+	// FilterAborted reads with kafkatxn.Reader, which also skips the
+	// records of aborted transactions and the transaction control records
+	// (kafka-go's ReadCommitted hands both to Process). Set it when an
+	// input topic holds transactional writes. Default false.
+	FilterAborted bool
 	// SessionTimeout, RebalanceTimeout and HeartbeatInterval of the
 	// consumer group. A shorter heartbeat notices rebalances sooner.
 	// Defaults: DefaultSessionTimeout, DefaultRebalanceTimeout,
