@@ -11,6 +11,9 @@
 // of the Kafka record that produced it and the row's index within that
 // record. Positions grow strictly, and replaying the same records after a
 // restore yields the same rows at the same positions.
+// Rows that no single record maps to one for one (a window's rows, which a
+// Tick may emit between records) take their positions from a Cursor, a
+// participant of the chain so that positions continue after a restore.
 //
 // Before a batch is inserted, the sink records an Intent in its journal: the
 // source (topic, partition), table, first and last position, row count,

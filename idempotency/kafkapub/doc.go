@@ -28,6 +28,9 @@
 // factor and warns through the logger when acks=all is weaker than it sounds
 // (min.insync.replicas 1 is acks=1 in disguise).
 //
+// Options.Transport carries kafka-go's TLS and SASL (PLAIN, SCRAM-SHA-256,
+// SCRAM-SHA-512) for a managed Kafka.
+//
 // # Guarantees
 //
 //   - Publish returns nil only after every in-sync replica acknowledged the

@@ -84,6 +84,14 @@
 // ReplacingMergeTree tables deduplicate only when parts merge; read them
 // with SelectFinal or SelectLatest (argMax by version).
 //
+// # Connecting
+//
+// Options.Client is the base of every connection's ch-go options: TLS (a
+// *tls.Config for the secure native port, 9440 on ClickHouse Cloud),
+// compression, settings, a custom dialer. Run is the flush timer;
+// kafkasource runs it for every chain the sink is a participant of, and
+// closes the sink when the chain ends.
+//
 // # Guarantees
 //
 // Exactly once into the table and its dependent views, given what package
