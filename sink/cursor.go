@@ -57,10 +57,15 @@ func (c *Cursor) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
 	return binary.BigEndian.AppendUint32(b, c.index), nil
 }
 
-// Restore sets the next position from a Snapshot.
+// Restore sets the next position from a Snapshot. A state of another
+// version is refused with ErrUnsupportedVersion, one of the wrong length
+// with ErrCorrupt; either way the cursor is unchanged.
 func (c *Cursor) Restore(_ context.Context, b []byte) error {
-	if len(b) != 13 || b[0] != cursorVersion {
-		return fmt.Errorf("sink: cursor: unreadable state of %d bytes (version %v)", len(b), firstByte(b))
+	if len(b) > 0 && b[0] != cursorVersion {
+		return fmt.Errorf("%w: cursor state version %d, this build reads %d", ErrUnsupportedVersion, b[0], cursorVersion)
+	}
+	if len(b) != 13 {
+		return fmt.Errorf("%w: cursor state of %d bytes (version %v), want 13", ErrCorrupt, len(b), firstByte(b))
 	}
 	c.offset = int64(binary.BigEndian.Uint64(b[1:]))
 	c.index = binary.BigEndian.Uint32(b[9:])

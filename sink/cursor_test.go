@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/sink"
 )
 
@@ -36,15 +38,30 @@ func TestCursorRestoreRejectsBadState(t *testing.T) {
 	tests := []struct {
 		name string
 		give []byte
+		want error
 	}{
-		{name: "empty", give: nil},
-		{name: "short", give: []byte{1, 0, 0}},
-		{name: "unknown version", give: append([]byte{2}, make([]byte, 12)...)},
+		{name: "empty", give: nil, want: sink.ErrCorrupt},
+		{name: "short", give: []byte{1, 0, 0}, want: sink.ErrCorrupt},
+		{name: "unknown version", give: append([]byte{2}, make([]byte, 12)...), want: sink.ErrUnsupportedVersion},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var c sink.Cursor
-			assert.Error(t, c.Restore(context.Background(), tt.give))
+			assert.ErrorIs(t, c.Restore(context.Background(), tt.give), tt.want)
 		})
 	}
+}
+
+func TestCursorParticipantConformance(t *testing.T) {
+	checkpointtest.TestParticipant(t, checkpointtest.Participant{
+		New: func(*testing.T) checkpoint.Participant { return &sink.Cursor{} },
+		Fill: func(_ *testing.T, p checkpoint.Participant, n int) {
+			c := p.(*sink.Cursor)
+			c.At(int64(100 * n))
+			for range n {
+				c.Next()
+			}
+		},
+		Refused: []error{sink.ErrCorrupt, sink.ErrUnsupportedVersion},
+	})
 }

@@ -26,6 +26,10 @@ var (
 	// (undecodable, or overlapping batches that were both inserted).
 	ErrCorrupt = errors.New("sink: journal corrupt")
 
+	// ErrUnsupportedVersion reports a journal entry of a format version this
+	// build does not read (a newer program wrote it). Nothing is loaded.
+	ErrUnsupportedVersion = errors.New("sink: unsupported journal version")
+
 	// ErrJournalMissing reports that a snapshot expects journal entries that
 	// the journal no longer holds: the journal storage is not the one the
 	// snapshot was taken against, or was rolled back.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -244,7 +245,19 @@ func TestRestoreVersion1Snapshot(t *testing.T) {
 	}
 	snap, err := fresh.Snapshot(ctx, 1)
 	require.NoError(t, err)
+	if *update {
+		require.NoError(t, os.WriteFile("testdata/v1-hopping-stats.snap", snap, 0o644))
+	}
 	assert.Equal(t, v1, snap, "the format did not change")
+
+	// The same bytes with a later version number are refused as such, and
+	// load nothing.
+	v2 := slices.Clone(v1)
+	v2[len(snapshotMagic)] = snapshotVersion + 1
+	other := newStats(t)
+	assert.ErrorIs(t, other.Restore(ctx, v2), ErrUnsupportedVersion)
+	_, ok := other.Watermark()
+	assert.False(t, ok, "a refused snapshot loaded a watermark")
 
 	var a, b Output[float64, Summary]
 	for _, e := range evs[200:] {

@@ -340,7 +340,10 @@ func (j *Journal) Load(ctx context.Context, after *sink.Position) ([]sink.Intent
 		if err := json.Unmarshal(b, &in); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", sink.ErrCorrupt, name, err)
 		}
-		if in.Version != sink.IntentVersion || in.Last.Compare(in.First) < 0 {
+		if in.Version != sink.IntentVersion {
+			return nil, fmt.Errorf("%w: %s: intent version %d, this build reads %d", sink.ErrUnsupportedVersion, name, in.Version, sink.IntentVersion)
+		}
+		if in.Last.Compare(in.First) < 0 {
 			return nil, fmt.Errorf("%w: %s: version %d, range %s..%s", sink.ErrCorrupt, name, in.Version, in.First, in.Last)
 		}
 		known = append(known, entryRef{name: name, last: in.Last})
