@@ -1,0 +1,63 @@
+package kafkatxn_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
+)
+
+const benchBatch = 100
+
+func benchRecords() ([]kafkatxn.Record, []kafka.Message) {
+	recs := make([]kafkatxn.Record, benchBatch)
+	msgs := make([]kafka.Message, benchBatch)
+	for i := range recs {
+		v := make([]byte, 200)
+		recs[i] = kafkatxn.Record{Key: []byte("org-1"), Value: v}
+		msgs[i] = kafka.Message{Key: []byte("org-1"), Value: v}
+	}
+	return recs, msgs
+}
+
+// BenchmarkProduce compares the idempotent Producer with kafka-go's Writer
+// (acks=all, the baseline) on the same batches of 100 records of 200 bytes
+// to one partition of an in-process kfake broker.
+func BenchmarkProduce(b *testing.B) {
+	brokers := testenv.StartKafka(b).Brokers()
+	ctx := context.Background()
+	recs, msgs := benchRecords()
+	b.Run("idempotent", func(b *testing.B) {
+		topic := testenv.Name(b, "bi")
+		testenv.CreateTopic(b, brokers, topic, 1)
+		p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{})
+		require.NoError(b, err)
+		defer p.Close()
+		b.SetBytes(benchBatch * 200)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := p.Produce(ctx, topic, 0, recs...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("kafka-go-writer", func(b *testing.B) {
+		topic := testenv.Name(b, "bw")
+		testenv.CreateTopic(b, brokers, topic, 1)
+		w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll,
+			BatchSize: benchBatch, BatchTimeout: time.Millisecond, Balancer: &kafka.LeastBytes{}, Transport: &kafka.Transport{}}
+		defer w.Close()
+		b.SetBytes(benchBatch * 200)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := w.WriteMessages(ctx, msgs...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
