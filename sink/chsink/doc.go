@@ -126,4 +126,19 @@
 // batch that arrive later are dropped with a warning (the batch is settled
 // as the version ClickHouse holds). Under MismatchFail the sink waits for a
 // row past the batch, which reports the mismatch.
+//
+// Restore refuses a state that does not decode (ErrCorrupt), of another
+// format version (ErrUnsupportedVersion) or of another table or partition
+// (ErrIncompatible), and then loads nothing; the state's format is pinned by
+// testdata/state_v1.golden and the sink runs checkpointtest.TestParticipant.
+//
+// # Files
+//
+// sink.go holds the type, New, Add and the lifecycle (Run, Close);
+// flight.go the background insert of a sealed batch; insert.go the
+// connection and the insert with retries; replay.go the replay of journaled
+// batches, whose per-row decision is the pure function nextReplayStep;
+// dedupwindow.go the check that a re-insert is still inside the table's
+// deduplication window; participant.go Snapshot, Restore and pruning;
+// metrics.go the instruments.
 package chsink
