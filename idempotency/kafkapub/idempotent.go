@@ -47,7 +47,10 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 	if opts.WriteTimeout == 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
-	transport := &kafka.Transport{}
+	transport := opts.Transport
+	if transport == nil {
+		transport = &kafka.Transport{}
+	}
 	md, err := (&kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: opts.WriteTimeout}).
 		Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
