@@ -20,6 +20,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/dedup"
 	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/githubredeliver"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/window"
@@ -130,6 +131,9 @@ func registered(t *testing.T) []instrument {
 	if p, err := kafkapub.New(pctx, []string{"127.0.0.1:1"}, "t", kafkapub.Options{MeterProvider: rec}); err == nil {
 		_ = p.Close()
 	}
+
+	_, err = githubredeliver.New(githubredeliver.RepoHook("o", "r", 1), githubredeliver.Options{Token: "t", MeterProvider: rec})
+	require.NoError(t, err)
 
 	type row struct{ N int64 }
 	// No server listens on port 1: New fails at the dial, after the

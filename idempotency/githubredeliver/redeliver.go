@@ -16,7 +16,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
 // Defaults of Options.
@@ -244,12 +245,10 @@ func New(hook Hook, opts Options) (*Redeliverer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.MeterProvider == nil {
-		opts.MeterProvider = noop.NewMeterProvider()
-	}
-	guids, err := opts.MeterProvider.Meter("github.com/exactlyonce/exactlyonce/idempotency/githubredeliver").
-		Int64Counter("githubredeliver.guids", metric.WithDescription("GUIDs by outcome of a pass: redelivered, succeeded, rejected, expired."))
-	if err != nil {
+	m := meter.New(opts.MeterProvider, "idempotency/githubredeliver")
+	guids := m.Counter("exactlyonce.githubredeliver.guids", "{delivery}",
+		"GUIDs by outcome of a pass: redelivered, succeeded, rejected, expired.")
+	if err := m.Err(); err != nil {
 		return nil, fmt.Errorf("githubredeliver: metrics: %w", err)
 	}
 	return &Redeliverer{hook: hook, base: base, opts: opts, guids: guids}, nil

@@ -269,7 +269,7 @@ func guidCounts(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != "githubredeliver.guids" {
+			if m.Name != "exactlyonce.githubredeliver.guids" {
 				continue
 			}
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
