@@ -69,9 +69,6 @@ func NewStore(storage Storage, opts StoreOptions) (*Store, error) {
 	return &Store{storage: storage, prefix: opts.Prefix, keep: opts.Keep, log: opts.Logger}, nil
 }
 
-// Storage returns the underlying Storage.
-func (s *Store) Storage() Storage { return s.storage }
-
 func (s *Store) dir(p TopicPartition) (string, error) {
 	d := s.prefix + "/" + p.Topic + "/" + strconv.Itoa(p.Partition) + "/"
 	if p.Partition < 0 || !ValidName(d[:len(d)-1]) {
