@@ -8,17 +8,6 @@ import (
 	"time"
 )
 
-// Event is the webhook payload the simulated providers send: one activity of
-// one organisation (a pull request merged, an issue moved...).
-type Event struct {
-	OrgID    string    `json:"org_id"`
-	Source   string    `json:"source"`
-	EventID  string    `json:"event_id"`
-	Type     string    `json:"type"`
-	Time     time.Time `json:"time"`
-	LatencyS float64   `json:"latency_s"`
-}
-
 var errBadEvent = errors.New("pipeline: malformed event")
 
 // parseEvent decodes a Kafka record's value. A record the gateway accepted is
