@@ -53,6 +53,8 @@ type demo struct {
 	brokers []string               //
 	kafka   *embedded.KafkaProcess // nil with KAFKA_BROKERS
 	topic   string
+	dlq     string // dead-letter topic of the processor
+	poison  []int64
 	db      string
 
 	newStore func() (idempotency.Store, error)
@@ -89,7 +91,18 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	if err := d.startPipeline(ctx); err != nil {
 		return err
 	}
-	events := generate(d.rng, cfg.Events, cfg.Orgs, 20*time.Minute)
+	examples, err := loadGitHubExamples(ctx)
+	if err != nil {
+		return fmt.Errorf("GitHub's example payloads: %w", err)
+	}
+	tpl, err := pickTemplates(examples)
+	if err != nil {
+		return err
+	}
+	events := generate(d.rng, tpl, cfg.Events, cfg.Orgs, eventSpan)
+	if err := d.injectPoison(ctx); err != nil {
+		return err
+	}
 	d.faults = newFaultPlan(cfg, d.rng)
 	d.close = append(d.close, d.faults.stop) // before the servers stop
 	if err := d.deliver(ctx, events); err != nil {
@@ -107,7 +120,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	d.say("processor: %d instance(s), %d starts, %d killed with SIGKILL, %d exits with an error (restarted from the last checkpoint)",
 		cfg.Instances, d.sup.starts.Load(), d.sup.kills.Load(), d.sup.failures.Load())
 	d.say("Kafka: %d records in %s", kafkaRecords(ctx, d.brokers, d.topic, cfg.Partitions), d.topic)
-	fmt.Println("PASS: every event counted exactly once, through every injected fault")
+	fmt.Println("PASS: every event counted exactly once, every per-employee metric exact, through every injected fault")
 	return nil
 }
 
@@ -149,13 +162,17 @@ func (d *demo) startServers(ctx context.Context) error {
 	}
 	runID := fmt.Sprintf("%d", time.Now().UnixNano())
 	d.topic, d.db = topic+"_"+runID, "demo_"+runID
+	d.dlq = d.topic + "_dlq"
 	if err := embedded.CreateTopic(ctx, d.brokers, d.topic, d.cfg.Partitions); err != nil {
+		return err
+	}
+	if err := embedded.CreateTopic(ctx, d.brokers, d.dlq, 1); err != nil {
 		return err
 	}
 	if err := createTables(ctx, d.chAddr, d.db); err != nil {
 		return err
 	}
-	d.say("database %s: events (MergeTree) → events_hourly (materialized view), org_minute (ReplacingMergeTree)", d.db)
+	d.say("database %s: normalized_events → mv_employee_metrics_hourly → employee_metrics_hourly, deployments and incidents (ReplacingMergeTree, read with FINAL), employee_metrics_window (window operator, ReplacingMergeTree by window)", d.db)
 	return nil
 }
 
@@ -186,7 +203,7 @@ func (d *demo) startPipeline(ctx context.Context) error {
 	d.sup = &supervisor{say: d.say, instances: d.cfg.Instances, sharedGroup: d.cfg.Instances > 1, group: group, brokers: d.brokers,
 		args: []string{self, "-role=processor",
 			"-brokers=" + strings.Join(d.brokers, ","), "-topic=" + d.topic, "-group=" + group,
-			"-clickhouse=" + d.chAddr, "-database=" + d.db, "-state=" + d.dir + "/processor"}}
+			"-clickhouse=" + d.chAddr, "-database=" + d.db, "-dlq=" + d.dlq, "-state=" + d.dir + "/processor"}}
 	if d.cfg.Verbose {
 		d.sup.args = append(d.sup.args, "-v")
 	}
@@ -222,8 +239,9 @@ func (d *demo) startGateway(ctx context.Context, n uint64, faults bool) error {
 
 // deliver is stage 1: the providers deliver every event, some twice at
 // once, and retry until accepted, while the fault plan strikes.
-func (d *demo) deliver(ctx context.Context, events []Event) error {
-	d.say("delivering %d events of %d organisations (20 minutes of event time)", len(events), d.cfg.Orgs)
+func (d *demo) deliver(ctx context.Context, events []delivery) error {
+	d.say("delivering %d webhooks (GitHub example payloads varied, Jira issue payloads, pings, 30%% of GitHub ones form-encoded) of %d organisations (%v of event time)",
+		len(events), d.cfg.Orgs, eventSpan)
 	// Which events are delivered twice is drawn up front, from the seed.
 	dups := make([]bool, len(events))
 	for i := range dups {
@@ -270,8 +288,9 @@ func (d *demo) deliver(ctx context.Context, events []Event) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	d.say("delivered: %d requests for %d events (%d duplicate deliveries, %d retries after 503, %d answered from the idempotency store)",
-		d.prov.requests.Load(), delivered.Load(), d.prov.duplicates.Load(), d.prov.retries.Load(), d.prov.replayed.Load())
+	d.say("delivered: %d requests for %d webhooks (%d duplicate deliveries, %d retries after 503, %d answered from the idempotency store; %d pings and uncounted activities answered 200 unpublished, %d unnormalizable payloads answered 422)",
+		d.prov.requests.Load(), delivered.Load(), d.prov.duplicates.Load(), d.prov.retries.Load(), d.prov.replayed.Load(),
+		d.prov.ignored.Load(), d.prov.rejected.Load())
 	d.say("Kafka publishes: %d written (%d of them after a lost ack, so duplicates), %d failed before the write",
 		d.gw.flaky.published.Load(), d.gw.flaky.ackLost.Load(), d.gw.flaky.failedBefore.Load())
 	return nil
@@ -283,7 +302,7 @@ func (d *demo) deliver(ctx context.Context, events []Event) error {
 // gateway publishes those events again and the stream processor's dedup
 // must drop them; keys in Redis survive and the gateway answers with the
 // stored 2xx.
-func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []Event) error {
+func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []delivery) error {
 	if err := d.gw.Close(ctx); err != nil {
 		return err
 	}
@@ -308,7 +327,7 @@ func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []Event)
 // at once on a duplicate, or with the gap after a timeout. Requiring the
 // checkpoints first means a replay still pending after the last kill cannot
 // add a duplicate after the verdict.
-func (d *demo) awaitExact(ctx context.Context, events []Event) error {
+func (d *demo) awaitExact(ctx context.Context, events []delivery) error {
 	want := expect(events)
 	deadline := time.Now().Add(convergeTimeout())
 	for {
@@ -318,9 +337,9 @@ func (d *demo) awaitExact(ctx context.Context, events []Event) error {
 		if err == nil {
 			gap = diff(want, got)
 			if len(gap) == 0 && lagErr == nil && lag == 0 {
-				d.say("every Kafka record checkpointed; ClickHouse: events %d rows = %d distinct events sent; events_hourly (materialized view) %d rows exact; org_minute FINAL %d windows exact (count, avg, max)",
-					got.rows, want.events, len(want.hourly), len(want.minutes))
-				return nil
+				d.say("every Kafka record checkpointed; ClickHouse: normalized_events %d rows = %d distinct events sent; %d employee-hours exact in employee_metrics_hourly (materialized view) and employee_metrics_window FINAL (merged PRs, review comments, reviews and their average latency, deployments, incidents); deployments FINAL %d and incidents FINAL %d exact",
+					got.rows, want.events, len(want.metrics), want.deploymentsTotal, want.incidentsTotal)
+				return d.checkDeadLetters(ctx)
 			}
 			if got.rows > uint64(want.events) {
 				return fmt.Errorf("DUPLICATES in ClickHouse:\n  %s", summarize(gap))

@@ -25,7 +25,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
 	var cfg demoConfig
-	fs.IntVar(&cfg.Events, "events", 4000, "distinct events the providers send")
+	fs.IntVar(&cfg.Events, "events", 4000, "webhooks the providers send")
 	fs.IntVar(&cfg.Orgs, "orgs", 12, "organisations (the partitioning key)")
 	fs.IntVar(&cfg.Partitions, "partitions", 4, "partitions of the Kafka topic")
 	fs.IntVar(&cfg.Instances, "instances", 1, "processor instances in one consumer group (more than 1 needs -kill-kafka=false)")
@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&proc.Group, "group", "", "internal")
 	fs.StringVar(&proc.CHAddr, "clickhouse", "", "internal")
 	fs.StringVar(&proc.Database, "database", "", "internal")
+	fs.StringVar(&proc.DLQ, "dlq", "", "internal")
 	fs.StringVar(&proc.StateDir, "state", "", "internal")
 	fs.StringVar(&proc.S3.Endpoint, "s3-endpoint", "", "internal")
 	fs.StringVar(&proc.S3.Bucket, "s3-bucket", "", "internal")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -235,5 +236,36 @@ func TestNormalizeRejects(t *testing.T) {
 			assert.Contains(t, nerr.Reason, tt.reason)
 			assert.Equal(t, Event{}, ev)
 		})
+	}
+}
+
+// TestGeneratedDeliveriesNormalize: every delivery the demo's providers
+// send normalizes to the event the generator built independently, is
+// answered 2xx unpublished when it counts nothing, or is rejected.
+func TestGeneratedDeliveriesNormalize(t *testing.T) {
+	tpl, err := pickTemplates(githubExamples(t))
+	require.NoError(t, err)
+	ds := generate(rand.New(rand.NewPCG(7, 7)), tpl, 3000, 12, 4*time.Hour)
+	kinds := map[string]int{}
+	for _, d := range ds {
+		ev, err := normalize(d.Provider, d.EventType, d.ID, d.Body)
+		switch {
+		case d.Reject:
+			var nerr *NormalizeError
+			require.ErrorAs(t, err, &nerr, "%s %s", d.Provider, d.EventType)
+			kinds["rejected"]++
+		case d.Want == nil:
+			require.ErrorIs(t, err, errNotCounted, "%s %s", d.Provider, d.EventType)
+			kinds["not counted"]++
+		default:
+			require.NoError(t, err)
+			require.Equal(t, *d.Want, ev)
+			kinds[ev.Type]++
+		}
+	}
+	t.Log(kinds)
+	for _, k := range []string{TypePRMerged, TypeReview, TypeReviewComment, TypeDeployment, TypeIncidentOpened,
+		TypeIncidentTransitioned, TypeIssueTransitioned, "not counted", "rejected"} {
+		assert.Positive(t, kinds[k], k)
 	}
 }

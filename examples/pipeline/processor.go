@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -26,13 +25,16 @@ type processorConfig struct {
 	Group    string
 	CHAddr   string
 	Database string
+	DLQ      string     // dead-letter topic of poison records
 	StateDir string     // checkpoints and sink journals, unless S3 names a bucket
 	S3       s3Location // see s3.go
 	Logger   *slog.Logger
 }
 
-// runProcessor is the stream processor: Kafka → dedup → (events table,
-// one-minute windows → org_minute table), checkpointed every second. It runs
+// runProcessor is the stream processor: Kafka → normalize → dedup →
+// (normalized_events table, hourly per-employee windows →
+// employee_metrics_window table), checkpointed every second. A record it
+// cannot normalize goes to the dead-letter topic, once. It runs
 // until ctx ends or a chain fails; the supervisor restarts it after a failure
 // or a kill -9, and it resumes from its last checkpoint.
 func runProcessor(ctx context.Context, cfg processorConfig) error {
@@ -75,12 +77,12 @@ func runProcessor(ctx context.Context, cfg processorConfig) error {
 type chain struct {
 	partition int
 	dedup     *dedup.Deduplicator
-	windows   *window.Operator[float64, window.StatsAcc, window.Summary]
-	events    *chsink.Sink[eventRow]
-	minutes   *chsink.Sink[minuteRow]
+	windows   *window.Operator[Event, employeeMetrics, employeeMetrics]
+	events    *chsink.Sink[Event]
+	metrics   *chsink.Sink[windowRow]
 	cursor    sink.Cursor // positions for window rows, emitted by records and ticks
 
-	out window.Output[float64, window.Summary]
+	out window.Output[Event, employeeMetrics]
 	key []byte
 	log *slog.Logger
 }
@@ -90,11 +92,12 @@ func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Stora
 	if err != nil {
 		return nil, err
 	}
-	w, err := window.New(window.Tumbling(time.Minute), window.Stats{}, window.Options{
+	w, err := window.New(window.Tumbling(time.Hour), metricsAgg{}, window.Options{
 		MaxOutOfOrderness: 5 * time.Second,
-		// Webhook retries arrive minutes late in event time; keep windows
-		// open long enough to fold them in and re-emit with a higher version.
-		AllowedLateness: 2 * time.Hour,
+		// Retries and redeliveries arrive hours late in event time (the
+		// demo compresses hours into seconds); keep windows open long enough
+		// to fold them in and re-emit with a higher version.
+		AllowedLateness: 12 * time.Hour,
 		IdleTimeout:     2 * time.Second,
 		Inputs:          []int{p.Partition},
 	})
@@ -107,28 +110,29 @@ func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Stora
 		MaxRetries: 4,
 		Logger:     cfg.Logger,
 	}
-	events, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "events"}, p, storage, eventSchema, sinkOpts)
+	events, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "normalized_events"}, p, storage, eventSchema, sinkOpts)
 	if err != nil {
 		return nil, err
 	}
 	// Window rows closed by idleness depend on the wall clock, so a replay may
-	// emit them at other positions than the first run did. org_minute is a
-	// ReplacingMergeTree keyed by window, where writing a row again is
-	// harmless: let the sink insert such a batch under a new token instead of
-	// stopping (the events table keeps the default, which refuses).
-	minuteOpts := sinkOpts
-	minuteOpts.OnMismatch = chsink.MismatchReinsert
-	minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "org_minute"}, p, storage, minuteSchema, minuteOpts)
+	// emit them at other positions than the first run did.
+	// employee_metrics_window is a ReplacingMergeTree keyed by window, where
+	// writing a row again is harmless: let the sink insert such a batch under
+	// a new token instead of stopping (normalized_events keeps the default,
+	// which refuses: its views count what it receives).
+	metricsOpts := sinkOpts
+	metricsOpts.OnMismatch = chsink.MismatchReinsert
+	metrics, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "employee_metrics_window"}, p, storage, windowSchema, metricsOpts)
 	if err != nil {
 		_ = events.Close()
 		return nil, err
 	}
-	c := &chain{partition: p.Partition, dedup: d, windows: w, events: events, minutes: minutes, log: cfg.Logger}
+	c := &chain{partition: p.Partition, dedup: d, windows: w, events: events, metrics: metrics, log: cfg.Logger}
 
 	// The sinks' flush timers: a quiet stream still reaches ClickHouse. They
 	// stop when the partition's ownership ends (ctx) or at Close.
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{events.Run, minutes.Run} {
+	for _, run := range []func(context.Context) error{events.Run, metrics.Run} {
 		wg.Go(func() {
 			if err := run(ctx); err != nil && ctx.Err() == nil {
 				cfg.Logger.Warn("sink flush failed; the next checkpoint fails", "partition", p.Partition, "err", err)
@@ -137,13 +141,17 @@ func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Stora
 	}
 	return &kafkasource.Processor{
 		Participants: map[string]checkpoint.Participant{
-			"dedup": d, "window": w, "events": events, "org_minute": minutes, "cursor": &c.cursor,
+			"dedup": d, "window": w, "events": events, "metrics": metrics, "cursor": &c.cursor,
 		},
 		Process:      c.process,
 		Tick:         c.tick,
 		TickInterval: 500 * time.Millisecond,
+		// A record that cannot be normalized (the gateway rejects those, so
+		// it came from elsewhere) goes to the dead-letter topic, once, and
+		// the partition goes on.
+		DeadLetter: &kafkasource.DeadLetter{Topic: cfg.DLQ},
 		Close: func() error {
-			err := errors.Join(events.Close(), minutes.Close())
+			err := errors.Join(events.Close(), metrics.Close())
 			wg.Wait()
 			return err
 		},
@@ -151,11 +159,14 @@ func newChain(ctx context.Context, cfg processorConfig, storage checkpoint.Stora
 }
 
 func (c *chain) process(ctx context.Context, m kafka.Message) error {
-	ev, err := parseEvent(m.Value)
-	if err != nil {
-		return fmt.Errorf("offset %d: %w", m.Offset, err)
-	}
 	c.cursor.At(m.Offset)
+	ev, err := decode(m)
+	if errors.Is(err, errNotCounted) {
+		return nil // a valid event the metrics do not count: nothing to do
+	}
+	if err != nil {
+		return kafkasource.Poison(err)
+	}
 
 	// Stage 2: drop what the gateway let through twice (a lost Kafka ack, a
 	// gateway restart, a provider's late redelivery).
@@ -168,7 +179,7 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 		return err
 	}
 	c.out.Reset()
-	err = c.windows.Add(window.Event[float64]{Input: c.partition, Key: ev.OrgID, Time: ev.Time, Value: ev.LatencyS}, &c.out)
+	err = c.windows.Add(window.Event[Event]{Input: c.partition, Key: windowKey(ev), Time: ev.Time, Value: ev}, &c.out)
 	if err != nil {
 		return err
 	}
@@ -176,7 +187,7 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 }
 
 // tick lets the window operator close windows of an idle partition, so the
-// last minute of a quiet stream is written too.
+// last hour of a quiet stream is written too.
 func (c *chain) tick(ctx context.Context) error {
 	c.out.Reset()
 	c.windows.Tick(&c.out)
@@ -185,13 +196,13 @@ func (c *chain) tick(ctx context.Context) error {
 
 func (c *chain) emit(ctx context.Context) error {
 	for _, late := range c.out.Late {
-		// With two hours of allowed lateness none is expected. The raw event
-		// is in the events table all the same, and the verification reports
+		// With twelve hours of allowed lateness none is expected. The event
+		// is in normalized_events all the same, and the verification reports
 		// the window that misses it.
-		c.log.Error("late event missed its window", "org", late.Event.Key, "window", late.Start, "watermark", late.Watermark)
+		c.log.Error("late event missed its window", "key", late.Event.Key, "window", late.Start, "watermark", late.Watermark)
 	}
 	for _, row := range c.out.Rows {
-		if err := c.minutes.Add(ctx, c.cursor.Next(), row); err != nil {
+		if err := c.metrics.Add(ctx, c.cursor.Next(), row); err != nil {
 			return err
 		}
 	}

@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,31 +16,42 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 )
 
-// provider simulates GitHub and Jira: it delivers each event until it gets a
-// 2xx, honouring Retry-After (scaled down so the demo runs in a minute), and
-// sometimes delivers an event twice at once, as a provider does when its
-// first attempt timed out on its side.
+// provider simulates GitHub and Jira Cloud sending webhooks: real-shaped
+// payloads with each provider's headers and signature, GitHub's form
+// content type for some hooks, and sometimes a delivery sent twice at once,
+// as a provider does when its first attempt timed out on its side.
+//
+// Jira Cloud retries a delivery answered 408, 409, 425, 429 or 5xx, or not
+// answered, for up to about 30 minutes (compressed here: the demo waits a
+// fiftieth of Retry-After), with X-Atlassian-Webhook-Retry counting the
+// retries. Every other answer is final.
+//
+// The simulated GitHub retries like Jira too. Real GitHub never retries: a
+// failed delivery stays failed until it is redelivered through the REST API
+// (package idempotency/githubredeliver); the demo does not run a
+// redeliverer against a fake GitHub API yet.
 type provider struct {
 	client  *http.Client
 	baseURL string
 	dupRate float64
 
 	requests, retries, duplicates, replayed atomic.Int64
+	ignored, rejected                       atomic.Int64
 }
 
-// deliver sends ev until it is accepted. It returns an error only for an
-// answer that tells the provider to give up (4xx): that would be a lost event.
-func (p *provider) deliver(ctx context.Context, ev Event, dup bool) error {
-	body, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
+// hookID is the X-GitHub-Hook-ID of the simulated GitHub webhook.
+const hookID = "30991"
+
+// deliver sends d until it gets a final answer. It returns an error for an
+// answer other than the one the pipeline owes d: a 4xx for a valid
+// delivery would be an event lost for good.
+func (p *provider) deliver(ctx context.Context, d delivery, dup bool) error {
 	if dup {
 		p.duplicates.Add(1)
 		var wg sync.WaitGroup
 		var errs [2]error
 		for i := range errs {
-			wg.Go(func() { errs[i] = p.deliverOne(ctx, ev, body) })
+			wg.Go(func() { errs[i] = p.deliverOne(ctx, d) })
 		}
 		wg.Wait()
 		if errs[0] != nil {
@@ -48,27 +59,31 @@ func (p *provider) deliver(ctx context.Context, ev Event, dup bool) error {
 		}
 		return errs[1]
 	}
-	return p.deliverOne(ctx, ev, body)
+	return p.deliverOne(ctx, d)
 }
 
-func (p *provider) deliverOne(ctx context.Context, ev Event, body []byte) error {
+// retried reports whether Jira Cloud retries an answer.
+func retried(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500
+}
+
+func (p *provider) deliverOne(ctx context.Context, d delivery) error {
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			p.retries.Add(1)
 		}
-		status, retryAfter, replayed, err := p.post(ctx, ev, body)
+		status, retryAfter, replayed, err := p.post(ctx, d, attempt)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
-		case err == nil && status/100 == 2:
-			if replayed {
-				p.replayed.Add(1)
-			}
-			return nil
-		case err == nil && status/100 == 4 && status != http.StatusTooManyRequests:
-			return fmt.Errorf("delivery %s refused with %d: the provider gives up, the event is lost", ev.EventID, status)
+		case err == nil && !retried(status):
+			return p.final(d, status, replayed)
 		case attempt >= 200:
-			return fmt.Errorf("delivery %s: still failing after %d attempts (last status %d, err %v)", ev.EventID, attempt, status, err)
+			return fmt.Errorf("delivery %s: still failing after %d attempts (last status %d, err %v)", d.ID, attempt, status, err)
 		}
 		// Providers wait Retry-After; the demo waits a fiftieth of it.
 		wait := max(retryAfter/50, 10*time.Millisecond) + time.Duration(rand.Int64N(int64(10*time.Millisecond)))
@@ -80,23 +95,51 @@ func (p *provider) deliverOne(ctx context.Context, ev Event, body []byte) error 
 	}
 }
 
-func (p *provider) post(ctx context.Context, ev Event, body []byte) (status int, retryAfter time.Duration, replayed bool, err error) {
-	p.requests.Add(1)
-	path := "/webhooks/github"
-	if ev.Source == "jira" {
-		path = "/webhooks/jira"
+// final checks the final answer to d against what the pipeline owes it.
+func (p *provider) final(d delivery, status int, replayed bool) error {
+	switch {
+	case d.Reject:
+		if status/100 != 4 {
+			return fmt.Errorf("delivery %s (%s %s) cannot be normalized but was answered %d, not 4xx", d.ID, d.Provider, d.EventType, status)
+		}
+		p.rejected.Add(1)
+	case d.Want == nil:
+		if status != http.StatusOK {
+			return fmt.Errorf("delivery %s (%s %s) counts nothing and should be answered 200 unpublished, got %d", d.ID, d.Provider, d.EventType, status)
+		}
+		p.ignored.Add(1)
+	case status/100 != 2:
+		return fmt.Errorf("delivery %s (%s %s) refused with %d: the provider gives up, the event is lost", d.ID, d.Provider, d.EventType, status)
+	case replayed:
+		p.replayed.Add(1)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.baseURL+path, bytes.NewReader(body))
+	return nil
+}
+
+func (p *provider) post(ctx context.Context, d delivery, attempt int) (status int, retryAfter time.Duration, replayed bool, err error) {
+	p.requests.Add(1)
+	body, contentType := d.Body, "application/json"
+	if d.Form {
+		body, contentType = []byte("payload="+url.QueryEscape(string(d.Body))), "application/x-www-form-urlencoded"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.baseURL+"/webhooks/"+d.Provider, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, false, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	sig := idempotency.SignGitHub(webhookSecret, body)
-	if ev.Source == "jira" {
-		req.Header.Set(idempotency.HeaderJiraWebhookID, ev.EventID)
-		req.Header.Set("X-Hub-Signature", sig)
+	req.Header.Set("Content-Type", contentType)
+	sig := idempotency.SignGitHub(webhookSecret, body) // "sha256=<hex HMAC>", the form both providers use
+	if d.Provider == "jira" {
+		req.Header.Set("User-Agent", "Atlassian Webhook HTTP Client")
+		req.Header.Set(idempotency.HeaderJiraWebhookID, d.ID)
+		req.Header.Set(idempotency.HeaderJiraSignature, sig)
+		if attempt > 0 {
+			req.Header.Set(idempotency.HeaderJiraRetry, strconv.Itoa(attempt))
+		}
 	} else {
-		req.Header.Set(idempotency.HeaderGitHubDelivery, ev.EventID)
+		req.Header.Set("User-Agent", "GitHub-Hookshot/7b0b1f3")
+		req.Header.Set(idempotency.HeaderGitHubEvent, d.EventType)
+		req.Header.Set(idempotency.HeaderGitHubDelivery, d.ID)
+		req.Header.Set(idempotency.HeaderGitHubHookID, hookID)
 		req.Header.Set(idempotency.HeaderGitHubSignature, sig)
 	}
 	resp, err := p.client.Do(req)

@@ -12,32 +12,49 @@ import (
 	"github.com/ClickHouse/ch-go/proto"
 )
 
-// expected is what ClickHouse must hold once the pipeline caught up: computed
-// here from the distinct events the providers delivered, independently of the
-// pipeline.
+// expected is what ClickHouse must hold once the pipeline caught up:
+// computed here from the events the generator built, independently of the
+// pipeline (the normalizer included).
 type expected struct {
 	events  int
-	hourly  map[string]uint64 // org|unix hour → events
-	minutes map[string]minute // org|unix ms of window start → aggregate
+	metrics map[string]employeeMetrics // org|employee|unix hour → the hour's metrics
+	// deployments and incidents per org|employee|unix hour, as the
+	// ReplacingMergeTree tables must count them: one row per deployment or
+	// incident, in the hour it was deployed or opened.
+	deployments, incidents           map[string]uint64
+	deploymentsTotal, incidentsTotal int
 }
 
-type minute struct {
-	count    uint64
-	sum, max float64
+func hourKey(org, employee string, t time.Time) string {
+	return fmt.Sprintf("%s|%s|%d", org, employee, t.Truncate(time.Hour).Unix())
 }
 
-func expect(events []Event) expected {
-	e := expected{events: len(events), hourly: map[string]uint64{}, minutes: map[string]minute{}}
-	for _, ev := range events {
-		e.hourly[fmt.Sprintf("%s|%d", ev.OrgID, ev.Time.Truncate(time.Hour).Unix())]++
-		k := fmt.Sprintf("%s|%d", ev.OrgID, ev.Time.Truncate(time.Minute).UnixMilli())
-		m := e.minutes[k]
-		if m.count == 0 || ev.LatencyS > m.max {
-			m.max = ev.LatencyS
+func expect(ds []delivery) expected {
+	e := expected{metrics: map[string]employeeMetrics{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
+	deployed := map[string]bool{}
+	opened := map[string]bool{}
+	for _, d := range ds {
+		if d.Want == nil {
+			continue
 		}
-		m.count++
-		m.sum += ev.LatencyS
-		e.minutes[k] = m
+		ev := *d.Want
+		e.events++
+		k := hourKey(ev.OrgID, ev.EmployeeID, ev.Time)
+		e.metrics[k] = metricsAgg{}.Add(e.metrics[k], ev)
+		switch ev.Type {
+		case TypeDeployment:
+			if id := ev.OrgID + "|" + ev.Subject; !deployed[id] {
+				deployed[id] = true
+				e.deployments[k]++
+				e.deploymentsTotal++
+			}
+		case TypeIncidentOpened, TypeIncidentTransitioned:
+			if id := ev.OrgID + "|" + ev.Subject; !opened[id] {
+				opened[id] = true
+				e.incidents[hourKey(ev.OrgID, ev.EmployeeID, ev.Opened)]++
+				e.incidentsTotal++
+			}
+		}
 	}
 	return e
 }
@@ -45,13 +62,17 @@ func expect(events []Event) expected {
 // observed is what ClickHouse holds.
 type observed struct {
 	rows, distinct uint64
-	hourly         map[string]uint64
-	minutes        map[string]minute
-	minuteAvg      map[string]float64
+	hourly         map[string]employeeMetrics // employee_metrics_hourly; Reviews is 1 when an average exists
+	hourlyAvg      map[string]float64
+	window         map[string]employeeMetrics // employee_metrics_window FINAL
+	windowAvg      map[string]float64
+	deployments    map[string]uint64 // deployments FINAL
+	incidents      map[string]uint64 // incidents FINAL
 }
 
 func observe(ctx context.Context, addr, db string) (observed, error) {
-	o := observed{hourly: map[string]uint64{}, minutes: map[string]minute{}, minuteAvg: map[string]float64{}}
+	o := observed{hourly: map[string]employeeMetrics{}, hourlyAvg: map[string]float64{}, window: map[string]employeeMetrics{},
+		windowAvg: map[string]float64{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
 	conn, err := ch.Dial(ctx, ch.Options{Address: addr, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return o, err
@@ -60,50 +81,69 @@ func observe(ctx context.Context, addr, db string) (observed, error) {
 
 	var rows, distinct proto.ColUInt64
 	if err := conn.Do(ctx, ch.Query{
-		Body:   "SELECT count(), uniqExact(source, event_id) FROM " + db + ".events",
-		Result: proto.Results{{Name: "count()", Data: &rows}, {Name: "uniqExact(source, event_id)", Data: &distinct}},
+		Body:   "SELECT count() AS n, uniqExact(source, event_id) AS d FROM " + db + ".normalized_events",
+		Result: proto.Results{{Name: "n", Data: &rows}, {Name: "d", Data: &distinct}},
 	}); err != nil {
 		return o, err
 	}
 	o.rows, o.distinct = rows[0], distinct[0]
 
-	var org proto.ColStr
-	var hour proto.ColUInt32
-	var n proto.ColUInt64
-	if err := conn.Do(ctx, ch.Query{
-		Body:   "SELECT CAST(org_id, 'String') AS o, toUInt32(hour) AS h, sum(events) AS n FROM " + db + ".events_hourly GROUP BY org_id, hour",
-		Result: proto.Results{{Name: "o", Data: &org}, {Name: "h", Data: &hour}, {Name: "n", Data: &n}},
-		OnResult: func(context.Context, proto.Block) error {
-			for i := range n.Rows() {
-				o.hourly[fmt.Sprintf("%s|%d", org.Row(i), hour[i])] += n[i]
+	var org, emp proto.ColStr
+	var hour proto.ColInt64
+	var prs, comments, reviews, deps, incs proto.ColUInt64
+	var avg proto.ColFloat64
+	read := func(into map[string]employeeMetrics, avgs map[string]float64) func(context.Context, proto.Block) error {
+		return func(context.Context, proto.Block) error {
+			for i := range prs.Rows() {
+				k := fmt.Sprintf("%s|%s|%d", org.Row(i), emp.Row(i), hour[i])
+				into[k] = employeeMetrics{PRsMerged: prs[i], ReviewComments: comments[i], Reviews: reviews[i],
+					Deployments: deps[i], Incidents: incs[i]}
+				avgs[k] = avg[i]
 			}
 			return nil
-		},
+		}
+	}
+	results := proto.Results{{Name: "o", Data: &org}, {Name: "e", Data: &emp}, {Name: "h", Data: &hour},
+		{Name: "p", Data: &prs}, {Name: "c", Data: &comments}, {Name: "r", Data: &reviews}, {Name: "a", Data: &avg},
+		{Name: "d", Data: &deps}, {Name: "i", Data: &incs}}
+	// The rollup: -Merge of the view's states. An average of no reviews is
+	// the empty state, which avgMerge gives as nan: the column was never
+	// diluted with zeros.
+	if err := conn.Do(ctx, ch.Query{
+		Body: "SELECT CAST(org_id, 'String') AS o, employee_id AS e, toInt64(toUnixTimestamp(hour)) AS h, " +
+			"sumMerge(prs_merged) AS p, sumMerge(review_comments) AS c, toUInt64(NOT isNaN(avgMerge(review_latency_s))) AS r, " +
+			"avgMerge(review_latency_s) AS a, sumMerge(deployments) AS d, sumMerge(incidents) AS i FROM " + db +
+			".employee_metrics_hourly GROUP BY org_id, employee_id, hour",
+		Result: results, OnResult: read(o.hourly, o.hourlyAvg),
 	}); err != nil {
 		return o, err
 	}
-
-	var key proto.ColStr
-	var start proto.ColInt64
-	var count proto.ColUInt64
-	var avg, mx proto.ColFloat64
 	// FINAL: a ReplacingMergeTree collapses rewritten windows only when parts
 	// merge; FINAL applies the collapse at read time.
 	if err := conn.Do(ctx, ch.Query{
-		Body: "SELECT org_id, toUnixTimestamp64Milli(window_start) AS s, events, " +
-			"ifNull(avg_latency_s, nan) AS a, ifNull(max_latency_s, nan) AS m FROM " + db + ".org_minute FINAL",
-		Result: proto.Results{{Name: "org_id", Data: &key}, {Name: "s", Data: &start}, {Name: "events", Data: &count},
-			{Name: "a", Data: &avg}, {Name: "m", Data: &mx}},
-		OnResult: func(context.Context, proto.Block) error {
-			for i := range count.Rows() {
-				k := fmt.Sprintf("%s|%d", key.Row(i), start[i])
-				o.minutes[k] = minute{count: count[i], max: mx[i]}
-				o.minuteAvg[k] = avg[i]
-			}
-			return nil
-		},
+		Body: "SELECT org_id AS o, employee_id AS e, toInt64(toUnixTimestamp(window_start)) AS h, prs_merged AS p, " +
+			"review_comments AS c, reviews AS r, ifNull(avg_review_latency_s, nan) AS a, deployments AS d, incidents AS i FROM " +
+			db + ".employee_metrics_window FINAL",
+		Result: results, OnResult: read(o.window, o.windowAvg),
 	}); err != nil {
 		return o, err
+	}
+	var n proto.ColUInt64
+	for table, into := range map[string]map[string]uint64{"deployments": o.deployments, "incidents": o.incidents} {
+		at := map[string]string{"deployments": "deployed_at", "incidents": "opened_at"}[table]
+		if err := conn.Do(ctx, ch.Query{
+			Body: "SELECT CAST(org_id, 'String') AS o, employee_id AS e, toInt64(toUnixTimestamp(toStartOfHour(" + at + "))) AS h, " +
+				"count() AS n FROM " + db + "." + table + " FINAL GROUP BY o, e, h",
+			Result: proto.Results{{Name: "o", Data: &org}, {Name: "e", Data: &emp}, {Name: "h", Data: &hour}, {Name: "n", Data: &n}},
+			OnResult: func(context.Context, proto.Block) error {
+				for i := range n.Rows() {
+					into[fmt.Sprintf("%s|%s|%d", org.Row(i), emp.Row(i), hour[i])] = n[i]
+				}
+				return nil
+			},
+		}); err != nil {
+			return o, err
+		}
 	}
 	return o, nil
 }
@@ -113,28 +153,53 @@ func observe(ctx context.Context, addr, db string) (observed, error) {
 func diff(e expected, o observed) []string {
 	var d []string
 	if o.rows != uint64(e.events) || o.distinct != uint64(e.events) {
-		d = append(d, fmt.Sprintf("events: %d rows, %d distinct, want %d of each", o.rows, o.distinct, e.events))
+		d = append(d, fmt.Sprintf("normalized_events: %d rows, %d distinct, want %d of each", o.rows, o.distinct, e.events))
 	}
-	for _, k := range union(e.hourly, o.hourly) {
-		if e.hourly[k] != o.hourly[k] {
-			d = append(d, fmt.Sprintf("events_hourly %s: %d, want %d", k, o.hourly[k], e.hourly[k]))
+	for _, k := range union(e.metrics, o.window) {
+		want, got := e.metrics[k], o.window[k]
+		if want != (employeeMetrics{PRsMerged: got.PRsMerged, ReviewComments: got.ReviewComments, Reviews: got.Reviews,
+			Deployments: got.Deployments, Incidents: got.Incidents, ReviewLatencyS: want.ReviewLatencyS}) ||
+			!sameAvg(want, o.windowAvg[k]) {
+			d = append(d, fmt.Sprintf("employee_metrics_window %s: %+v avg %g, want %+v avg %g", k, got, o.windowAvg[k], want, avgOf(want)))
 		}
 	}
-	for _, k := range union(e.minutes, o.minutes) {
-		want, got := e.minutes[k], o.minutes[k]
-		wantAvg := want.sum / float64(want.count)
-		if want.count != got.count || want.max != got.max || !near(wantAvg, o.minuteAvg[k]) {
-			d = append(d, fmt.Sprintf("org_minute %s: count %d avg %g max %g, want count %d avg %g max %g",
-				k, got.count, o.minuteAvg[k], got.max, want.count, wantAvg, want.max))
+	for _, k := range union(e.metrics, o.hourly) {
+		want, got := e.metrics[k], o.hourly[k]
+		hasAvg := uint64(0)
+		if want.Reviews > 0 {
+			hasAvg = 1
+		}
+		if got != (employeeMetrics{PRsMerged: want.PRsMerged, ReviewComments: want.ReviewComments, Reviews: hasAvg,
+			Deployments: want.Deployments, Incidents: want.Incidents}) || !sameAvg(want, o.hourlyAvg[k]) {
+			d = append(d, fmt.Sprintf("employee_metrics_hourly %s: %+v avg %g, want %+v avg %g", k, got, o.hourlyAvg[k], want, avgOf(want)))
+		}
+	}
+	for name, pair := range map[string][2]map[string]uint64{"deployments": {e.deployments, o.deployments}, "incidents": {e.incidents, o.incidents}} {
+		for _, k := range union(pair[0], pair[1]) {
+			if pair[0][k] != pair[1][k] {
+				d = append(d, fmt.Sprintf("%s FINAL %s: %d, want %d", name, k, pair[1][k], pair[0][k]))
+			}
 		}
 	}
 	return d
 }
 
-// near compares averages whose sums were added in another order (Kafka's
-// order, not generation order): equal up to floating-point rounding.
-func near(a, b float64) bool {
-	return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(a))
+func avgOf(m employeeMetrics) float64 {
+	if m.Reviews == 0 {
+		return math.NaN()
+	}
+	return m.ReviewLatencyS / float64(m.Reviews)
+}
+
+// sameAvg compares an average review latency: absent (nan) exactly when
+// there was no review, else equal up to the rounding of sums added in
+// another order (Kafka's, not generation order).
+func sameAvg(want employeeMetrics, got float64) bool {
+	a := avgOf(want)
+	if math.IsNaN(a) || math.IsNaN(got) {
+		return math.IsNaN(a) && math.IsNaN(got)
+	}
+	return math.Abs(a-got) <= 1e-9*math.Max(1, math.Abs(a))
 }
 
 func union[V any](a, b map[string]V) []string {

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+)
+
+// injectPoison writes two records no gateway would publish (no delivery
+// headers, a value that is no payload) to the topic, as a misconfigured
+// producer would. The processor cannot normalize them: each must reach the
+// dead-letter topic exactly once, through every kill and replay, while the
+// partition goes on.
+func (d *demo) injectPoison(ctx context.Context) error {
+	cl := &kafka.Client{Addr: kafka.TCP(d.brokers...), Timeout: 10 * time.Second}
+	for i, value := range []string{"not json at all", `{"org_id":"acme-00","note":"hand-written"}`} {
+		resp, err := cl.Produce(ctx, &kafka.ProduceRequest{Topic: d.topic, Partition: i % d.cfg.Partitions,
+			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte(value))})})
+		if err == nil {
+			err = resp.Error
+		}
+		if err != nil {
+			return fmt.Errorf("write a poison record: %w", err)
+		}
+		d.poison = append(d.poison, int64(i%d.cfg.Partitions)<<32|resp.BaseOffset)
+	}
+	d.say("fault: 2 records that are no webhook written straight to Kafka (poison records for the dead-letter topic)")
+	return nil
+}
+
+// checkDeadLetters checks that the dead-letter topic holds each poison
+// record exactly once.
+func (d *demo) checkDeadLetters(ctx context.Context) error {
+	cl := &kafka.Client{Addr: kafka.TCP(d.brokers...), Timeout: 10 * time.Second}
+	var got []int64
+	for offset := int64(0); ; {
+		resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: d.dlq, Partition: 0, Offset: offset,
+			MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+		if err == nil {
+			err = resp.Error
+		}
+		if err != nil {
+			return fmt.Errorf("read the dead-letter topic: %w", err)
+		}
+		if offset >= resp.HighWatermark {
+			break
+		}
+		for {
+			r, err := resp.Records.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("read the dead-letter topic: %w", err)
+			}
+			if r.Offset < offset {
+				continue
+			}
+			offset = r.Offset + 1
+			o, err := kafkasource.ParseDeadLetter(kafka.Message{Headers: r.Headers})
+			if err != nil {
+				return err
+			}
+			got = append(got, int64(o.Partition)<<32|o.Offset)
+		}
+	}
+	slices.Sort(got)
+	want := slices.Clone(d.poison)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("dead-letter topic holds %d records %x, want each of the %d poison records %x once", len(got), got, len(want), want)
+	}
+	d.say("dead-letter topic %s: each of the %d poison records exactly once", d.dlq, len(want))
+	return nil
+}
