@@ -358,6 +358,10 @@ func (d *demo) awaitExact(ctx context.Context, events []delivery) error {
 			return fmt.Errorf("ClickHouse did not converge to the expected result (Kafka holds %d records):\n  %s",
 				kafkaRecords(ctx, d.brokers, d.topic, d.cfg.Partitions), summarize(gap))
 		}
+		if os.Getenv("PIPELINE_GAP") != "" { // say what is still missing, every half second
+
+			d.say("gap: %s", summarize(gap))
+		}
 		time.Sleep(500 * time.Millisecond)
 	}
 }

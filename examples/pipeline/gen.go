@@ -102,14 +102,23 @@ func generate(rng *rand.Rand, tpl templates, n, orgs int, span time.Duration) []
 	step := span / time.Duration(n)
 	for i := range out {
 		t := eventStart.Add(time.Duration(i)*step + time.Duration(rng.Int64N(int64(step))))
-		out[i] = g.next(t)
+		org := rng.IntN(orgs)
+		if last := n - i; last <= orgs {
+			// Every organisation's last event lands a second before the
+			// last hour ends. Event time moves only with events (and, once
+			// a partition is idle, with the clock from its newest event),
+			// so this closes every partition's last hourly windows a
+			// second after the idle timeout instead of up to an hour of
+			// wall time later.
+			org, t = last-1, eventStart.Add(span-time.Second)
+		}
+		out[i] = g.next(org, t)
 	}
 	return out
 }
 
-func (g *generator) next(t time.Time) delivery {
+func (g *generator) next(org int, t time.Time) delivery {
 	g.seq++
-	org := g.rng.IntN(g.orgs)
 	emp := g.rng.IntN(employeesPerOrg)
 	other := (emp + 1 + g.rng.IntN(employeesPerOrg-1)) % employeesPerOrg
 	r := g.rng.Float64()
