@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/idempotency"
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+// TestGatewayRealPayloads posts GitHub's example payloads of the event
+// types the metrics read (JSON and form-encoded), its pings, Jira payloads
+// and unnormalizable ones to the demo's gateway on a real Kafka (kfake) and
+// reads the topic back: every delivery that counts is accepted 2xx and
+// published once with its event-type header, and the processor's decode
+// gives the event the gateway's normalization gave; pings and uncounted
+// activities are answered 200 and not published; an unnormalizable payload
+// is answered 422 with its reason and not published.
+func TestGatewayRealPayloads(t *testing.T) {
+	examples := githubExamples(t)
+	brokers := testenv.Kafka(t)
+	const topic = "gateway-real"
+	testenv.CreateTopic(t, brokers, topic, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
+	require.NoError(t, err)
+	gw, err := startGateway(ctx, brokers, topic, store, rand.New(rand.NewPCG(1, 1)), false)
+	require.NoError(t, err)
+	defer gw.Close(context.Background())
+	p := &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: gw.URL()}
+
+	want := map[string]Event{} // delivery id → the event its record must decode to
+	post := func(d delivery) int {
+		t.Helper()
+		status, _, _, err := p.post(ctx, d, 0)
+		require.NoError(t, err)
+		return status
+	}
+	n := 0
+	for _, name := range []string{"pull_request", "pull_request_review", "pull_request_review_comment", "deployment_status", "ping"} {
+		for _, ex := range examples[name] {
+			bodies := [][]byte{ex.Body}
+			if name == "pull_request" && ex.Action == "closed" {
+				bodies = append(bodies, mergedVariant(t, ex.Body, "2019-05-15T16:00:00Z"))
+			}
+			for _, body := range bodies {
+				for _, form := range []bool{false, true} {
+					n++
+					d := delivery{Provider: "github", ID: fmt.Sprintf("gh-%d", n), EventType: name, Body: body, Form: form}
+					ev, nerr := normalize("github", name, d.ID, body)
+					status := post(d)
+					if nerr != nil {
+						assert.Equal(t, http.StatusOK, status, "%s %s: counts nothing, answered 200 unpublished", name, ex.Action)
+						continue
+					}
+					assert.Equal(t, http.StatusAccepted, status, "%s %s form=%t", name, ex.Action, form)
+					want[d.ID] = ev
+				}
+			}
+		}
+	}
+	for i, body := range [][]byte{
+		jiraBody(t, "jira:issue_created", "Incident", false, nil),
+		jiraBody(t, "jira:issue_updated", "Incident", true, nil),
+		jiraBody(t, "jira:issue_updated", "Story", true, nil),
+	} {
+		var h struct {
+			WebhookEvent string `json:"webhookEvent"`
+		}
+		require.NoError(t, json.Unmarshal(body, &h))
+		d := delivery{Provider: "jira", ID: fmt.Sprintf("jira-%d", i), EventType: h.WebhookEvent, Body: body}
+		ev, err := normalize("jira", d.EventType, d.ID, body)
+		require.NoError(t, err)
+		status := post(d)
+		assert.Equal(t, http.StatusAccepted, status, "jira %d", i)
+		want[d.ID] = ev
+	}
+
+	// Unnormalizable: 422 with the reason, nothing published.
+	var review []byte
+	for _, ex := range examples["pull_request_review"] {
+		if ex.Action == "submitted" {
+			review = ex.Body
+		}
+	}
+	var bad map[string]any
+	require.NoError(t, json.Unmarshal(review, &bad))
+	delete(bad["review"].(map[string]any), "submitted_at")
+	badBody, err := json.Marshal(bad)
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL()+"/webhooks/github", bytesReader(badBody))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotency.HeaderGitHubEvent, "pull_request_review")
+	req.Header.Set(idempotency.HeaderGitHubDelivery, "gh-bad")
+	req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub(webhookSecret, badBody))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	reason, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
+	assert.Contains(t, string(reason), "submitted_at")
+
+	// The topic: one record per accepted delivery, none for the others.
+	got := map[string]Event{}
+	for part := range 4 {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: part, MaxWait: 100 * time.Millisecond})
+		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, part)
+		require.NoError(t, err)
+		last, err := conn.ReadLastOffset()
+		require.NoError(t, err)
+		conn.Close()
+		for i := int64(0); i < last; i++ {
+			m, err := r.ReadMessage(ctx)
+			require.NoError(t, err)
+			md, err := kafkapub.ReadMetadata(m)
+			require.NoError(t, err)
+			assert.NotEmpty(t, md.EventType, "record %d/%d has an event-type header", part, m.Offset)
+			ev, err := decode(m)
+			require.NoError(t, err)
+			_, dup := got[md.EventID]
+			assert.False(t, dup, "delivery %s published twice", md.EventID)
+			got[md.EventID] = ev
+			assert.Equal(t, []byte(ev.OrgID), m.Key, "partition key is the organisation")
+		}
+		r.Close()
+	}
+	assert.Equal(t, want, got)
+	assert.Greater(t, len(want), 20)
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
