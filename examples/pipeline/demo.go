@@ -113,6 +113,9 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 			return err
 		}
 	}
+	if err := d.awaitGitHubRecovered(ctx); err != nil {
+		return err
+	}
 	d.faults.finish(ctx, d.sup, d.say)
 	if err := d.awaitExact(ctx, events); err != nil {
 		return err
@@ -188,7 +191,11 @@ func (d *demo) startPipeline(ctx context.Context) error {
 		return err
 	}
 	d.say("gateway listening on %s (idempotency keys in %s)", d.gw.URL(), storeName)
+	// GitHub waits 10 s for an answer, then records the delivery as failed.
 	d.prov = &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: d.gw.URL()}
+	if err := d.startGitHub(ctx); err != nil {
+		return err
+	}
 	if d.cfg.Faults {
 		d.prov.dupRate = 0.1
 	}
@@ -309,7 +316,7 @@ func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []delive
 	if err := d.startGateway(ctx, 1, false); err != nil {
 		return err
 	}
-	d.prov.baseURL = d.gw.URL()
+	d.prov.setBaseURL(d.gw.URL())
 	n := max(len(events)/20, 1)
 	replayedBefore := d.prov.replayed.Load()
 	for range n {

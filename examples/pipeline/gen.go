@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"time"
 )
@@ -29,18 +30,20 @@ type delivery struct {
 // runs with one seed produce the same deliveries.
 var eventStart = time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
 
-// templates are GitHub's example payloads the generator varies.
+// templates are GitHub's example payloads the generator varies, decoded
+// once. They are shared by every delivery built from them and never
+// modified: mutate copies each map it changes on the way (copy on write).
 type templates struct {
-	merged, review, comment, deployment, opened, ping []byte
+	merged, review, comment, deployment, opened, ping map[string]any
 }
 
 func pickTemplates(ex map[string][]githubExample) (templates, error) {
 	var t templates
-	find := func(event string, ok func(map[string]any) bool) ([]byte, error) {
+	find := func(event string, ok func(map[string]any) bool) (map[string]any, error) {
 		for _, e := range ex[event] {
 			var p map[string]any
 			if json.Unmarshal(e.Body, &p) == nil && ok(p) {
-				return e.Body, nil
+				return p, nil
 			}
 		}
 		return nil, fmt.Errorf("GitHub examples: no %s example to build from", event)
@@ -148,26 +151,28 @@ func (g *generator) next(org int, t time.Time) delivery {
 	}
 }
 
-// mutate decodes a template, lets f change it, and encodes it again.
-func mutate(tpl []byte, f func(p map[string]any)) []byte {
-	var p map[string]any
-	if err := json.Unmarshal(tpl, &p); err != nil {
-		panic(fmt.Sprintf("template: %v", err)) // templates were decoded before
-	}
+// mutate lets f change a copy of a template and encodes it. f changes
+// nested objects only through obj, which copies them first, so the
+// template itself is never modified.
+func mutate(tpl map[string]any, f func(p map[string]any)) []byte {
+	p := maps.Clone(tpl)
 	f(p)
 	b, err := json.Marshal(p)
 	if err != nil {
-		panic(fmt.Sprintf("template: %v", err))
+		panic(fmt.Sprintf("template: %v", err)) // maps of JSON values always encode
 	}
 	return b
 }
 
+// obj returns p[key] as an object to change: a copy of the one there (p
+// itself must be a copy), or a new one.
 func obj(p map[string]any, key string) map[string]any {
-	m, ok := p[key].(map[string]any)
-	if !ok {
+	m, _ := p[key].(map[string]any)
+	m = maps.Clone(m)
+	if m == nil {
 		m = map[string]any{}
-		p[key] = m
 	}
+	p[key] = m
 	return m
 }
 

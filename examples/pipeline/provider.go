@@ -26,17 +26,32 @@ import (
 // fiftieth of Retry-After), with X-Atlassian-Webhook-Retry counting the
 // retries. Every other answer is final.
 //
-// The simulated GitHub retries like Jira too. Real GitHub never retries: a
-// failed delivery stays failed until it is redelivered through the REST API
-// (package idempotency/githubredeliver); the demo does not run a
-// redeliverer against a fake GitHub API yet.
+// GitHub never retries: github (the demo's fake GitHub) sends each delivery
+// once and records it; one answered 503, or not answered, stays failed
+// until a githubredeliver.Redeliverer asks the fake's REST API to redeliver
+// it.
 type provider struct {
 	client  *http.Client
-	baseURL string
 	dupRate float64
+	github  *fakeGitHub
+
+	mu      sync.Mutex
+	baseURL string // the gateway; it changes when the gateway restarts
 
 	requests, retries, duplicates, replayed atomic.Int64
-	ignored, rejected                       atomic.Int64
+	ignored, rejected, githubFailed         atomic.Int64
+}
+
+func (p *provider) setBaseURL(u string) {
+	p.mu.Lock()
+	p.baseURL = u
+	p.mu.Unlock()
+}
+
+func (p *provider) gatewayURL() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.baseURL
 }
 
 // hookID is the X-GitHub-Hook-ID of the simulated GitHub webhook.
@@ -51,7 +66,7 @@ func (p *provider) deliver(ctx context.Context, d delivery, dup bool) error {
 		var wg sync.WaitGroup
 		var errs [2]error
 		for i := range errs {
-			wg.Go(func() { errs[i] = p.deliverOne(ctx, d) })
+			wg.Go(func() { errs[i] = p.deliverOne(ctx, d, i == 1) })
 		}
 		wg.Wait()
 		if errs[0] != nil {
@@ -59,7 +74,7 @@ func (p *provider) deliver(ctx context.Context, d delivery, dup bool) error {
 		}
 		return errs[1]
 	}
-	return p.deliverOne(ctx, d)
+	return p.deliverOne(ctx, d, false)
 }
 
 // retried reports whether Jira Cloud retries an answer.
@@ -71,7 +86,18 @@ func retried(status int) bool {
 	return status >= 500
 }
 
-func (p *provider) deliverOne(ctx context.Context, d delivery) error {
+func (p *provider) deliverOne(ctx context.Context, d delivery, redelivery bool) error {
+	if d.Provider == "github" && p.github != nil {
+		status := p.github.deliver(ctx, d, redelivery)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if retried(status) || status == 0 {
+			p.githubFailed.Add(1) // failed for good, unless redelivered
+			return nil
+		}
+		return p.final(d, status, false)
+	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			p.retries.Add(1)
@@ -122,7 +148,7 @@ func (p *provider) post(ctx context.Context, d delivery, attempt int) (status in
 	if d.Form {
 		body, contentType = []byte("payload="+url.QueryEscape(string(d.Body))), "application/x-www-form-urlencoded"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.baseURL+"/webhooks/"+d.Provider, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.gatewayURL()+"/webhooks/"+d.Provider, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, false, err
 	}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/idempotency/githubredeliver"
+)
+
+// The demo's GitHub webhook: one repository hook.
+const (
+	ghHookOwner = "acme"
+	ghHookRepo  = "webhooks"
+	ghHookID    = 30991
+	ghToken     = "demo-token"
+)
+
+// fakeGitHub is the demo's GitHub. It sends each webhook once, as GitHub
+// does: a delivery answered non-2xx (or not answered) is recorded as failed
+// and never retried by GitHub itself. It records every delivery with its
+// status code, and serves the two REST API endpoints a redeliverer uses,
+// shaped as GitHub documents them:
+//
+//	GET  /repos/{owner}/{repo}/hooks/{hook_id}/deliveries?per_page=&cursor=
+//	POST /repos/{owner}/{repo}/hooks/{hook_id}/deliveries/{delivery_id}/attempts
+//
+// The list is newest first, paginated with a Link header rel="next"; a
+// redelivery request is answered 202 and sends the delivery again, with
+// the same GUID, as a new delivery whose redelivery field is true.
+type fakeGitHub struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan error
+	send func(ctx context.Context, d delivery) (int, error) // one POST to the gateway
+	ctx  context.Context                                    // ends the redeliveries in flight
+	stop context.CancelFunc
+
+	mu         sync.Mutex
+	deliveries []hookDelivery // by id, ascending
+	payloads   map[string]delivery
+	inflight   sync.WaitGroup
+	redelivers int
+}
+
+// hookDelivery is one entry of GitHub's "list deliveries for a repository
+// webhook" response.
+type hookDelivery struct {
+	ID           int64     `json:"id"`
+	GUID         string    `json:"guid"`
+	DeliveredAt  time.Time `json:"delivered_at"`
+	Redelivery   bool      `json:"redelivery"`
+	Duration     float64   `json:"duration"`
+	Status       string    `json:"status"`
+	StatusCode   int       `json:"status_code"`
+	Event        string    `json:"event"`
+	Action       *string   `json:"action"`
+	RepositoryID int64     `json:"repository_id"`
+}
+
+func startFakeGitHub(send func(ctx context.Context, d delivery) (int, error)) (*fakeGitHub, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	g := &fakeGitHub{ln: ln, done: make(chan error, 1), send: send, ctx: ctx, stop: stop, payloads: map[string]delivery{}}
+	mux := http.NewServeMux()
+	base := fmt.Sprintf("/repos/%s/%s/hooks/%d/deliveries", ghHookOwner, ghHookRepo, ghHookID)
+	mux.HandleFunc("GET "+base, g.list)
+	mux.HandleFunc("POST "+base+"/{id}/attempts", g.attempt)
+	g.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { g.done <- g.srv.Serve(ln) }()
+	return g, nil
+}
+
+func (g *fakeGitHub) URL() string { return "http://" + g.ln.Addr().String() }
+
+// Close stops the API and waits for the redeliveries in flight.
+func (g *fakeGitHub) Close() error {
+	g.stop()
+	err := g.srv.Close()
+	if serr := <-g.done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	g.inflight.Wait()
+	return err
+}
+
+// deliver sends d once and records the outcome, as GitHub does.
+func (g *fakeGitHub) deliver(ctx context.Context, d delivery, redelivery bool) int {
+	g.mu.Lock()
+	g.payloads[d.ID] = d
+	g.mu.Unlock()
+	start := time.Now()
+	status, err := g.send(ctx, d)
+	if err != nil {
+		status = 0 // no answer: GitHub records a timeout or a failed connection
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	text := "OK"
+	if status/100 != 2 {
+		text = "Invalid HTTP Response: " + strconv.Itoa(status)
+		if status == 0 {
+			text = "We couldn't deliver this payload: " + fmt.Sprint(err)
+		}
+	}
+	var action *string
+	var a struct {
+		Action *string `json:"action"`
+	}
+	if json.Unmarshal(d.Body, &a) == nil {
+		action = a.Action
+	}
+	g.deliveries = append(g.deliveries, hookDelivery{
+		ID: int64(len(g.deliveries) + 1), GUID: d.ID, DeliveredAt: start.UTC().Truncate(time.Second), Redelivery: redelivery,
+		Duration: time.Since(start).Seconds(), Status: text, StatusCode: status, Event: d.EventType, Action: action, RepositoryID: 186853002,
+	})
+	return status
+}
+
+func (g *fakeGitHub) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if r.Header.Get("Authorization") != "Bearer "+ghToken {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"message":"Bad credentials","documentation_url":"https://docs.github.com/rest"}`))
+		return false
+	}
+	return true
+}
+
+func (g *fakeGitHub) list(w http.ResponseWriter, r *http.Request) {
+	if !g.authorized(w, r) {
+		return
+	}
+	perPage, err := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if err != nil || perPage < 1 || perPage > 100 {
+		perPage = 30
+	}
+	cursor := int64(1 << 62)
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		if cursor, err = strconv.ParseInt(c, 10, 64); err != nil {
+			http.Error(w, `{"message":"Bad cursor"}`, http.StatusBadRequest)
+			return
+		}
+	}
+	g.mu.Lock()
+	var page []hookDelivery
+	for i := len(g.deliveries) - 1; i >= 0 && len(page) <= perPage; i-- {
+		if g.deliveries[i].ID < cursor {
+			page = append(page, g.deliveries[i])
+		}
+	}
+	g.mu.Unlock()
+	if len(page) > perPage {
+		next := *r.URL
+		q := next.Query()
+		q.Set("cursor", strconv.FormatInt(page[perPage].ID+1, 10))
+		next.RawQuery = q.Encode()
+		w.Header().Set("Link", fmt.Sprintf(`<%s%s>; rel="next"`, g.URL(), next.RequestURI()))
+		page = page[:perPage]
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-RateLimit-Remaining", "4999")
+	_ = json.NewEncoder(w).Encode(page)
+}
+
+func (g *fakeGitHub) attempt(w http.ResponseWriter, r *http.Request) {
+	if !g.authorized(w, r) {
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	g.mu.Lock()
+	var d delivery
+	ok := err == nil && id >= 1 && id <= int64(len(g.deliveries))
+	if ok {
+		d, ok = g.payloads[g.deliveries[id-1].GUID]
+	}
+	if ok {
+		g.redelivers++
+		g.inflight.Add(1)
+	}
+	g.mu.Unlock()
+	if !ok {
+		http.Error(w, `{"message":"Not Found"}`, http.StatusNotFound)
+		return
+	}
+	go func() {
+		defer g.inflight.Done()
+		g.deliver(g.ctx, d, true)
+	}()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = w.Write([]byte("{}"))
+}
+
+// outstanding returns the GUIDs none of whose deliveries succeeded and whose
+// last answer was not a final 4xx, how many GUIDs had a delivery that
+// failed (503 or no answer), and how many redeliveries were requested.
+func (g *fakeGitHub) outstanding() (guids []string, failed, redelivers int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	last := map[string]int{}
+	ok := map[string]bool{}
+	failedGUIDs := map[string]bool{}
+	for _, d := range g.deliveries {
+		last[d.GUID] = d.StatusCode
+		switch {
+		case d.StatusCode/100 == 2:
+			ok[d.GUID] = true
+		case d.StatusCode == 0 || retried(d.StatusCode):
+			failedGUIDs[d.GUID] = true
+		}
+	}
+	for guid, code := range last {
+		if !ok[guid] && (code == 0 || retried(code)) {
+			guids = append(guids, guid)
+		}
+	}
+	return guids, len(failedGUIDs), g.redelivers
+}
+
+// startGitHub starts the fake GitHub and a githubredeliver.Redeliverer
+// against its REST API, a pass every 200 ms (GitHub's 3-day window and
+// minutes of backoff compressed into the demo's seconds). Both stop at the
+// end of the demo.
+func (d *demo) startGitHub(ctx context.Context) error {
+	gh, err := startFakeGitHub(func(ctx context.Context, dl delivery) (int, error) {
+		status, _, _, err := d.prov.post(ctx, dl, 0)
+		return status, err
+	})
+	if err != nil {
+		return err
+	}
+	d.prov.github = gh
+	r, err := githubredeliver.New(githubredeliver.RepoHook(ghHookOwner, ghHookRepo, ghHookID), githubredeliver.Options{
+		Token: ghToken, BaseURL: gh.URL(), HTTPClient: &http.Client{Timeout: 10 * time.Second},
+		Interval: 200 * time.Millisecond, Backoff: 300 * time.Millisecond, MaxBackoff: 2 * time.Second,
+		Logger: d.cfg.Logger,
+	})
+	if err != nil {
+		_ = gh.Close()
+		return err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(rctx); err != nil && rctx.Err() == nil {
+			d.say("redeliverer stopped: %v", err)
+		}
+	}()
+	d.close = append(d.close, func() { stop(); <-done; _ = gh.Close() })
+	d.say("GitHub (fake REST API on %s) sends each delivery once and never retries; a redeliverer lists hook %d's failed deliveries and requests their redelivery", gh.URL(), ghHookID)
+	return nil
+}
+
+// awaitGitHubRecovered waits until every GitHub delivery that failed has
+// been redelivered successfully (or answered a final 4xx).
+func (d *demo) awaitGitHubRecovered(ctx context.Context) error {
+	deadline := time.Now().Add(convergeTimeout())
+	for {
+		open, failed, redelivers := d.prov.github.outstanding()
+		if len(open) == 0 {
+			d.say("GitHub: %d deliveries failed (503 or no answer), which GitHub never retries; the redeliverer requested %d redeliveries through the REST API; every failed delivery has succeeded since",
+				failed, redelivers)
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("GitHub: %d deliveries still failed after %v (the redeliverer requested %d redeliveries): %v",
+				len(open), convergeTimeout(), redelivers, open[:min(len(open), 5)])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
