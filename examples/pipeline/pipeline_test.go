@@ -30,9 +30,13 @@ func TestMain(m *testing.M) {
 // manual redeliveries (keys in memory or in Redis, by the seed's parity).
 // With one processor the Kafka broker is killed and restarted too; with two,
 // they share one consumer group and partitions move between them on every
-// kill. A run fails unless ClickHouse ends up holding every event exactly
-// once, in the raw table, in the materialized-view rollup and in the
-// windowed aggregates. Reproduce a failure with the logged seed:
+// kill. GitHub sends each delivery once and a redeliverer recovers the
+// failed ones through a fake GitHub REST API; Jira retries. A run fails
+// unless every failed GitHub delivery was recovered, ClickHouse ends up
+// holding every normalized event exactly once and every per-employee
+// hourly metric exact (materialized-view rollup, window table FINAL,
+// deployments and incidents FINAL), and the dead-letter topic holds each
+// poison record once. Reproduce a failure with the logged seed:
 // PIPELINE_SEED=N go test -run TestPipelineUnderFaults ./examples/pipeline.
 func TestPipelineUnderFaults(t *testing.T) {
 	if testing.Short() {
