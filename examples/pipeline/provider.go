@@ -54,8 +54,9 @@ func (p *provider) gatewayURL() string {
 	return p.baseURL
 }
 
-// hookID is the X-GitHub-Hook-ID of the simulated GitHub webhook.
-const hookID = "30991"
+// jiraRetryWindow is how long Jira Cloud keeps retrying a delivery: about
+// 30 minutes, compressed like Retry-After (a fiftieth).
+const jiraRetryWindow = 30 * time.Minute / 50
 
 // deliver sends d until it gets a final answer. It returns an error for an
 // answer other than the one the pipeline owes d: a 4xx for a valid
@@ -98,6 +99,7 @@ func (p *provider) deliverOne(ctx context.Context, d delivery, redelivery bool) 
 		}
 		return p.final(d, status, false)
 	}
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			p.retries.Add(1)
@@ -108,8 +110,9 @@ func (p *provider) deliverOne(ctx context.Context, d delivery, redelivery bool) 
 			return ctx.Err()
 		case err == nil && !retried(status):
 			return p.final(d, status, replayed)
-		case attempt >= 200:
-			return fmt.Errorf("delivery %s: still failing after %d attempts (last status %d, err %v)", d.ID, attempt, status, err)
+		case time.Since(start) > jiraRetryWindow:
+			return fmt.Errorf("delivery %s: Jira gave up after its retry window (30 minutes, %v here) of %d attempts (last status %d, err %v): the event is lost",
+				d.ID, jiraRetryWindow, attempt+1, status, err)
 		}
 		// Providers wait Retry-After; the demo waits a fiftieth of it.
 		wait := max(retryAfter/50, 10*time.Millisecond) + time.Duration(rand.Int64N(int64(10*time.Millisecond)))
@@ -165,7 +168,7 @@ func (p *provider) post(ctx context.Context, d delivery, attempt int) (status in
 		req.Header.Set("User-Agent", "GitHub-Hookshot/7b0b1f3")
 		req.Header.Set(idempotency.HeaderGitHubEvent, d.EventType)
 		req.Header.Set(idempotency.HeaderGitHubDelivery, d.ID)
-		req.Header.Set(idempotency.HeaderGitHubHookID, hookID)
+		req.Header.Set(idempotency.HeaderGitHubHookID, strconv.Itoa(ghHookID))
 		req.Header.Set(idempotency.HeaderGitHubSignature, sig)
 	}
 	resp, err := p.client.Do(req)
