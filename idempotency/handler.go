@@ -10,10 +10,8 @@ import (
 	"strconv"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/exactlyonce/exactlyonce/internal/meter"
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
@@ -440,81 +438,4 @@ func writeResponse(w http.ResponseWriter, r Response) int {
 
 func writeText(w http.ResponseWriter, status int, msg string) int {
 	return writeResponse(w, Response{Status: status, ContentType: "text/plain; charset=utf-8", Body: []byte(msg + "\n")})
-}
-
-type handlerMetrics struct {
-	// opts holds one attribute option per "key=value", and statuses one per
-	// status code the Handler answers, built once so that recording a
-	// measurement allocates nothing.
-	opts     map[string]metric.MeasurementOption
-	statuses map[int]metric.MeasurementOption
-
-	claims   metric.Int64Counter
-	releases metric.Int64Counter
-	lostC    metric.Int64Counter
-	rejected metric.Int64Counter
-	ignored  metric.Int64Counter
-	duration metric.Float64Histogram
-	effect   metric.Float64Histogram
-}
-
-func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
-	m := meter.New(mp, "idempotency")
-	var hm handlerMetrics
-	hm.claims = m.Counter("exactlyonce.idempotency.claims", "{claim}", "Claims by outcome: claimed, done, pending, mismatch, error.")
-	hm.releases = m.Counter("exactlyonce.idempotency.releases", "{release}", "Releases after a failed side effect, by result: ok, lost, error.")
-	hm.lostC = m.Counter("exactlyonce.idempotency.claims.lost", "{claim}", "Claims found taken over or expired, by step: complete, release.")
-	hm.rejected = m.Counter("exactlyonce.idempotency.rejected", "{request}", "Requests rejected before claiming, by reason.")
-	hm.ignored = m.Counter("exactlyonce.idempotency.ignored", "{delivery}", "Deliveries answered 200 and not published: an ignored event type (reason=event) or a Check that returned ErrIgnored (reason=check).")
-	hm.duration = m.Histogram("exactlyonce.idempotency.request.duration", "s", "Time to answer a webhook.")
-	hm.effect = m.Histogram("exactlyonce.idempotency.side_effect.duration", "s", "Time the side effect took.")
-	if err := m.Err(); err != nil {
-		return handlerMetrics{}, fmt.Errorf("idempotency: metrics: %w", err)
-	}
-	hm.opts = make(map[string]metric.MeasurementOption)
-	for key, values := range map[string][]string{
-		"outcome": {"claimed", "done", "pending", "mismatch", "error"},
-		"result":  {"ok", "lost", "error"},
-		"step":    {"complete", "release"},
-		"reason":  {"method", "too_large", "signature", "key", "malformed", "read", "partition", "check", "check_transient", "event"},
-	} {
-		for _, v := range values {
-			hm.opts[key+"="+v] = metric.WithAttributes(attribute.String(key, v))
-		}
-	}
-	hm.statuses = make(map[int]metric.MeasurementOption)
-	for _, code := range []int{200, 202, 204, 400, 401, 404, 405, 409, 410, 413, 422, 503} {
-		hm.statuses[code] = statusAttr(code)
-	}
-	return hm, nil
-}
-
-func statusAttr(code int) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.Int("http.response.status_code", code))
-}
-
-func (m handlerMetrics) opt(key, value string) metric.MeasurementOption {
-	if o, ok := m.opts[key+"="+value]; ok {
-		return o
-	}
-	return metric.WithAttributes(attribute.String(key, value))
-}
-
-func (m handlerMetrics) statusOpt(code int) metric.MeasurementOption {
-	if o, ok := m.statuses[code]; ok {
-		return o
-	}
-	return statusAttr(code)
-}
-
-func (m handlerMetrics) claim(ctx context.Context, outcome string) {
-	m.claims.Add(ctx, 1, m.opt("outcome", outcome))
-}
-
-func (m handlerMetrics) lost(ctx context.Context, step string) {
-	m.lostC.Add(ctx, 1, m.opt("step", step))
-}
-
-func (m handlerMetrics) reject(ctx context.Context, reason string) {
-	m.rejected.Add(ctx, 1, m.opt("reason", reason))
 }

@@ -10,12 +10,9 @@ import (
 	"slices"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
 // noWatermark is the watermark before any input has one.
@@ -277,67 +274,6 @@ func (o *Operator[In, Acc, Out]) Tick(out *Output[In, Out]) {
 	}
 }
 
-// early emits, when the early-firing interval is due at processing time
-// now, the partial result of every unfired window that changed since its
-// last emission, by start then key.
-func (o *Operator[In, Acc, Out]) early(now int64, out *Output[In, Out]) {
-	if o.interval == 0 || now < o.nextEarly {
-		return
-	}
-	o.nextEarly = satAdd(now, o.interval)
-	if !o.pending {
-		return
-	}
-	o.pending = false
-	for _, s := range o.starts {
-		g := o.groups[s]
-		if g.fired {
-			continue
-		}
-		keys := o.keys[:0]
-		for k, p := range g.panes {
-			if p.n != p.shown {
-				keys = append(keys, k)
-			}
-		}
-		slices.Sort(keys)
-		for j, k := range keys {
-			o.emit(g, k, g.panes[k], true, out)
-			keys[j] = ""
-		}
-		o.keys = keys[:0]
-	}
-}
-
-// EndInput declares that no event will follow on any input, as Flink's
-// final watermark does at the end of a bounded input: the watermark moves
-// past every window, every open window fires (appending its rows to out)
-// and closes. Use it at the end of a backfill or replay of a bounded
-// range, and in tests. Every event added afterwards is late. The final
-// watermark is in the operator's snapshots, so a restored operator keeps
-// it.
-func (o *Operator[In, Acc, Out]) EndInput(out *Output[In, Out]) {
-	o.wm = maxAbsTime // past every window's end plus lateness: see maxEventTime
-	o.fire(out)
-}
-
-// RemoveInput forgets an input: it no longer holds the watermark back, and
-// the watermark advances to what the remaining inputs allow, appending the
-// rows of the windows that closes to out. Call it when an input leaves for
-// good, for example a partition revoked from an operator that spans
-// partitions (see the package documentation for when that is). Events the
-// input already delivered stay in their windows; an event it delivers
-// later makes it an input again. Removing the last input leaves the
-// watermark where it is. Like Add, it is part of the operator's input: a
-// replay must call it at the same point to emit the same rows.
-func (o *Operator[In, Acc, Out]) RemoveInput(id int, out *Output[In, Out]) {
-	o.inputs = slices.DeleteFunc(o.inputs, func(in input) bool { return in.id == id })
-	o.declared = slices.DeleteFunc(o.declared, func(d int) bool { return d == id })
-	now := o.now().UnixNano()
-	o.advance(now, out)
-	o.early(now, out)
-}
-
 // NextTick returns the processing time at which Tick would next change
 // something without new events (an input turning idle, or, when all inputs
 // are idle, the next window closing, or the next early firing of windows
@@ -533,43 +469,4 @@ func (o *Operator[In, Acc, Out]) Watermark() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.Unix(0, o.wm).UTC(), true
-}
-
-// Counters are the operator's running totals since it was created (they are
-// not part of a snapshot).
-type Counters struct {
-	OpenWindows int    // windows held in state
-	Emitted     uint64 // rows emitted
-	Late        uint64 // late events handed to Output.Late
-}
-
-// Counters returns the operator's running totals.
-func (o *Operator[In, Acc, Out]) Counters() Counters {
-	return Counters{OpenWindows: o.open, Emitted: o.emitted, Late: o.late}
-}
-
-type instruments struct {
-	// Options are prebuilt slices: passing a fresh variadic slice through
-	// the interface call would allocate on every event.
-	add       []metric.AddOption
-	record    []metric.RecordOption
-	open      metric.Int64UpDownCounter
-	emissions metric.Int64Counter
-	late      metric.Int64Counter
-	lag       metric.Float64Gauge
-}
-
-func newInstruments(mp metric.MeterProvider, name string) (instruments, error) {
-	m := meter.New(mp, "window")
-	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("exactlyonce.window.operator", name)))
-	i := instruments{add: []metric.AddOption{attrs}, record: []metric.RecordOption{attrs}}
-	i.open = m.UpDownCounter("exactlyonce.window.open", "{window}", "Windows held in state.")
-	i.emissions = m.Counter("exactlyonce.window.emissions", "{row}", "Rows emitted, re-emissions included.")
-	i.late = m.Counter("exactlyonce.window.late_events", "{event}",
-		"Events later than the allowed lateness, handed to the late output (one per missed window).")
-	i.lag = m.Gauge("exactlyonce.window.watermark_lag", "s", "Processing time minus the operator watermark.")
-	if err := m.Err(); err != nil {
-		return i, fmt.Errorf("window: metrics: %w", err)
-	}
-	return i, nil
 }
