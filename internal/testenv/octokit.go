@@ -1,21 +1,13 @@
 package testenv
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
@@ -44,7 +36,7 @@ func GitHubExamples(t testing.TB) []GitHubExample {
 	t.Helper()
 	ctx, cancel := setupContext(t)
 	defer cancel()
-	tgz, err := npmPack(ctx, OctokitExamplesPackage, OctokitExamplesVersion)
+	tgz, err := embedded.NpmPack(ctx, embedded.OctokitDir, OctokitExamplesPackage, OctokitExamplesVersion)
 	if err != nil {
 		unavailable(t, OctokitExamplesPackage, err)
 	}
@@ -52,7 +44,7 @@ func GitHubExamples(t testing.TB) []GitHubExample {
 		Name     string            `json:"name"`
 		Examples []json.RawMessage `json:"examples"`
 	}
-	b, err := readTarFile(tgz, "package/api.github.com/index.json")
+	b, err := embedded.ReadTarFile(tgz, "package/api.github.com/index.json")
 	if err == nil {
 		err = json.Unmarshal(b, &index)
 	}
@@ -83,7 +75,7 @@ func OctokitSign(t testing.TB, secret string, payloads []string) []string {
 	t.Helper()
 	ctx, cancel := setupContext(t)
 	defer cancel()
-	tgz, err := npmPack(ctx, OctokitMethodsPackage, OctokitMethodsVersion)
+	tgz, err := embedded.NpmPack(ctx, embedded.OctokitDir, OctokitMethodsPackage, OctokitMethodsVersion)
 	if err != nil {
 		unavailable(t, OctokitMethodsPackage, err)
 	}
@@ -91,7 +83,7 @@ func OctokitSign(t testing.TB, secret string, payloads []string) []string {
 	if err != nil {
 		unavailable(t, "node", fmt.Errorf("node runs %s (make deps installs it): %w", OctokitMethodsPackage, err))
 	}
-	index, err := readTarFile(tgz, "package/dist-node/index.js")
+	index, err := embedded.ReadTarFile(tgz, "package/dist-node/index.js")
 	if err != nil {
 		t.Fatalf("%s: %v", tgz, err)
 	}
@@ -132,88 +124,4 @@ process.stdout.write(JSON.stringify(out));`
 func jsString(s string) string {
 	b, _ := json.Marshal(s) // a JSON string is a JS string literal
 	return string(b)
-}
-
-// npmPack returns the cached tarball of pkg@version, running npm pack once
-// (under a file lock, through a temporary directory and a rename) if it is
-// absent. The cache layout is the Makefile's: <cache>/octokit/<tarball>.
-func npmPack(ctx context.Context, pkg, version string) (string, error) {
-	cache, err := embedded.CacheDir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cache, "octokit")
-	tgz := filepath.Join(dir, strings.ReplaceAll(strings.TrimPrefix(pkg, "@"), "/", "-")+"-"+version+".tgz")
-	if _, err := os.Stat(tgz); err == nil {
-		return tgz, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	for {
-		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	if _, err := os.Stat(tgz); err == nil {
-		return tgz, nil
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		return "", fmt.Errorf("npm is needed to fetch %s@%s (make deps installs it): %w: %w", pkg, version, embedded.ErrNotInstalled, err)
-	}
-	tmp, err := os.MkdirTemp(dir, "npm-pack-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, npm, "pack", "--silent", pkg+"@"+version, "--pack-destination", tmp)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("npm pack %s@%s: %w\n%s", pkg, version, err, out)
-	}
-	if err := os.Rename(filepath.Join(tmp, filepath.Base(tgz)), tgz); err != nil {
-		return "", err
-	}
-	return tgz, nil
-}
-
-// readTarFile returns the content of name in the gzipped tarball tgz.
-func readTarFile(tgz, name string) ([]byte, error) {
-	f, err := os.Open(tgz)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, err
-	}
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("no %s", name)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if h.Name == name {
-			return io.ReadAll(tr)
-		}
-	}
 }
