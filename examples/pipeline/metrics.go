@@ -22,11 +22,9 @@ type employeeMetrics struct {
 
 // metricsAgg is the window.Checkpointable of employeeMetrics.
 //
-// Seam for early firings: the issue asks these hourly windows to fire early
-// (a partial row every few minutes, before the hour closes) once the window
-// package offers it. Rows already carry a Version (the events folded in),
-// so an early partial row is replaced by the final one in
-// employee_metrics_window; only the Operator's options change.
+// The hourly windows fire early (see earlyEvery): rows carry a Version (the
+// events folded in), so an early partial row is replaced by the final one
+// in employee_metrics_window, read with FINAL.
 type metricsAgg struct{}
 
 var _ window.Checkpointable[Event, employeeMetrics, employeeMetrics] = metricsAgg{}

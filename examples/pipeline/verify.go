@@ -18,6 +18,7 @@ import (
 type expected struct {
 	events  int
 	metrics map[string]employeeMetrics // org|employee|unix hour → the hour's metrics
+	counts  map[string]uint64          // org|employee|unix hour → its events: the final row's version
 	// deployments and incidents per org|employee|unix hour, as the
 	// ReplacingMergeTree tables must count them: one row per deployment or
 	// incident, in the hour it was deployed or opened.
@@ -30,7 +31,7 @@ func hourKey(org, employee string, t time.Time) string {
 }
 
 func expect(ds []delivery) expected {
-	e := expected{metrics: map[string]employeeMetrics{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
+	e := expected{metrics: map[string]employeeMetrics{}, counts: map[string]uint64{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
 	deployed := map[string]bool{}
 	opened := map[string]bool{}
 	for _, d := range ds {
@@ -41,6 +42,7 @@ func expect(ds []delivery) expected {
 		e.events++
 		k := hourKey(ev.OrgID, ev.EmployeeID, ev.Time)
 		e.metrics[k] = metricsAgg{}.Add(e.metrics[k], ev)
+		e.counts[k]++
 		switch ev.Type {
 		case TypeDeployment:
 			if id := ev.OrgID + "|" + ev.Subject; !deployed[id] {
