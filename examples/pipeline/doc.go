@@ -29,7 +29,12 @@
 // ClickHouse holds the articles' schema (tables.go): normalized_events, the
 // hourly rollup mv_employee_metrics_hourly → employee_metrics_hourly,
 // deployments and incidents as ReplacingMergeTree read with FINAL, and
-// employee_metrics_window, the same metrics computed by the window operator.
+// employee_metrics_window, the same metrics computed by the window operator,
+// whose hourly windows fire early: a partial row every few events, replaced
+// by the final row (ReplacingMergeTree by version, read with FINAL). While
+// the webhooks are delivered, a dashboard (dashboard.go) polls that table
+// and the run fails unless it saw partial rows of hours that had not closed
+// yet; the verdict then requires the FINAL rows to be exact.
 //
 // Faults: Kafka publishes that fail before or after the write, duplicate
 // deliveries, the stream processor killed with SIGKILL, ClickHouse killed

@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 // unless every failed GitHub delivery was recovered, ClickHouse ends up
 // holding every normalized event exactly once and every per-employee
 // hourly metric exact (materialized-view rollup, window table FINAL,
-// deployments and incidents FINAL), and the dead-letter topic holds each
-// poison record once. Reproduce a failure with the logged seed:
+// deployments and incidents FINAL), the hourly dashboard saw partial (early)
+// window rows of hours that had not closed yet, and the dead-letter topic
+// holds each poison record once. Reproduce a failure with the logged seed:
 // PIPELINE_SEED=N go test -run TestPipelineUnderFaults ./examples/pipeline.
 func TestPipelineUnderFaults(t *testing.T) {
 	if testing.Short() {
