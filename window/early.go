@@ -17,6 +17,10 @@ func (o *Operator[In, Acc, Out]) early(now int64, out *Output[In, Out]) {
 		return
 	}
 	o.pending = false
+	if o.spec.Gap > 0 {
+		o.earlySessions(out)
+		return
+	}
 	for _, s := range o.starts {
 		g := o.groups[s]
 		if g.fired {

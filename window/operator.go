@@ -44,6 +44,12 @@ type Operator[In, Acc, Out any] struct {
 	last   *group[Acc]
 	open   int // windows held
 
+	// Session windows (spec.Gap > 0): each key's sessions, sorted by start
+	// and disjoint; due is the earliest watermark at which one fires or
+	// closes (math.MaxInt64: none).
+	sessions map[string][]*session[Acc]
+	due      int64
+
 	// Early firings: every > 0 emits a pane at every multiple of every
 	// events; interval > 0 emits changed panes every interval of processing
 	// time, next at nextEarly, when pending says a pane changed since.
@@ -120,6 +126,8 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 		log:      opts.Logger,
 		wm:       noWatermark,
 		groups:   make(map[int64]*group[Acc]),
+		sessions: make(map[string][]*session[Acc]),
+		due:      math.MaxInt64,
 		every:    opts.Early.Every,
 		interval: int64(opts.Early.Interval),
 	}
@@ -204,6 +212,12 @@ func (o *Operator[In, Acc, Out]) Add(ev Event[In], out *Output[In, Out]) error {
 		in.maxTs, in.hasTs = t, true
 	}
 
+	if o.spec.Gap > 0 {
+		o.addSession(ev, t, out)
+		o.advance(now, out)
+		o.early(now, out)
+		return nil
+	}
 	size := int64(o.spec.Size)
 	for s := o.spec.lastStart(t); s > t-size; s -= int64(o.spec.Slide) {
 		end := s + size
@@ -393,6 +407,9 @@ func satAdd(a, b int64) int64 {
 // start order; with a lateness longer than the slide, later groups fire
 // before the first one closes.)
 func (o *Operator[In, Acc, Out]) nextDue() (int64, bool) {
+	if o.spec.Gap > 0 {
+		return o.due, o.due != math.MaxInt64
+	}
 	due, ok := int64(math.MaxInt64), false
 	for i, s := range o.starts {
 		g := o.groups[s]
@@ -409,6 +426,10 @@ func (o *Operator[In, Acc, Out]) nextDue() (int64, bool) {
 // fire emits the windows whose end the watermark passed, ordered by start
 // then key, and drops those past their allowed lateness.
 func (o *Operator[In, Acc, Out]) fire(out *Output[In, Out]) {
+	if o.spec.Gap > 0 {
+		o.fireSessions(out)
+		return
+	}
 	n := 0 // leading groups dropped
 	for i, s := range o.starts {
 		g := o.groups[s]

@@ -23,12 +23,25 @@ import (
 //	    uvarint len | key | start | uvarint events | uvarint len | accumulator
 //	CRC-32C (Castagnoli) of everything before, big endian
 //
+// Version 2, written by session operators (Spec.Gap > 0) only, adds the
+// gap after the offset, and a session's end and flags after its start:
+//
+//	magic "EOWN" | version byte = 2
+//	size | slide | offset | gap
+//	watermark | inputs as in version 1
+//	uvarint #sessions, ascending by (key, start):
+//	    uvarint len | key | start | end | flags byte (1: a row was emitted)
+//	    | uvarint events | uvarint len | accumulator
+//	CRC-32C
+//
+// Window operators still write version 1, byte for byte as before.
+//
 // Processing-time state (when an input last spoke, whether it is idle) is
 // not saved: a restored operator treats every input as having just spoken,
 // so the same state always gives the same bytes.
 const (
 	snapshotMagic   = "EOWN"
-	snapshotVersion = 1
+	snapshotVersion = 2 // the newest this build reads
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -40,10 +53,14 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([]byte, error) {
 	b := make([]byte, 0, 64+o.open*48)
 	b = append(b, snapshotMagic...)
-	b = append(b, snapshotVersion)
+	session := o.spec.Gap > 0
+	b = append(b, 1+boolByte(session))
 	b = binary.AppendVarint(b, int64(o.spec.Size))
 	b = binary.AppendVarint(b, int64(o.spec.Slide))
 	b = binary.AppendVarint(b, int64(o.spec.Offset))
+	if session {
+		b = binary.AppendVarint(b, int64(o.spec.Gap))
+	}
 	b = binary.AppendVarint(b, o.wm)
 
 	b = binary.AppendUvarint(b, uint64(len(o.inputs)))
@@ -59,6 +76,28 @@ func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([
 
 	b = binary.AppendUvarint(b, uint64(o.open))
 	var acc []byte
+	if session {
+		keys := o.keys[:0]
+		for k := range o.sessions {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			for _, s := range o.sessions[k] {
+				b = binary.AppendUvarint(b, uint64(len(k)))
+				b = append(b, k...)
+				b = binary.AppendVarint(b, s.start)
+				b = binary.AppendVarint(b, s.end)
+				b = append(b, boolByte(s.emitted))
+				b = binary.AppendUvarint(b, s.n)
+				acc = o.agg.AppendState(acc[:0], s.acc)
+				b = binary.AppendUvarint(b, uint64(len(acc)))
+				b = append(b, acc...)
+			}
+			keys[i] = ""
+		}
+		o.keys = keys[:0]
+	}
 	for _, s := range o.starts {
 		g := o.groups[s]
 		keys := o.keys[:0]
@@ -95,8 +134,9 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 	if len(state) < len(snapshotMagic)+1+4 || string(state[:len(snapshotMagic)]) != snapshotMagic {
 		return &CorruptError{Offset: 0, Reason: "not a window snapshot"}
 	}
-	if v := state[len(snapshotMagic)]; v != snapshotVersion {
-		return fmt.Errorf("%w: version %d, this build reads %d", ErrUnsupportedVersion, v, snapshotVersion)
+	version := state[len(snapshotMagic)]
+	if version != 1 && version != 2 {
+		return fmt.Errorf("%w: version %d, this build reads %d", ErrUnsupportedVersion, version, snapshotVersion)
 	}
 	body := state[:len(state)-4]
 	if binary.BigEndian.Uint32(state[len(body):]) != crc32.Checksum(body, castagnoli) {
@@ -105,6 +145,9 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 	d.b, d.off = body, len(snapshotMagic)+1
 
 	spec := Spec{Size: durationOf(d.varint()), Slide: durationOf(d.varint()), Offset: durationOf(d.varint())}
+	if version >= 2 {
+		spec.Gap = durationOf(d.varint())
+	}
 	wm := d.varint()
 	if wm != noWatermark && (wm > maxAbsTime || wm < -maxAbsTime) {
 		d.fail("watermark out of range")
@@ -135,6 +178,12 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 		inputs = append(inputs, in)
 	}
 
+	if o.spec.Gap > 0 {
+		if d.err != nil {
+			return d.err
+		}
+		return o.restoreSessions(&d, version, wm, inputs, now)
+	}
 	nPanes := d.count(4)
 	groups := make(map[int64]*group[Acc])
 	var starts []int64
@@ -197,6 +246,13 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 // CheckpointCompleted does nothing: the operator keeps no journal.
 func (o *Operator[In, Acc, Out]) CheckpointCompleted(context.Context, checkpoint.ID) error {
 	return nil
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func durationOf(n int64) time.Duration { return time.Duration(n) }

@@ -43,8 +43,8 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return ErrCorrupt }
 
-// Spec describes which windows an event belongs to. Build one with Tumbling
-// or Hopping.
+// Spec describes which windows an event belongs to. Build one with
+// Tumbling, Hopping or Session.
 //
 // Windows are half-open intervals [Start, End) of Size, starting at every
 // multiple of Slide after Offset (relative to the Unix epoch). An event at
@@ -55,6 +55,9 @@ type Spec struct {
 	Size   time.Duration
 	Slide  time.Duration
 	Offset time.Duration
+	// Gap, when set, makes session windows (and Size, Slide and Offset
+	// must be zero): see Session.
+	Gap time.Duration
 }
 
 // Tumbling returns back-to-back windows of the given size: every event is
@@ -67,6 +70,12 @@ func Tumbling(size time.Duration) Spec { return Spec{Size: size, Slide: size} }
 func Hopping(size, slide time.Duration) Spec { return Spec{Size: size, Slide: slide} }
 
 func (s Spec) validate() error {
+	if s.Gap != 0 {
+		if s.Gap < 0 {
+			return fmt.Errorf("%w: session gap %v must be positive", ErrInvalidOptions, s.Gap)
+		}
+		return s.validateSession()
+	}
 	switch {
 	case s.Size <= 0:
 		return fmt.Errorf("%w: window size %v must be positive", ErrInvalidOptions, s.Size)
@@ -134,6 +143,12 @@ type Row[Out any] struct {
 	// Early is true for a partial result emitted before the window fired
 	// (see EarlyFiring). The window's final row replaces it in the table.
 	Early bool
+	// Deleted is set only by session windows: it retracts the row of a
+	// session whose Start moved when a late event merged it into an
+	// earlier one. Its Version beats every row written for (Key, Start),
+	// so a ReplacingMergeTree(Version, Deleted) read with FINAL no longer
+	// shows it. Result is empty and Valid false.
+	Deleted bool
 }
 
 // LateEvent is an event that arrived after a window it belongs to was

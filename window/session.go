@@ -1,0 +1,272 @@
+// Session windows: per key, events less than the gap apart form one
+// session; a late event that bridges two sessions merges them.
+
+package window
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Session returns session windows with the given gap: per key, events less
+// than gap apart belong to one session [first event, last event + gap),
+// which fires when the watermark reaches its End (gap of inactivity
+// passed). See the package documentation for merges and their rows.
+func Session(gap time.Duration) Spec { return Spec{Gap: gap} }
+
+// session is one session of one key.
+type session[Acc any] struct {
+	start, end int64 // end = last event + gap
+	n          uint64
+	shown      uint64 // n at the last emission; not in a snapshot
+	fired      bool   // watermark reached end; derived from it on Restore
+	emitted    bool   // a row exists for (key, start): in the snapshot
+	acc        Acc
+}
+
+// addSession places an event at t in the sessions of its key, merging the
+// sessions it overlaps or bridges.
+func (o *Operator[In, Acc, Out]) addSession(ev Event[In], t int64, out *Output[In, Out]) {
+	gap := int64(o.spec.Gap)
+	// Late when more than the lateness behind the watermark: such an event
+	// could bridge to a session already closed (forgotten), whose row
+	// could then not be retracted. Every closed session ends at or before
+	// wm - lateness, so an accepted event never overlaps one.
+	if o.wm != noWatermark && t+o.lateness < o.wm {
+		o.late++
+		o.inst.late.Add(context.Background(), 1, o.inst.add...)
+		out.Late = append(out.Late, LateEvent[In]{
+			Event:     ev,
+			Start:     time.Unix(0, t).UTC(),
+			End:       time.Unix(0, t+gap).UTC(),
+			Watermark: time.Unix(0, o.wm).UTC(),
+		})
+		return
+	}
+	ss := o.sessions[ev.Key]
+	// Sessions are sorted and disjoint: those overlapping [t, t+gap) are
+	// contiguous, from i to j (exclusive).
+	i := firstWhere(ss, func(s *session[Acc]) bool { return s.end > t })
+	j := i
+	for j < len(ss) && ss[j].start < t+gap {
+		j++
+	}
+	m := &session[Acc]{start: t, end: t + gap, acc: o.agg.Identity()}
+	emitted := false
+	for _, s := range ss[i:j] {
+		m.start, m.end = min(m.start, s.start), max(m.end, s.end)
+		m.acc = o.agg.Merge(m.acc, s.acc)
+		m.n += s.n
+		emitted = emitted || s.emitted
+	}
+	m.acc = o.agg.Add(m.acc, ev.Value)
+	m.n++
+	// Retract the rows of merged sessions whose start moved: their (Key,
+	// Start) is never a session start again (the merged session holds an
+	// event there and starts before it), and the deletion's version beats
+	// every row written for it.
+	for _, s := range ss[i:j] {
+		if s.emitted && s.start != m.start {
+			o.emitSession(ev.Key, s, m.n, rowDeleted, out)
+		}
+		if s.start == m.start {
+			m.emitted, m.shown = s.emitted, s.shown
+		}
+	}
+	o.open -= j - i - 1
+	o.inst.open.Add(context.Background(), -int64(j-i-1), o.inst.add...)
+	ss = slices.Replace(ss, i, j, m)
+	o.sessions[ev.Key] = ss
+	m.fired = o.wm != noWatermark && m.end <= o.wm
+	switch {
+	case m.fired:
+		o.emitSession(ev.Key, m, m.n, rowFinal, out) // late but allowed: re-emit
+	case emitted:
+		// A merged session had a row: show the merged one at once, as an
+		// early row, so the table never holds the parts and the whole.
+		o.emitSession(ev.Key, m, m.n, rowEarly, out)
+	case o.every > 0 && m.n%o.every == 0:
+		o.emitSession(ev.Key, m, m.n, rowEarly, out)
+	default:
+		o.pending = true
+	}
+	o.due = min(o.due, m.end)
+}
+
+// firstWhere returns the first index of ss for which f is true (f is monotone).
+func firstWhere[Acc any](ss []*session[Acc], f func(*session[Acc]) bool) int {
+	i, _ := slices.BinarySearchFunc(ss, true, func(s *session[Acc], _ bool) int {
+		if f(s) {
+			return 1
+		}
+		return -1
+	})
+	return i
+}
+
+type rowKind int
+
+const (
+	rowFinal rowKind = iota
+	rowEarly
+	rowDeleted
+)
+
+func (o *Operator[In, Acc, Out]) emitSession(key string, s *session[Acc], version uint64, kind rowKind, out *Output[In, Out]) {
+	r := Row[Out]{
+		Key:     key,
+		Start:   time.Unix(0, s.start).UTC(),
+		End:     time.Unix(0, s.end).UTC(),
+		Version: version,
+		Early:   kind == rowEarly,
+		Deleted: kind == rowDeleted,
+	}
+	if kind != rowDeleted {
+		r.Result, r.Valid = o.agg.Result(s.acc)
+		s.shown, s.emitted = s.n, true
+	}
+	out.Rows = append(out.Rows, r)
+	o.emitted++
+	o.inst.emissions.Add(context.Background(), 1, o.inst.add...)
+}
+
+// fireSessions emits the sessions whose end the watermark reached, by key
+// then start, and drops those past their allowed lateness.
+func (o *Operator[In, Acc, Out]) fireSessions(out *Output[In, Out]) {
+	if o.due > o.wm {
+		return
+	}
+	keys := o.keys[:0]
+	for k := range o.sessions {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	o.due = math.MaxInt64
+	pending := false
+	for ki, k := range keys {
+		ss := o.sessions[k]
+		n := 0 // kept
+		for _, s := range ss {
+			if !s.fired && s.end <= o.wm {
+				s.fired = true
+				o.emitSession(k, s, s.n, rowFinal, out)
+			}
+			if s.end+o.lateness <= o.wm {
+				continue
+			}
+			if s.fired {
+				o.due = min(o.due, s.end+o.lateness)
+			} else {
+				o.due = min(o.due, s.end)
+				pending = true
+			}
+			ss[n] = s
+			n++
+		}
+		o.open -= len(ss) - n
+		o.inst.open.Add(context.Background(), -int64(len(ss)-n), o.inst.add...)
+		clear(ss[n:])
+		if n == 0 {
+			delete(o.sessions, k)
+		} else {
+			o.sessions[k] = ss[:n]
+		}
+		keys[ki] = ""
+	}
+	o.keys = keys[:0]
+	if !pending {
+		o.pending = false
+	}
+}
+
+// earlySessions emits the partial result of every unfired session that
+// changed since its last emission, by key then start.
+func (o *Operator[In, Acc, Out]) earlySessions(out *Output[In, Out]) {
+	keys := o.keys[:0]
+	for k := range o.sessions {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		for _, s := range o.sessions[k] {
+			if !s.fired && s.n != s.shown {
+				o.emitSession(k, s, s.n, rowEarly, out)
+			}
+		}
+		keys[i] = ""
+	}
+	o.keys = keys[:0]
+}
+
+func (s Spec) validateSession() error {
+	switch {
+	case s.Size != 0 || s.Slide != 0 || s.Offset != 0:
+		return fmt.Errorf("%w: a session spec has a gap and no size, slide or offset", ErrInvalidOptions)
+	case s.Gap > maxSize:
+		return fmt.Errorf("%w: session gap %v above %v", ErrInvalidOptions, s.Gap, time.Duration(maxSize))
+	}
+	return nil
+}
+
+// restoreSessions reads the sessions of a version 2 snapshot, after its
+// inputs, and loads the whole state when it is valid.
+func (o *Operator[In, Acc, Out]) restoreSessions(d *decoder, version byte, wm int64, inputs []input, now int64) error {
+	if version < 2 {
+		d.fail("a version 1 snapshot holds no sessions")
+	}
+	gap := int64(o.spec.Gap)
+	n := d.count(6)
+	sessions := make(map[string][]*session[Acc])
+	prevKey, prevEnd := "", int64(0)
+	for i := 0; i < n && d.err == nil; i++ {
+		key, start, end := string(d.bytes()), d.varint(), d.varint()
+		flags := d.byte()
+		cnt := d.uvarint()
+		accOff, raw := d.off, d.bytes()
+		if d.err != nil {
+			break
+		}
+		ss := sessions[key]
+		switch {
+		case start > maxAbsTime || start < -maxAbsTime || end > maxAbsTime || end < start+gap:
+			d.fail("session bounds out of range")
+		case flags > 1:
+			d.fail("bad session flags")
+		case cnt == 0:
+			d.fail("session without events")
+		case i > 0 && (key < prevKey || key == prevKey && start < prevEnd):
+			d.fail("sessions not ascending and disjoint")
+		}
+		acc, err := o.agg.ParseState(raw)
+		if err != nil && d.err == nil {
+			d.err = &CorruptError{Offset: accOff, Reason: err.Error()}
+		}
+		if d.err != nil {
+			break
+		}
+		sessions[key] = append(ss, &session[Acc]{
+			start: start, end: end, n: cnt, acc: acc, emitted: flags == 1,
+			fired: wm != noWatermark && end <= wm,
+		})
+		prevKey, prevEnd = key, end
+	}
+	if d.err == nil && d.off != len(d.b) {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return d.err
+	}
+	o.inst.open.Add(context.Background(), int64(n-o.open), o.inst.add...)
+	o.inputs = declaredInputs(o.declared, inputs, now)
+	o.wm, o.sessions, o.open = wm, sessions, n
+	o.pending, o.nextEarly = n > 0, satAdd(now, o.interval)
+	// Recompute due and drop sessions past their lateness (possible when
+	// AllowedLateness shrank); they fired before the snapshot.
+	o.due = math.MinInt64
+	var discard Output[In, Out]
+	o.fireSessions(&discard)
+	return nil
+}

@@ -1,0 +1,297 @@
+package window
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newSession(t testing.TB, gap time.Duration, opts Options) *Operator[float64, StatsAcc, Summary] {
+	t.Helper()
+	clk := &fakeClock{t: t0}
+	opts.Now = clk.Now
+	op, err := New(Session(gap), Stats{}, opts)
+	require.NoError(t, err)
+	return op
+}
+
+type rowKey struct {
+	key   string
+	start time.Time
+}
+
+// table applies rows as a ReplacingMergeTree(Version, Deleted) read with
+// FINAL does: per (Key, Start) the row of the highest version (the last
+// written among equals), without the deleted ones.
+func table(rows []Row[Summary]) map[rowKey]Row[Summary] {
+	t := make(map[rowKey]Row[Summary])
+	for _, r := range rows {
+		k := rowKey{r.Key, r.Start}
+		if old, ok := t[k]; !ok || r.Version >= old.Version {
+			t[k] = r
+		}
+	}
+	for k, r := range t {
+		if r.Deleted {
+			delete(t, k)
+		}
+	}
+	return t
+}
+
+// bruteSessions computes the sessions of events from scratch: per key,
+// sorted by time, split where two neighbours are gap or more apart.
+func bruteSessions(evs []Event[float64], gap time.Duration) map[rowKey]Row[Summary] {
+	byKey := map[string][]Event[float64]{}
+	for _, e := range evs {
+		byKey[e.Key] = append(byKey[e.Key], e)
+	}
+	want := map[rowKey]Row[Summary]{}
+	for k, es := range byKey {
+		slices.SortFunc(es, func(a, b Event[float64]) int { return a.Time.Compare(b.Time) })
+		for i := 0; i < len(es); {
+			j, s := i+1, Summary{Count: 1, Sum: es[i].Value, Min: es[i].Value, Max: es[i].Value}
+			for j < len(es) && es[j].Time.Sub(es[j-1].Time) < gap {
+				s.Count++
+				s.Sum += es[j].Value
+				s.Min, s.Max = min(s.Min, es[j].Value), max(s.Max, es[j].Value)
+				j++
+			}
+			s.Avg = s.Sum / float64(s.Count)
+			start := es[i].Time.UTC()
+			want[rowKey{k, start}] = Row[Summary]{Key: k, Start: start, End: es[j-1].Time.Add(gap).UTC(), Version: s.Count, Valid: true, Result: s}
+			i = j
+		}
+	}
+	return want
+}
+
+// sessionStream returns events over a few keys, in bursts so that sessions
+// form, in arrival order: each event is delayed by up to maxDelay, so that
+// many arrive after their session fired and bridge sessions.
+func sessionStream(seed uint64, n int, maxDelay time.Duration) []Event[float64] {
+	r := rand.New(rand.NewPCG(seed, seed^0x5e55))
+	type arr struct {
+		e   Event[float64]
+		due time.Time
+	}
+	evs := make([]arr, n)
+	base := time.Duration(0)
+	for i := range evs {
+		base += time.Duration(r.IntN(4000)) * time.Millisecond
+		if r.IntN(10) == 0 {
+			base += 30 * time.Second
+		}
+		e := Event[float64]{Key: fmt.Sprintf("k%d", r.IntN(3)), Time: at(base), Value: float64(r.IntN(100))}
+		evs[i] = arr{e, e.Time.Add(time.Duration(r.Int64N(int64(maxDelay) + 1)))}
+	}
+	slices.SortStableFunc(evs, func(a, b arr) int { return a.due.Compare(b.due) })
+	out := make([]Event[float64], n)
+	for i, a := range evs {
+		out[i] = a.e
+	}
+	return out
+}
+
+// Property: whatever the arrival order (within out-of-orderness plus
+// lateness, so that no event is late), the table holds exactly the
+// sessions and aggregates a brute-force model computes from the sorted
+// events, early firings or not.
+func TestSessionsMatchBruteForce(t *testing.T) {
+	const gap, bound, lateness = 10 * time.Second, 5 * time.Second, 20 * time.Second
+	merges := 0
+	for seed := range uint64(60) {
+		evs := sessionStream(seed, 150, bound+lateness)
+		op := newSession(t, gap, Options{
+			MaxOutOfOrderness: bound,
+			AllowedLateness:   lateness,
+			Early:             EarlyFiring{Every: seed % 4},
+		})
+		var out Output[float64, Summary]
+		for _, e := range evs {
+			require.NoError(t, op.Add(e, &out))
+		}
+		op.EndInput(&out)
+		require.Empty(t, out.Late, "seed %d: no event is beyond the lateness", seed)
+		got := table(out.Rows)
+		for _, r := range got {
+			assert.False(t, r.Early, "seed %d: %v still early", seed, r)
+		}
+		require.Equal(t, bruteSessions(evs, gap), got, "seed %d", seed)
+		for _, r := range out.Rows {
+			if r.Deleted {
+				merges++
+			}
+		}
+		assert.Zero(t, op.open, "every session closed")
+	}
+	assert.NotZero(t, merges, "the streams make late events bridge emitted sessions")
+}
+
+// A late event that bridges two fired sessions merges them: the later
+// session's row is retracted and the merged one is emitted with the sum
+// of their events as its version. An event beyond the lateness is late.
+func TestSessionLateEventBridgesTwo(t *testing.T) {
+	op := newSession(t, 10*time.Second, Options{MaxOutOfOrderness: -1, AllowedLateness: time.Minute})
+	var out Output[float64, Summary]
+	for _, e := range []Event[float64]{ev("a", 0, 1), ev("a", 15*time.Second, 2), ev("a", 50*time.Second, 4)} {
+		require.NoError(t, op.Add(e, &out))
+	}
+	require.Equal(t, []Row[Summary]{
+		{Key: "a", Start: at(0), End: at(10 * time.Second), Version: 1, Valid: true, Result: Summary{1, 1, 1, 1, 1}},
+		{Key: "a", Start: at(15 * time.Second), End: at(25 * time.Second), Version: 1, Valid: true, Result: Summary{1, 2, 2, 2, 2}},
+	}, out.Rows)
+	out.Reset()
+
+	require.NoError(t, op.Add(ev("a", 7*time.Second, 8), &out)) // [7s, 17s) overlaps both
+	assert.Equal(t, []Row[Summary]{
+		{Key: "a", Start: at(15 * time.Second), End: at(25 * time.Second), Version: 3, Deleted: true},
+		{Key: "a", Start: at(0), End: at(25 * time.Second), Version: 3, Valid: true, Result: Summary{3, 11, 11.0 / 3, 1, 8}},
+	}, out.Rows)
+	out.Reset()
+
+	require.NoError(t, op.Add(ev("a", -20*time.Second, 16), &out)) // -20s + 1m < watermark 50s
+	require.Len(t, out.Late, 1)
+	assert.Equal(t, at(-20*time.Second), out.Late[0].Start)
+	assert.Empty(t, out.Rows)
+	op.EndInput(&out)
+	assert.Equal(t, []Row[Summary]{
+		{Key: "a", Start: at(50 * time.Second), End: at(60 * time.Second), Version: 1, Valid: true, Result: Summary{1, 4, 4, 4, 4}},
+	}, out.Rows)
+}
+
+// A late event that extends a fired session past the watermark re-opens
+// it: the table gets the merged session at once as an early row, then its
+// final row when the watermark passes the new end.
+func TestSessionExtendedPastWatermark(t *testing.T) {
+	op := newSession(t, 10*time.Second, Options{MaxOutOfOrderness: -1, AllowedLateness: time.Minute})
+	var out Output[float64, Summary]
+	for _, e := range []Event[float64]{ev("a", 0, 1), ev("b", 12*time.Second, 0), ev("a", 5*time.Second, 2)} {
+		require.NoError(t, op.Add(e, &out))
+	}
+	require.Len(t, out.Rows, 2)
+	assert.Equal(t, at(15*time.Second), out.Rows[1].End)
+	assert.True(t, out.Rows[1].Early, "[0s, 15s) is open again at watermark 12s")
+	out.Reset()
+	require.NoError(t, op.Add(ev("b", 20*time.Second, 0), &out))
+	assert.Equal(t, []Row[Summary]{
+		{Key: "a", Start: at(0), End: at(15 * time.Second), Version: 2, Valid: true, Result: Summary{2, 3, 1.5, 1, 2}},
+	}, out.Rows)
+}
+
+// Stopping mid-stream, restoring the snapshot into a new operator and
+// continuing gives the same rows and the same final snapshot as never
+// stopping, at every cut point tried.
+func TestSessionSnapshotRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	opts := Options{MaxOutOfOrderness: 5 * time.Second, AllowedLateness: 20 * time.Second, Early: EarlyFiring{Every: 3}}
+	evs := sessionStream(7, 300, 40*time.Second) // some late events too
+	whole := newSession(t, 10*time.Second, opts)
+	var want Output[float64, Summary]
+	for _, e := range evs {
+		require.NoError(t, whole.Add(e, &want))
+	}
+	wantSnap, err := whole.Snapshot(ctx, 1)
+	require.NoError(t, err)
+	whole.EndInput(&want)
+	require.NotEmpty(t, want.Late)
+
+	for _, cut := range []int{1, 50, 150, 299} {
+		first := newSession(t, 10*time.Second, opts)
+		var got Output[float64, Summary]
+		for _, e := range evs[:cut] {
+			require.NoError(t, first.Add(e, &got))
+		}
+		snap, err := first.Snapshot(ctx, 1)
+		require.NoError(t, err)
+		second := newSession(t, 10*time.Second, opts)
+		require.NoError(t, second.Restore(ctx, snap))
+		again, err := second.Snapshot(ctx, 2)
+		require.NoError(t, err)
+		require.Equal(t, snap, again, "restore then snapshot is the identity")
+		for _, e := range evs[cut:] {
+			require.NoError(t, second.Add(e, &got))
+		}
+		gotSnap, err := second.Snapshot(ctx, 3)
+		require.NoError(t, err)
+		assert.Equal(t, wantSnap, gotSnap, "cut %d", cut)
+		second.EndInput(&got)
+		assert.Equal(t, want, got, "cut %d", cut)
+	}
+}
+
+// The version 2 (session) snapshot format does not change silently, and a
+// session snapshot refuses to load into a window operator and vice versa.
+func TestRestoreVersion2SessionSnapshot(t *testing.T) {
+	ctx := context.Background()
+	opts := Options{MaxOutOfOrderness: 5 * time.Second, AllowedLateness: 20 * time.Second}
+	evs := sessionStream(11, 200, 40*time.Second)
+	fresh := newSession(t, 10*time.Second, opts)
+	var out Output[float64, Summary]
+	for _, e := range evs[:100] {
+		require.NoError(t, fresh.Add(e, &out))
+	}
+	snap, err := fresh.Snapshot(ctx, 1)
+	require.NoError(t, err)
+	if *update {
+		require.NoError(t, os.WriteFile("testdata/v2-session-stats.snap", snap, 0o644))
+	}
+	v2, err := os.ReadFile("testdata/v2-session-stats.snap")
+	require.NoError(t, err)
+	assert.Equal(t, v2, snap, "the format did not change")
+
+	restored := newSession(t, 10*time.Second, opts)
+	require.NoError(t, restored.Restore(ctx, v2))
+	var a, b Output[float64, Summary]
+	for _, e := range evs[100:] {
+		require.NoError(t, restored.Add(e, &a))
+		require.NoError(t, fresh.Add(e, &b))
+	}
+	assert.Equal(t, b, a)
+	assert.NotEmpty(t, a.Rows)
+
+	assert.ErrorIs(t, newStats(t).Restore(ctx, v2), ErrIncompatible)
+	v1, err := os.ReadFile("testdata/v1-hopping-stats.snap")
+	require.NoError(t, err)
+	assert.ErrorIs(t, newSession(t, 10*time.Second, opts).Restore(ctx, v1), ErrIncompatible)
+	assert.ErrorIs(t, newSession(t, 11*time.Second, opts).Restore(ctx, v2), ErrIncompatible)
+
+	// Every truncation is refused as corrupt and loads nothing.
+	for n := range len(v2) {
+		op := newSession(t, 10*time.Second, opts)
+		err := op.Restore(ctx, v2[:n])
+		require.Error(t, err, "prefix %d", n)
+		_, ok := op.Watermark()
+		require.False(t, ok)
+	}
+}
+
+func TestSessionSpecValidation(t *testing.T) {
+	for _, spec := range []Spec{Session(0), Session(-time.Second), {Size: time.Minute, Slide: time.Minute, Gap: time.Second}, Session(10 * 365 * 24 * time.Hour)} {
+		_, err := New(spec, Stats{}, Options{})
+		assert.ErrorIs(t, err, ErrInvalidOptions, "%+v", spec)
+	}
+	_, err := New(Session(time.Second), Stats{}, Options{})
+	assert.NoError(t, err)
+}
+
+// Neutral elements: a session of an average holds samples, so it is
+// Valid; the aggregator's Merge of Identity leaves a session unchanged.
+func TestSessionAvgNeutral(t *testing.T) {
+	op, err := New(Session(10*time.Second), Avg[float64]{}, Options{MaxOutOfOrderness: -1, AllowedLateness: time.Minute})
+	require.NoError(t, err)
+	var out Output[float64, float64]
+	for _, e := range []Event[float64]{ev("a", 0, 0), ev("a", 15*time.Second, 6), ev("a", 30*time.Second, 0), ev("a", 8*time.Second, 3)} {
+		require.NoError(t, op.Add(e, &out))
+	}
+	last := out.Rows[len(out.Rows)-1]
+	assert.Equal(t, Row[float64]{Key: "a", Start: at(0), End: at(25 * time.Second), Version: 3, Valid: true, Result: 3}, last)
+}
+
