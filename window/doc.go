@@ -5,8 +5,8 @@
 //
 // # Tour
 //
-// A Spec says which windows an event belongs to: Tumbling(time.Minute) or
-// Hopping(time.Hour, 10*time.Minute). An aggregator says what a window
+// A Spec says which windows an event belongs to: Tumbling(time.Minute),
+// Hopping(time.Hour, 10*time.Minute) or Session(30*time.Minute). An aggregator says what a window
 // computes: Count, Sum, Min, Max, Avg, Stats (count, sum, avg, min, max in
 // one), Distinct (exact), ApproxDistinct (HyperLogLog), or any type
 // implementing Aggregator and Codec. New combines them:
@@ -37,6 +37,39 @@
 // EndInput tells the operator that the input is finished (a backfill, a
 // bounded replay, a test): the watermark moves past every window and every
 // open window fires at once, as with Flink's final watermark.
+//
+// # Session windows
+//
+// Session(gap) groups each key's events into sessions: events less than
+// gap apart are in one session [first event, last event + gap), so a
+// session ends after gap without events. It fires when the watermark
+// reaches its End, and stays open for AllowedLateness after that, like a
+// window. A session's row is keyed by (Key, Start), with End as a column:
+// write session rows to a ReplacingMergeTree(Version, Deleted) ordered by
+// (Key, Start).
+//
+// An event that arrives out of order may extend a session, or bridge two
+// (its [t, t+gap) overlaps both): they merge into one, with the
+// aggregator's Merge, and the merged session's Version is its number of
+// events. When a merged session had been emitted (fired, or an early row)
+// under a Start that is no longer a session's start, the operator emits a
+// Row with Deleted set for that (Key, Start), whose Version beats every
+// row written there; the merged session is emitted at once (a final row
+// when the watermark is past its End, else an early row). A table read
+// with FINAL so holds exactly the current sessions.
+//
+// Lateness differs from windows in one way: an event is late when its
+// time is more than AllowedLateness behind the watermark, even when the
+// session it would open ends after the watermark. Every session the
+// operator has closed and forgotten ends at or before that point, so an
+// accepted event never overlaps one, and the table never holds two
+// overlapping sessions of a key. Late events go to Output.Late (Start and
+// End are the session [t, t+gap) the event would have opened).
+//
+// A session operator's snapshot is format version 2 (the gap, and each
+// session's end and whether it has a row); window operators still write
+// version 1, and a snapshot of one kind is refused by the other with
+// ErrIncompatible.
 //
 // # Inputs, partitions and RemoveInput
 //
@@ -113,6 +146,13 @@
 // Kafka partition: the producer's partition key must determine the window
 // key (kafkapub keys webhooks by tenant: a window keyed by organisation and
 // employee fits). PartitionCheck catches a key seen on two partitions with a
-// loud ErrKeySplit instead of two partial rows. Session windows are not offered: merging sessions
-// changes a window's bounds, which a table keyed by window cannot retract.
+// loud ErrKeySplit instead of two partial rows.
+//
+// Sessions: whatever the arrival order, as long as no event is late, the
+// rows read as a ReplacingMergeTree(Version, Deleted) with FINAL are
+// exactly the sessions computed from the sorted events, each with the
+// aggregate of its events; with late events, exactly the sessions of the
+// accepted events, and every other event is in Output.Late. Session rows
+// are keyed by (Key, Start) and need the Deleted column: a merge retracts
+// a session's row by a deletion, never by a row of another key.
 package window

@@ -119,3 +119,46 @@ func ExampleOperator_EndInput() {
 	// repo-1 [15:00, 16:00) sum 1
 	// repo-1 [16:00, 17:00) sum 5
 }
+
+// Session windows: per key, events less than the gap apart form one
+// session. A late event that bridges two sessions merges them: the later
+// session's row is retracted (Deleted) and the merged one replaces the
+// earlier, so a ReplacingMergeTree(Version, Deleted) read with FINAL holds
+// exactly the final sessions.
+func ExampleSession() {
+	op, err := window.New(window.Session(10*time.Minute), window.Count[string]{}, window.Options{
+		MaxOutOfOrderness: time.Minute,
+		AllowedLateness:   time.Hour,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	t0 := time.Date(2026, 10, 28, 15, 0, 0, 0, time.UTC)
+	var out window.Output[string, uint64]
+	for _, at := range []time.Duration{
+		0, 5 * time.Minute, // one session [15:00, 15:15)
+		20 * time.Minute,   // another; watermark 15:19: the first fires
+		50 * time.Minute,   // watermark 15:49: [15:20, 15:30) fires
+		12 * time.Minute,   // late, within the lateness: bridges the two
+	} {
+		if err := op.Add(window.Event[string]{Key: "alice", Time: t0.Add(at), Value: "click"}, &out); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	op.EndInput(&out)
+	for _, r := range out.Rows {
+		if r.Deleted {
+			fmt.Printf("%s [%s, %s) version %d deleted\n", r.Key, r.Start.Format("15:04"), r.End.Format("15:04"), r.Version)
+			continue
+		}
+		fmt.Printf("%s [%s, %s) version %d count %d\n", r.Key, r.Start.Format("15:04"), r.End.Format("15:04"), r.Version, r.Result)
+	}
+	// Output:
+	// alice [15:00, 15:15) version 2 count 2
+	// alice [15:20, 15:30) version 1 count 1
+	// alice [15:20, 15:30) version 4 deleted
+	// alice [15:00, 15:30) version 4 count 4
+	// alice [15:50, 16:00) version 1 count 1
+}

@@ -135,6 +135,48 @@ func TestSessionsMatchBruteForce(t *testing.T) {
 	assert.NotZero(t, merges, "the streams make late events bridge emitted sessions")
 }
 
+// Property: with events beyond the lateness too, every event is either in
+// the table or in Output.Late, and the table holds exactly the sessions of
+// the accepted events: a late event is never half-merged, and an accepted
+// one never overlaps a session already closed.
+func TestSessionsWithLateEventsMatchBruteForce(t *testing.T) {
+	const gap, bound, lateness = 10 * time.Second, 2 * time.Second, 5 * time.Second
+	late := 0
+	for seed := range uint64(60) {
+		evs := sessionStream(seed, 150, 40*time.Second)
+		op := newSession(t, gap, Options{MaxOutOfOrderness: bound, AllowedLateness: lateness})
+		var out Output[float64, Summary]
+		for _, e := range evs {
+			require.NoError(t, op.Add(e, &out))
+		}
+		op.EndInput(&out)
+		accepted := slices.Clone(evs)
+		for _, l := range out.Late {
+			i := slices.Index(accepted, l.Event)
+			require.GreaterOrEqual(t, i, 0)
+			accepted = slices.Delete(accepted, i, i+1)
+		}
+		late += len(out.Late)
+		require.Equal(t, bruteSessions(accepted, gap), table(out.Rows), "seed %d", seed)
+	}
+	assert.NotZero(t, late)
+}
+
+// An event that would overlap a session already closed (forgotten) is late
+// even though its own session [t, t+gap) would end after the watermark:
+// otherwise the table would hold two overlapping sessions.
+func TestSessionEventOverlappingClosedSessionIsLate(t *testing.T) {
+	op := newSession(t, 10*time.Second, Options{MaxOutOfOrderness: -1})
+	var out Output[float64, Summary]
+	for _, e := range []Event[float64]{ev("a", 0, 1), ev("a", 5*time.Second, 1), ev("b", 20*time.Second, 1)} {
+		require.NoError(t, op.Add(e, &out))
+	}
+	require.Len(t, out.Rows, 1, "[0s, 15s) fired and closed at watermark 20s")
+	require.NoError(t, op.Add(ev("a", 12*time.Second, 1), &out))
+	require.Len(t, out.Late, 1)
+	assert.Len(t, out.Rows, 1)
+}
+
 // A late event that bridges two fired sessions merges them: the later
 // session's row is retracted and the merged one is emitted with the sum
 // of their events as its version. An event beyond the lateness is late.
@@ -294,4 +336,3 @@ func TestSessionAvgNeutral(t *testing.T) {
 	last := out.Rows[len(out.Rows)-1]
 	assert.Equal(t, Row[float64]{Key: "a", Start: at(0), End: at(25 * time.Second), Version: 3, Valid: true, Result: 3}, last)
 }
-

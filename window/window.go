@@ -122,7 +122,9 @@ type Event[In any] struct {
 }
 
 // Row is one emission of a window's result: the plain record written to a
-// ReplacingMergeTree(Version) table ordered by (Key, Start, End).
+// ReplacingMergeTree(Version) table ordered by (Key, Start, End); session
+// rows, (Key, Start) with End a column, in a ReplacingMergeTree(Version,
+// Deleted) (see the package documentation).
 //
 // A window is emitted when the watermark passes its End, and again for
 // every event accepted within the allowed lateness. Version is the number
