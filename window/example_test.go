@@ -138,9 +138,9 @@ func ExampleSession() {
 	var out window.Output[string, uint64]
 	for _, at := range []time.Duration{
 		0, 5 * time.Minute, // one session [15:00, 15:15)
-		20 * time.Minute,   // another; watermark 15:19: the first fires
-		50 * time.Minute,   // watermark 15:49: [15:20, 15:30) fires
-		12 * time.Minute,   // late, within the lateness: bridges the two
+		20 * time.Minute, // another; watermark 15:19: the first fires
+		50 * time.Minute, // watermark 15:49: [15:20, 15:30) fires
+		12 * time.Minute, // late, within the lateness: bridges the two
 	} {
 		if err := op.Add(window.Event[string]{Key: "alice", Time: t0.Add(at), Value: "click"}, &out); err != nil {
 			fmt.Println(err)

@@ -364,7 +364,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	otherSnap, err := otherSpec.Snapshot(ctx, 1)
 	require.NoError(t, err)
 	newer := append([]byte(nil), good...)
-	newer[4] = 2
+	newer[4] = snapshotVersion + 1 // version 2 is the session format
 
 	tests := []struct {
 		name string
