@@ -1,10 +1,13 @@
 package window_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -314,4 +317,131 @@ func TestClickHouseEarlyFiringsThenFinal(t *testing.T) {
 	op.EndInput(&out)
 	insert(out.Rows)
 	assert.Equal(t, truth, final(), "FINAL: exactly the final result")
+}
+
+// Session rows in a real ReplacingMergeTree(version, deleted) ordered by
+// (employee, session start), every batch inserted twice (at-least-once):
+// read with FINAL after each batch, the table holds no session that
+// overlaps another of its employee, and at the end it holds exactly the
+// sessions of the sorted events, although late events bridged sessions
+// already in the table.
+func TestClickHouseSessionsFinal(t *testing.T) {
+	addr, db := testenv.ClickHouse(t)
+	c := testenv.DialClickHouse(t, addr, db)
+	ctx := t.Context()
+	require.NoError(t, c.Do(ctx, ch.Query{Body: `CREATE TABLE sessions (employee_id String, session_start DateTime,
+		session_end DateTime, version UInt64, deleted UInt8, events UInt64)
+		ENGINE = ReplacingMergeTree(version, deleted) ORDER BY (employee_id, session_start)`}))
+	insert := func(rows []window.Row[uint64]) {
+		var who proto.ColStr
+		var start, end proto.ColDateTime
+		var version, events proto.ColUInt64
+		var deleted proto.ColUInt8
+		for range 2 {
+			for _, r := range rows {
+				who.Append(r.Key)
+				start.Append(r.Start)
+				end.Append(r.End)
+				version.Append(r.Version)
+				deleted.Append(boolByte(r.Deleted))
+				events.Append(r.Result)
+			}
+		}
+		require.NoError(t, c.Do(ctx, ch.Query{
+			Body: "INSERT INTO sessions VALUES",
+			Input: proto.Input{{Name: "employee_id", Data: &who}, {Name: "session_start", Data: &start},
+				{Name: "session_end", Data: &end}, {Name: "version", Data: &version}, {Name: "deleted", Data: &deleted},
+				{Name: "events", Data: &events}},
+		}))
+	}
+	type sess struct {
+		who        string
+		start, end time.Time
+		events     uint64
+	}
+	final := func() []sess {
+		var who proto.ColStr
+		var start, end proto.ColDateTime
+		var events proto.ColUInt64
+		var got []sess
+		require.NoError(t, c.Do(ctx, ch.Query{
+			Body: "SELECT employee_id, session_start, session_end, events FROM sessions FINAL ORDER BY employee_id, session_start",
+			Result: proto.Results{{Name: "employee_id", Data: &who}, {Name: "session_start", Data: &start},
+				{Name: "session_end", Data: &end}, {Name: "events", Data: &events}},
+			OnResult: func(context.Context, proto.Block) error {
+				for i := range who.Rows() {
+					got = append(got, sess{who.Row(i), start.Row(i).UTC(), end.Row(i).UTC(), events.Row(i)})
+				}
+				return nil
+			},
+		}))
+		return got
+	}
+
+	const gap = 10 * time.Minute
+	hour := time.Date(2026, 10, 28, 10, 0, 0, 0, time.UTC)
+	type arrival struct {
+		who     string
+		at, due time.Time
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	var evs []arrival
+	base := time.Duration(0)
+	for range 300 {
+		base += time.Duration(r.IntN(240)) * time.Second
+		if r.IntN(8) == 0 {
+			base += time.Hour
+		}
+		at := hour.Add(base)
+		evs = append(evs, arrival{who: []string{"alice", "bob"}[r.IntN(2)], at: at, due: at.Add(time.Duration(r.IntN(40)) * time.Minute)})
+	}
+	slices.SortStableFunc(evs, func(a, b arrival) int { return a.due.Compare(b.due) })
+
+	op, err := window.New(window.Session(gap), window.Count[string]{}, window.Options{
+		MaxOutOfOrderness: 5 * time.Minute,
+		AllowedLateness:   35 * time.Minute, // every delay is within out-of-orderness plus lateness
+		IdleTimeout:       -1,
+	})
+	require.NoError(t, err)
+	var out window.Output[string, uint64]
+	deletions := 0
+	for i, e := range evs {
+		require.NoError(t, op.Add(window.Event[string]{Key: e.who, Time: e.at, Value: "pr.merged"}, &out))
+		if i%50 == 49 {
+			for _, r := range out.Rows {
+				deletions += int(boolByte(r.Deleted))
+			}
+			insert(out.Rows)
+			out.Reset()
+			got := final()
+			for j := 1; j < len(got); j++ {
+				if got[j].who == got[j-1].who {
+					require.False(t, got[j].start.Before(got[j-1].end), "overlapping sessions in the table: %v %v", got[j-1], got[j])
+				}
+			}
+		}
+	}
+	op.EndInput(&out)
+	require.Empty(t, out.Late)
+	insert(out.Rows)
+	require.NotZero(t, deletions, "late events bridged sessions already written")
+
+	slices.SortFunc(evs, func(a, b arrival) int { return cmp.Or(strings.Compare(a.who, b.who), a.at.Compare(b.at)) })
+	var want []sess
+	for i, e := range evs {
+		if i > 0 && evs[i-1].who == e.who && e.at.Sub(evs[i-1].at) < gap {
+			want[len(want)-1].end = e.at.Add(gap)
+			want[len(want)-1].events++
+			continue
+		}
+		want = append(want, sess{e.who, e.at, e.at.Add(gap), 1})
+	}
+	assert.Equal(t, want, final())
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
