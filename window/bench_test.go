@@ -117,3 +117,37 @@ func BenchmarkOpenWindowHeap(b *testing.B) {
 	}
 	b.ReportMetric(perWindow, "heapB/window")
 }
+
+// BenchmarkSessionStats feeds the events of BenchmarkTumblingStats into
+// session windows: each key speaks every 6 s, so with a 30 s gap its
+// sessions grow, and with a 5 s gap every event closes one session and
+// opens the next (the worst case for firing).
+func BenchmarkSessionStats(b *testing.B) {
+	for _, gap := range []time.Duration{30 * time.Second, 5 * time.Second} {
+		b.Run("gap="+gap.String(), func(b *testing.B) {
+			keys := benchKeyNames()
+			op, err := New(Session(gap), Stats{}, Options{MaxOutOfOrderness: time.Second, IdleTimeout: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out Output[float64, Summary]
+			base := time.Date(2026, 10, 28, 15, 0, 0, 0, time.UTC)
+			for i, k := range keys {
+				_ = op.Add(Event[float64]{Key: k, Time: base, Value: float64(i)}, &out)
+			}
+			out.Reset()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				e := Event[float64]{Key: keys[i%benchKeys], Time: base.Add(time.Duration(i) * benchStep), Value: float64(i & 1023)}
+				if err := op.Add(e, &out); err != nil {
+					b.Fatal(err)
+				}
+				if len(out.Rows) > 0 {
+					out.Reset()
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

@@ -45,10 +45,11 @@ type Operator[In, Acc, Out any] struct {
 	open   int // windows held
 
 	// Session windows (spec.Gap > 0): each key's sessions, sorted by start
-	// and disjoint; due is the earliest watermark at which one fires or
-	// closes (math.MaxInt64: none).
+	// and disjoint; due holds, for every session, an entry at or before
+	// the watermark at which it fires or closes (and stale entries, which
+	// cost a look at their key), so firing visits only the keys due.
 	sessions map[string][]*session[Acc]
-	due      int64
+	due      dueHeap
 
 	// Early firings: every > 0 emits a pane at every multiple of every
 	// events; interval > 0 emits changed panes every interval of processing
@@ -127,7 +128,6 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 		wm:       noWatermark,
 		groups:   make(map[int64]*group[Acc]),
 		sessions: make(map[string][]*session[Acc]),
-		due:      math.MaxInt64,
 		every:    opts.Early.Every,
 		interval: int64(opts.Early.Interval),
 	}
@@ -408,7 +408,10 @@ func satAdd(a, b int64) int64 {
 // before the first one closes.)
 func (o *Operator[In, Acc, Out]) nextDue() (int64, bool) {
 	if o.spec.Gap > 0 {
-		return o.due, o.due != math.MaxInt64
+		if len(o.due) == 0 {
+			return 0, false
+		}
+		return o.due[0].at, true
 	}
 	due, ok := int64(math.MaxInt64), false
 	for i, s := range o.starts {

@@ -6,7 +6,6 @@ package window
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 )
@@ -54,46 +53,124 @@ func (o *Operator[In, Acc, Out]) addSession(ev Event[In], t int64, out *Output[I
 	for j < len(ss) && ss[j].start < t+gap {
 		j++
 	}
-	m := &session[Acc]{start: t, end: t + gap, acc: o.agg.Identity()}
-	emitted := false
-	for _, s := range ss[i:j] {
-		m.start, m.end = min(m.start, s.start), max(m.end, s.end)
+	// The merged session: the event's own [t, t+gap) and the sessions it
+	// overlaps, folded into the first of them when there is one (in place:
+	// the common case, an event extending a session, allocates nothing).
+	var m *session[Acc]
+	if j > i {
+		m = ss[i]
+	} else {
+		m = &session[Acc]{start: t, end: t + gap, acc: o.agg.Identity()}
+	}
+	first := *m // before the merge; its acc may be reused by Merge and Add
+	for _, s := range ss[min(i+1, j):j] {
+		m.end = max(m.end, s.end)
 		m.acc = o.agg.Merge(m.acc, s.acc)
 		m.n += s.n
-		emitted = emitted || s.emitted
 	}
+	m.start, m.end = min(m.start, t), max(m.end, t+gap)
 	m.acc = o.agg.Add(m.acc, ev.Value)
 	m.n++
 	// Retract the rows of merged sessions whose start moved: their (Key,
 	// Start) is never a session start again (the merged session holds an
 	// event there and starts before it), and the deletion's version beats
-	// every row written for it.
-	for _, s := range ss[i:j] {
-		if s.emitted && s.start != m.start {
+	// every row written for it. The merged session is then shown at once,
+	// as are sessions that had fired and are open again, so that the table
+	// never holds the parts of a session beside the whole.
+	show := false
+	if j > i && first.emitted && first.start != m.start {
+		o.emitSession(ev.Key, &first, m.n, rowDeleted, out)
+		m.emitted, show = false, true
+	}
+	for _, s := range ss[min(i+1, j):j] {
+		if s.emitted {
 			o.emitSession(ev.Key, s, m.n, rowDeleted, out)
-		}
-		if s.start == m.start {
-			m.emitted, m.shown = s.emitted, s.shown
+			show = true
 		}
 	}
-	o.open -= j - i - 1
-	o.inst.open.Add(context.Background(), -int64(j-i-1), o.inst.add...)
-	ss = slices.Replace(ss, i, j, m)
+	// A session that keeps its bounds keeps its entry in due.
+	needDue := j == i || first.start != m.start || first.end != m.end
+	if j == i {
+		ss = slices.Insert(ss, i, m)
+		o.open++
+		o.inst.open.Add(context.Background(), 1, o.inst.add...)
+	} else if j > i+1 {
+		clear(ss[i+1 : j])
+		ss = slices.Delete(ss, i+1, j)
+		o.open -= j - i - 1
+		o.inst.open.Add(context.Background(), -int64(j-i-1), o.inst.add...)
+	}
 	o.sessions[ev.Key] = ss
+	fired := m.fired
 	m.fired = o.wm != noWatermark && m.end <= o.wm
 	switch {
 	case m.fired:
 		o.emitSession(ev.Key, m, m.n, rowFinal, out) // late but allowed: re-emit
-	case emitted:
-		// A merged session had a row: show the merged one at once, as an
-		// early row, so the table never holds the parts and the whole.
+	case show || fired:
 		o.emitSession(ev.Key, m, m.n, rowEarly, out)
 	case o.every > 0 && m.n%o.every == 0:
 		o.emitSession(ev.Key, m, m.n, rowEarly, out)
 	default:
 		o.pending = true
 	}
-	o.due = min(o.due, m.end)
+	if needDue {
+		o.due.push(dueEntry{at: m.nextDue(o.lateness), key: ev.Key})
+	}
+}
+
+// nextDue returns the watermark at which s fires, or closes if it fired.
+func (s *session[Acc]) nextDue(lateness int64) int64 {
+	if s.fired {
+		return s.end + lateness
+	}
+	return s.end
+}
+
+// dueEntry says that a session of key fires or closes at watermark at.
+type dueEntry struct {
+	at  int64
+	key string
+}
+
+// dueHeap is a min-heap of dueEntry by at.
+type dueHeap []dueEntry
+
+func (h *dueHeap) push(e dueEntry) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if q[p].at <= q[i].at {
+			break
+		}
+		q[p], q[i] = q[i], q[p]
+		i = p
+	}
+}
+
+func (h *dueHeap) pop() dueEntry {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q[n] = dueEntry{}
+	q = q[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && q[l].at < q[m].at {
+			m = l
+		}
+		if l+1 < n && q[l+1].at < q[m].at {
+			m = l + 1
+		}
+		if m == i {
+			break
+		}
+		q[m], q[i] = q[i], q[m]
+		i = m
+	}
+	*h = q
+	return top
 }
 
 // firstWhere returns the first index of ss for which f is true (f is monotone).
@@ -136,16 +213,12 @@ func (o *Operator[In, Acc, Out]) emitSession(key string, s *session[Acc], versio
 // fireSessions emits the sessions whose end the watermark reached, by key
 // then start, and drops those past their allowed lateness.
 func (o *Operator[In, Acc, Out]) fireSessions(out *Output[In, Out]) {
-	if o.due > o.wm {
-		return
-	}
 	keys := o.keys[:0]
-	for k := range o.sessions {
-		keys = append(keys, k)
+	for len(o.due) > 0 && o.due[0].at <= o.wm {
+		keys = append(keys, o.due.pop().key)
 	}
 	slices.Sort(keys)
-	o.due = math.MaxInt64
-	pending := false
+	keys = slices.Compact(keys)
 	for ki, k := range keys {
 		ss := o.sessions[k]
 		n := 0 // kept
@@ -153,15 +226,12 @@ func (o *Operator[In, Acc, Out]) fireSessions(out *Output[In, Out]) {
 			if !s.fired && s.end <= o.wm {
 				s.fired = true
 				o.emitSession(k, s, s.n, rowFinal, out)
+				if s.end+o.lateness > o.wm {
+					o.due.push(dueEntry{at: s.end + o.lateness, key: k})
+				}
 			}
 			if s.end+o.lateness <= o.wm {
 				continue
-			}
-			if s.fired {
-				o.due = min(o.due, s.end+o.lateness)
-			} else {
-				o.due = min(o.due, s.end)
-				pending = true
 			}
 			ss[n] = s
 			n++
@@ -177,9 +247,6 @@ func (o *Operator[In, Acc, Out]) fireSessions(out *Output[In, Out]) {
 		keys[ki] = ""
 	}
 	o.keys = keys[:0]
-	if !pending {
-		o.pending = false
-	}
 }
 
 // earlySessions emits the partial result of every unfired session that
@@ -263,9 +330,14 @@ func (o *Operator[In, Acc, Out]) restoreSessions(d *decoder, version byte, wm in
 	o.inputs = declaredInputs(o.declared, inputs, now)
 	o.wm, o.sessions, o.open = wm, sessions, n
 	o.pending, o.nextEarly = n > 0, satAdd(now, o.interval)
-	// Recompute due and drop sessions past their lateness (possible when
+	// Rebuild due and drop sessions past their lateness (possible when
 	// AllowedLateness shrank); they fired before the snapshot.
-	o.due = math.MinInt64
+	o.due = o.due[:0]
+	for k, ss := range sessions {
+		for _, s := range ss {
+			o.due.push(dueEntry{at: s.nextDue(o.lateness), key: k})
+		}
+	}
 	var discard Output[In, Out]
 	o.fireSessions(&discard)
 	return nil
