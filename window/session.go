@@ -80,7 +80,7 @@ func (o *Operator[In, Acc, Out]) addSession(ev Event[In], t int64, out *Output[I
 	show := false
 	if j > i && first.emitted && first.start != m.start {
 		o.emitSession(ev.Key, &first, m.n, rowDeleted, out)
-		m.emitted, show = false, true
+		show = true // the merged session is emitted below, under its new start
 	}
 	for _, s := range ss[min(i+1, j):j] {
 		if s.emitted {

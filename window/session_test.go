@@ -336,3 +336,23 @@ func TestSessionAvgNeutral(t *testing.T) {
 	last := out.Rows[len(out.Rows)-1]
 	assert.Equal(t, Row[float64]{Key: "a", Start: at(0), End: at(25 * time.Second), Version: 3, Valid: true, Result: 3}, last)
 }
+
+// When an early row's session moves its start (an out-of-order event
+// before it), the retraction comes with the merged session's row at once:
+// the table never goes without the events it showed.
+func TestSessionRetractionComesWithMergedRow(t *testing.T) {
+	op := newSession(t, 10*time.Second, Options{MaxOutOfOrderness: 5 * time.Second, Early: EarlyFiring{Every: 2}})
+	var out Output[float64, Summary]
+	for _, e := range []Event[float64]{ev("a", 5*time.Second, 1), ev("a", 6*time.Second, 1)} {
+		require.NoError(t, op.Add(e, &out))
+	}
+	require.Len(t, out.Rows, 1)
+	assert.True(t, out.Rows[0].Early)
+	out.Reset()
+	require.NoError(t, op.Add(ev("a", 2*time.Second, 1), &out))
+	assert.Equal(t, []Row[Summary]{
+		{Key: "a", Start: at(5 * time.Second), End: at(16 * time.Second), Version: 3, Deleted: true},
+		{Key: "a", Start: at(2 * time.Second), End: at(16 * time.Second), Version: 3, Valid: true, Result: Summary{3, 3, 1, 1, 1}, Early: true},
+	}, out.Rows)
+	assert.Len(t, table(out.Rows), 1)
+}
