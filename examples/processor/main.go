@@ -49,6 +49,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
@@ -66,6 +67,7 @@ type config struct {
 	listen, topic, group  string
 	brokers               []string
 	stateDir              string
+	s3                    s3State
 	interval              time.Duration
 	createTables          bool
 	chAddr, database      string
@@ -94,6 +96,11 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.topic, "topic", env("KAFKA_TOPIC", "webhooks"), "Kafka topic (KAFKA_TOPIC)")
 	fs.StringVar(&c.group, "group", env("KAFKA_GROUP", "processor"), "consumer group (KAFKA_GROUP)")
 	fs.StringVar(&c.stateDir, "state-dir", env("PROCESSOR_STATE_DIR", "./state"), "checkpoints and sink journals, shared by every instance (PROCESSOR_STATE_DIR)")
+	fs.StringVar(&c.s3.bucket, "s3-bucket", env("S3_BUCKET", ""), "keep checkpoints and sink journals in this S3 bucket instead of -state-dir: what processors on several machines share (S3_BUCKET)")
+	fs.StringVar(&c.s3.prefix, "s3-prefix", env("S3_PREFIX", ""), "object name prefix in -s3-bucket (S3_PREFIX)")
+	fs.StringVar(&c.s3.endpoint, "s3-endpoint", env("S3_ENDPOINT", ""), "S3-compatible server URL; empty for AWS (S3_ENDPOINT)")
+	fs.StringVar(&c.s3.region, "s3-region", env("S3_REGION", "us-east-1"), "S3 region (S3_REGION)")
+	c.s3.accessKeyID, c.s3.secretAccessKey = getenv("S3_ACCESS_KEY_ID"), getenv("S3_SECRET_ACCESS_KEY")
 	fs.DurationVar(&c.interval, "checkpoint-interval", time.Second, "time between checkpoints")
 	fs.BoolVar(&c.createTables, "create-tables", env("PROCESSOR_CREATE_TABLES", "true") == "true", "create the database and tables if missing (PROCESSOR_CREATE_TABLES)")
 	fs.StringVar(&c.chAddr, "clickhouse", env("CLICKHOUSE_ADDR", "localhost:9000"), "ClickHouse native protocol address (CLICKHOUSE_ADDR)")
@@ -178,7 +185,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 		}
 	}
 
-	storage, err := checkpoint.NewFSStorage(cfg.stateDir)
+	storage, err := openStorage(cfg)
 	if err != nil {
 		return err
 	}
@@ -252,4 +259,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	}
 	log.Info("processor stopped cleanly")
 	return nil
+}
+
+// s3State is where -s3-bucket keeps checkpoints and journals. Credentials
+// come only from the environment, never from flags that ps would show.
+type s3State struct {
+	bucket, prefix, endpoint, region string
+	accessKeyID, secretAccessKey     string
+}
+
+// openStorage returns the checkpoint storage every instance of the
+// processor shares: an S3 bucket, fenced by its conditional writes, when
+// -s3-bucket is set, else the -state-dir directory (one machine, or a
+// shared POSIX filesystem).
+func openStorage(cfg config) (checkpoint.Storage, error) {
+	if cfg.s3.bucket == "" {
+		return checkpoint.NewFSStorage(cfg.stateDir)
+	}
+	client := s3storage.NewClient(s3storage.ClientConfig{
+		Endpoint:        cfg.s3.endpoint,
+		Region:          cfg.s3.region,
+		AccessKeyID:     cfg.s3.accessKeyID,
+		SecretAccessKey: cfg.s3.secretAccessKey,
+	})
+	st, err := s3storage.New(client, cfg.s3.bucket, s3storage.Options{Prefix: cfg.s3.prefix})
+	if err != nil {
+		return nil, fmt.Errorf("-s3-bucket: %w", err)
+	}
+	return st, nil
 }
