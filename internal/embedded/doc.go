@@ -19,6 +19,11 @@
 //	kp, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: dir})
 //	kp.Kill()          // kill -9 the broker; kp.Start(ctx) brings it back
 //
+//	// wire-level faults, in either broker (package kafkafault):
+//	kp.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.ProduceLostAck}) // written, never acknowledged
+//	k.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.GroupError, Count: 2})
+//	kp.FaultStats(ctx) // what each kind hit
+//
 //	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
 //	defer r.Stop()
 //

@@ -11,3 +11,7 @@ import (
 var ErrNotInstalled = errors.New("embedded: not installed")
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// ErrStopped is wrapped by errors of calls that need a running server (a
+// fault injected into a killed broker).
+var ErrStopped = errors.New("embedded: server is not running")

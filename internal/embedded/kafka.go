@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded/kafkafault"
 )
 
 // ErrTopicMismatch is returned by CreateTopic when the topic exists with a
@@ -25,8 +27,11 @@ type KafkaOptions struct {
 	DataDir string
 	// Port to listen on. Default: a free port.
 	Port int
-	// Extra are further kfake options (fault injection, broker configs),
-	// applied after the ones derived from the fields above.
+	// Extra are further kfake options (broker configs, kfake's own Fault
+	// and Control hooks), applied after the ones derived from the fields
+	// above. A kfake.ListenFn among them replaces the fault injector's
+	// listener: connection faults (lost acknowledgements, dropped
+	// connections, slow answers) then do nothing.
 	Extra []kfake.Opt
 }
 
@@ -36,12 +41,14 @@ type KafkaOptions struct {
 // produces. It is safe for concurrent use.
 type Kafka struct {
 	cluster   *kfake.Cluster
+	faults    *kafkafault.Injector
 	closeOnce sync.Once
 }
 
 // StartKafka starts a one-broker kfake cluster.
 func StartKafka(opts KafkaOptions) (*Kafka, error) {
-	kopts := []kfake.Opt{kfake.NumBrokers(1)}
+	inj := kafkafault.New()
+	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.ListenFn(inj.Listen)}
 	if opts.Port != 0 {
 		kopts = append(kopts, kfake.Ports(opts.Port))
 	}
@@ -53,7 +60,8 @@ func StartKafka(opts KafkaOptions) (*Kafka, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: start kfake: %w", err)
 	}
-	return &Kafka{cluster: c}, nil
+	inj.Attach(c)
+	return &Kafka{cluster: c, faults: inj}, nil
 }
 
 // Brokers returns the bootstrap addresses.
@@ -62,6 +70,24 @@ func (k *Kafka) Brokers() []string { return k.cluster.ListenAddrs() }
 // Cluster returns the kfake cluster, for fault injection with Control and
 // ControlKey.
 func (k *Kafka) Cluster() *kfake.Cluster { return k.cluster }
+
+// InjectFault arms a wire-level fault (see package kafkafault). The context
+// is unused (the injector is in process); it keeps the signature of
+// KafkaProcess.InjectFault.
+func (k *Kafka) InjectFault(_ context.Context, f kafkafault.Fault) error {
+	return k.faults.Inject(f)
+}
+
+// ClearFaults disarms every fault.
+func (k *Kafka) ClearFaults(context.Context) error {
+	k.faults.Clear()
+	return nil
+}
+
+// FaultStats returns what the faults have hit so far.
+func (k *Kafka) FaultStats(context.Context) (kafkafault.Stats, error) {
+	return k.faults.Stats(), nil
+}
 
 // Close shuts the cluster down. It is safe to call more than once.
 func (k *Kafka) Close() {

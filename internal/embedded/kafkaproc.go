@@ -3,10 +3,11 @@ package embedded
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -18,10 +19,15 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded/kafkafault"
 )
 
-//go:embed kfakeserver/main.go
-var kfakeServerSource []byte
+// kfakeServerSource is the source kfakeserver is built from: its own and the
+// fault injector's, so a change to either rebuilds it.
+//
+//go:embed kfakeserver/main.go kafkafault/*.go
+var kfakeServerSource embed.FS
 
 // modulePath is this module's path; StartKafkaProcess builds kfakeserver
 // from it.
@@ -64,6 +70,8 @@ type KafkaProcess struct {
 	opts  KafkaProcessOptions
 	bin   string
 	addr  string
+
+	control kafkafault.Client // the running broker's fault endpoint; guarded by mu
 }
 
 // StartKafkaProcess builds kfakeserver (the first time, with the go tool,
@@ -145,8 +153,60 @@ func (k *KafkaProcess) Start(ctx context.Context) error {
 		return fmt.Errorf("embedded: kfakeserver on %s: %w", k.addr, err)
 	}
 	k.proc = p
-	k.opts.Logger.Info("kafka process started", "addr", k.addr, "pid", p.pid())
+	k.control = kafkafault.Client{URL: controlURL(p.out.String())}
+	k.opts.Logger.Info("kafka process started", "addr", k.addr, "pid", p.pid(), "control", k.control.URL)
 	return nil
+}
+
+// controlURL finds the fault endpoint kfakeserver printed.
+func controlURL(out string) string {
+	for line := range strings.Lines(out) {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(line), "control "); ok {
+			return u
+		}
+	}
+	return ""
+}
+
+// faults returns the running broker's fault endpoint.
+func (k *KafkaProcess) faults() (kafkafault.Client, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.running() {
+		return kafkafault.Client{}, ErrStopped
+	}
+	return k.control, nil
+}
+
+// InjectFault arms a wire-level fault in the running broker (see package
+// kafkafault). Faults do not survive Kill or Stop. It returns ErrStopped
+// while the broker is down, and an error wrapping kafkafault.ErrRejected for
+// an invalid fault.
+func (k *KafkaProcess) InjectFault(ctx context.Context, f kafkafault.Fault) error {
+	c, err := k.faults()
+	if err != nil {
+		return fmt.Errorf("embedded: inject kafka fault: %w", err)
+	}
+	return c.Inject(ctx, f)
+}
+
+// ClearFaults disarms every fault of the running broker.
+func (k *KafkaProcess) ClearFaults(ctx context.Context) error {
+	c, err := k.faults()
+	if err != nil {
+		return fmt.Errorf("embedded: clear kafka faults: %w", err)
+	}
+	return c.Clear(ctx)
+}
+
+// FaultStats returns what the running broker's faults have hit since it
+// started.
+func (k *KafkaProcess) FaultStats(ctx context.Context) (kafkafault.Stats, error) {
+	c, err := k.faults()
+	if err != nil {
+		return nil, fmt.Errorf("embedded: kafka fault stats: %w", err)
+	}
+	return c.Stats(ctx)
 }
 
 // ensureKfakeServer builds kfakeserver into the cache, keyed by its source,
@@ -172,7 +232,18 @@ func ensureKfakeServer(ctx context.Context, cacheDir string) (string, error) {
 
 	h := sha256.New()
 	h.Write([]byte(runtime.Version() + "\n"))
-	h.Write(kfakeServerSource)
+	err = fs.WalkDir(kfakeServerSource, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := kfakeServerSource.ReadFile(path)
+		h.Write([]byte(path + "\n"))
+		h.Write(b)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("embedded: kfakeserver source: %w", err)
+	}
 	h.Write(gosum)
 	dir := filepath.Join(cacheDir, "kfakeserver", hex.EncodeToString(h.Sum(nil)[:8]))
 	return buildOnce(ctx, dir, "kfakeserver", func(goTool, out string) error {

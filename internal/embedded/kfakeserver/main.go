@@ -1,13 +1,19 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded/kafkafault"
 )
 
 func main() {
@@ -19,11 +25,14 @@ func run() int {
 	dataDir := flag.String("data-dir", "", "persistence directory (empty: memory only)")
 	syncWrites := flag.Bool("sync", false, "fsync every produced batch")
 	minSession := flag.Duration("min-session-timeout", 0, "smallest consumer-group session timeout accepted (0: kfake's default, 6s)")
+	control := flag.String("control", "127.0.0.1:0", "address of the HTTP fault-injection endpoint (empty: none)")
 	flag.Parse()
 
+	inj := kafkafault.New()
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.Ports(*port),
+		kfake.ListenFn(inj.Listen),
 	}
 	if *dataDir != "" {
 		opts = append(opts, kfake.DataDir(*dataDir))
@@ -38,6 +47,24 @@ func run() int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kfakeserver:", err)
 		return 1
+	}
+	inj.Attach(c)
+	if *control != "" {
+		ln, err := net.Listen("tcp", *control)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kfakeserver: control endpoint:", err)
+			c.Close()
+			return 1
+		}
+		srv := &http.Server{Handler: inj.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				fmt.Fprintln(os.Stderr, "kfakeserver: control endpoint:", err)
+			}
+		}()
+		defer srv.Close()
+		// Printed before "ready", so a parent that saw "ready" has it.
+		fmt.Println("control http://" + ln.Addr().String())
 	}
 	fmt.Println("ready", c.ListenAddrs()[0])
 
