@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -241,6 +242,7 @@ type Task struct {
 	p            TopicPartition
 	names        []string
 	participants map[string]Participant
+	objects      map[string]*Objects // of the ObjectParticipants, by name
 	attrs        attribute.Set
 	barriers     chan *Barrier
 
@@ -275,6 +277,25 @@ func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants
 		if participants[n] == nil {
 			return nil, fmt.Errorf("checkpoint: attach %s: participant %q is nil", p, n)
 		}
+	}
+	for _, n := range t.names {
+		op, ok := participants[n].(ObjectParticipant)
+		if !ok {
+			continue
+		}
+		d, err := c.store.dir(p)
+		if err != nil {
+			return nil, err
+		}
+		o, err := newObjects(c.store.storage, d, n)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: attach %s: %w", p, err)
+		}
+		if t.objects == nil {
+			t.objects = map[string]*Objects{}
+		}
+		t.objects[n] = o
+		op.UseObjects(o)
 	}
 	cp, err := c.store.Latest(ctx, p)
 	switch {
@@ -394,7 +415,17 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 			return fail(&Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err})
 		}
 		cp.States[name] = state
+		if o := t.objects[name]; o != nil {
+			refs, err := t.participants[name].(ObjectParticipant).References(state)
+			if err != nil {
+				return fail(&Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err})
+			}
+			for _, r := range refs {
+				cp.Objects = append(cp.Objects, o.ref(r))
+			}
+		}
 	}
+	slices.Sort(cp.Objects)
 	cp.Duration = c.now().Sub(start)
 	// A chain whose ownership ended while it snapshotted must not write:
 	// the partition's next owner may already have restored. This does not
@@ -419,10 +450,29 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 				"partition", t.p.String(), "id", id, "next_offset", nextOffset, "err", err)
 		}
 	}
+	for name, o := range t.objects {
+		var refs []string
+		for _, r := range cp.Objects {
+			if rest, ok := strings.CutPrefix(r, name+"/"); ok {
+				refs = append(refs, rest)
+			}
+		}
+		o.saved(refs)
+	}
 	for _, name := range t.names {
 		if err := t.participants[name].CheckpointCompleted(ctx, id); err != nil {
 			return &Error{Partition: t.p, ID: id, Participant: name, Op: "notify", Err: err}
 		}
+	}
+	if t.objects != nil {
+		// After the notifications: the checkpoint is complete, and an
+		// object only older checkpoints referenced may go once Keep newer
+		// ones exist.
+		c.store.collectObjects(ctx, t.p, func(ref string) bool {
+			name, obj, _ := strings.Cut(ref, "/")
+			o := t.objects[name]
+			return o != nil && o.isPending(obj)
+		})
 	}
 	return nil
 }

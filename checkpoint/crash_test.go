@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -44,6 +46,8 @@ var crashSteps = []crashStep{
 	{"create", "b", "refused: b exists"},
 	{"put", "a", "a3"},
 	{"delete", "c/d/f", ""},
+	{"stream", "c/d/g", "g1, streamed in pieces"},
+	{"stream", "a", "a4, streamed over a3"},
 }
 
 // runCrashSteps runs the scenario until the filesystem crashes. It returns
@@ -66,6 +70,15 @@ func runCrashSteps(t *testing.T, s checkpoint.Storage) (map[string]string, int) 
 			}
 		case "delete":
 			err = s.Delete(ctx, st.name)
+		case "stream":
+			err = checkpoint.PutStream(ctx, s, st.name, func(w io.Writer) error {
+				for _, piece := range strings.SplitAfter(st.data, " ") {
+					if _, err := io.WriteString(w, piece); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		}
 		switch {
 		case errors.Is(err, crashfs.ErrCrashed):

@@ -79,6 +79,25 @@
 // states and a CRC-32C, so a partial or bit-flipped file is detected and
 // skipped. Store keeps the newest StoreOptions.Keep files per partition.
 //
+// # Incremental state: objects beside the checkpoint
+//
+// A participant whose state is large and changes little between two
+// checkpoints (dedup with millions of keys) implements ObjectParticipant:
+// it writes what changed since the last checkpoint as objects of its own,
+//
+//	<prefix>/<topic>/<partition>/objects/<participant>/<name>
+//
+// through Objects.Write (streamed to the Storage, CRC-32C computed on the
+// way), and its Snapshot returns a small manifest naming them; the
+// checkpoint file lists every object its states reference
+// (Checkpoint.Objects). Objects are shared between checkpoints, as Flink's
+// shared-state registry shares SST files: after each completed checkpoint
+// the coordinator deletes the objects that none of the newest Keep
+// checkpoints references and that are not awaiting a checkpoint still to
+// come. A crash between writing an object and its checkpoint leaves garbage
+// that the next run's first checkpoint deletes; restore skips a checkpoint
+// whose objects are missing.
+//
 // # Shared storage
 //
 // For partitions to move between instances, all instances must use one
@@ -112,7 +131,18 @@
 //   - A failed snapshot or write leaves the previous checkpoint as the
 //     newest; nothing partial is ever restored.
 //   - Restore takes the newest intact checkpoint and logs why it skipped
-//     newer ones.
+//     newer ones; a checkpoint naming a missing object is not intact.
+//   - An object (see ObjectParticipant) is deleted only after a checkpoint
+//     completed, and only when none of the newest Keep checkpoints
+//     references it and no checkpoint of this process still to be saved
+//     can: a retained checkpoint never names a deleted object. This
+//     assumes one writer per partition at a time (a revoked owner stops
+//     before its next write, as kafkasource's chains do).
+//   - Store writes a checkpoint file as a stream (StreamPutter) from the
+//     participants' states, with its CRC computed on the way: the states are
+//     not copied into one file-sized buffer. The file format is unchanged
+//     (version 1); its optional "objects" member is absent when empty, so
+//     files of earlier releases read as before.
 //   - Storage's conditional writes fence: of concurrent Creates of one name,
 //     from any process sharing the storage, exactly one succeeds; Replace
 //     applies only over the Version it was given. The loser gets ErrConflict

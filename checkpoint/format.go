@@ -1,11 +1,13 @@
 package checkpoint
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"sort"
 	"strconv"
 	"time"
@@ -42,6 +44,12 @@ type Checkpoint struct {
 	// one of the later generation wins.
 	Generation int64
 	Member     string
+	// Objects names the objects, beside the checkpoint file, that the
+	// states reference (an incremental snapshot's base and deltas), as
+	// "<participant>/<object>". Store never deletes an object a retained
+	// checkpoint names, and restore skips a checkpoint whose objects are
+	// missing. Filled by Task.Checkpoint from ObjectParticipant.References.
+	Objects []string
 }
 
 // ErrCorrupt is wrapped by errors from Decode for bytes that are not a whole,
@@ -62,7 +70,15 @@ var ErrUnsupportedVersion = errors.New("checkpoint: unsupported checkpoint versi
 //	crc      uint32   CRC-32C (Castagnoli) of every byte before it
 //
 // The states are raw bytes rather than JSON so that a state of hundreds of
-// megabytes (ten million dedup keys) costs one copy, not a base64 expansion.
+// megabytes (ten million dedup keys) costs no base64 expansion; Store writes
+// the file as a stream from the participants' states, computing the CRC on
+// the way, so a state is never copied into one file-sized buffer.
+//
+// The header's "objects" member (Checkpoint.Objects) is optional and left
+// out when empty, so a checkpoint without objects encodes to the same bytes
+// as before it existed; a reader that does not know it ignores it (and then
+// restores a participant whose state references objects only if that
+// participant reads them itself).
 const magic = "EOCKPT01"
 
 // magicFamily is the magic without its two version digits.
@@ -80,6 +96,7 @@ type fileHeader struct {
 	Generation int64       `json:"generation"`
 	Member     string      `json:"member,omitempty"`
 	States     []fileState `json:"states"`
+	Objects    []string    `json:"objects,omitempty"`
 }
 
 type fileState struct {
@@ -90,35 +107,72 @@ type fileState struct {
 // Encode returns the durable form of cp. Participant states are written in
 // name order, so equal checkpoints encode to equal bytes.
 func Encode(cp *Checkpoint) ([]byte, error) {
+	size := 0
+	for _, st := range cp.States {
+		size += len(st)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, len(magic)+4+512+size+4))
+	if _, err := EncodeTo(buf, cp); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// EncodeTo writes what Encode returns to w, without building it in memory:
+// the header, then each state as it is, with the CRC computed on the way.
+// It returns the number of bytes written.
+func EncodeTo(w io.Writer, cp *Checkpoint) (int64, error) {
 	names := make([]string, 0, len(cp.States))
-	total := 0
-	for name, s := range cp.States {
+	for name := range cp.States {
 		names = append(names, name)
-		total += len(s)
 	}
 	sort.Strings(names)
 	h := fileHeader{
 		ID: uint64(cp.ID), Topic: cp.Partition.Topic, Partition: cp.Partition.Partition,
 		NextOffset: cp.NextOffset, Created: cp.Created.UTC(), DurationNS: int64(cp.Duration),
 		Generation: cp.Generation, Member: cp.Member,
-		States: make([]fileState, len(names)),
+		States:  make([]fileState, len(names)),
+		Objects: cp.Objects,
 	}
 	for i, name := range names {
 		h.States[i] = fileState{Name: name, Size: len(cp.States[name])}
 	}
 	hb, err := json.Marshal(h)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: encode: %w", err)
+		return 0, fmt.Errorf("checkpoint: encode: %w", err)
 	}
-	buf := make([]byte, 0, len(magic)+4+len(hb)+total+4)
-	buf = append(buf, magic...)
-	buf = binary.BigEndian.AppendUint32(buf, uint32(len(hb)))
-	buf = append(buf, hb...)
+	cw := &crcWriter{w: w}
+	head := make([]byte, 0, len(magic)+4+len(hb))
+	head = append(head, magic...)
+	head = binary.BigEndian.AppendUint32(head, uint32(len(hb)))
+	head = append(head, hb...)
+	if _, err := cw.Write(head); err != nil {
+		return cw.n, err
+	}
 	for _, name := range names {
-		buf = append(buf, cp.States[name]...)
+		if _, err := cw.Write(cp.States[name]); err != nil {
+			return cw.n, err
+		}
 	}
-	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
-	return buf, nil
+	if _, err := w.Write(binary.BigEndian.AppendUint32(nil, cw.crc)); err != nil {
+		return cw.n, err
+	}
+	return cw.n + 4, nil
+}
+
+// crcWriter passes writes on to w and keeps the CRC-32C and the count of
+// the bytes written.
+type crcWriter struct {
+	w   io.Writer
+	crc uint32
+	n   int64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	c.n += int64(n)
+	return n, err
 }
 
 // Decode parses bytes written by Encode. Any damage yields an error wrapping
@@ -150,11 +204,16 @@ func Decode(data []byte) (*Checkpoint, error) {
 		return nil, corrupt("header: %v", err)
 	}
 	rest = rest[hlen:]
+	for _, o := range h.Objects {
+		if !ValidName(o) {
+			return nil, corrupt("object name %q", o)
+		}
+	}
 	cp := &Checkpoint{
 		ID: ID(h.ID), Partition: TopicPartition{Topic: h.Topic, Partition: h.Partition},
 		NextOffset: h.NextOffset, Created: h.Created, Duration: time.Duration(h.DurationNS),
 		Generation: h.Generation, Member: h.Member,
-		States: make(map[string][]byte, len(h.States)),
+		States: make(map[string][]byte, len(h.States)), Objects: h.Objects,
 	}
 	for _, s := range h.States {
 		if s.Size < 0 || s.Size > len(rest) {

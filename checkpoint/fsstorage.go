@@ -1,11 +1,13 @@
 package checkpoint
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"sort"
@@ -51,7 +53,10 @@ type FSStorage struct {
 	synced map[string]bool // directories whose entry in their parent is durable
 }
 
-var _ Storage = (*FSStorage)(nil)
+var (
+	_ Storage      = (*FSStorage)(nil)
+	_ StreamPutter = (*FSStorage)(nil)
+)
 
 // NewFSStorage returns a Storage keeping its blobs below dir, creating dir if
 // needed.
@@ -118,6 +123,42 @@ func (s *FSStorage) Put(ctx context.Context, name string, data []byte) error {
 		return nil
 	})
 	return err
+}
+
+// fsStreamBuffer is the buffer between PutStream's writer and the file, so
+// that a writer of many small pieces makes few system calls.
+const fsStreamBuffer = 256 << 10
+
+// PutStream implements StreamPutter as Put does, writing the temporary file
+// through a buffer as write produces the bytes. An error from write removes
+// the temporary file and leaves the name as it was.
+func (s *FSStorage) PutStream(ctx context.Context, name string, write func(w io.Writer) error) error {
+	file, err := s.file("put", name)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+	}
+	dir := filepath.Dir(file)
+	tmp, err := s.writeTempFunc(dir, file, func(f io.Writer) error {
+		bw := bufio.NewWriterSize(f, fsStreamBuffer)
+		if err := write(bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+	}
+	if err := s.locked(dir, func() error { return s.fs.Rename(tmp, file) }); err != nil {
+		_ = s.fs.Remove(tmp)
+		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+	}
+	if err := s.fs.SyncDir(dir); err != nil {
+		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+	}
+	return nil
 }
 
 // Create implements Storage. It links a complete, synced temporary file to
@@ -210,6 +251,15 @@ func (s *FSStorage) write(ctx context.Context, op, name string, data []byte, che
 
 // writeTemp writes data to a new temporary file beside file and syncs it.
 func (s *FSStorage) writeTemp(dir, file string, data []byte) (string, error) {
+	return s.writeTempFunc(dir, file, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// writeTempFunc writes what fill writes to a new temporary file beside file
+// and syncs it.
+func (s *FSStorage) writeTempFunc(dir, file string, fill func(w io.Writer) error) (string, error) {
 	if err := s.ensureDir(dir); err != nil {
 		return "", err
 	}
@@ -218,7 +268,7 @@ func (s *FSStorage) writeTemp(dir, file string, data []byte) (string, error) {
 		return "", err
 	}
 	tmpName := tmp.Name()
-	_, err = tmp.Write(data)
+	err = fill(tmp)
 	if err == nil {
 		err = tmp.Sync()
 	}

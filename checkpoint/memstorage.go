@@ -1,8 +1,10 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,7 +27,10 @@ type memBlob struct {
 	version Version
 }
 
-var _ Storage = (*MemStorage)(nil)
+var (
+	_ Storage      = (*MemStorage)(nil)
+	_ StreamPutter = (*MemStorage)(nil)
+)
 
 // NewMemStorage returns an empty MemStorage.
 func NewMemStorage() *MemStorage {
@@ -44,10 +49,15 @@ func (s *MemStorage) check(ctx context.Context, op, name string) error {
 
 // store keeps a copy of data under name; s.mu is held.
 func (s *MemStorage) store(name string, data []byte) Version {
-	s.seq++
-	v := Version(strconv.FormatUint(s.seq, 10))
+	v := s.nextVersion()
 	s.blobs[name] = memBlob{data: append([]byte(nil), data...), version: v}
 	return v
+}
+
+// nextVersion hands out a new Version; s.mu is held.
+func (s *MemStorage) nextVersion() Version {
+	s.seq++
+	return Version(strconv.FormatUint(s.seq, 10))
 }
 
 // Put implements Storage. It keeps a copy of data.
@@ -58,6 +68,22 @@ func (s *MemStorage) Put(ctx context.Context, name string, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.store(name, data)
+	return nil
+}
+
+// PutStream implements StreamPutter: it collects what write writes, then
+// stores it as Put does. An error from write stores nothing.
+func (s *MemStorage) PutStream(ctx context.Context, name string, write func(w io.Writer) error) error {
+	if err := s.check(ctx, "put", name); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := write(&buf); err != nil {
+		return fmt.Errorf("checkpoint: put %q: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.blobs[name] = memBlob{data: buf.Bytes(), version: s.nextVersion()}
 	return nil
 }
 

@@ -1,8 +1,10 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 )
 
 // ErrNotFound is returned by Storage.Get for a name that holds no data.
@@ -80,4 +82,30 @@ type Storage interface {
 	// and when name holds nothing, it returns an error wrapping ErrConflict.
 	// It returns the new Version.
 	Replace(ctx context.Context, name string, data []byte, v Version) (Version, error)
+}
+
+// StreamPutter is an optional interface of a Storage that stores a blob
+// written piece by piece, so that a large state (ten million dedup keys)
+// goes to storage without first being copied into one buffer. FSStorage
+// and MemStorage have it; PutStream falls back to Put for a Storage that
+// has not.
+type StreamPutter interface {
+	// PutStream is Put of the bytes write writes to w, with Put's
+	// durability and atomicity: a crash, or an error from write, leaves the
+	// previous content or nothing, never a part. w is valid only during
+	// the call to write, which must not retain it.
+	PutStream(ctx context.Context, name string, write func(w io.Writer) error) error
+}
+
+// PutStream stores under name the bytes write writes, through s's
+// StreamPutter if it has one, else through a buffer and Put.
+func PutStream(ctx context.Context, s Storage, name string, write func(w io.Writer) error) error {
+	if sp, ok := s.(StreamPutter); ok {
+		return sp.PutStream(ctx, name, write)
+	}
+	var buf bytes.Buffer
+	if err := write(&buf); err != nil {
+		return err
+	}
+	return s.Put(ctx, name, buf.Bytes())
 }

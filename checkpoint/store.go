@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Defaults for StoreOptions.
@@ -44,6 +46,9 @@ type Store struct {
 	prefix  string
 	keep    int
 	log     *slog.Logger
+
+	mu   sync.Mutex
+	refs map[string][]string // checkpoint name -> its Objects, for those read or written
 }
 
 // NewStore returns a Store over storage.
@@ -66,7 +71,7 @@ func NewStore(storage Storage, opts StoreOptions) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{storage: storage, prefix: opts.Prefix, keep: opts.Keep, log: opts.Logger}, nil
+	return &Store{storage: storage, prefix: opts.Prefix, keep: opts.Keep, log: opts.Logger, refs: map[string][]string{}}, nil
 }
 
 func (s *Store) dir(p TopicPartition) (string, error) {
@@ -131,22 +136,40 @@ func (s *Store) entries(ctx context.Context, p TopicPartition) ([]entry, error) 
 // Storage's outcome may be unknown); either way a later restore finds a
 // consistent checkpoint, this one or an earlier one.
 //
+// The file is streamed to a Storage that is a StreamPutter (EncodeTo), so
+// the participants' states are not copied into one file-sized buffer.
+//
 // Failing to delete old checkpoints is logged, not returned: it loses
-// nothing.
+// nothing. Save does not delete objects (see ObjectParticipant): the
+// Coordinator does, after the checkpoint completed.
 func (s *Store) Save(ctx context.Context, cp *Checkpoint) (size int, err error) {
 	name, err := s.Name(cp)
 	if err != nil {
 		return 0, err
 	}
-	data, err := Encode(cp)
+	for _, o := range cp.Objects {
+		if !ValidName(o) {
+			return 0, fmt.Errorf("checkpoint: object %q: %w", o, ErrInvalidName)
+		}
+	}
+	var n int64
+	err = PutStream(ctx, s.storage, name, func(w io.Writer) error {
+		var err error
+		n, err = EncodeTo(w, cp)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	if err := s.storage.Put(ctx, name, data); err != nil {
-		return 0, err
-	}
+	s.remember(name, cp.Objects)
 	s.prune(ctx, cp.Partition)
-	return len(data), nil
+	return int(n), nil
+}
+
+func (s *Store) remember(name string, objects []string) {
+	s.mu.Lock()
+	s.refs[name] = objects
+	s.mu.Unlock()
 }
 
 func (s *Store) prune(ctx context.Context, p TopicPartition) {
@@ -158,19 +181,110 @@ func (s *Store) prune(ctx context.Context, p TopicPartition) {
 	for _, e := range es[min(s.keep, len(es)):] {
 		if err := s.storage.Delete(ctx, e.name); err != nil {
 			s.log.WarnContext(ctx, "checkpoint: deleting old checkpoint failed", "name", e.name, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		delete(s.refs, e.name)
+		s.mu.Unlock()
+	}
+}
+
+// collectObjects deletes the partition's objects that none of the newest
+// Keep checkpoints references and that spare does not protect (objects
+// written for a checkpoint not saved yet). A checkpoint it cannot read
+// stops the collection (nothing is deleted): it may reference anything.
+// Failures are logged: an object left behind is only garbage.
+func (s *Store) collectObjects(ctx context.Context, p TopicPartition, spare func(ref string) bool) {
+	d, err := s.dir(p)
+	if err != nil {
+		return
+	}
+	es, err := s.entries(ctx, p)
+	if err != nil {
+		s.log.WarnContext(ctx, "checkpoint: listing checkpoints for object collection failed", "partition", p.String(), "err", err)
+		return
+	}
+	live := map[string]bool{}
+	for _, e := range es[:min(s.keep, len(es))] {
+		s.mu.Lock()
+		refs, ok := s.refs[e.name]
+		s.mu.Unlock()
+		if !ok {
+			data, err := s.storage.Get(ctx, e.name)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				s.log.WarnContext(ctx, "checkpoint: reading checkpoint for object collection failed", "name", e.name, "err", err)
+				return
+			}
+			cp, err := Decode(data)
+			if err != nil {
+				// Never restorable (Latest skips it): it keeps nothing alive.
+				continue
+			}
+			refs = cp.Objects
+			s.remember(e.name, refs)
+		}
+		for _, r := range refs {
+			live[r] = true
+		}
+	}
+	names, err := s.storage.List(ctx, d+objectsDir)
+	if err != nil {
+		s.log.WarnContext(ctx, "checkpoint: listing objects failed", "partition", p.String(), "err", err)
+		return
+	}
+	for _, n := range names {
+		ref := n[len(d+objectsDir):]
+		if live[ref] || spare(ref) {
+			continue
+		}
+		if err := s.storage.Delete(ctx, n); err != nil {
+			s.log.WarnContext(ctx, "checkpoint: deleting unreferenced object failed", "name", n, "err", err)
 		}
 	}
 }
 
+// missingObject returns the first of refs that is not among the stored
+// objects of the partition (listed once, into *have), or "".
+func (s *Store) missingObject(ctx context.Context, p TopicPartition, refs []string, have *map[string]bool) (string, error) {
+	if len(refs) == 0 {
+		return "", nil
+	}
+	d, err := s.dir(p)
+	if err != nil {
+		return "", err
+	}
+	if *have == nil {
+		names, err := s.storage.List(ctx, d+objectsDir)
+		if err != nil {
+			return "", err
+		}
+		*have = make(map[string]bool, len(names))
+		for _, n := range names {
+			(*have)[n[len(d+objectsDir):]] = true
+		}
+	}
+	for _, r := range refs {
+		if !(*have)[r] {
+			return r, nil
+		}
+	}
+	return "", nil
+}
+
 // Latest returns the partition's newest checkpoint that reads back intact.
-// It skips a corrupt or foreign checkpoint (for another partition) with a
-// logged reason and falls back to the one before. Without any intact
+// It skips a corrupt or foreign checkpoint (for another partition), or one
+// naming an object (Checkpoint.Objects) that is not stored, with a logged
+// reason and falls back to the one before. Without any intact
 // checkpoint it returns an error wrapping ErrNotFound.
 func (s *Store) Latest(ctx context.Context, p TopicPartition) (*Checkpoint, error) {
 	es, err := s.entries(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
 	}
+	var have map[string]bool // the partition's objects, listed when first needed
 	for _, e := range es {
 		data, err := s.storage.Get(ctx, e.name)
 		if errors.Is(err, ErrNotFound) {
@@ -187,6 +301,15 @@ func (s *Store) Latest(ctx context.Context, p TopicPartition) (*Checkpoint, erro
 			s.log.WarnContext(ctx, "checkpoint: skipping unreadable checkpoint", "name", e.name, "reason", err)
 			continue
 		}
+		missing, err := s.missingObject(ctx, p, cp.Objects, &have)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
+		}
+		if missing != "" {
+			s.log.WarnContext(ctx, "checkpoint: skipping checkpoint whose object is missing", "name", e.name, "object", missing)
+			continue
+		}
+		s.remember(e.name, cp.Objects)
 		return cp, nil
 	}
 	return nil, fmt.Errorf("checkpoint: restore %s: %w", p, ErrNotFound)

@@ -1,9 +1,11 @@
 package checkpointtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 
@@ -41,6 +43,41 @@ func TestStorage(t *testing.T, newStorage func(t *testing.T) checkpoint.Storage)
 				assert.Equal(t, tt.data, got, tt.give)
 			}
 		}
+	})
+
+	t.Run("PutStream", func(t *testing.T) {
+		// Through the Storage's StreamPutter if it has one, else Put.
+		s := newStorage(t)
+		require.NoError(t, s.Put(ctx, "s/x", []byte("old")))
+		big := make([]byte, 3<<20)
+		for i := range big {
+			big[i] = byte(i * 7)
+		}
+		require.NoError(t, checkpoint.PutStream(ctx, s, "s/x", func(w io.Writer) error {
+			for b := big; len(b) > 0; b = b[min(len(b), 1000):] {
+				if _, err := w.Write(b[:min(len(b), 1000)]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		got, err := s.Get(ctx, "s/x")
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(big, got), "streamed content differs")
+
+		// A writer that fails stores nothing: the old content stays.
+		errWrite := errors.New("writer failed")
+		err = checkpoint.PutStream(ctx, s, "s/x", func(w io.Writer) error {
+			_, _ = w.Write([]byte("partial"))
+			return errWrite
+		})
+		require.ErrorIs(t, err, errWrite)
+		got, err = s.Get(ctx, "s/x")
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(big, got), "a failed stream changed the content")
+		names, err := s.List(ctx, "s/")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"s/x"}, names)
 	})
 
 	t.Run("Overwrite", func(t *testing.T) {
