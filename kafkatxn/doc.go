@@ -1,6 +1,7 @@
 // Package kafkatxn is Kafka's own exactly-once layer (KIP-98, KIP-360) on
-// segmentio/kafka-go's protocol layer: an idempotent producer and a
-// read_committed reader that skips aborted transactions. kafka-go has
+// segmentio/kafka-go's protocol layer: an idempotent producer, a
+// transactional producer, and a read_committed reader that skips aborted
+// transactions. kafka-go has
 // neither: its Writer sends producer id -1 (no idempotence), and its
 // ReadCommitted isolation stops at the last stable offset but hands out the
 // records of aborted transactions and never says which they are.
@@ -13,6 +14,17 @@
 //	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{})
 //	defer p.Close()
 //	off, err := p.Produce(ctx, "events", 3, kafkatxn.Record{Key: k, Value: v})
+//
+// TxProducer writes transactions for one transactional id; starting it
+// fences every earlier producer of the id:
+//
+//	tp, err := kafkatxn.NewTxProducer(ctx, brokers, "sink-events-3", kafkatxn.TxOptions{})
+//	_, err = tp.Produce(ctx, "out", 0, recs...) // inside the open transaction
+//	txn := tp.Txn()                              // what a checkpoint records
+//	err = tp.Commit(ctx)                         // or Abort
+//
+// CommitPrepared commits a recorded Txn after a crash (the restore step of
+// a two-phase commit), or says ErrAborted when it can no longer be.
 //
 // Reader reads one partition with isolation read_committed and filters it
 // as the Java consumer does, with the fetch response's aborted-transactions
@@ -42,6 +54,25 @@
 // that restarted after a kill -9 may have lost its sequence windows (kfake
 // does; Kafka rebuilds them from the log), and then would accept the copy.
 //
+// # Transactions
+//
+// Every transaction of a TxProducer has its own epoch: after EndTxn the
+// producer bumps the epoch (InitProducerID with its id and epoch, KIP-360),
+// as KIP-890 brokers do by themselves. So (producer id, epoch) names one
+// transaction, and committing a recorded transaction again can never
+// commit a later one. CommitPrepared sends EndTxn(commit) with the recorded
+// epoch: Kafka answers success while that epoch is current and the
+// transaction is open or committed; once the epoch has moved on, the
+// transaction marker after the transaction's first record tells commit
+// from abort. kafka-go looks up the transaction coordinator
+// (FindCoordinator, key type transaction) before every transactional
+// request, so NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+// COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS are retried with
+// backoff until DeliveryTimeout and reach the new coordinator. Produce
+// retries a batch with the same sequence number, as Producer does.
+// PRODUCER_FENCED and INVALID_PRODUCER_EPOCH become ErrFenced, final and
+// without the broker's (retriable-looking) error code in the chain.
+//
 // # Guarantees
 //
 //   - A Produce that returns nil wrote its records once, with acks=all,
@@ -55,7 +86,20 @@
 //     aborted transaction and no control record. It reads up to the last
 //     stable offset only, so an open transaction holds it back.
 //
+//   - TxProducer: the records of a transaction become visible to
+//     read_committed readers all at once when Commit returns nil, or
+//     never; each once, however many attempts each batch took. After
+//     ErrFenced the producer writes nothing more, and its open
+//     transaction is aborted by the producer that fenced it.
+//   - CommitPrepared returns nil only when the transaction is committed,
+//     and ErrAborted when it never will be; it never commits another
+//     transaction of the id.
+//
 // What it assumes: the broker enforces idempotence (Kafka 0.11+, enabled
 // by default since 3.0); the same producer id is never used by two
-// Producers (each NewProducer gets its own).
+// Producers (each NewProducer gets its own); a transaction recorded for
+// CommitPrepared is resolved before TransactionTimeout aborts it. kfake,
+// the test broker, forgets open transactions when it is killed with
+// SIGKILL (Kafka keeps them in its transaction log), so broker restarts
+// are tested with a clean stop.
 package kafkatxn

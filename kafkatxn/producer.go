@@ -335,28 +335,7 @@ func (p *Producer) logEnd(ctx context.Context, tp topicPartition) (int64, error)
 // written searches tp from offset from to its end for the batch h, and
 // returns its offset if it is there.
 func (p *Producer) written(ctx context.Context, tp topicPartition, from int64, h batchHeader) (int64, bool, error) {
-	for {
-		rctx, cancel := context.WithTimeout(ctx, p.opts.RequestTimeout)
-		fr, err := fetch(rctx, p.transport, p.cl.Addr, tp.topic, tp.partition, from, false, 1<<20, 0)
-		cancel()
-		if err != nil {
-			return 0, false, err
-		}
-		if fr.err != nil {
-			return 0, false, fr.err
-		}
-		next := from
-		for _, b := range fr.batches {
-			if b.producerID == h.producerID && b.producerEpoch == h.producerEpoch && b.baseSequence == h.baseSequence && !b.control {
-				return b.baseOffset, true, nil
-			}
-			next = max(next, b.lastOffset+1)
-		}
-		if next == from || next >= fr.highWatermark {
-			return 0, false, nil
-		}
-		from = next
-	}
+	return findBatch(ctx, p.transport, p.cl.Addr, tp, from, h, p.opts.RequestTimeout)
 }
 
 // Close releases the connections. Produce after Close fails with ErrClosed.

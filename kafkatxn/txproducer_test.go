@@ -1,0 +1,298 @@
+package kafkatxn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
+)
+
+// readCommitted reads topic's partitions to their end with a Reader
+// (read_committed, aborted transactions skipped) and counts the values.
+func readCommitted(t testing.TB, brokers []string, topic string, partitions int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for p := range partitions {
+		r, err := kafkatxn.NewReader(brokers, topic, p, 0, kafkatxn.ReaderOptions{MaxWait: 50 * time.Millisecond})
+		require.NoError(t, err)
+		end := endOffset(t, brokers, topic, p)
+		for r.Offset() < end {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ms, err := r.Fetch(ctx)
+			cancel()
+			if err != nil && ctx.Err() != nil {
+				break // only markers or records of an open transaction are left
+			}
+			require.NoError(t, err)
+			for _, m := range ms {
+				got[string(m.Value)]++
+			}
+		}
+		require.NoError(t, r.Close())
+	}
+	return got
+}
+
+func rec(v string) kafkatxn.Record { return kafkatxn.Record{Value: []byte(v)} }
+
+// assertExactly checks that got holds every value of want once and nothing
+// else.
+func assertExactly(t *testing.T, want []string, got map[string]int) {
+	t.Helper()
+	for _, v := range want {
+		assert.Equal(t, 1, got[v], "record %s", v)
+	}
+	assert.Len(t, got, len(want), "records read: %v", got)
+}
+
+// TestTxProducerCommitAbort writes transactions over two partitions that
+// commit and abort in turn: a read_committed Reader sees each committed
+// record once and no aborted one, and every transaction has its own epoch.
+func TestTxProducerCommitAbort(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "txc")
+	testenv.CreateTopic(t, brokers, topic, 2)
+	ctx := context.Background()
+	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer p.Close()
+
+	var want []string
+	epochs := map[int16]bool{}
+	for i := range 6 {
+		for part := range 2 {
+			v1, v2 := fmt.Sprintf("t%d-p%d-a", i, part), fmt.Sprintf("t%d-p%d-b", i, part)
+			_, err := p.Produce(ctx, topic, part, rec(v1), rec(v2))
+			require.NoError(t, err)
+			if i%2 == 0 {
+				want = append(want, v1, v2)
+			}
+		}
+		txn := p.Txn()
+		assert.Len(t, txn.Partitions, 2)
+		assert.False(t, epochs[txn.Epoch], "epoch %d reused", txn.Epoch)
+		epochs[txn.Epoch] = true
+		if i%2 == 0 {
+			require.NoError(t, p.Commit(ctx))
+		} else {
+			require.NoError(t, p.Abort(ctx))
+		}
+	}
+	require.NoError(t, p.Commit(ctx), "a commit with nothing written does nothing")
+	assertExactly(t, want, readCommitted(t, brokers, topic, 2))
+}
+
+// TestTxProducerZombieFenced starts a second producer of the same
+// transactional id while the first has a transaction open: the first (the
+// zombie) gets ErrFenced on its next produce and commit, an error no
+// classifier takes for a retriable one, and its records are never visible.
+func TestTxProducerZombieFenced(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "txz")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	ctx := context.Background()
+	txid := topic + "-tx"
+
+	zombie, err := kafkatxn.NewTxProducer(ctx, brokers, txid, kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer zombie.Close()
+	_, err = zombie.Produce(ctx, topic, 0, rec("zombie-1"))
+	require.NoError(t, err)
+
+	owner, err := kafkatxn.NewTxProducer(ctx, brokers, txid, kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer owner.Close()
+
+	_, err = zombie.Produce(ctx, topic, 0, rec("zombie-2"))
+	require.Error(t, err)
+	assert.True(t, kafkatxn.IsFenced(err), "%v", err)
+	assert.False(t, kafkatxn.IsOutcomeUnknown(err))
+	assert.False(t, kafkasource.IsRetryable(err), "a fenced producer must not look retriable: %v", err)
+	var kerr kafka.Error
+	assert.False(t, errors.As(err, &kerr), "the broker's error code must not be in the chain")
+	err = zombie.Commit(ctx)
+	assert.True(t, kafkatxn.IsFenced(err), "%v", err)
+
+	_, err = owner.Produce(ctx, topic, 0, rec("owner-1"))
+	require.NoError(t, err)
+	require.NoError(t, owner.Commit(ctx))
+	assertExactly(t, []string{"owner-1"}, readCommitted(t, brokers, topic, 1))
+}
+
+// TestCommitPrepared resolves recorded transactions as a restore does:
+// one still open is committed; committing it again, and again after its
+// producer went on to later transactions (so its epoch is no longer
+// current), returns nil without committing anything else; one that was
+// aborted (its id fenced before the commit) returns ErrAborted.
+func TestCommitPrepared(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "txp")
+	testenv.CreateTopic(t, brokers, topic, 2)
+	ctx := context.Background()
+	txid := topic + "-tx"
+
+	p1, err := kafkatxn.NewTxProducer(ctx, brokers, txid, kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	_, err = p1.Produce(ctx, topic, 0, rec("prepared-0"))
+	require.NoError(t, err)
+	_, err = p1.Produce(ctx, topic, 1, rec("prepared-1"))
+	require.NoError(t, err)
+	prepared := p1.Txn()
+	require.NoError(t, p1.Close()) // the process dies before its commit
+	assert.Empty(t, readCommitted(t, brokers, topic, 2), "nothing visible before the commit")
+
+	require.NoError(t, kafkatxn.CommitPrepared(ctx, brokers, prepared, kafkatxn.TxOptions{}))
+	require.NoError(t, kafkatxn.CommitPrepared(ctx, brokers, prepared, kafkatxn.TxOptions{}), "a repeated commit")
+
+	// The next owner fences, writes a transaction it commits and leaves
+	// one open; the old transaction's epoch is long gone.
+	p2, err := kafkatxn.NewTxProducer(ctx, brokers, txid, kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer p2.Close()
+	_, err = p2.Produce(ctx, topic, 0, rec("next-0"))
+	require.NoError(t, err)
+	require.NoError(t, p2.Commit(ctx))
+	_, err = p2.Produce(ctx, topic, 0, rec("open-0"))
+	require.NoError(t, err)
+	require.NoError(t, kafkatxn.CommitPrepared(ctx, brokers, prepared, kafkatxn.TxOptions{}),
+		"a committed transaction whose epoch moved on")
+	assertExactly(t, []string{"prepared-0", "prepared-1", "next-0"}, readCommitted(t, brokers, topic, 2))
+
+	// p2's open transaction is aborted by the next owner: resolving it
+	// says so instead of pretending its records were written.
+	open := p2.Txn()
+	p3, err := kafkatxn.NewTxProducer(ctx, brokers, txid, kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer p3.Close()
+	err = kafkatxn.CommitPrepared(ctx, brokers, open, kafkatxn.TxOptions{})
+	assert.ErrorIs(t, err, kafkatxn.ErrAborted)
+	assertExactly(t, []string{"prepared-0", "prepared-1", "next-0"}, readCommitted(t, brokers, topic, 2))
+
+	empty := kafkatxn.Txn{TransactionalID: txid, ProducerID: open.ProducerID, Epoch: open.Epoch}
+	assert.NoError(t, kafkatxn.CommitPrepared(ctx, brokers, empty, kafkatxn.TxOptions{}), "nothing to commit")
+}
+
+// TestTxProducerCoordinatorFaults runs transactions while the transaction
+// coordinator moves between three brokers before every transaction
+// (kfake's RehashCoordinators), while it answers NOT_COORDINATOR and
+// CONCURRENT_TRANSACTIONS, and while produce acknowledgements are lost:
+// every committed record is read once.
+func TestTxProducerCoordinatorFaults(t *testing.T) {
+	k := testenv.StartKafka(t, embedded.KafkaOptions{Extra: []kfake.Opt{kfake.NumBrokers(3)}})
+	brokers := k.Brokers()
+	topic := testenv.Name(t, "txf")
+	testenv.CreateTopic(t, brokers, topic, 2)
+	c := k.Cluster()
+	c.Fault(
+		kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ConcurrentTransactions, Count: 2},
+		kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.NotCoordinator, Count: 3},
+		kfake.Fault{Keys: []kmsg.Key{kmsg.AddPartitionsToTxn}, Err: kerr.ConcurrentTransactions, Count: 3},
+	)
+	loseAcks(c, 4)
+	ctx := context.Background()
+	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{
+		ProducerOptions: kafkatxn.ProducerOptions{RetryBackoff: time.Millisecond},
+	})
+	require.NoError(t, err)
+	defer p.Close()
+	var want []string
+	for i := range 10 {
+		c.RehashCoordinators()
+		for part := range 2 {
+			for j := range 3 {
+				v := fmt.Sprintf("t%d-p%d-%d", i, part, j)
+				_, err := p.Produce(ctx, topic, part, rec(v))
+				require.NoError(t, err, "produce %s", v)
+				want = append(want, v)
+			}
+		}
+		require.NoError(t, p.Commit(ctx), "commit %d", i)
+	}
+	assertExactly(t, want, readCommitted(t, brokers, topic, 2))
+}
+
+// TestTxProducerBrokerRestart stops the broker process in the middle of
+// transactions and starts it again on its data directory, three times: the
+// producer reconnects, finds the coordinator again and goes on. A
+// transaction whose commit returned nil is read once; one that failed is
+// started over by a new producer of the id (which fences and aborts it), as
+// a restarted sink would; at the end every record is read exactly once.
+//
+// The broker is stopped with SIGTERM, not SIGKILL: kfake keeps open
+// transactions only across a clean shutdown. After a SIGKILL it forgets
+// them, writes no abort marker and does not always notice the cut
+// transaction, so the producer's next commit marker commits its orphaned
+// records; Kafka keeps transaction state in its replicated transaction
+// log and has no such gap. SIGKILL between transactions is covered by
+// TestProducerBrokerKill9's idempotence and by the sink's tests.
+func TestTxProducerBrokerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a broker process")
+	}
+	srv := testenv.StartKafkaProcess(t)
+	brokers := srv.Brokers()
+	topic := "txkill"
+	testenv.CreateTopic(t, brokers, topic, 1)
+	ctx := context.Background()
+	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond}}
+	p, err := kafkatxn.NewTxProducer(ctx, brokers, "txkill-tx", opts)
+	require.NoError(t, err)
+	defer func() { p.Close() }()
+
+	const txns, per = 30, 20
+	done := make(chan struct{})
+	var want []string
+	go func() {
+		defer close(done)
+		for i := 0; i < txns; {
+			var vals []string
+			err := func() error {
+				for j := range per {
+					v := strconv.Itoa(i) + "-" + strconv.Itoa(j)
+					if _, err := p.Produce(ctx, topic, 0, rec(v)); err != nil {
+						return err
+					}
+					vals = append(vals, v)
+				}
+				return p.Commit(ctx)
+			}()
+			if err != nil {
+				// Start over as a restarted producer does: fence, which
+				// aborts whatever the failed transaction wrote.
+				t.Logf("transaction %d: %v; starting over", i, err)
+				p.Close()
+				for {
+					if p, err = kafkatxn.NewTxProducer(ctx, brokers, "txkill-tx", opts); err == nil {
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				continue
+			}
+			want = append(want, vals...)
+			i++
+		}
+	}()
+	for range 3 {
+		time.Sleep(150 * time.Millisecond)
+		srv.Stop()
+		time.Sleep(200 * time.Millisecond)
+		srv.Start()
+	}
+	<-done
+	assertExactly(t, want, readCommitted(t, brokers, topic, 1))
+}
