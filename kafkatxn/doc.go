@@ -78,9 +78,12 @@
 //   - A Produce that returns nil wrote its records once, with acks=all,
 //     however many attempts it took, including after lost acknowledgements
 //     and broker restarts.
+//
 //   - An error wrapping ErrOutcomeUnknown may have written the records (at
 //     most once); any other Produce error wrote nothing.
+//
 //   - Records of one partition are written in Produce order.
+//
 //   - Reader hands out every committed record (and every record written
 //     without a transaction) once, in offset order, and no record of an
 //     aborted transaction and no control record. It reads up to the last
@@ -91,6 +94,7 @@
 //     never; each once, however many attempts each batch took. After
 //     ErrFenced the producer writes nothing more, and its open
 //     transaction is aborted by the producer that fenced it.
+//
 //   - CommitPrepared returns nil only when the transaction is committed,
 //     and ErrAborted when it never will be; it never commits another
 //     transaction of the id.

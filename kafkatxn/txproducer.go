@@ -107,7 +107,7 @@ type TxProducer struct {
 	bump   bool // the last transaction ended: bump the epoch before the next
 	parts  map[topicPartition]*txPart
 	order  []topicPartition
-	groups bool // the open transaction holds consumer offsets
+	groups bool  // the open transaction holds consumer offsets
 	broken error // ErrFenced or ErrAbortable: set until Abort (abortable) or forever (fenced)
 	closed bool
 }

@@ -296,3 +296,40 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 	<-done
 	assertExactly(t, want, readCommitted(t, brokers, topic, 1))
 }
+
+// TestTxProducerSendOffsets commits consumer-group offsets inside
+// transactions: an aborted transaction's offsets are not committed, a
+// committed one's are, with its records.
+func TestTxProducerSendOffsets(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "txo")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	group := topic + "-group"
+	ctx := context.Background()
+	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer p.Close()
+	fetchCommitted := func() int64 {
+		cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+		res, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: {0}}})
+		require.NoError(t, err)
+		if errors.Is(res.Error, kafka.GroupIdNotFound) {
+			return -1 // nothing was ever committed
+		}
+		require.NoError(t, res.Error)
+		return res.Topics[topic][0].CommittedOffset
+	}
+
+	_, err = p.Produce(ctx, topic, 0, rec("aborted"))
+	require.NoError(t, err)
+	require.NoError(t, p.SendOffsets(ctx, group, -1, "", map[string]map[int]int64{topic: {0: 7}}))
+	require.NoError(t, p.Abort(ctx))
+	assert.Equal(t, int64(-1), fetchCommitted(), "an aborted transaction commits no offset")
+
+	_, err = p.Produce(ctx, topic, 0, rec("committed"))
+	require.NoError(t, err)
+	require.NoError(t, p.SendOffsets(ctx, group, -1, "", map[string]map[int]int64{topic: {0: 9}}))
+	require.NoError(t, p.Commit(ctx))
+	assert.Equal(t, int64(9), fetchCommitted())
+	assertExactly(t, []string{"committed"}, readCommitted(t, brokers, topic, 1))
+}
