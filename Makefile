@@ -79,7 +79,7 @@ test: deps
 	go test -race -count=1 -timeout 25m ./...
 
 demo: deps
-	go run ./examples/pipeline
+	go run ./internal/cmd/demo $(DEMO_FLAGS)
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./...

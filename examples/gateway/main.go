@@ -8,10 +8,22 @@
 //
 // Endpoints: POST /webhooks/github, POST /webhooks/jira, GET /healthz
 // (the process runs), GET /readyz (it accepts deliveries), GET /metrics
-// (the SDK's OpenTelemetry metrics in the Prometheus format). Every flag
-// has an environment variable (-h lists them). It refuses to start without
+// (the SDK's OpenTelemetry metrics in the Prometheus format). Its settings
+// have environment variables (-h lists them). It refuses to start without
 // a webhook secret for each provider unless -accept-unsigned is given, and
 // then warns at start and on every unsigned delivery's provider.
+//
+// -pipeline says what it publishes. tenant-minute (the default) publishes
+// every signed delivery, keyed by the provider's tenant: a gateway you can
+// point any GitHub or Jira hook at, whose records the processor's default
+// chain counts per tenant and minute. devmetrics publishes only what the
+// per-employee metrics of package examples/devmetrics count, keyed by
+// organisation; it answers other activities 200 and payloads it cannot
+// normalize 422 with the reason, unpublished.
+//
+// -inject-publish-failures and -inject-lost-acks make a fraction of Kafka
+// publishes fail before or after the write, for demos and tests (make demo
+// uses them); the gateway warns loudly when they are set.
 //
 // On SIGTERM or SIGINT it stops being ready, stops accepting connections,
 // finishes the deliveries in flight (bounded by -shutdown-timeout) and
@@ -26,6 +38,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -46,6 +59,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
@@ -54,19 +68,31 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(ctx, os.Args[1:], os.Getenv, log); err != nil {
-		log.Error("gateway stopped", "err", err)
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("gateway stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
+// levelFlag is a flag's default log level; an unknown name is reported by
+// the flag package when it parses it.
+func levelFlag(name string) *slog.Level {
+	l := new(slog.Level)
+	_ = l.UnmarshalText([]byte(name))
+	return l
+}
+
 type config struct {
+	pipeline        string
+	logLevel        slog.Level
 	listen          string
 	brokers         []string
 	topic           string
 	store           string
 	redisAddr       string
+	redisPrefix     string
+	retryAfter      time.Duration
+	faults          faultRates
 	githubSecret    string
 	jiraSecret      string
 	acceptUnsigned  bool
@@ -92,11 +118,16 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	}
 	var c config
 	var brokers string
+	fs.StringVar(&c.pipeline, "pipeline", env("GATEWAY_PIPELINE", "tenant-minute"),
+		"what to publish: tenant-minute (every signed delivery, keyed by the provider's tenant) or devmetrics (normalizable deliveries of the per-employee metrics, keyed by organisation; others answered 200 or 422 unpublished) (GATEWAY_PIPELINE)")
+	fs.TextVar(&c.logLevel, "log-level", levelFlag(env("LOG_LEVEL", "info")), "log level: debug, info, warn or error (LOG_LEVEL)")
 	fs.StringVar(&c.listen, "listen", env("GATEWAY_LISTEN", ":8080"), "HTTP address (GATEWAY_LISTEN)")
 	fs.StringVar(&brokers, "brokers", env("KAFKA_BROKERS", "localhost:9092"), "Kafka bootstrap brokers, comma-separated (KAFKA_BROKERS)")
 	fs.StringVar(&c.topic, "topic", env("KAFKA_TOPIC", "webhooks"), "Kafka topic (KAFKA_TOPIC)")
 	fs.StringVar(&c.store, "store", env("GATEWAY_STORE", "memory"), "idempotency store: memory or redis (GATEWAY_STORE)")
 	fs.StringVar(&c.redisAddr, "redis", env("REDIS_ADDR", "localhost:6379"), "Redis address for -store redis (REDIS_ADDR)")
+	fs.StringVar(&c.redisPrefix, "redis-prefix", env("REDIS_PREFIX", redisstore.DefaultPrefix), "prefix of the idempotency keys in Redis, for gateways of several pipelines sharing one Redis (REDIS_PREFIX)")
+	fs.DurationVar(&c.retryAfter, "retry-after", idempotency.DefaultRetryAfter, "Retry-After of 503 answers: when a provider that honours it retries")
 	fs.StringVar(&c.githubSecret, "github-secret", env("GITHUB_WEBHOOK_SECRET", ""), "GitHub webhook secret (GITHUB_WEBHOOK_SECRET)")
 	fs.StringVar(&c.jiraSecret, "jira-secret", env("JIRA_WEBHOOK_SECRET", ""), "Jira webhook secret (JIRA_WEBHOOK_SECRET)")
 	fs.BoolVar(&c.acceptUnsigned, "accept-unsigned", env("GATEWAY_ACCEPT_UNSIGNED", "") == "true",
@@ -107,10 +138,17 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.kafka.sasl, "kafka-sasl", env("KAFKA_SASL", ""), "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (KAFKA_SASL)")
 	fs.StringVar(&c.kafka.user, "kafka-user", env("KAFKA_USER", ""), "SASL user (KAFKA_USER)")
 	fs.StringVar(&c.kafka.passwd, "kafka-password", env("KAFKA_PASSWORD", ""), "SASL password (KAFKA_PASSWORD)")
+	c.faults.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	c.brokers = strings.Split(brokers, ",")
+	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
+		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)
+	}
+	if err := c.faults.validate(); err != nil {
+		return c, err
+	}
 	if c.store != "memory" && c.store != "redis" {
 		return c, fmt.Errorf("-store %q: want memory or redis", c.store)
 	}
@@ -160,11 +198,12 @@ func (k kafkaSecurity) mechanism() (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("-kafka-sasl %q: want plain, scram-sha-256 or scram-sha-512", k.sasl)
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, log *slog.Logger) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := parse(args, getenv)
 	if err != nil {
 		return err
 	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	// Metrics: the SDK's instruments, exported for Prometheus.
 	reg := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
@@ -179,7 +218,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	case "redis":
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr})
 		defer rdb.Close()
-		if store, err = redisstore.New(rdb, redisstore.Options{}); err != nil {
+		// Concurrent deliveries share pipelines, as redisstore advises.
+		ap, err := rdb.AutoPipeline()
+		if err != nil {
+			return err
+		}
+		if store, err = redisstore.New(ap, redisstore.Options{Prefix: cfg.redisPrefix}); err != nil {
 			return err
 		}
 	default:
@@ -194,25 +238,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	if err != nil {
 		return err
 	}
-	pub, err := kafkapub.New(ctx, cfg.brokers, cfg.topic, kafkapub.Options{Transport: transport, Logger: log, MeterProvider: mp})
+	pubOpts := kafkapub.Options{Transport: transport, Logger: log, MeterProvider: mp}
+	var check func(context.Context, idempotency.Delivery) error
+	if cfg.pipeline == "devmetrics" {
+		// Normalize before claiming: what the metrics do not count is
+		// answered 200, what cannot be normalized 422, neither published;
+		// one organisation's events go to one partition.
+		check, pubOpts.PartitionKey = devmetrics.Check, devmetrics.PartitionKey
+	}
+	pub, err := kafkapub.New(ctx, cfg.brokers, cfg.topic, pubOpts)
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
+	publish := idempotency.Func(pub.Publish)
+	if cfg.faults.on() {
+		log.Warn("INJECTING KAFKA PUBLISH FAULTS: for demos and tests only", "fail_before_write", cfg.faults.before, "lose_ack", cfg.faults.after)
+		f, err := newFaultyPublish(publish, cfg.faults, mp)
+		if err != nil {
+			return err
+		}
+		publish = f.publish
+	}
 
 	mux := http.NewServeMux()
 	for _, p := range []struct {
 		provider idempotency.Provider
 		secret   string
 	}{{idempotency.GitHub(), cfg.githubSecret}, {idempotency.JiraCloud(), cfg.jiraSecret}} {
-		opts := idempotency.Options{Provider: p.provider, Logger: log, MeterProvider: mp}
+		opts := idempotency.Options{Provider: p.provider, Check: check, RetryAfter: cfg.retryAfter, Logger: log, MeterProvider: mp}
 		if p.secret != "" {
 			opts.Secret = []byte(p.secret)
 		} else {
 			log.Warn("ACCEPTING UNSIGNED DELIVERIES: no webhook secret, anyone who reaches this endpoint can forge events",
 				"provider", p.provider.Name, "path", "/webhooks/"+p.provider.Name)
 		}
-		h, err := idempotency.NewHandler(store, pub.Publish, opts)
+		h, err := idempotency.NewHandler(store, publish, opts)
 		if err != nil {
 			return err
 		}
@@ -237,7 +298,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	ready.Store(true)
-	log.Info("gateway listening", "addr", ln.Addr().String(), "topic", cfg.topic, "store", cfg.store)
+	log.Info("gateway listening", "addr", ln.Addr().String(), "topic", cfg.topic, "store", cfg.store, "pipeline", cfg.pipeline)
 
 	select {
 	case err := <-served:

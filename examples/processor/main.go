@@ -1,7 +1,13 @@
 // Command processor reads the gateway's topic with a consumer group and
-// runs one checkpointed chain per partition (chain.go: dedup by delivery
-// id, the events, one-minute counts per tenant) into ClickHouse, exactly
-// once across crashes, restarts and rebalances.
+// runs one checkpointed chain per partition into ClickHouse, exactly once
+// across crashes, restarts and rebalances. -pipeline picks the chain:
+// tenant-minute (the default, chain.go: dedup by delivery id, the events,
+// one-minute counts per tenant), the smallest complete chain and the one
+// to copy for your own; or devmetrics (package examples/devmetrics: the
+// articles' per-employee hourly metrics with early firings and a
+// dead-letter topic, -dlq), which reads what a gateway with -pipeline
+// devmetrics publishes. Each creates its tables unless
+// -create-tables=false.
 //
 //	processor -brokers kafka:9092 -topic webhooks -group processor \
 //		-clickhouse clickhouse:9000 -database webhooks -state-dir /var/lib/processor
@@ -10,7 +16,7 @@
 // of the group must share it (a shared disk), so a partition that moves
 // restores its state. Endpoints on -listen: /healthz, /readyz (the chains
 // run), /metrics (the SDK's OpenTelemetry metrics in the Prometheus
-// format). Every flag has an environment variable (-h lists them).
+// format). Its settings have environment variables (-h lists them).
 //
 // A chain whose ClickHouse or Kafka is unreachable restarts from its last
 // checkpoint with backoff while the others go on (kafkasource.Restart); a
@@ -27,6 +33,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,35 +57,48 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
+	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(ctx, os.Args[1:], os.Getenv, log); err != nil {
-		log.Error("processor stopped", "err", err)
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("processor stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
+// levelFlag is a flag's default log level; an unknown name is reported by
+// the flag package when it parses it.
+func levelFlag(name string) *slog.Level {
+	l := new(slog.Level)
+	_ = l.UnmarshalText([]byte(name))
+	return l
+}
+
 type config struct {
-	listen, topic, group  string
-	brokers               []string
-	stateDir              string
-	s3                    s3State
-	interval              time.Duration
-	createTables          bool
-	chAddr, database      string
-	chUser, chPassword    string
-	chTLS                 bool
-	chCA                  string
-	kafkaTLS              bool
-	kafkaCA               string
-	kafkaSASL, kafkaUser  string
-	kafkaPassword         string
-	lastCheckpointTimeout time.Duration
+	pipeline               string
+	logLevel               slog.Level
+	deadLetterTopic        string
+	group                  kafkasource.Options // the consumer group's timing
+	sinkMaxDelay           time.Duration
+	listen, topic, groupID string
+	brokers                []string
+	stateDir               string
+	s3                     s3State
+	interval               time.Duration
+	createTables           bool
+	chAddr, database       string
+	chUser, chPassword     string
+	chTLS                  bool
+	chCA                   string
+	kafkaTLS               bool
+	kafkaCA                string
+	kafkaSASL, kafkaUser   string
+	kafkaPassword          string
+	lastCheckpointTimeout  time.Duration
 }
 
 func parse(args []string, getenv func(string) string) (config, error) {
@@ -91,10 +111,20 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	}
 	var c config
 	var brokers string
+	fs.StringVar(&c.pipeline, "pipeline", env("PROCESSOR_PIPELINE", "tenant-minute"),
+		"the chain: tenant-minute (chain.go: events, counts per tenant and minute) or devmetrics (package examples/devmetrics: per-employee hourly metrics, for a gateway with -pipeline devmetrics) (PROCESSOR_PIPELINE)")
+	fs.StringVar(&c.deadLetterTopic, "dlq", env("KAFKA_DLQ_TOPIC", ""),
+		"devmetrics: dead-letter topic of records it cannot normalize, each written once; empty: such a record stops the process (KAFKA_DLQ_TOPIC)")
+	fs.TextVar(&c.logLevel, "log-level", levelFlag(env("LOG_LEVEL", "info")), "log level: debug, info, warn or error (LOG_LEVEL)")
+	fs.DurationVar(&c.group.SessionTimeout, "session-timeout", kafkasource.DefaultSessionTimeout, "consumer group session timeout: how soon a dead instance's partitions move")
+	fs.DurationVar(&c.group.RebalanceTimeout, "rebalance-timeout", kafkasource.DefaultRebalanceTimeout, "consumer group rebalance timeout")
+	fs.DurationVar(&c.group.HeartbeatInterval, "heartbeat-interval", kafkasource.DefaultHeartbeatInterval, "consumer group heartbeat interval")
+	fs.DurationVar(&c.group.MaxWait, "fetch-max-wait", kafkasource.DefaultMaxWait, "longest wait of a fetch for new records")
+	fs.DurationVar(&c.sinkMaxDelay, "sink-max-delay", chsink.DefaultMaxDelay, "longest time a row waits in a sink's buffer before it is inserted")
 	fs.StringVar(&c.listen, "listen", env("PROCESSOR_LISTEN", ":8081"), "HTTP address of /healthz, /readyz, /metrics (PROCESSOR_LISTEN)")
 	fs.StringVar(&brokers, "brokers", env("KAFKA_BROKERS", "localhost:9092"), "Kafka bootstrap brokers, comma-separated (KAFKA_BROKERS)")
 	fs.StringVar(&c.topic, "topic", env("KAFKA_TOPIC", "webhooks"), "Kafka topic (KAFKA_TOPIC)")
-	fs.StringVar(&c.group, "group", env("KAFKA_GROUP", "processor"), "consumer group (KAFKA_GROUP)")
+	fs.StringVar(&c.groupID, "group", env("KAFKA_GROUP", "processor"), "consumer group (KAFKA_GROUP)")
 	fs.StringVar(&c.stateDir, "state-dir", env("PROCESSOR_STATE_DIR", "./state"), "checkpoints and sink journals, shared by every instance (PROCESSOR_STATE_DIR)")
 	fs.StringVar(&c.s3.bucket, "s3-bucket", env("S3_BUCKET", ""), "keep checkpoints and sink journals in this S3 bucket instead of -state-dir: what processors on several machines share (S3_BUCKET)")
 	fs.StringVar(&c.s3.prefix, "s3-prefix", env("S3_PREFIX", ""), "object name prefix in -s3-bucket (S3_PREFIX)")
@@ -119,6 +149,12 @@ func parse(args []string, getenv func(string) string) (config, error) {
 		return c, err
 	}
 	c.brokers = strings.Split(brokers, ",")
+	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
+		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)
+	}
+	if c.deadLetterTopic != "" && c.pipeline != "devmetrics" {
+		return c, errors.New("-dlq: only the devmetrics chain has a dead-letter topic")
+	}
 	return c, nil
 }
 
@@ -151,11 +187,12 @@ func mechanism(name, user, password string) (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("-kafka-sasl %q: want plain, scram-sha-256 or scram-sha-512", name)
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, log *slog.Logger) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := parse(args, getenv)
 	if err != nil {
 		return err
 	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	reg := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
@@ -179,12 +216,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 			return fmt.Errorf("-clickhouse-ca: %w", err)
 		}
 	}
-	if cfg.createTables {
-		if err := createTables(ctx, chOpts, cfg.database); err != nil {
-			return err
-		}
-	}
-
 	storage, err := openStorage(cfg)
 	if err != nil {
 		return err
@@ -198,15 +229,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 		return err
 	}
 	defer coord.Close()
-	chain := newChain(chainConfig{
-		ClickHouse: chsink.Table{Addr: cfg.chAddr},
-		Sink: chsink.Options{Database: cfg.database, User: cfg.chUser, Password: cfg.chPassword, Client: chOpts,
-			Logger: log, MeterProvider: mp},
-		Storage: storage,
-		Logger:  log,
-	})
-	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.group, Topics: []string{cfg.topic}},
-		coord, chain, kafkasource.Options{Dialer: dialer, Logger: log, MeterProvider: mp})
+	table := chsink.Table{Addr: cfg.chAddr}
+	sinkOpts := chsink.Options{Database: cfg.database, User: cfg.chUser, Password: cfg.chPassword, Client: chOpts,
+		MaxDelay: cfg.sinkMaxDelay, Logger: log, MeterProvider: mp}
+	var chain kafkasource.NewProcessor
+	switch cfg.pipeline {
+	case "devmetrics":
+		if cfg.createTables {
+			if err := devmetrics.CreateTables(ctx, chOpts, cfg.database); err != nil {
+				return err
+			}
+		}
+		chain = devmetrics.NewProcessor(devmetrics.Config{
+			ClickHouse: table, Sink: sinkOpts, Storage: storage, Logger: log,
+			DeadLetterTopic:     cfg.deadLetterTopic,
+			DeadLetterTransport: &kafka.Transport{TLS: dialer.TLS, SASL: dialer.SASLMechanism},
+		})
+	default:
+		if cfg.createTables {
+			if err := createTables(ctx, chOpts, cfg.database); err != nil {
+				return err
+			}
+		}
+		chain = newChain(chainConfig{ClickHouse: table, Sink: sinkOpts, Storage: storage, Logger: log})
+	}
+	srcOpts := cfg.group
+	srcOpts.Dialer, srcOpts.Logger, srcOpts.MeterProvider = dialer, log, mp
+	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.groupID, Topics: []string{cfg.topic}},
+		coord, chain, srcOpts)
 	if err != nil {
 		return err
 	}
@@ -229,7 +279,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	log.Info("processor running", "addr", ln.Addr().String(), "topic", cfg.topic, "group", cfg.group, "clickhouse", cfg.chAddr)
+	log.Info("processor running", "addr", ln.Addr().String(), "topic", cfg.topic, "group", cfg.groupID, "clickhouse", cfg.chAddr, "pipeline", cfg.pipeline)
 
 	// Run gets its own context: on SIGTERM the last checkpoint is taken
 	// while the chains still run, and only then are they stopped.

@@ -41,4 +41,4 @@
 // with SIGKILL and restarted, the Kafka broker likewise, a gateway restart
 // with manual redeliveries. CLICKHOUSE_ADDR and KAFKA_BROKERS point it at
 // your own servers instead (which are then not killed).
-package main
+package demo

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bytes"
@@ -156,7 +156,7 @@ func (p *provider) post(ctx context.Context, d delivery, attempt int) (status in
 		return 0, 0, false, err
 	}
 	req.Header.Set("Content-Type", contentType)
-	sig := idempotency.SignGitHub(webhookSecret, body) // "sha256=<hex HMAC>", the form both providers use
+	sig := idempotency.SignGitHub([]byte(webhookSecret), body) // "sha256=<hex HMAC>", the form both providers use
 	if d.Provider == "jira" {
 		req.Header.Set("User-Agent", "Atlassian Webhook HTTP Client")
 		req.Header.Set(idempotency.HeaderJiraWebhookID, d.ID)

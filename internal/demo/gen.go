@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 )
 
 // delivery is one webhook the simulated providers send, and what the
@@ -20,7 +22,7 @@ type delivery struct {
 	// independently of the normalizer; nil for a delivery the gateway
 	// answers 2xx without publishing (ping, an activity the metrics do not
 	// count) or rejects.
-	Want *Event
+	Want *devmetrics.Event
 	// Reject marks a payload that cannot be normalized: the gateway must
 	// answer 4xx and publish nothing.
 	Reject bool
@@ -127,19 +129,19 @@ func (g *generator) next(org int, t time.Time) delivery {
 	r := g.rng.Float64()
 	switch {
 	case r < 0.18:
-		return g.github(TypePRMerged, org, emp, other, t)
+		return g.github(devmetrics.TypePRMerged, org, emp, other, t)
 	case r < 0.36:
-		return g.github(TypeReview, org, emp, other, t)
+		return g.github(devmetrics.TypeReview, org, emp, other, t)
 	case r < 0.54:
-		return g.github(TypeReviewComment, org, emp, other, t)
+		return g.github(devmetrics.TypeReviewComment, org, emp, other, t)
 	case r < 0.64:
-		return g.github(TypeDeployment, org, emp, other, t)
+		return g.github(devmetrics.TypeDeployment, org, emp, other, t)
 	case r < 0.72:
-		return g.jira(TypeIncidentOpened, org, emp, other, t)
+		return g.jira(devmetrics.TypeIncidentOpened, org, emp, other, t)
 	case r < 0.78:
-		return g.jira(TypeIncidentTransitioned, org, emp, other, t)
+		return g.jira(devmetrics.TypeIncidentTransitioned, org, emp, other, t)
 	case r < 0.90:
-		return g.jira(TypeIssueTransitioned, org, emp, other, t)
+		return g.jira(devmetrics.TypeIssueTransitioned, org, emp, other, t)
 	case r < 0.93:
 		return g.github("ping", org, emp, other, t)
 	case r < 0.97:
@@ -202,11 +204,11 @@ func (g *generator) github(kind string, org, emp, other int, t time.Time) delive
 		obj(m, "user")["login"] = author
 	}
 	subject := orgLogin + "/" + repo + "#" + fmt.Sprint(number)
-	want := &Event{OrgID: orgLogin, Source: "github", EventID: d.ID, EmployeeID: login, Time: t, Subject: subject}
+	want := &devmetrics.Event{OrgID: orgLogin, Source: "github", EventID: d.ID, EmployeeID: login, Time: t, Subject: subject}
 	opened := t.Add(-time.Duration(60+g.rng.IntN(48*3600)) * time.Second)
 	switch kind {
-	case TypePRMerged:
-		d.EventType, want.Type = "pull_request", TypePRMerged
+	case devmetrics.TypePRMerged:
+		d.EventType, want.Type = "pull_request", devmetrics.TypePRMerged
 		d.Body = mutate(g.tpl.merged, func(p map[string]any) {
 			common(p)
 			p["action"] = "closed"
@@ -215,8 +217,8 @@ func (g *generator) github(kind string, org, emp, other int, t time.Time) delive
 			m["merged"], m["merged_at"], m["closed_at"], m["state"] = true, ghTime(t), ghTime(t), "closed"
 			m["merged_by"] = map[string]any{"login": otherLogin, "type": "User"}
 		})
-	case TypeReview:
-		d.EventType, want.Type = "pull_request_review", TypeReview
+	case devmetrics.TypeReview:
+		d.EventType, want.Type = "pull_request_review", devmetrics.TypeReview
 		want.Status, want.Opened, want.LatencyS = "approved", opened, t.Sub(opened).Seconds()
 		d.Body = mutate(g.tpl.review, func(p map[string]any) {
 			common(p)
@@ -225,8 +227,8 @@ func (g *generator) github(kind string, org, emp, other int, t time.Time) delive
 			rv["submitted_at"], rv["state"] = ghTime(t), "approved"
 			obj(rv, "user")["login"] = login
 		})
-	case TypeReviewComment:
-		d.EventType, want.Type = "pull_request_review_comment", TypeReviewComment
+	case devmetrics.TypeReviewComment:
+		d.EventType, want.Type = "pull_request_review_comment", devmetrics.TypeReviewComment
 		d.Body = mutate(g.tpl.comment, func(p map[string]any) {
 			common(p)
 			pr(p, otherLogin, opened)
@@ -234,9 +236,9 @@ func (g *generator) github(kind string, org, emp, other int, t time.Time) delive
 			c["created_at"], c["updated_at"] = ghTime(t), ghTime(t)
 			obj(c, "user")["login"] = login
 		})
-	case TypeDeployment:
+	case devmetrics.TypeDeployment:
 		id := 145988746 + g.seq
-		d.EventType, want.Type, want.Subject, want.Status = "deployment_status", TypeDeployment, fmt.Sprint(id), "success"
+		d.EventType, want.Type, want.Subject, want.Status = "deployment_status", devmetrics.TypeDeployment, fmt.Sprint(id), "success"
 		d.Body = mutate(g.tpl.deployment, func(p map[string]any) {
 			common(p)
 			dep := obj(p, "deployment")
@@ -306,20 +308,20 @@ func jiraIssuePayload(site, event, key, issueType, status, reporter, actor strin
 func (g *generator) jira(kind string, org, emp, other int, t time.Time) delivery {
 	site, acct, otherAcct := jiraSiteName(org), jiraAcct(org, emp), jiraAcct(org, other)
 	d := delivery{Provider: "jira", ID: fmt.Sprintf("%d", 900000000+g.seq*7+g.rng.IntN(7))}
-	want := &Event{OrgID: site, Source: "jira", EventID: d.ID, Time: t.Truncate(time.Millisecond)}
+	want := &devmetrics.Event{OrgID: site, Source: "jira", EventID: d.ID, Time: t.Truncate(time.Millisecond)}
 	t = want.Time
 	var p map[string]any
-	if kind == TypeIncidentTransitioned && len(g.incidents[org]) == 0 {
-		kind = TypeIssueTransitioned // nothing to transition yet
+	if kind == devmetrics.TypeIncidentTransitioned && len(g.incidents[org]) == 0 {
+		kind = devmetrics.TypeIssueTransitioned // nothing to transition yet
 	}
 	switch kind {
-	case TypeIncidentOpened:
+	case devmetrics.TypeIncidentOpened:
 		key := fmt.Sprintf("OPS-%d", g.seq)
 		g.incidents[org] = append(g.incidents[org], incident{key: key, reporter: acct, opened: t})
 		d.EventType = "jira:issue_created"
 		p = jiraIssuePayload(site, d.EventType, key, "Incident", "Open", acct, acct, t, t, "", "")
-		want.Type, want.EmployeeID, want.Subject, want.Status, want.Opened = TypeIncidentOpened, acct, key, "Open", t
-	case TypeIncidentTransitioned:
+		want.Type, want.EmployeeID, want.Subject, want.Status, want.Opened = devmetrics.TypeIncidentOpened, acct, key, "Open", t
+	case devmetrics.TypeIncidentTransitioned:
 		inc := g.incidents[org][g.rng.IntN(len(g.incidents[org]))]
 		if !t.After(inc.opened) {
 			t = inc.opened.Add(time.Millisecond)
@@ -328,12 +330,12 @@ func (g *generator) jira(kind string, org, emp, other int, t time.Time) delivery
 		to := []string{"Investigating", "Mitigated", "Resolved"}[g.rng.IntN(3)]
 		d.EventType = "jira:issue_updated"
 		p = jiraIssuePayload(site, d.EventType, inc.key, "Incident", to, inc.reporter, otherAcct, inc.opened, t, "Open", to)
-		want.Type, want.EmployeeID, want.Subject, want.Status, want.Opened = TypeIncidentTransitioned, inc.reporter, inc.key, to, inc.opened
-	case TypeIssueTransitioned:
+		want.Type, want.EmployeeID, want.Subject, want.Status, want.Opened = devmetrics.TypeIncidentTransitioned, inc.reporter, inc.key, to, inc.opened
+	case devmetrics.TypeIssueTransitioned:
 		key := fmt.Sprintf("ENG-%d", g.seq)
 		d.EventType = "jira:issue_updated"
 		p = jiraIssuePayload(site, d.EventType, key, "Story", "In Progress", otherAcct, acct, t.Add(-time.Hour), t, "To Do", "In Progress")
-		want.Type, want.EmployeeID, want.Subject, want.Status = TypeIssueTransitioned, acct, key, "In Progress"
+		want.Type, want.EmployeeID, want.Subject, want.Status = devmetrics.TypeIssueTransitioned, acct, key, "In Progress"
 	default: // an edit without status transition: not counted
 		key := fmt.Sprintf("ENG-%d", g.seq)
 		d.EventType = "jira:issue_updated"

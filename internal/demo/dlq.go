@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // dead-letter topic exactly once, through every kill and replay, while the
 // partition goes on.
 func (d *demo) injectPoison(ctx context.Context) error {
-	cl := &kafka.Client{Addr: kafka.TCP(d.brokers...), Timeout: 10 * time.Second}
+	cl := &kafka.Client{Addr: kafka.TCP(d.srv.Brokers...), Timeout: 10 * time.Second}
 	for i, value := range []string{"not json at all", `{"org_id":"acme-00","note":"hand-written"}`} {
 		resp, err := cl.Produce(ctx, &kafka.ProduceRequest{Topic: d.topic, Partition: i % d.cfg.Partitions,
 			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte(value))})})
@@ -38,7 +38,7 @@ func (d *demo) injectPoison(ctx context.Context) error {
 // checkDeadLetters checks that the dead-letter topic holds each poison
 // record exactly once.
 func (d *demo) checkDeadLetters(ctx context.Context) error {
-	cl := &kafka.Client{Addr: kafka.TCP(d.brokers...), Timeout: 10 * time.Second}
+	cl := &kafka.Client{Addr: kafka.TCP(d.srv.Brokers...), Timeout: 10 * time.Second}
 	var got []int64
 	for offset := int64(0); ; {
 		resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: d.dlq, Partition: 0, Offset: offset,

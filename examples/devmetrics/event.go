@@ -1,4 +1,4 @@
-package main
+package devmetrics
 
 import (
 	"encoding/json"
@@ -62,10 +62,10 @@ type Event struct {
 	Opened time.Time `json:"opened"`
 }
 
-// errNotCounted: a valid delivery of an activity the metrics do not count
-// (a pull request opened, a comment edited, a deployment in progress). The
-// gateway answers it 200 without publishing it.
-var errNotCounted = errors.New("not counted by the per-employee metrics")
+// ErrNotCounted is wrapped by Normalize's error for a valid delivery of an activity the metrics do not count
+// (a pull request opened, a comment edited, a deployment in progress). Check
+// answers it 200 without publishing it.
+var ErrNotCounted = errors.New("devmetrics: not counted by the per-employee metrics")
 
 // NormalizeError says why a delivery cannot be normalized: a payload that
 // lacks a field its event type always has. The gateway answers it 422 with
@@ -79,10 +79,10 @@ func (e *NormalizeError) Error() string {
 	return fmt.Sprintf("cannot normalize %s %s delivery: %s", e.Source, e.EventType, e.Reason)
 }
 
-// normalize turns one provider delivery into the articles' event. It
-// returns an error wrapping errNotCounted for an activity the metrics do not
+// Normalize turns one provider delivery into the articles' event. It
+// returns an error wrapping ErrNotCounted for an activity the metrics do not
 // count, and a *NormalizeError for a payload it cannot read.
-func normalize(source, eventType, deliveryID string, body []byte) (Event, error) {
+func Normalize(source, eventType, deliveryID string, body []byte) (Event, error) {
 	if deliveryID == "" {
 		return Event{}, &NormalizeError{source, eventType, "no delivery id"}
 	}
@@ -182,7 +182,7 @@ func normalizeGitHub(eventType string, body []byte) (Event, error) {
 	switch eventType {
 	case "pull_request", "pull_request_review", "pull_request_review_comment", "deployment_status":
 	default:
-		return Event{}, fmt.Errorf("%w: GitHub event %q", errNotCounted, eventType)
+		return Event{}, fmt.Errorf("%w: GitHub event %q", ErrNotCounted, eventType)
 	}
 	var p ghPayload
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -203,7 +203,7 @@ func normalizeGitHub(eventType string, body []byte) (Event, error) {
 	switch eventType {
 	case "pull_request":
 		if p.Action != "closed" || !pr.Merged {
-			return Event{}, fmt.Errorf("%w: pull_request %s (merged %t)", errNotCounted, p.Action, pr.Merged)
+			return Event{}, fmt.Errorf("%w: pull_request %s (merged %t)", ErrNotCounted, p.Action, pr.Merged)
 		}
 		ev.Type = TypePRMerged
 		if ev.EmployeeID, err = login(pr.User, "pull_request.user"); err != nil {
@@ -215,7 +215,7 @@ func normalizeGitHub(eventType string, body []byte) (Event, error) {
 		ev.Time, err = githubTime(*pr.MergedAt, "pull_request.merged_at")
 	case "pull_request_review":
 		if p.Action != "submitted" {
-			return Event{}, fmt.Errorf("%w: pull_request_review %s", errNotCounted, p.Action)
+			return Event{}, fmt.Errorf("%w: pull_request_review %s", ErrNotCounted, p.Action)
 		}
 		if p.Review == nil || p.Review.SubmittedAt == nil {
 			return Event{}, reject("no review.submitted_at")
@@ -237,7 +237,7 @@ func normalizeGitHub(eventType string, body []byte) (Event, error) {
 		ev.LatencyS = ev.Time.Sub(ev.Opened).Seconds()
 	case "pull_request_review_comment":
 		if p.Action != "created" {
-			return Event{}, fmt.Errorf("%w: pull_request_review_comment %s", errNotCounted, p.Action)
+			return Event{}, fmt.Errorf("%w: pull_request_review_comment %s", ErrNotCounted, p.Action)
 		}
 		if p.Comment == nil {
 			return Event{}, reject("no comment")
@@ -252,7 +252,7 @@ func normalizeGitHub(eventType string, body []byte) (Event, error) {
 			return Event{}, reject("no deployment or deployment_status")
 		}
 		if p.DeploymentStatus.State != "success" {
-			return Event{}, fmt.Errorf("%w: deployment_status %s", errNotCounted, p.DeploymentStatus.State)
+			return Event{}, fmt.Errorf("%w: deployment_status %s", ErrNotCounted, p.DeploymentStatus.State)
 		}
 		if p.Deployment.ID == "" {
 			return Event{}, reject("no deployment.id")
@@ -307,7 +307,7 @@ func normalizeJira(eventType string, body []byte) (Event, error) {
 	switch eventType {
 	case "jira:issue_created", "jira:issue_updated":
 	default:
-		return Event{}, fmt.Errorf("%w: Jira event %q", errNotCounted, eventType)
+		return Event{}, fmt.Errorf("%w: Jira event %q", ErrNotCounted, eventType)
 	}
 	var p jiraPayload
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -362,7 +362,7 @@ func normalizeJira(eventType string, body []byte) (Event, error) {
 		}
 		ev.EmployeeID = p.User.AccountID
 	default:
-		return Event{}, fmt.Errorf("%w: %s of a %s without status transition", errNotCounted, eventType, iss.Fields.IssueType.Name)
+		return Event{}, fmt.Errorf("%w: %s of a %s without status transition", ErrNotCounted, eventType, iss.Fields.IssueType.Name)
 	}
 	return ev, nil
 }

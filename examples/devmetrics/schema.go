@@ -1,4 +1,4 @@
-package main
+package devmetrics
 
 import (
 	"context"
@@ -37,7 +37,20 @@ import (
 //     computed by the stream processor's window operator, one row per
 //     (org, employee, hour) window, ReplacingMergeTree(version) keyed by
 //     window: writing a window again writes the same row. Read with FINAL.
-var schemaDDL = []string{
+//
+// DDL returns the statements that create the schema in database, in
+// order, each with IF NOT EXISTS.
+func DDL(database string) []string {
+	queries := []string{"CREATE DATABASE IF NOT EXISTS %[1]s"}
+	queries = append(queries, tableDDL...)
+	for i, q := range queries {
+		queries[i] = fmt.Sprintf(q, database)
+	}
+	return queries
+}
+
+// tableDDL are the statements of DDL, %[1]s for the database.
+var tableDDL = []string{
 	`CREATE TABLE IF NOT EXISTS %[1]s.normalized_events (
 		org_id LowCardinality(String),
 		source LowCardinality(String),
@@ -112,22 +125,28 @@ var schemaDDL = []string{
 	SETTINGS non_replicated_deduplication_window = 10000`,
 }
 
-func createTables(ctx context.Context, addr, db string) error {
-	conn, err := ch.Dial(ctx, ch.Options{Address: addr, DialTimeout: 10 * time.Second})
+// CreateTables creates the database and the schema (DDL) on the ClickHouse
+// server opts names, where missing. It is safe to run again.
+func CreateTables(ctx context.Context, opts ch.Options, database string) error {
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	conn, err := ch.Dial(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("connect to ClickHouse at %s: %w", addr, err)
+		return fmt.Errorf("devmetrics: connect to ClickHouse at %s: %w", opts.Address, err)
 	}
 	defer conn.Close()
-	queries := append([]string{"CREATE DATABASE IF NOT EXISTS %[1]s"}, schemaDDL...)
-	for _, q := range queries {
-		if err := conn.Do(ctx, ch.Query{Body: fmt.Sprintf(q, db)}); err != nil {
-			return fmt.Errorf("create tables: %w", err)
+	for _, q := range DDL(database) {
+		if err := conn.Do(ctx, ch.Query{Body: q}); err != nil {
+			return fmt.Errorf("devmetrics: create tables: %w", err)
 		}
 	}
 	return nil
 }
 
-func eventSchema() []chsink.Column[Event] {
+// EventSchema maps an Event to the columns of normalized_events, for
+// chsink.New.
+func EventSchema() []chsink.Column[Event] {
 	return []chsink.Column[Event]{
 		chsink.LowCardinality("org_id", func(e *Event) string { return e.OrgID }),
 		chsink.LowCardinality("source", func(e *Event) string { return e.Source }),
@@ -147,27 +166,29 @@ func eventSchema() []chsink.Column[Event] {
 	}
 }
 
-// windowRow is one emission of an (org, employee, hour) window.
-type windowRow = window.Row[employeeMetrics]
+// WindowRow is one emission of an (org, employee, hour) window.
+type WindowRow = window.Row[Metrics]
 
-func windowSchema() []chsink.Column[windowRow] {
-	return []chsink.Column[windowRow]{
-		chsink.String("org_id", func(r *windowRow) string { org, _ := splitWindowKey(r.Key); return org }),
-		chsink.String("employee_id", func(r *windowRow) string { _, emp := splitWindowKey(r.Key); return emp }),
-		chsink.DateTime64("window_start", proto.PrecisionMilli, func(r *windowRow) time.Time { return r.Start }),
-		chsink.DateTime64("window_end", proto.PrecisionMilli, func(r *windowRow) time.Time { return r.End }),
-		chsink.UInt64("version", func(r *windowRow) uint64 { return r.Version }),
-		chsink.UInt64("prs_merged", func(r *windowRow) uint64 { return r.Result.PRsMerged }),
-		chsink.UInt64("review_comments", func(r *windowRow) uint64 { return r.Result.ReviewComments }),
-		chsink.UInt64("reviews", func(r *windowRow) uint64 { return r.Result.Reviews }),
+// WindowSchema maps a WindowRow to the columns of employee_metrics_window,
+// for chsink.New. An average of no reviews is NULL, never 0.
+func WindowSchema() []chsink.Column[WindowRow] {
+	return []chsink.Column[WindowRow]{
+		chsink.String("org_id", func(r *WindowRow) string { org, _ := SplitWindowKey(r.Key); return org }),
+		chsink.String("employee_id", func(r *WindowRow) string { _, emp := SplitWindowKey(r.Key); return emp }),
+		chsink.DateTime64("window_start", proto.PrecisionMilli, func(r *WindowRow) time.Time { return r.Start }),
+		chsink.DateTime64("window_end", proto.PrecisionMilli, func(r *WindowRow) time.Time { return r.End }),
+		chsink.UInt64("version", func(r *WindowRow) uint64 { return r.Version }),
+		chsink.UInt64("prs_merged", func(r *WindowRow) uint64 { return r.Result.PRsMerged }),
+		chsink.UInt64("review_comments", func(r *WindowRow) uint64 { return r.Result.ReviewComments }),
+		chsink.UInt64("reviews", func(r *WindowRow) uint64 { return r.Result.Reviews }),
 		// An average of no reviews is NULL, never 0.
-		chsink.Nullable("avg_review_latency_s", new(proto.ColFloat64), func(r *windowRow) proto.Nullable[float64] {
+		chsink.Nullable("avg_review_latency_s", new(proto.ColFloat64), func(r *WindowRow) proto.Nullable[float64] {
 			if r.Result.Reviews == 0 {
 				return proto.Null[float64]()
 			}
 			return proto.NewNullable(r.Result.ReviewLatencyS / float64(r.Result.Reviews))
 		}),
-		chsink.UInt64("deployments", func(r *windowRow) uint64 { return r.Result.Deployments }),
-		chsink.UInt64("incidents", func(r *windowRow) uint64 { return r.Result.Incidents }),
+		chsink.UInt64("deployments", func(r *WindowRow) uint64 { return r.Result.Deployments }),
+		chsink.UInt64("incidents", func(r *WindowRow) uint64 { return r.Result.Incidents }),
 	}
 }

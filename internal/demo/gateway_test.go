@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bytes"
@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
@@ -22,7 +24,8 @@ import (
 
 // TestGatewayRealPayloads posts GitHub's example payloads of the event
 // types the metrics read (JSON and form-encoded), its pings, Jira payloads
-// and unnormalizable ones to the demo's gateway on a real Kafka (kfake) and
+// and unnormalizable ones to the gateway binary (examples/gateway
+// -pipeline devmetrics, as the demo runs it) on a real Kafka (kfake) and
 // reads the topic back: every delivery that counts is accepted 2xx and
 // published once with its event-type header, and the processor's decode
 // gives the event the gateway's normalization gave; pings and uncounted
@@ -35,14 +38,14 @@ func TestGatewayRealPayloads(t *testing.T) {
 	testenv.CreateTopic(t, brokers, topic, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
+	gw, err := StartGateway(ctx, binaries(t).Gateway,
+		[]string{"-pipeline=devmetrics", "-brokers=" + strings.Join(brokers, ","), "-topic=" + topic, "-log-level=warn"},
+		[]string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}, os.Stderr)
 	require.NoError(t, err)
-	gw, err := startGateway(ctx, brokers, topic, store, rand.New(rand.NewPCG(1, 1)), false)
-	require.NoError(t, err)
-	defer gw.Close(context.Background())
+	defer func() { assert.NoError(t, gw.Stop()) }()
 	p := &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: gw.URL()}
 
-	want := map[string]Event{} // delivery id → the event its record must decode to
+	want := map[string]devmetrics.Event{} // delivery id → the event its record must decode to
 	post := func(d delivery) int {
 		t.Helper()
 		status, _, _, err := p.post(ctx, d, 0)
@@ -60,7 +63,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 				for _, form := range []bool{false, true} {
 					n++
 					d := delivery{Provider: "github", ID: fmt.Sprintf("gh-%d", n), EventType: name, Body: body, Form: form}
-					ev, nerr := normalize("github", name, d.ID, body)
+					ev, nerr := devmetrics.Normalize("github", name, d.ID, body)
 					status := post(d)
 					if nerr != nil {
 						assert.Equal(t, http.StatusOK, status, "%s %s: counts nothing, answered 200 unpublished", name, ex.Action)
@@ -82,7 +85,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal(body, &h))
 		d := delivery{Provider: "jira", ID: fmt.Sprintf("jira-%d", i), EventType: h.WebhookEvent, Body: body}
-		ev, err := normalize("jira", d.EventType, d.ID, body)
+		ev, err := devmetrics.Normalize("jira", d.EventType, d.ID, body)
 		require.NoError(t, err)
 		status := post(d)
 		assert.Equal(t, http.StatusAccepted, status, "jira %d", i)
@@ -106,7 +109,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idempotency.HeaderGitHubEvent, "pull_request_review")
 	req.Header.Set(idempotency.HeaderGitHubDelivery, "gh-bad")
-	req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub(webhookSecret, badBody))
+	req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub([]byte(webhookSecret), badBody))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	reason, _ := io.ReadAll(resp.Body)
@@ -115,7 +118,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 	assert.Contains(t, string(reason), "submitted_at")
 
 	// The topic: one record per accepted delivery, none for the others.
-	got := map[string]Event{}
+	got := map[string]devmetrics.Event{}
 	for part := range 4 {
 		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: part, MaxWait: 100 * time.Millisecond})
 		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, part)
@@ -129,7 +132,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 			md, err := kafkapub.ReadMetadata(m)
 			require.NoError(t, err)
 			assert.NotEmpty(t, md.EventType, "record %d/%d has an event-type header", part, m.Offset)
-			ev, err := decode(m)
+			ev, err := devmetrics.Decode(m)
 			require.NoError(t, err)
 			_, dup := got[md.EventID]
 			assert.False(t, dup, "delivery %s published twice", md.EventID)

@@ -1,28 +1,16 @@
-package main
+package demo
 
 import (
 	"context"
-	"fmt"
+	"flag"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// TestMain lets the test binary play the stream processor too: the demo
-// starts the processor by re-executing its own binary with -role=processor.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "-role=processor" {
-		if err := run(context.Background(), os.Args[1:]); err != nil {
-			fmt.Fprintln(os.Stderr, "processor:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
 
 // TestPipelineUnderFaults runs the whole pipeline with a random seed: lost
 // Kafka acks, failed publishes, duplicate deliveries, processors killed with
@@ -38,7 +26,7 @@ func TestMain(m *testing.M) {
 // deployments and incidents FINAL), the hourly dashboard saw partial (early)
 // window rows of hours that had not closed yet, and the dead-letter topic
 // holds each poison record once. Reproduce a failure with the logged seed:
-// PIPELINE_SEED=N go test -run TestPipelineUnderFaults ./examples/pipeline.
+// PIPELINE_SEED=N go test -run TestPipelineUnderFaults ./internal/demo.
 func TestPipelineUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end runs of about 20 s each")
@@ -52,19 +40,41 @@ func TestPipelineUnderFaults(t *testing.T) {
 	store := []string{"memory", "redis"}[seed%2]
 	t.Logf("seed %d, keys in %s (set PIPELINE_SEED to replay it)", seed, store)
 	tests := []struct {
-		name string
-		args []string
+		name        string
+		instances   int
+		killKafka   bool
+		checkpoints string
 	}{
-		{name: "one processor", args: []string{"-instances=1", "-kill-kafka=true"}},
-		{name: "two processors, checkpoints on S3", args: []string{"-instances=2", "-kill-kafka=false", "-checkpoints=s3"}},
+		{name: "one processor", instances: 1, killKafka: true, checkpoints: "fs"},
+		{name: "two processors, checkpoints on S3", instances: 2, killKafka: false, checkpoints: "s3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			args := append([]string{"-events=3000", "-kills=4", "-store=" + store,
-				"-seed=" + strconv.FormatUint(seed, 10), "-dir=" + t.TempDir()}, tt.args...)
-			require.NoError(t, run(ctx, args))
+			cfg := testConfig(t)
+			cfg.Events, cfg.Kills, cfg.Store, cfg.Seed = 3000, 4, store, seed
+			cfg.Instances, cfg.KillKafka, cfg.Checkpoints = tt.instances, tt.killKafka, tt.checkpoints
+			require.NoError(t, Run(ctx, cfg))
 		})
 	}
+}
+
+// testConfig is the demo's default configuration (its flags' defaults),
+// in a temporary directory, reporting through t.Log.
+func testConfig(t *testing.T) Config {
+	var cfg Config
+	cfg.RegisterFlags(flag.NewFlagSet("demo", flag.PanicOnError))
+	cfg.Dir = t.TempDir()
+	cfg.Stdout = testWriter{t}
+	cfg.Binaries = binaries(t)
+	return cfg
+}
+
+// testWriter writes each line to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

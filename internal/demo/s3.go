@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
@@ -25,25 +24,25 @@ type s3Location struct {
 }
 
 // startCheckpointStore prepares the processors' storage: nothing for "fs",
-// a server and a bucket for "s3". It returns the processor flags that name
-// it.
-func (d *demo) startCheckpointStore(ctx context.Context) ([]string, error) {
+// a server and a bucket for "s3". It returns the processor flags and
+// environment (credentials) that name it.
+func (d *demo) startCheckpointStore(ctx context.Context) (args, env []string, err error) {
 	switch d.cfg.Checkpoints {
 	case "", "fs":
-		return nil, nil
+		return nil, nil, nil
 	case "s3":
 	default:
-		return nil, fmt.Errorf("-checkpoints %q: want fs or s3", d.cfg.Checkpoints)
+		return nil, nil, fmt.Errorf("-checkpoints %q: want fs or s3", d.cfg.Checkpoints)
 	}
 	endpoint := os.Getenv("S3_ENDPOINT")
 	if endpoint == "" {
 		dir := filepath.Join(d.dir, "s3")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		srv, err := embedded.StartS3(ctx, embedded.S3Options{Dir: dir})
 		if err != nil {
-			return nil, fmt.Errorf("start S3 (versitygw): %w", err)
+			return nil, nil, fmt.Errorf("start S3 (versitygw): %w", err)
 		}
 		d.close = append(d.close, func() { _ = srv.Stop() })
 		endpoint = srv.Endpoint()
@@ -51,26 +50,24 @@ func (d *demo) startCheckpointStore(ctx context.Context) ([]string, error) {
 	}
 	loc := s3Location{Endpoint: endpoint, Bucket: "pipeline-" + d.db[len("demo_"):]}
 	if _, err := s3Client(loc).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(loc.Bucket)}); err != nil {
-		return nil, fmt.Errorf("create bucket %s on %s: %w", loc.Bucket, endpoint, err)
+		return nil, nil, fmt.Errorf("create bucket %s on %s: %w", loc.Bucket, endpoint, err)
 	}
 	d.say("checkpoints and sink journals in s3://%s on %s", loc.Bucket, endpoint)
-	return []string{"-s3-endpoint=" + loc.Endpoint, "-s3-bucket=" + loc.Bucket}, nil
+	key, secret := s3Credentials()
+	return []string{"-s3-endpoint=" + loc.Endpoint, "-s3-bucket=" + loc.Bucket},
+		[]string{"S3_ACCESS_KEY_ID=" + key, "S3_SECRET_ACCESS_KEY=" + secret}, nil
+}
+
+// s3Credentials are $S3_ENDPOINT's, or the embedded versitygw's.
+func s3Credentials() (key, secret string) {
+	if os.Getenv("S3_ENDPOINT") == "" {
+		return embedded.S3AccessKey, embedded.S3SecretKey
+	}
+	return os.Getenv("S3_ACCESS_KEY_ID"), os.Getenv("S3_SECRET_ACCESS_KEY")
 }
 
 func s3Client(loc s3Location) *s3.Client {
-	key, secret := os.Getenv("S3_ACCESS_KEY_ID"), os.Getenv("S3_SECRET_ACCESS_KEY")
-	if os.Getenv("S3_ENDPOINT") == "" {
-		key, secret = embedded.S3AccessKey, embedded.S3SecretKey
-	}
+	key, secret := s3Credentials()
 	return s3storage.NewClient(s3storage.ClientConfig{Endpoint: loc.Endpoint, Region: os.Getenv("S3_REGION"),
 		AccessKeyID: key, SecretAccessKey: secret})
-}
-
-// processorStorage is the processor's checkpoint.Storage: the S3 bucket if
-// one is named, else a directory below its state directory.
-func processorStorage(cfg processorConfig) (checkpoint.Storage, error) {
-	if cfg.S3.Bucket != "" {
-		return s3storage.New(s3Client(cfg.S3), cfg.S3.Bucket, s3storage.Options{})
-	}
-	return checkpoint.NewFSStorage(filepath.Join(cfg.StateDir, "state"))
 }

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
+	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 )
 
 // expected is what ClickHouse must hold once the pipeline caught up:
@@ -17,8 +18,8 @@ import (
 // pipeline (the normalizer included).
 type expected struct {
 	events  int
-	metrics map[string]employeeMetrics // org|employee|unix hour → the hour's metrics
-	counts  map[string]uint64          // org|employee|unix hour → its events: the final row's version
+	metrics map[string]devmetrics.Metrics // org|employee|unix hour → the hour's metrics
+	counts  map[string]uint64             // org|employee|unix hour → its events: the final row's version
 	// deployments and incidents per org|employee|unix hour, as the
 	// ReplacingMergeTree tables must count them: one row per deployment or
 	// incident, in the hour it was deployed or opened.
@@ -31,7 +32,7 @@ func hourKey(org, employee string, t time.Time) string {
 }
 
 func expect(ds []delivery) expected {
-	e := expected{metrics: map[string]employeeMetrics{}, counts: map[string]uint64{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
+	e := expected{metrics: map[string]devmetrics.Metrics{}, counts: map[string]uint64{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
 	deployed := map[string]bool{}
 	opened := map[string]bool{}
 	for _, d := range ds {
@@ -41,16 +42,16 @@ func expect(ds []delivery) expected {
 		ev := *d.Want
 		e.events++
 		k := hourKey(ev.OrgID, ev.EmployeeID, ev.Time)
-		e.metrics[k] = metricsAgg{}.Add(e.metrics[k], ev)
+		e.metrics[k] = devmetrics.Agg{}.Add(e.metrics[k], ev)
 		e.counts[k]++
 		switch ev.Type {
-		case TypeDeployment:
+		case devmetrics.TypeDeployment:
 			if id := ev.OrgID + "|" + ev.Subject; !deployed[id] {
 				deployed[id] = true
 				e.deployments[k]++
 				e.deploymentsTotal++
 			}
-		case TypeIncidentOpened, TypeIncidentTransitioned:
+		case devmetrics.TypeIncidentOpened, devmetrics.TypeIncidentTransitioned:
 			if id := ev.OrgID + "|" + ev.Subject; !opened[id] {
 				opened[id] = true
 				e.incidents[hourKey(ev.OrgID, ev.EmployeeID, ev.Opened)]++
@@ -64,16 +65,16 @@ func expect(ds []delivery) expected {
 // observed is what ClickHouse holds.
 type observed struct {
 	rows, distinct uint64
-	hourly         map[string]employeeMetrics // employee_metrics_hourly; Reviews is 1 when an average exists
+	hourly         map[string]devmetrics.Metrics // employee_metrics_hourly; Reviews is 1 when an average exists
 	hourlyAvg      map[string]float64
-	window         map[string]employeeMetrics // employee_metrics_window FINAL
+	window         map[string]devmetrics.Metrics // employee_metrics_window FINAL
 	windowAvg      map[string]float64
 	deployments    map[string]uint64 // deployments FINAL
 	incidents      map[string]uint64 // incidents FINAL
 }
 
 func observe(ctx context.Context, addr, db string) (observed, error) {
-	o := observed{hourly: map[string]employeeMetrics{}, hourlyAvg: map[string]float64{}, window: map[string]employeeMetrics{},
+	o := observed{hourly: map[string]devmetrics.Metrics{}, hourlyAvg: map[string]float64{}, window: map[string]devmetrics.Metrics{},
 		windowAvg: map[string]float64{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
 	conn, err := ch.Dial(ctx, ch.Options{Address: addr, DialTimeout: 5 * time.Second})
 	if err != nil {
@@ -94,11 +95,11 @@ func observe(ctx context.Context, addr, db string) (observed, error) {
 	var hour proto.ColInt64
 	var prs, comments, reviews, deps, incs proto.ColUInt64
 	var avg proto.ColFloat64
-	read := func(into map[string]employeeMetrics, avgs map[string]float64) func(context.Context, proto.Block) error {
+	read := func(into map[string]devmetrics.Metrics, avgs map[string]float64) func(context.Context, proto.Block) error {
 		return func(context.Context, proto.Block) error {
 			for i := range prs.Rows() {
 				k := fmt.Sprintf("%s|%s|%d", org.Row(i), emp.Row(i), hour[i])
-				into[k] = employeeMetrics{PRsMerged: prs[i], ReviewComments: comments[i], Reviews: reviews[i],
+				into[k] = devmetrics.Metrics{PRsMerged: prs[i], ReviewComments: comments[i], Reviews: reviews[i],
 					Deployments: deps[i], Incidents: incs[i]}
 				avgs[k] = avg[i]
 			}
@@ -159,7 +160,7 @@ func diff(e expected, o observed) []string {
 	}
 	for _, k := range union(e.metrics, o.window) {
 		want, got := e.metrics[k], o.window[k]
-		if want != (employeeMetrics{PRsMerged: got.PRsMerged, ReviewComments: got.ReviewComments, Reviews: got.Reviews,
+		if want != (devmetrics.Metrics{PRsMerged: got.PRsMerged, ReviewComments: got.ReviewComments, Reviews: got.Reviews,
 			Deployments: got.Deployments, Incidents: got.Incidents, ReviewLatencyS: want.ReviewLatencyS}) ||
 			!sameAvg(want, o.windowAvg[k]) {
 			d = append(d, fmt.Sprintf("employee_metrics_window %s: %+v avg %g, want %+v avg %g", k, got, o.windowAvg[k], want, avgOf(want)))
@@ -171,7 +172,7 @@ func diff(e expected, o observed) []string {
 		if want.Reviews > 0 {
 			hasAvg = 1
 		}
-		if got != (employeeMetrics{PRsMerged: want.PRsMerged, ReviewComments: want.ReviewComments, Reviews: hasAvg,
+		if got != (devmetrics.Metrics{PRsMerged: want.PRsMerged, ReviewComments: want.ReviewComments, Reviews: hasAvg,
 			Deployments: want.Deployments, Incidents: want.Incidents}) || !sameAvg(want, o.hourlyAvg[k]) {
 			d = append(d, fmt.Sprintf("employee_metrics_hourly %s: %+v avg %g, want %+v avg %g", k, got, o.hourlyAvg[k], want, avgOf(want)))
 		}
@@ -186,7 +187,7 @@ func diff(e expected, o observed) []string {
 	return d
 }
 
-func avgOf(m employeeMetrics) float64 {
+func avgOf(m devmetrics.Metrics) float64 {
 	if m.Reviews == 0 {
 		return math.NaN()
 	}
@@ -196,7 +197,7 @@ func avgOf(m employeeMetrics) float64 {
 // sameAvg compares an average review latency: absent (nan) exactly when
 // there was no review, else equal up to the rounding of sums added in
 // another order (Kafka's, not generation order).
-func sameAvg(want employeeMetrics, got float64) bool {
+func sameAvg(want devmetrics.Metrics, got float64) bool {
 	a := avgOf(want)
 	if math.IsNaN(a) || math.IsNaN(got) {
 		return math.IsNaN(a) && math.IsNaN(got)

@@ -1,33 +1,37 @@
-package main
+package devmetrics
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
 )
 
-// githubExamples loads GitHub's maintained examples (npm pack into the cache
-// on first use). Without npm the test is skipped, unless CI=true.
+// githubExample is one of GitHub's example payloads and its action.
+type githubExample struct {
+	Action string
+	Body   []byte
+}
+
+// githubExamples returns GitHub's maintained examples by event type (npm
+// pack into the cache on first use). Without npm the test is skipped,
+// unless CI=true.
 func githubExamples(t *testing.T) map[string][]githubExample {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ex, err := loadGitHubExamples(ctx)
-	if errors.Is(err, embedded.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skip(err)
+	out := map[string][]githubExample{}
+	for _, ex := range testenv.GitHubExamples(t) {
+		var a struct {
+			Action string `json:"action"`
+		}
+		_ = json.Unmarshal(ex.Body, &a)
+		out[ex.Event] = append(out[ex.Event], githubExample{Action: a.Action, Body: ex.Body})
 	}
-	require.NoError(t, err)
-	return ex
+	return out
 }
 
 // mergedVariant turns a "closed" pull_request example into a merged one:
@@ -54,9 +58,9 @@ func TestNormalizeGitHubExamples(t *testing.T) {
 		require.NotEmpty(t, examples[name], name)
 		for i, ex := range examples[name] {
 			id := fmt.Sprintf("%s-%d", name, i)
-			ev, err := normalize("github", name, id, ex.Body)
+			ev, err := Normalize("github", name, id, ex.Body)
 			if err != nil {
-				require.ErrorIs(t, err, errNotCounted, "%s %s", id, ex.Action)
+				require.ErrorIs(t, err, ErrNotCounted, "%s %s", id, ex.Action)
 				continue
 			}
 			counted[ev.Type]++
@@ -94,7 +98,7 @@ func TestNormalizeGitHubExamples(t *testing.T) {
 		if ex.Action != "closed" {
 			continue
 		}
-		ev, err := normalize("github", "pull_request", "m", mergedVariant(t, ex.Body, "2019-05-15T16:00:00Z"))
+		ev, err := Normalize("github", "pull_request", "m", mergedVariant(t, ex.Body, "2019-05-15T16:00:00Z"))
 		require.NoError(t, err, "closed example %d, merged", i)
 		assert.Equal(t, TypePRMerged, ev.Type)
 		assert.Equal(t, "Codertocat", ev.EmployeeID)
@@ -151,7 +155,7 @@ func TestNormalizeJira(t *testing.T) {
 		event string
 		give  []byte
 		want  Event
-		err   error // errNotCounted, or nil
+		err   error // ErrNotCounted, or nil
 	}{
 		{name: "incident created", event: "jira:issue_created", give: jiraBody(t, "jira:issue_created", "Incident", false, nil),
 			want: Event{OrgID: "acme.atlassian.net", Source: "jira", EventID: "d", Type: TypeIncidentOpened,
@@ -162,13 +166,13 @@ func TestNormalizeJira(t *testing.T) {
 		{name: "bug transitioned", event: "jira:issue_updated", give: jiraBody(t, "jira:issue_updated", "Bug", true, nil),
 			want: Event{OrgID: "acme.atlassian.net", Source: "jira", EventID: "d", Type: TypeIssueTransitioned,
 				EmployeeID: "5b10ac8d82e05b22cc7d4ef5", Time: at, Subject: "OPS-7", Status: "In Progress"}},
-		{name: "bug created", event: "jira:issue_created", give: jiraBody(t, "jira:issue_created", "Bug", false, nil), err: errNotCounted},
-		{name: "incident edited, no transition", event: "jira:issue_updated", give: jiraBody(t, "jira:issue_updated", "Incident", false, nil), err: errNotCounted},
-		{name: "comment created", event: "comment_created", give: []byte(`{"timestamp":1,"webhookEvent":"comment_created"}`), err: errNotCounted},
+		{name: "bug created", event: "jira:issue_created", give: jiraBody(t, "jira:issue_created", "Bug", false, nil), err: ErrNotCounted},
+		{name: "incident edited, no transition", event: "jira:issue_updated", give: jiraBody(t, "jira:issue_updated", "Incident", false, nil), err: ErrNotCounted},
+		{name: "comment created", event: "comment_created", give: []byte(`{"timestamp":1,"webhookEvent":"comment_created"}`), err: ErrNotCounted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ev, err := normalize("jira", tt.event, "d", tt.give)
+			ev, err := Normalize("jira", tt.event, "d", tt.give)
 			if tt.err != nil {
 				require.ErrorIs(t, err, tt.err)
 				return
@@ -228,7 +232,7 @@ func TestNormalizeRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ev, err := normalize(tt.source, tt.event, "d", tt.give)
+			ev, err := Normalize(tt.source, tt.event, "d", tt.give)
 			var nerr *NormalizeError
 			require.ErrorAs(t, err, &nerr, "got %+v", ev)
 			assert.Equal(t, tt.source, nerr.Source)
@@ -236,36 +240,5 @@ func TestNormalizeRejects(t *testing.T) {
 			assert.Contains(t, nerr.Reason, tt.reason)
 			assert.Equal(t, Event{}, ev)
 		})
-	}
-}
-
-// TestGeneratedDeliveriesNormalize: every delivery the demo's providers
-// send normalizes to the event the generator built independently, is
-// answered 2xx unpublished when it counts nothing, or is rejected.
-func TestGeneratedDeliveriesNormalize(t *testing.T) {
-	tpl, err := pickTemplates(githubExamples(t))
-	require.NoError(t, err)
-	ds := generate(rand.New(rand.NewPCG(7, 7)), tpl, 3000, 12, 4*time.Hour)
-	kinds := map[string]int{}
-	for _, d := range ds {
-		ev, err := normalize(d.Provider, d.EventType, d.ID, d.Body)
-		switch {
-		case d.Reject:
-			var nerr *NormalizeError
-			require.ErrorAs(t, err, &nerr, "%s %s", d.Provider, d.EventType)
-			kinds["rejected"]++
-		case d.Want == nil:
-			require.ErrorIs(t, err, errNotCounted, "%s %s", d.Provider, d.EventType)
-			kinds["not counted"]++
-		default:
-			require.NoError(t, err)
-			require.Equal(t, *d.Want, ev)
-			kinds[ev.Type]++
-		}
-	}
-	t.Log(kinds)
-	for _, k := range []string{TypePRMerged, TypeReview, TypeReviewComment, TypeDeployment, TypeIncidentOpened,
-		TypeIncidentTransitioned, TypeIssueTransitioned, "not counted", "rejected"} {
-		assert.Positive(t, kinds[k], k)
 	}
 }

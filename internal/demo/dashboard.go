@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
+	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 )
 
 // dashboard polls employee_metrics_window while the webhooks are delivered,
@@ -138,5 +139,5 @@ func (b *dashboard) verdict(want map[string]uint64) (string, error) {
 		return "", fmt.Errorf("dashboard: the %d windows seen before their hour closed were already complete", len(b.early))
 	}
 	return fmt.Sprintf("dashboard: %d polls of employee_metrics_window during delivery saw rows of %d employee-hours before their hour closed (early firings, every %d events), %d of them partial; the final rows replaced them",
-		b.polls, len(b.early), earlyEvery, partial), nil
+		b.polls, len(b.early), devmetrics.DefaultEarlyEvery, partial), nil
 }

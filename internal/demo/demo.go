@@ -1,0 +1,482 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+)
+
+// Config is one run of the demo. Events, Orgs, Partitions and Instances
+// must be positive.
+type Config struct {
+	Events, Orgs, Partitions, Kills int
+	KillClickHouse, KillKafka       bool
+	// Faults injects Kafka publish failures (before and after the write)
+	// at the gateway, duplicate deliveries, and a gateway restart with
+	// manual redeliveries.
+	Faults  bool
+	Verbose bool   // the binaries log warnings, not only errors
+	Store   string // the gateway's idempotency keys: memory or redis
+	// Instances of the processor; more than 1 share one consumer group
+	// and need KillKafka false (see Supervisor.SharedGroup).
+	Instances   int
+	Seed        uint64
+	Dir         string // state directory; default a new temporary one
+	Checkpoints string // fs or s3 (see s3.go)
+	Logger      *slog.Logger
+	// Stdout receives the demo's report. Default os.Stdout.
+	Stdout io.Writer
+	// Binaries to run. Default: BuildBinaries into Dir.
+	Binaries Binaries
+}
+
+const topic = "webhooks"
+
+// webhookSecret signs the simulated deliveries; the gateway verifies them.
+const webhookSecret = "demo-webhook-secret"
+
+// demo is one run: its servers, the gateway, the supervised processors and
+// the simulated providers. Run walks it through its phases.
+type demo struct {
+	cfg   Config
+	say   func(format string, a ...any)
+	dir   string
+	rng   *rand.Rand // drawn from the demo's goroutine only
+	close []func()   // run in reverse order at the end
+
+	srv    *Servers
+	bins   Binaries
+	topic  string
+	dlq    string // dead-letter topic of the processor
+	poison []int64
+	db     string
+
+	gatewayArgs []string // without the fault flags
+	gatewayEnv  []string
+	storeName   string
+	gw          *Gateway
+	gwStarts    uint64
+	injected    struct{ unreachable, ackLost, written float64 } // of stopped gateways
+	prov        *provider
+	sup         *Supervisor
+	faults      *FaultPlan
+	board       *dashboard
+}
+
+// Run runs the demo: servers, the gateway and processor binaries, the
+// providers' deliveries under the fault plan, and the verdict. It returns
+// nil only when every figure is exact.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Events <= 0 || cfg.Orgs <= 0 || cfg.Partitions <= 0 || cfg.Kills < 0 || cfg.Instances <= 0 {
+		return errors.New("-events, -orgs, -partitions and -instances must be positive, -kills not negative")
+	}
+	if cfg.Instances > 1 && cfg.KillKafka {
+		// See Supervisor.SharedGroup.
+		return errors.New("-instances > 1 shares one consumer group, which a restarted kfake broker never rebalances: add -kill-kafka=false")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	began := time.Now()
+	d := &demo{
+		cfg: cfg,
+		say: func(format string, a ...any) {
+			fmt.Fprintf(cfg.Stdout, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
+		},
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+	}
+	defer func() {
+		for i := len(d.close) - 1; i >= 0; i-- {
+			d.close[i]()
+		}
+	}()
+	if err := d.startServers(ctx); err != nil {
+		return err
+	}
+	if err := d.startPipeline(ctx); err != nil {
+		return err
+	}
+	examples, err := loadGitHubExamples(ctx)
+	if err != nil {
+		return fmt.Errorf("GitHub's example payloads: %w", err)
+	}
+	tpl, err := pickTemplates(examples)
+	if err != nil {
+		return err
+	}
+	events := generate(d.rng, tpl, cfg.Events, cfg.Orgs, eventSpan)
+	if err := d.injectPoison(ctx); err != nil {
+		return err
+	}
+	d.faults = NewFaultPlan(Schedule{Events: cfg.Events, Kills: cfg.Kills, KillClickHouse: cfg.KillClickHouse, KillKafka: cfg.KillKafka}, d.rng)
+	d.close = append(d.close, d.faults.Stop) // before the servers stop
+	d.board = &dashboard{addr: d.srv.ClickHouseAddr, db: d.db, early: map[string]uint64{}}
+	boardCtx, stopBoard := context.WithCancel(ctx)
+	boardDone := make(chan struct{})
+	go func() { defer close(boardDone); d.board.run(boardCtx, 200*time.Millisecond) }()
+	err = d.deliver(ctx, events)
+	stopBoard()
+	<-boardDone
+	if err != nil {
+		return err
+	}
+	if cfg.Faults {
+		if err := d.redeliverAfterGatewayRestart(ctx, events); err != nil {
+			return err
+		}
+	}
+	if err := d.awaitGitHubRecovered(ctx); err != nil {
+		return err
+	}
+	d.faults.Finish(ctx, d.sup, d.say)
+	if err := d.awaitExact(ctx, events); err != nil {
+		return err
+	}
+	early, err := d.board.verdict(expect(events).counts)
+	if err != nil {
+		return err
+	}
+	d.say("%s", early)
+	d.say("processor: %d instance(s), %d starts, %d killed with SIGKILL, %d exits with an error (restarted from the last checkpoint)",
+		cfg.Instances, d.sup.Starts(), d.sup.Kills(), d.sup.Failures())
+	if records, distinct, err := topicDeliveries(ctx, d.srv.Brokers, d.topic, cfg.Partitions); err == nil {
+		d.say("Kafka: %d records in %s for %d distinct deliveries: %d written more than once (lost acks, the restarted gateway), each counted once by the processor's dedup",
+			records, d.topic, distinct, records-distinct)
+	} else {
+		d.say("Kafka: cannot read %s back: %v", d.topic, err)
+	}
+	fmt.Fprintln(cfg.Stdout, "PASS: every event counted exactly once, every per-employee metric exact (hourly rows shown early, final rows exact), through every injected fault")
+	return nil
+}
+
+// startServers starts ClickHouse and Kafka, embedded unless the environment
+// names real ones, builds the binaries, and creates the topics and the
+// tables.
+func (d *demo) startServers(ctx context.Context) error {
+	d.dir = d.cfg.Dir
+	if d.dir == "" {
+		var err error
+		if d.dir, err = os.MkdirTemp("", "exactlyonce-demo-"); err != nil {
+			return err
+		}
+		d.close = append(d.close, func() { os.RemoveAll(d.dir) })
+	}
+	built := make(chan error, 1)
+	d.bins = d.cfg.Binaries
+	if d.bins == (Binaries{}) {
+		go func() {
+			var err error
+			d.bins, err = BuildBinaries(ctx, filepath.Join(d.dir, "bin"))
+			built <- err
+		}()
+	} else {
+		built <- nil
+	}
+	srv, err := StartServers(ctx, d.dir, d.say)
+	if err != nil {
+		<-built
+		return err
+	}
+	d.srv = srv
+	d.close = append(d.close, srv.Stop)
+	if err := <-built; err != nil {
+		return err
+	}
+	d.say("gateway and processor: the binaries of examples/gateway and examples/processor (-pipeline devmetrics) in %s", filepath.Dir(d.bins.Gateway))
+	runID := fmt.Sprintf("%d", time.Now().UnixNano())
+	d.topic, d.db = topic+"_"+runID, "demo_"+runID
+	d.dlq = d.topic + "_dlq"
+	if err := embedded.CreateTopic(ctx, srv.Brokers, d.topic, d.cfg.Partitions); err != nil {
+		return err
+	}
+	if err := embedded.CreateTopic(ctx, srv.Brokers, d.dlq, 1); err != nil {
+		return err
+	}
+	if err := devmetrics.CreateTables(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.db); err != nil {
+		return err
+	}
+	d.say("database %s: normalized_events → mv_employee_metrics_hourly → employee_metrics_hourly, deployments and incidents (ReplacingMergeTree, read with FINAL), employee_metrics_window (window operator, ReplacingMergeTree by window)", d.db)
+	return nil
+}
+
+// logLevel is the binaries' -log-level.
+func (d *demo) logLevel() string {
+	if d.cfg.Verbose {
+		return "-log-level=warn"
+	}
+	return "-log-level=error"
+}
+
+// startPipeline starts the gateway and the supervised stream processors.
+func (d *demo) startPipeline(ctx context.Context) error {
+	d.gatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
+		"-retry-after=1s", d.logLevel()}
+	d.gatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}
+	storeArgs, storeName, closeStore, err := keyStore(ctx, d.cfg.Store)
+	if err != nil {
+		return err
+	}
+	d.gatewayArgs, d.storeName = append(d.gatewayArgs, storeArgs...), storeName
+	d.close = append(d.close, closeStore)
+	if err := d.startGateway(ctx, d.cfg.Faults); err != nil {
+		return err
+	}
+	d.say("gateway (examples/gateway, pid %d) listening on %s (idempotency keys in %s)", d.gw.PID(), d.gw.URL(), storeName)
+	// GitHub waits 10 s for an answer, then records the delivery as failed.
+	d.prov = &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: d.gw.URL()}
+	if err := d.startGitHub(ctx); err != nil {
+		return err
+	}
+	if d.cfg.Faults {
+		d.prov.dupRate = 0.1
+	}
+
+	// The stream processor runs as its own process, so that it can be killed
+	// with SIGKILL like a crashed pod. The supervisor restarts it.
+	listen := "-listen=127.0.0.1:0"
+	d.sup = &Supervisor{Say: d.say, Instances: d.cfg.Instances, SharedGroup: d.cfg.Instances > 1,
+		Group: "aggregator-" + d.db, Brokers: d.srv.Brokers,
+		Command: []string{d.bins.Processor, "-pipeline=devmetrics", listen,
+			"-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
+			"-clickhouse=" + d.srv.ClickHouseAddr, "-database=" + d.db, "-create-tables=false", "-dlq=" + d.dlq,
+			"-state-dir=" + filepath.Join(d.dir, "processor", "state"),
+			// Quick to notice a killed instance (kfake's smallest session
+			// timeout is 6 s) and to insert: the demo lasts seconds.
+			"-session-timeout=6s", "-rebalance-timeout=3s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
+			"-sink-max-delay=200ms", d.logLevel()}}
+	s3Args, s3Env, err := d.startCheckpointStore(ctx)
+	if err != nil {
+		return err
+	}
+	d.sup.Command, d.sup.Env = append(d.sup.Command, s3Args...), s3Env
+	supCtx, stopSup := context.WithCancel(ctx)
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); d.sup.Run(supCtx) }()
+	d.close = append(d.close, func() { stopSup(); <-supDone })
+	return nil
+}
+
+// startGateway starts the next gateway process, with Kafka publish faults
+// if faults is set. A gateway with keys in memory starts with none.
+func (d *demo) startGateway(ctx context.Context, faults bool) error {
+	args := d.gatewayArgs
+	if faults {
+		// Its own seed per incarnation: it draws in its HTTP handlers.
+		args = append(slices.Clone(args), "-inject-publish-failures=0.03", "-inject-lost-acks=0.03",
+			fmt.Sprintf("-inject-seed=%d", d.cfg.Seed+d.gwStarts))
+	}
+	gw, err := StartGateway(ctx, d.bins.Gateway, args, d.gatewayEnv, os.Stderr)
+	if err != nil {
+		return err
+	}
+	d.gwStarts++
+	d.gw = gw
+	d.close = append(d.close, func() { _ = gw.Stop() })
+	return nil
+}
+
+// publishCounts reads the running gateway's /metrics: Kafka publishes
+// acknowledged (written), and the injected faults.
+func (d *demo) publishCounts(ctx context.Context) (written, unreachable, ackLost float64, err error) {
+	if written, err = d.gw.Counter(ctx, "exactlyonce_kafkapub_messages_total", `result="ok"`); err != nil {
+		return
+	}
+	if unreachable, err = d.gw.Counter(ctx, "gateway_injected_faults_total", `fault="unreachable"`); err != nil {
+		return
+	}
+	ackLost, err = d.gw.Counter(ctx, "gateway_injected_faults_total", `fault="ack_lost"`)
+	return
+}
+
+// deliver is stage 1: the providers deliver every event, some twice at
+// once, and retry until accepted, while the fault plan strikes.
+func (d *demo) deliver(ctx context.Context, events []delivery) error {
+	d.say("delivering %d webhooks (GitHub example payloads varied, Jira issue payloads, pings, 30%% of GitHub ones form-encoded) of %d organisations (%v of event time)",
+		len(events), d.cfg.Orgs, eventSpan)
+	// Which events are delivered twice is drawn up front, from the seed.
+	dups := make([]bool, len(events))
+	for i := range dups {
+		dups[i] = d.rng.Float64() < d.prov.dupRate
+	}
+	var (
+		delivered  atomic.Int64
+		deliverErr error
+		errOnce    sync.Once
+		wg         sync.WaitGroup
+	)
+	work := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				if err := d.prov.deliver(ctx, events[i], dups[i]); err != nil {
+					errOnce.Do(func() { deliverErr = err })
+					continue
+				}
+				delivered.Add(1)
+			}
+		})
+	}
+	for i := range events {
+		d.faults.At(ctx, i, d.sup, d.srv, d.say)
+		if w := events[i].Want; w != nil {
+			d.board.sending(w.Time)
+		}
+		select {
+		case work <- i:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		// Spread the deliveries over a few seconds of wall time so that the
+		// faults land while data flows.
+		if i%50 == 49 {
+			time.Sleep(40 * time.Millisecond)
+		}
+	}
+	close(work)
+	wg.Wait()
+	if deliverErr != nil {
+		return deliverErr
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.say("delivered: %d requests for %d webhooks (%d duplicate deliveries, %d retries after 503, %d answered from the idempotency store; %d pings and uncounted activities answered 200 unpublished, %d unnormalizable payloads answered 422)",
+		d.prov.requests.Load(), delivered.Load(), d.prov.duplicates.Load(), d.prov.retries.Load(), d.prov.replayed.Load(),
+		d.prov.ignored.Load(), d.prov.rejected.Load())
+	written, unreachable, ackLost, err := d.publishCounts(ctx)
+	if err != nil {
+		return fmt.Errorf("the gateway's /metrics: %w", err)
+	}
+	d.say("Kafka publishes (the gateway's /metrics): %.0f written (%.0f of them after an injected lost ack, so duplicates), %.0f failed before the write (injected)",
+		written, ackLost, unreachable)
+	return nil
+}
+
+// redeliverAfterGatewayRestart restarts the gateway (a deploy), then an
+// operator redelivers a few past deliveries by hand, as GitHub allows for
+// three days. Keys in memory are gone with the old process, so the new
+// gateway publishes those events again and the stream processor's dedup
+// must drop them; keys in Redis survive and the gateway answers with the
+// stored 2xx.
+func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []delivery) error {
+	if err := d.gw.Stop(); err != nil {
+		return fmt.Errorf("gateway: SIGTERM: %w", err)
+	}
+	if err := d.startGateway(ctx, false); err != nil {
+		return err
+	}
+	d.prov.setBaseURL(d.gw.URL())
+	n := max(len(events)/20, 1)
+	replayedBefore := d.prov.replayed.Load()
+	for range n {
+		if err := d.prov.deliver(ctx, events[d.rng.IntN(len(events))], false); err != nil {
+			return err
+		}
+	}
+	written, _, _, err := d.publishCounts(ctx)
+	if err != nil {
+		return fmt.Errorf("the gateway's /metrics: %w", err)
+	}
+	d.say("fault: gateway restarted (SIGTERM, pid %d now); %d past deliveries redelivered by hand: %.0f published to Kafka again, %d answered from the idempotency store",
+		d.gw.PID(), n, written, d.prov.replayed.Load()-replayedBefore)
+	return nil
+}
+
+// awaitExact waits until the processors have checkpointed every record in
+// Kafka and ClickHouse then holds exactly what the providers sent, and fails
+// at once on a duplicate, or with the gap after a timeout. Requiring the
+// checkpoints first means a replay still pending after the last kill cannot
+// add a duplicate after the verdict.
+func (d *demo) awaitExact(ctx context.Context, events []delivery) error {
+	want := expect(events)
+	deadline := time.Now().Add(convergeTimeout())
+	for {
+		var gap []string
+		lag, lagErr := checkpointLag(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions, d.sup.Joined())
+		got, err := observe(ctx, d.srv.ClickHouseAddr, d.db)
+		if err == nil {
+			gap = diff(want, got)
+			if len(gap) == 0 && lagErr == nil && lag == 0 {
+				d.say("every Kafka record checkpointed; ClickHouse: normalized_events %d rows = %d distinct events sent; %d employee-hours exact in employee_metrics_hourly (materialized view) and employee_metrics_window FINAL (merged PRs, review comments, reviews and their average latency, deployments, incidents); deployments FINAL %d and incidents FINAL %d exact",
+					got.rows, want.events, len(want.metrics), want.deploymentsTotal, want.incidentsTotal)
+				return d.checkDeadLetters(ctx)
+			}
+			if got.rows > uint64(want.events) {
+				return fmt.Errorf("DUPLICATES in ClickHouse:\n  %s", summarize(gap))
+			}
+			if len(gap) == 0 {
+				gap = []string{fmt.Sprintf("exact, but %d records not yet checkpointed (%v)", lag, lagErr)}
+			}
+		} else {
+			gap = []string{err.Error()}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if os.Getenv("PIPELINE_DUMP") != "" {
+				d.sup.Signal(syscall.SIGQUIT) // the processors' goroutines, to see where they stall
+				time.Sleep(time.Second)
+			}
+			return fmt.Errorf("ClickHouse did not converge to the expected result (Kafka holds %d records):\n  %s",
+				kafkaRecords(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions), summarize(gap))
+		}
+		if os.Getenv("PIPELINE_GAP") != "" { // say what is still missing, every half second
+
+			d.say("gap: %s", summarize(gap))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// convergeTimeout bounds the wait for ClickHouse to hold the expected result
+// once every event was delivered (PIPELINE_CONVERGE overrides it).
+func convergeTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("PIPELINE_CONVERGE")); err == nil {
+		return d
+	}
+	return 3 * time.Minute
+}
+
+// keyStore returns the gateway's flags for its idempotency store: keys in
+// the gateway's memory, lost when it restarts, or in one Redis that
+// outlives the gateways (REDIS_ADDR, or an embedded redis-server), under a
+// prefix of this run's.
+func keyStore(ctx context.Context, kind string) (args []string, name string, closeFn func(), err error) {
+	switch kind {
+	case "memory":
+		return []string{"-store=memory"}, "memory", func() {}, nil
+	case "redis":
+		addr := os.Getenv("REDIS_ADDR")
+		stop := func() {}
+		if addr == "" {
+			r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
+			if err != nil {
+				return nil, "", nil, fmt.Errorf("start Redis: %w", err)
+			}
+			addr, stop = r.Addr(), func() { _ = r.Stop() }
+		}
+		prefix := fmt.Sprintf("demo:%d:", time.Now().UnixNano())
+		return []string{"-store=redis", "-redis=" + addr, "-redis-prefix=" + prefix}, "Redis at " + addr, stop, nil
+	default:
+		return nil, "", nil, fmt.Errorf("-store %q: want memory or redis", kind)
+	}
+}

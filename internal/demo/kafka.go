@@ -1,0 +1,123 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/segmentio/kafka-go"
+)
+
+// kafkaRecords counts the records in the topic: more than the distinct events
+// whenever an ack was lost and the gateway's retry wrote the event again.
+func kafkaRecords(ctx context.Context, brokers []string, topic string, partitions int) int64 {
+	var total int64
+	for p := range partitions {
+		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, p)
+		if err != nil {
+			return -1
+		}
+		first, last, err := conn.ReadOffsets()
+		_ = conn.Close()
+		if err != nil {
+			return -1
+		}
+		total += last - first
+	}
+	return total
+}
+
+// checkpointLag counts the records of the topic past the highest offset any
+// of groups has committed. A processor commits an offset only after the
+// checkpoint that covers it completed, and restores from its newest
+// checkpoint, so at lag 0 no record will be processed again.
+func checkpointLag(ctx context.Context, brokers []string, topic string, partitions int, groups []string) (int64, error) {
+	ends := make([]int64, partitions)
+	for p := range partitions {
+		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, p)
+		if err != nil {
+			return 0, err
+		}
+		ends[p], err = conn.ReadLastOffset()
+		_ = conn.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	committed := make([]int64, partitions)
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	all := make([]int, partitions)
+	for p := range all {
+		all[p] = p
+	}
+	for _, g := range groups {
+		resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: g, Topics: map[string][]int{topic: all}})
+		if err != nil {
+			return 0, err
+		}
+		if errors.Is(resp.Error, kafka.GroupIdNotFound) {
+			// kfake forgets a group that never committed once it restarts
+			// (real Kafka answers with no offsets): nothing to count.
+			continue
+		}
+		if resp.Error != nil {
+			return 0, resp.Error
+		}
+		for _, p := range resp.Topics[topic] {
+			if p.Error == nil && p.Partition >= 0 && p.Partition < partitions {
+				committed[p.Partition] = max(committed[p.Partition], p.CommittedOffset)
+			}
+		}
+	}
+	var lag int64
+	for p := range partitions {
+		lag += max(ends[p]-committed[p], 0)
+	}
+	return lag, nil
+}
+
+// topicDeliveries reads the topic back and counts its records that carry a
+// delivery (the gateway's headers) and their distinct delivery ids: every
+// record beyond the distinct ones is a delivery written twice (a lost ack,
+// a restarted gateway that forgot its keys).
+func topicDeliveries(ctx context.Context, brokers []string, topic string, partitions int) (records, distinct int64, err error) {
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	seen := map[string]bool{}
+	for p := range partitions {
+		for offset := int64(0); ; {
+			resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: offset,
+				MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 50 * time.Millisecond})
+			if err == nil {
+				err = resp.Error
+			}
+			if err != nil {
+				return 0, 0, err
+			}
+			if offset >= resp.HighWatermark {
+				break
+			}
+			for {
+				r, err := resp.Records.ReadRecord()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					return 0, 0, err
+				}
+				if r.Offset < offset {
+					continue
+				}
+				offset = r.Offset + 1
+				md, err := kafkapub.ReadMetadata(kafka.Message{Headers: r.Headers})
+				if err != nil {
+					continue // a poison record: no delivery
+				}
+				records++
+				seen[md.Source+"|"+md.EventID] = true
+			}
+		}
+	}
+	return records, int64(len(seen)), nil
+}

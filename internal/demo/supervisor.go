@@ -1,0 +1,190 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Supervisor keeps Instances processor processes running, as a container
+// runtime would, and kills one on request. Set its fields, then call Run.
+type Supervisor struct {
+	// Command is the processor's binary and its arguments, without
+	// -group: the Supervisor adds it.
+	Command []string
+	// Env is added to the processes' environment.
+	Env []string
+	// Stderr receives the processes' output. Default os.Stderr.
+	Stderr    io.Writer
+	Instances int
+	// SharedGroup puts every instance and incarnation in one consumer
+	// group, Group, so partitions move between live instances. Otherwise
+	// each incarnation joins a group of its own (Group-N): a member killed
+	// with SIGKILL holds its partitions until its session times out, and a
+	// kfake broker restored from its log directory does not expire members
+	// at all. The group only carries offsets for lag monitoring; where a
+	// partition resumes comes from its checkpoint either way.
+	SharedGroup bool
+	Group       string
+	Brokers     []string // where the group lives
+	Say         func(string, ...any)
+
+	mu                      sync.Mutex
+	cmds                    []*exec.Cmd // by instance; nil while restarting
+	groups                  []string    // every consumer group an instance joined
+	starts, kills, failures atomic.Int64
+}
+
+// Starts, Kills and Failures count the processes started, killed by Kill
+// and exited on their own.
+func (s *Supervisor) Starts() int64   { return s.starts.Load() }
+func (s *Supervisor) Kills() int64    { return s.kills.Load() }
+func (s *Supervisor) Failures() int64 { return s.failures.Load() }
+
+// Joined returns every consumer group an instance has joined so far.
+func (s *Supervisor) Joined() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.groups)
+}
+
+// Run runs every instance until ctx ends, then stops them with SIGTERM (a
+// last checkpoint), or SIGKILL after 5 s.
+func (s *Supervisor) Run(ctx context.Context) {
+	s.mu.Lock()
+	s.cmds = make([]*exec.Cmd, s.Instances)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for i := range s.Instances {
+		wg.Go(func() { s.keep(ctx, i) })
+	}
+	wg.Wait()
+}
+
+// keep runs instance i, restarting it whenever it exits, until ctx ends.
+func (s *Supervisor) keep(ctx context.Context, i int) {
+	for ctx.Err() == nil {
+		group := s.Group
+		if !s.SharedGroup {
+			group += "-" + strconv.FormatInt(s.starts.Load(), 10)
+		}
+		cmd := exec.Command(s.Command[0], append(slices.Clone(s.Command[1:]), "-group="+group)...)
+		cmd.Env = append(os.Environ(), s.Env...)
+		cmd.Stdout, cmd.Stderr = s.Stderr, s.Stderr
+		if s.Stderr == nil {
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			s.Say("start processor: %v", err)
+			return
+		}
+		s.starts.Add(1)
+		s.mu.Lock()
+		s.cmds[i] = cmd
+		if !slices.Contains(s.groups, group) {
+			s.groups = append(s.groups, group)
+		}
+		s.mu.Unlock()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			return
+		}
+		s.mu.Lock()
+		s.cmds[i] = nil
+		s.mu.Unlock()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+			continue // killed on purpose: restart at once
+		}
+		s.failures.Add(1)
+		s.Say("processor exited (%v); restarting it from its last checkpoint", err)
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// Signal sends sig to every running instance.
+func (s *Supervisor) Signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cmd := range s.cmds {
+		if cmd != nil {
+			_ = cmd.Process.Signal(sig)
+		}
+	}
+}
+
+// Kill kills one running instance, chosen by rng, with SIGKILL.
+//
+// With a shared group it first waits, for a few seconds at most, until the
+// group is stable. kfake keeps a member killed in the middle of joining as
+// a member for good, with partitions assigned and never expired (Kafka
+// expires it after session.timeout.ms), which would leave those partitions
+// unread; a kill between rebalances is expired as on Kafka.
+func (s *Supervisor) Kill(ctx context.Context, rng *rand.Rand, say func(string, ...any)) {
+	if s.SharedGroup {
+		awaitStableGroup(ctx, s.Brokers, s.Group, 15*time.Second)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var running []int
+	for i, cmd := range s.cmds {
+		if cmd != nil {
+			running = append(running, i)
+		}
+	}
+	if len(running) == 0 {
+		return
+	}
+	i := running[rng.IntN(len(running))]
+	if s.Instances > 1 {
+		say("fault: stream processor instance %d (pid %d) killed with SIGKILL", i, s.cmds[i].Process.Pid)
+	} else {
+		say("fault: stream processor (pid %d) killed with SIGKILL", s.cmds[i].Process.Pid)
+	}
+	_ = s.cmds[i].Process.Kill()
+	s.kills.Add(1)
+}
+
+// awaitStableGroup waits until group is Stable (no join or sync in
+// progress), ctx ends or timeout passes.
+func awaitStableGroup(ctx context.Context, brokers []string, group string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 2 * time.Second}
+	for ctx.Err() == nil {
+		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+		if err == nil && len(resp.Groups) == 1 && resp.Groups[0].GroupState == "Stable" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
