@@ -37,9 +37,12 @@
 //     ClickHouse with the same insert_deduplication_token, so a table and its
 //     materialized views see every row once.
 //
-// examples/pipeline wires all of them together, injects faults at every
-// joint (lost Kafka acks, duplicate deliveries, kill -9 of the processor and
-// of ClickHouse) and checks the result in ClickHouse: `make demo`.
+// examples/gateway and examples/processor are the binaries that wire them
+// together; examples/devmetrics is the articles' pipeline they run with
+// -pipeline devmetrics. `make demo` runs those binaries, injects faults at
+// every joint (lost Kafka acks, duplicate deliveries, kill -9 of the
+// processor, of Kafka and of ClickHouse) and checks the result in
+// ClickHouse.
 //
 // # What the packages assume of each other
 //
