@@ -1,0 +1,283 @@
+package kafkasink_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/dedup"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
+)
+
+const (
+	envChild   = "KAFKASINK_KILL_CHILD" // "run" or "finish"
+	envKillAt  = "KAFKASINK_KILL_AT"    // "process:N", "snapshot:N", "completed:N" or ""
+	envBrokers = "KAFKASINK_KILL_BROKERS"
+	envDir     = "KAFKASINK_KILL_DIR"
+	envGroup   = "KAFKASINK_KILL_GROUP"
+	envTotal   = "KAFKASINK_KILL_TOTAL"
+
+	inTopic    = "in"
+	outTopic   = "out"
+	partitions = 2
+	// perRound unique ids per partition are added before each round, each
+	// twice (a redelivery the dedup drops).
+	perRound = 150
+)
+
+// The kill schedule: where each child dies. "process" dies after handing
+// that many new records to the sink (records written, transaction open);
+// "snapshot" right after the sink's Nth pre-commit returned (before the
+// checkpoint is saved); "completed" on the Nth checkpoint completion,
+// before the sink commits (the checkpoint is durable, its transaction
+// open); "" is a SIGKILL from the parent at a random moment.
+var schedule = []string{"process:120", "snapshot:2", "completed:2", "", "completed:1", "snapshot:1", "", "process:260"}
+
+func selfKill() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL is not delivered synchronously; never go on
+}
+
+// killingSink kills the process at one point of the checkpoint protocol,
+// counting only checkpoints whose transaction holds records.
+type killingSink struct {
+	*kafkasink.Sink
+	at       string
+	n        int
+	calls    *atomic.Int64
+	prepared *bool // the last snapshot prepared a transaction with records
+}
+
+func (k killingSink) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
+	b, err := k.Sink.Snapshot(ctx, id)
+	*k.prepared = err == nil && bytes.Contains(b, []byte(`"txn"`))
+	if k.at == "snapshot" && *k.prepared {
+		if k.calls.Add(1) == int64(k.n) {
+			selfKill()
+		}
+	}
+	return b, err
+}
+
+func (k killingSink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error {
+	if k.at == "completed" && *k.prepared {
+		if k.calls.Add(1) == int64(k.n) {
+			selfKill()
+		}
+	}
+	return k.Sink.CheckpointCompleted(ctx, id)
+}
+
+// TestKillChild is the pipeline TestKill9 runs in a child process:
+// kafkasource -> dedup -> kafkasink, reading "in" and writing each first
+// sighting of an id to "out", in the source partition's number.
+func TestKillChild(t *testing.T) {
+	mode := os.Getenv(envChild)
+	if mode == "" {
+		t.Skip("helper process for TestKill9")
+	}
+	brokers := strings.Split(os.Getenv(envBrokers), ",")
+	dir := os.Getenv(envDir)
+	total, _ := strconv.ParseInt(os.Getenv(envTotal), 10, 64)
+	at, nstr, _ := strings.Cut(os.Getenv(envKillAt), ":")
+	n, _ := strconv.Atoi(nstr)
+
+	storage, err := checkpoint.NewFSStorage(filepath.Join(dir, "store"))
+	require.NoError(t, err)
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 30 * time.Millisecond})
+	require.NoError(t, err)
+	var calls, written atomic.Int64 // shared by the chains: the kill counts are per process
+	newProc := func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
+		if err != nil {
+			return nil, err
+		}
+		s, err := kafkasink.New(brokers, "killtest", p, kafkasink.Options{BatchSize: 50})
+		if err != nil {
+			return nil, err
+		}
+		var key []byte
+		return &kafkasource.Processor{
+			Participants: map[string]checkpoint.Participant{"dedup": d, "out": killingSink{Sink: s, at: at, n: n, calls: &calls, prepared: new(bool)}},
+			Process: func(ctx context.Context, m kafka.Message) error {
+				key = dedup.AppendKey(key[:0], string(m.Value))
+				first, err := d.Observe(key, m.Time)
+				if err != nil || !first {
+					return err
+				}
+				if err := s.Write(ctx, outTopic, m.Partition, kafkatxn.Record{Key: m.Value, Value: m.Value}); err != nil {
+					return err
+				}
+				w := written.Add(1)
+				if w == int64(n) && at == "process" {
+					selfKill()
+				}
+				if w%10 == 0 {
+					time.Sleep(2 * time.Millisecond) // slow enough for transactions to span checkpoints
+				}
+				return nil
+			},
+		}, nil
+	}
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: os.Getenv(envGroup), Topics: []string{inTopic}},
+		coord, newProc, kafkasource.Options{SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
+			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	if mode != "finish" {
+		require.NoError(t, <-done) // until killed
+		return
+	}
+	// Finish: wait for a checkpoint at the end of the input, then for a
+	// later one, whose barrier comes after the completion (and so the
+	// commit) of the first.
+	firstAtEnd := make([]checkpoint.ID, partitions)
+	for {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			t.Fatal("Run returned early")
+		case <-time.After(20 * time.Millisecond):
+		}
+		all := true
+		for p := range partitions {
+			cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: inTopic, Partition: p})
+			if err != nil || cp.NextOffset < total {
+				all = false
+				continue
+			}
+			if firstAtEnd[p] == 0 {
+				firstAtEnd[p] = cp.ID
+			}
+			all = all && cp.ID > firstAtEnd[p]
+		}
+		if all {
+			cancel()
+			require.NoError(t, <-done)
+			return
+		}
+	}
+}
+
+// produceRound adds perRound new ids to each partition of "in", each twice.
+func produceRound(t *testing.T, brokers []string, round int) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{})
+	require.NoError(t, err)
+	defer p.Close()
+	for part := range partitions {
+		var recs []kafkatxn.Record
+		for i := range perRound {
+			recs = append(recs, kafkatxn.Record{Value: fmt.Appendf(nil, "p%d-r%d-%d", part, round, i)})
+		}
+		// The second copy of each id arrives after the first copies of
+		// later ones, as a redelivery does.
+		recs = append(recs, recs...)
+		_, err := p.Produce(ctx, inTopic, part, recs...)
+		require.NoError(t, err)
+	}
+}
+
+// TestKill9 is issue 16's done-when test: a Kafka-to-Kafka pipeline
+// (kafkasource -> dedup -> kafkasink) runs in child processes that die by
+// SIGKILL, each at a planned point (records written in an open
+// transaction; the sink's pre-commit done but the checkpoint not saved;
+// the checkpoint saved but its transaction not committed) or at a random
+// moment, with new input before every round; a last child finishes. A
+// read_committed reader (kafkatxn.Reader) then reads every id of the input
+// exactly once from the output, and nothing else.
+func TestKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills child processes")
+	}
+	brokers := testenv.Kafka(t)
+	testenv.CreateTopic(t, brokers, inTopic, partitions)
+	testenv.CreateTopic(t, brokers, outTopic, partitions)
+	dir := t.TempDir()
+	rounds := len(schedule)
+	total := int64(rounds * perRound * 2)
+
+	child := func(mode, killAt, group string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envChild+"="+mode, envKillAt+"="+killAt, envBrokers+"="+strings.Join(brokers, ","),
+			envDir+"="+dir, envGroup+"="+group, envTotal+"="+strconv.FormatInt(total, 10))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		return cmd
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
+	selfKilled := 0
+	for round, killAt := range schedule {
+		produceRound(t, brokers, round)
+		cmd := child("run", killAt, fmt.Sprintf("kill-%d", round))
+		require.NoError(t, cmd.Start())
+		wait := make(chan error, 1)
+		go func() { wait <- cmd.Wait() }()
+		limit := 5 * time.Second // a planned kill point that never came
+		if killAt == "" {
+			limit = time.Duration(200+rng.IntN(600)) * time.Millisecond
+		}
+		select {
+		case err := <-wait:
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "round %d: the child exited by itself", round)
+			ws, ok := ee.Sys().(syscall.WaitStatus)
+			require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "round %d: the child failed: %v", round, err)
+			selfKilled++
+		case <-time.After(limit):
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+			<-wait
+		}
+		t.Logf("round %d: killed at %q", round, killAt)
+	}
+	assert.GreaterOrEqual(t, selfKilled, 4, "most planned kill points must be reached")
+	require.NoError(t, child("finish", "", "kill-final").Run(), "the final child finishes")
+
+	want := map[string]bool{}
+	for round := range rounds {
+		for part := range partitions {
+			for i := range perRound {
+				want[fmt.Sprintf("p%d-r%d-%d", part, round, i)] = true
+			}
+		}
+	}
+	got := readCommitted(t, brokers, outTopic, partitions)
+	dups, missing := 0, 0
+	for v := range want {
+		switch n := got[v]; {
+		case n == 0:
+			missing++
+		case n > 1:
+			dups++
+		}
+	}
+	for v := range got {
+		assert.True(t, want[v], "unexpected record %s", v)
+	}
+	assert.Zero(t, missing, "records lost")
+	assert.Zero(t, dups, "records read more than once")
+	t.Logf("%d records read once each after %d kills (%d at planned points)", len(got), rounds, selfKilled)
+}
