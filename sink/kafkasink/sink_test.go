@@ -1,0 +1,122 @@
+package kafkasink_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
+)
+
+func write(t *testing.T, s *kafkasink.Sink, topic string, vals ...string) {
+	t.Helper()
+	for _, v := range vals {
+		require.NoError(t, s.Write(context.Background(), topic, 0, kafkatxn.Record{Value: []byte(v)}))
+	}
+}
+
+
+func newSink(t *testing.T, brokers []string, prefix string) *kafkasink.Sink {
+	t.Helper()
+	s, err := kafkasink.New(brokers, prefix, checkpoint.TopicPartition{Topic: "in", Partition: 3}, kafkasink.Options{BatchSize: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestSinkBarrier: records written after a barrier are not in the
+// transaction that barrier prepared (they wait for its commit), and a
+// second barrier before the first one's completion fails with
+// ErrUnconfirmed instead of guessing.
+func TestSinkBarrier(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "out")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	ctx := context.Background()
+	s := newSink(t, brokers, topic)
+
+	write(t, s, topic, "a", "b", "c")
+	_, err := s.Snapshot(ctx, 1)
+	require.NoError(t, err)
+	write(t, s, topic, "d", "e", "f") // after the barrier
+	_, err = s.Snapshot(ctx, 2)
+	assert.ErrorIs(t, err, kafkasink.ErrUnconfirmed)
+	require.NoError(t, s.CheckpointCompleted(ctx, 1))
+	require.NoError(t, s.CheckpointCompleted(ctx, 1), "a repeated notification")
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, readCommitted(t, brokers, topic, 1))
+
+	_, err = s.Snapshot(ctx, 3)
+	require.NoError(t, err)
+	require.NoError(t, s.CheckpointCompleted(ctx, 3))
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1}, readCommitted(t, brokers, topic, 1))
+}
+
+// TestSinkRestore: a sink dies after its pre-commit; the chain's next
+// incarnation restores the checkpoint and commits the transaction (twice
+// is harmless), the dead one's late commit is fenced, and a transaction
+// that was aborted before the restore makes Restore fail with ErrAborted.
+func TestSinkRestore(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "out")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	ctx := context.Background()
+
+	old := newSink(t, brokers, topic)
+	write(t, old, topic, "a", "b", "c")
+	state, err := old.Snapshot(ctx, 1)
+	require.NoError(t, err)
+	assert.Empty(t, readCommitted(t, brokers, topic, 1))
+
+	next := newSink(t, brokers, topic)
+	require.NoError(t, next.Restore(ctx, state))
+	require.NoError(t, newSink(t, brokers, topic).Restore(ctx, state), "restoring the same checkpoint again")
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, readCommitted(t, brokers, topic, 1))
+	err = old.CheckpointCompleted(ctx, 1)
+	assert.ErrorIs(t, err, kafkatxn.ErrFenced, "the zombie's commit")
+
+	// A transaction prepared, then aborted by a fresh start of the chain
+	// before any restore committed it.
+	zombie := newSink(t, brokers, topic)
+	write(t, zombie, topic, "lost")
+	state, err = zombie.Snapshot(ctx, 5)
+	require.NoError(t, err)
+	fresh := newSink(t, brokers, topic)
+	write(t, fresh, topic, "x", "y") // starts its producer: fences and aborts
+	err = newSink(t, brokers, topic).Restore(ctx, state)
+	assert.ErrorIs(t, err, kafkatxn.ErrAborted)
+}
+
+func TestSinkInvalid(t *testing.T) {
+	src := checkpoint.TopicPartition{Topic: "in", Partition: 0}
+	tests := []struct {
+		name    string
+		brokers []string
+		prefix  string
+		src     checkpoint.TopicPartition
+		opts    kafkasink.Options
+	}{
+		{"no brokers", nil, "p", src, kafkasink.Options{}},
+		{"no prefix", []string{"b:9092"}, "", src, kafkasink.Options{}},
+		{"no source", []string{"b:9092"}, "p", checkpoint.TopicPartition{}, kafkasink.Options{}},
+		{"negative batch", []string{"b:9092"}, "p", src, kafkasink.Options{BatchSize: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := kafkasink.New(tt.brokers, tt.prefix, tt.src, tt.opts)
+			assert.ErrorIs(t, err, kafkasink.ErrInvalid)
+		})
+	}
+	s, err := kafkasink.New([]string{"127.0.0.1:1"}, "p", src, kafkasink.Options{})
+	require.NoError(t, err)
+	for _, give := range []string{"", "{", `{"v":2}`, `{"v":1,"txn":{"id":"","pid":1}}`} {
+		assert.ErrorIs(t, s.Restore(context.Background(), []byte(give)), kafkasink.ErrCorruptState, "state %q", give)
+	}
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close())
+	assert.ErrorIs(t, s.Write(context.Background(), "t", 0, kafkatxn.Record{}), kafkasink.ErrClosed)
+}
