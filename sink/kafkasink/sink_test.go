@@ -20,7 +20,6 @@ func write(t *testing.T, s *kafkasink.Sink, topic string, vals ...string) {
 	}
 }
 
-
 func newSink(t *testing.T, brokers []string, prefix string) *kafkasink.Sink {
 	t.Helper()
 	s, err := kafkasink.New(brokers, prefix, checkpoint.TopicPartition{Topic: "in", Partition: 3}, kafkasink.Options{BatchSize: 2})
