@@ -100,12 +100,30 @@ func TestKillChild(t *testing.T) {
 	at, nstr, _ := strings.Cut(os.Getenv(envKillAt), ":")
 	n, _ := strconv.Atoi(nstr)
 
+	store, run := pipeline(t, brokers, dir, os.Getenv(envGroup), at, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	if mode != "finish" {
+		require.NoError(t, <-done) // until killed
+		return
+	}
+	waitFinished(t, store, total, done, cancel)
+}
+
+// pipeline builds the test's pipeline, kafkasource -> dedup -> kafkasink,
+// checkpointing to dir every 30 ms; at and n say where it kills its own
+// process (see schedule), "" never.
+func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*checkpoint.Store, func(context.Context) error) {
+	t.Helper()
 	storage, err := checkpoint.NewFSStorage(filepath.Join(dir, "store"))
 	require.NoError(t, err)
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 30 * time.Millisecond})
 	require.NoError(t, err)
+	t.Cleanup(func() { coord.Close() })
 	var calls, written atomic.Int64 // shared by the chains: the kill counts are per process
 	newProc := func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
@@ -139,22 +157,23 @@ func TestKillChild(t *testing.T) {
 			},
 		}, nil
 	}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: os.Getenv(envGroup), Topics: []string{inTopic}},
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{inTopic}},
 		coord, newProc, kafkasource.Options{SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
-			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond})
+			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond,
+			Restart: kafkasource.Restart{InitialBackoff: 50 * time.Millisecond}})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	if mode != "finish" {
-		require.NoError(t, <-done) // until killed
-		return
-	}
-	// Finish: wait for a checkpoint at the end of the input, then for a
-	// later one, whose barrier comes after the completion (and so the
-	// commit) of the first.
+	return store, src.Run
+}
+
+// waitFinished waits for a checkpoint at the end of the input (total
+// records per partition), then for a later one, whose barrier comes after
+// the completion (and so the commit) of the first; then it stops the
+// pipeline.
+func waitFinished(t *testing.T, store *checkpoint.Store, total int64, done <-chan error, cancel func()) {
+	t.Helper()
+	ctx := context.Background()
 	firstAtEnd := make([]checkpoint.ID, partitions)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		select {
 		case err := <-done:
@@ -162,6 +181,7 @@ func TestKillChild(t *testing.T) {
 			t.Fatal("Run returned early")
 		case <-time.After(20 * time.Millisecond):
 		}
+		require.True(t, time.Now().Before(deadline), "the pipeline did not finish")
 		all := true
 		for p := range partitions {
 			cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: inTopic, Partition: p})
@@ -280,4 +300,56 @@ func TestKill9(t *testing.T) {
 	assert.Zero(t, missing, "records lost")
 	assert.Zero(t, dups, "records read more than once")
 	t.Logf("%d records read once each after %d kills (%d at planned points)", len(got), rounds, selfKilled)
+}
+
+// readWant returns the ids of the first rounds of produceRound.
+func readWant(rounds int) map[string]bool {
+	want := map[string]bool{}
+	for round := range rounds {
+		for part := range partitions {
+			for i := range perRound {
+				want[fmt.Sprintf("p%d-r%d-%d", part, round, i)] = true
+			}
+		}
+	}
+	return want
+}
+
+// TestBrokerRestart restarts the broker process three times while the
+// pipeline runs (in this process): the sink's producer retries its batches
+// and commits, the source rides out the outage, and a read_committed reader
+// reads every id exactly once. The broker is stopped cleanly: kfake
+// forgets open transactions on SIGKILL (see kafkatxn's
+// TestTxProducerBrokerRestart), which Kafka, with its transaction log,
+// does not.
+func TestBrokerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a broker process")
+	}
+	srv := testenv.StartKafkaProcess(t)
+	brokers := srv.Brokers()
+	testenv.CreateTopic(t, brokers, inTopic, partitions)
+	testenv.CreateTopic(t, brokers, outTopic, partitions)
+	const rounds = 4
+	for round := range rounds {
+		produceRound(t, brokers, round)
+	}
+	store, run := pipeline(t, brokers, t.TempDir(), "restart", "", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	for range 3 {
+		time.Sleep(150 * time.Millisecond)
+		srv.Stop()
+		time.Sleep(200 * time.Millisecond)
+		srv.Start()
+	}
+	waitFinished(t, store, rounds*perRound*2, done, cancel)
+	want := readWant(rounds)
+	got := readCommitted(t, brokers, outTopic, partitions)
+	for v := range want {
+		assert.Equal(t, 1, got[v], "record %s", v)
+	}
+	assert.Len(t, got, len(want))
 }
