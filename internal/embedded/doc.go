@@ -58,6 +58,15 @@
 // Start (versitygw does not fsync, so a power loss could lose some); Redis
 // keeps nothing.
 //
+// # Where kfake differs from Kafka
+//
+// A consumer-group member that dies while its JoinGroup waits for the
+// rebalance is never expired by kfake (about one time in two): it keeps the
+// partitions the leader assigned it, and nobody reads them. Kafka expires
+// it after its session timeout. ExpireMembers (KafkaOptions and
+// KafkaProcessOptions) restores Kafka's behaviour; the details, and a test
+// that fails without it, are in package kafkafault.
+//
 // # Known issue: clickhouse-local aborts when a client dies mid-insert
 //
 // Killing a client with SIGKILL in the middle of an INSERT makes

@@ -27,6 +27,11 @@ type KafkaOptions struct {
 	DataDir string
 	// Port to listen on. Default: a free port.
 	Port int
+	// ExpireMembers expires consumer-group members that sent nothing for
+	// their session timeout, as Kafka does; kfake alone keeps a member that
+	// died while joining for good (see kafkafault.ExpireMembers). Default:
+	// false.
+	ExpireMembers bool
 	// Extra are further kfake options (broker configs, kfake's own Fault
 	// and Control hooks), applied after the ones derived from the fields
 	// above. A kfake.ListenFn among them replaces the fault injector's
@@ -42,6 +47,8 @@ type KafkaOptions struct {
 type Kafka struct {
 	cluster   *kfake.Cluster
 	faults    *kafkafault.Injector
+	stop      context.CancelFunc // stops the member expiry
+	done      chan struct{}      // closed once the expiry returned
 	closeOnce sync.Once
 }
 
@@ -61,7 +68,18 @@ func StartKafka(opts KafkaOptions) (*Kafka, error) {
 		return nil, fmt.Errorf("embedded: start kfake: %w", err)
 	}
 	inj.Attach(c)
-	return &Kafka{cluster: c, faults: inj}, nil
+	k := &Kafka{cluster: c, faults: inj, stop: func() {}, done: make(chan struct{})}
+	if !opts.ExpireMembers {
+		close(k.done)
+		return k, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	k.stop = cancel
+	go func() {
+		defer close(k.done)
+		_ = inj.ExpireMembers(ctx, c.ListenAddrs(), kafkafault.ExpireOptions{})
+	}()
+	return k, nil
 }
 
 // Brokers returns the bootstrap addresses.
@@ -91,7 +109,11 @@ func (k *Kafka) FaultStats(context.Context) (kafkafault.Stats, error) {
 
 // Close shuts the cluster down. It is safe to call more than once.
 func (k *Kafka) Close() {
-	k.closeOnce.Do(k.cluster.Close)
+	k.closeOnce.Do(func() {
+		k.stop()
+		<-k.done
+		k.cluster.Close()
+	})
 }
 
 // CreateTopic creates topic with the given number of partitions on the

@@ -51,6 +51,12 @@ type KafkaProcessOptions struct {
 	// broker accepts, so a test can expire a frozen member quickly.
 	// Default: kfake's, 6s.
 	MinSessionTimeout time.Duration
+	// ExpireMembers makes the broker expire consumer-group members that
+	// sent nothing for their session timeout, as Kafka does. kfake alone
+	// keeps a member that died while its JoinGroup waited for the
+	// rebalance, with its partitions, for good (kafkafault.ExpireMembers
+	// says why). Default: false, kfake as it is.
+	ExpireMembers bool
 	// Port on 127.0.0.1. Default: a free port. Restart reuses it.
 	Port int
 	// CacheDir holds the built kfakeserver. Default: CacheDir().
@@ -132,6 +138,9 @@ func (k *KafkaProcess) Start(ctx context.Context) error {
 	}
 	if k.opts.MinSessionTimeout > 0 {
 		args = append(args, "-min-session-timeout", k.opts.MinSessionTimeout.String())
+	}
+	if k.opts.ExpireMembers {
+		args = append(args, "-expire-members")
 	}
 	p, err := startProcess(k.bin, args, os.Environ(), "")
 	if err != nil {

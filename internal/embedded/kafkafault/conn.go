@@ -37,8 +37,10 @@ type conn struct {
 	// Request framing state, touched only by the goroutine reading.
 	hdr    [12]byte // size (4), api key (2), api version (2), correlation id (4)
 	hdrN   int
-	skip   int  // body bytes of the current request left after the header
-	broken bool // a frame made no sense: stop parsing, pass bytes through
+	skip   int    // body bytes of the current request left after the header
+	body   []byte // the current request's rest, kept for group requests (see watched)
+	keep   bool   // whether the current request's rest goes to body
+	broken bool   // a frame made no sense: stop parsing, pass bytes through
 
 	mu   sync.Mutex
 	keys map[int32]int16 // correlation id -> api key of requests not yet answered
@@ -57,8 +59,16 @@ func (c *conn) parse(b []byte) {
 	for len(b) > 0 && !c.broken {
 		if c.skip > 0 {
 			n := min(c.skip, len(b))
+			if c.keep {
+				c.body = append(c.body, b[:n]...)
+			}
 			c.skip -= n
 			b = b[n:]
+			if c.skip == 0 && c.keep {
+				c.inj.members.observe(int16(binary.BigEndian.Uint16(c.hdr[4:6])),
+					int16(binary.BigEndian.Uint16(c.hdr[6:8])), c.body, c.RemoteAddr().String())
+				c.body, c.keep = c.body[:0], false
+			}
 			continue
 		}
 		n := copy(c.hdr[c.hdrN:], b)
@@ -75,6 +85,7 @@ func (c *conn) parse(b []byte) {
 		}
 		c.skip = size - 8
 		key := int16(binary.BigEndian.Uint16(c.hdr[4:6]))
+		c.keep = watched(key) && c.skip <= maxWatched
 		corr := int32(binary.BigEndian.Uint32(c.hdr[8:12]))
 		c.mu.Lock()
 		if len(c.keys) >= maxPending {

@@ -15,6 +15,11 @@
 //	inj.Inject(kafkafault.Fault{Kind: kafkafault.Slow, Delay: time.Second, Duration: 5 * time.Second})
 //	inj.Stats()                                                    // what was injected, and what it hit
 //
+// ExpireMembers corrects one way kfake differs from Kafka: a consumer-group
+// member that dies while its JoinGroup waits for the rebalance stays in the
+// group for good (expire.go explains why); it expires such a member after
+// its session timeout, as Kafka does.
+//
 // A broker in another process (internal/embedded's kfakeserver) serves
 // Handler on a small HTTP endpoint; Client drives it from the parent with the
 // same three calls.
@@ -42,5 +47,9 @@
 //
 // The connection layer assumes kfake writes each answer with one Write call
 // (it does: it encodes the whole frame and writes it at once); the tests of
-// this package would fail if that changed.
+// this package would fail if that changed. ExpireMembers makes a member
+// leave only after it sent no JoinGroup, SyncGroup, Heartbeat or
+// OffsetCommit for longer than the session timeout of its JoinGroup, and
+// only in a group that is stable or completing a rebalance: a member that
+// heartbeats is never expired.
 package kafkafault

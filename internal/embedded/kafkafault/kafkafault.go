@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -119,6 +120,9 @@ type Injector struct {
 	lostAcks  int          // ProduceLostAck hits left; -1: unlimited
 	slowUntil time.Time
 	slowDelay time.Duration
+
+	members *members     // what the group requests said, for ExpireMembers
+	expired atomic.Int64 // members ExpireMembers made leave
 }
 
 // kindHandle is one kfake fault and its budget.
@@ -130,7 +134,7 @@ type kindHandle struct {
 
 // New returns an Injector with no faults armed.
 func New() *Injector {
-	return &Injector{conns: map[*conn]struct{}{}, injected: map[Kind]int{}, hits: map[Kind]int{}}
+	return &Injector{conns: map[*conn]struct{}{}, injected: map[Kind]int{}, hits: map[Kind]int{}, members: newMembers()}
 }
 
 // Listen listens like net.Listen and passes every accepted connection

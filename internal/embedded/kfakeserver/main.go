@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +26,7 @@ func run() int {
 	dataDir := flag.String("data-dir", "", "persistence directory (empty: memory only)")
 	syncWrites := flag.Bool("sync", false, "fsync every produced batch")
 	minSession := flag.Duration("min-session-timeout", 0, "smallest consumer-group session timeout accepted (0: kfake's default, 6s)")
+	expire := flag.Bool("expire-members", false, "expire consumer-group members silent for their session timeout, which kfake misses for a member that died while joining (kafkafault.ExpireMembers)")
 	control := flag.String("control", "127.0.0.1:0", "address of the HTTP fault-injection endpoint (empty: none)")
 	flag.Parse()
 
@@ -66,11 +68,20 @@ func run() int {
 		// Printed before "ready", so a parent that saw "ready" has it.
 		fmt.Println("control http://" + ln.Addr().String())
 	}
+	if *expire {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = inj.ExpireMembers(ctx, c.ListenAddrs(), kafkafault.ExpireOptions{})
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	fmt.Println("ready", c.ListenAddrs()[0])
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	<-sigs
 	c.Close()
-	return 0
+	return 0 // the deferred calls stop the control endpoint and the expiry
 }
