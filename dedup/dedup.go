@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"math"
@@ -13,7 +14,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 )
 
-var _ checkpoint.Participant = (*Deduplicator)(nil)
+var (
+	_ checkpoint.Participant       = (*Deduplicator)(nil)
+	_ checkpoint.ObjectParticipant = (*Deduplicator)(nil)
+)
 
 // maxClockNanos is the largest clock value: expiries are 32-bit Unix seconds.
 const maxClockNanos = int64(math.MaxUint32) * int64(time.Second)
@@ -38,6 +42,8 @@ type Deduplicator struct {
 	// touched sums the slots ObserveBatch reads ahead, so that the compiler
 	// keeps those reads.
 	touched uint32
+
+	inc incremental // incremental snapshots (Options.Incremental)
 
 	counts counts // the owner's running totals
 	stats  stats  // counts as last published, read by metric collection
@@ -180,6 +186,9 @@ func (d *Deduplicator) observe(key []byte, h hash128, t time.Time) (bool, error)
 		if old := s.exp(); old > nowSec {
 			if d.opts.UpdateType == OnReadAndWrite && exp > old {
 				s.setExp(exp)
+				if d.inc.valid {
+					d.logWrite(h, key, exp)
+				}
 			}
 			d.clock = clock
 			d.counts.dropped++
@@ -189,6 +198,9 @@ func (d *Deduplicator) observe(key []byte, h hash128, t time.Time) (bool, error)
 		}
 		// Expired but not yet cleaned up: absent, so write it anew.
 		s.setExp(exp)
+		if d.inc.valid {
+			d.logWrite(h, key, exp)
+		}
 		d.clock = clock
 		d.counts.firstSeen++
 		d.tick()
@@ -225,6 +237,9 @@ func (d *Deduplicator) observe(key []byte, h hash128, t time.Time) (bool, error)
 		// The run reached the end of the array: very rare, grow.
 		d.resize(d.t.homes*growNum/growDen, "overflow")
 		i, _ = d.t.find(h, key)
+	}
+	if d.inc.valid {
+		d.logWrite(h, key, exp)
 	}
 	d.clock = clock
 	d.counts.firstSeen++
@@ -289,7 +304,14 @@ func (d *Deduplicator) Cleanup(n int) int {
 // keys that expired since, which is safe (the next Observe reads Now and
 // finds them expired) but larger than needed; call Cleanup before the
 // checkpoint to leave them out.
-func (d *Deduplicator) Snapshot(ctx context.Context, _ checkpoint.ID) ([]byte, error) {
+//
+// With Options.Incremental, once the coordinator gave the deduplicator its
+// objects (UseObjects), Snapshot writes the keys written since the last
+// snapshot as a delta object and returns a manifest naming the base and the
+// deltas; see Options.Incremental. Two snapshots of one state then name
+// the same objects unless a compaction finished in between: they restore
+// the same state either way.
+func (d *Deduplicator) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
@@ -297,6 +319,9 @@ func (d *Deduplicator) Snapshot(ctx context.Context, _ checkpoint.ID) ([]byte, e
 		return nil, err
 	}
 	d.publish()
+	if d.incrementalOn() {
+		return d.snapshotIncremental(ctx, id)
+	}
 	return d.encodeSnapshot(), nil
 }
 
@@ -311,6 +336,15 @@ func (d *Deduplicator) Restore(ctx context.Context, state []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(state) >= 10 && string(state[:8]) == snapshotMagic && binary.LittleEndian.Uint16(state[8:]) == manifestVersion {
+		if err := d.restoreIncremental(ctx, state); err != nil {
+			return err
+		}
+		d.cursor = 0
+		d.noneExpiredBefore = 0
+		d.publish()
+		return nil
+	}
 	t, clock, err := decodeSnapshot(state, d.opts.ExactKeys, d.opts.ExpectedKeys)
 	if err != nil {
 		return err
@@ -320,14 +354,19 @@ func (d *Deduplicator) Restore(ctx context.Context, state []byte) error {
 	}
 	d.t = t
 	d.clock = clock
+	// A full snapshot: the next incremental snapshot writes a new base.
+	d.inc.valid, d.inc.log = false, nil
+	d.inc.gen++
 	d.cursor = 0
 	d.noneExpiredBefore = 0
 	d.publish()
 	return nil
 }
 
-// CheckpointCompleted implements checkpoint.Participant. The deduplicator's
-// whole state is in each snapshot, so there is nothing to do.
+// CheckpointCompleted implements checkpoint.Participant. There is nothing to
+// do: a full snapshot holds the whole state, and the objects of incremental
+// snapshots that no retained checkpoint needs are deleted by the
+// coordinator.
 func (d *Deduplicator) CheckpointCompleted(context.Context, checkpoint.ID) error {
 	return nil
 }
@@ -339,7 +378,9 @@ func (d *Deduplicator) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.stopCompaction()
 	d.t = table{}
+	d.inc.log = nil
 	return d.reg.Unregister()
 }
 

@@ -144,7 +144,29 @@ type Options struct {
 	// memory for at most that long. Default DefaultCleanupBudget.
 	CleanupBudget int
 
-	// Logger receives debug messages about table growth. Default discards.
+	// Incremental makes each checkpoint write only the keys written since
+	// the previous one, when the deduplicator is attached to a
+	// checkpoint.Coordinator (which calls UseObjects; otherwise Snapshot
+	// writes full snapshots). Snapshot then writes a delta object beside
+	// the checkpoint file (the first time, a base holding every key) and
+	// returns a manifest of a few hundred bytes naming the base and the
+	// deltas; a checkpoint of a table of 10 million keys of which 1% changed
+	// writes about 2 MB instead of 200 MB. Every MaxDeltas deltas, or when
+	// the deltas outweigh half the base, a compaction merges base and deltas
+	// into a new base in the background, from the objects, so no checkpoint
+	// waits for it. Restore reads the base and the deltas, so a restart
+	// reads about as much as with full snapshots. Restore accepts full
+	// snapshots and manifests whatever this option says. Default false:
+	// every checkpoint holds the whole state.
+	Incremental bool
+
+	// MaxDeltas is how many deltas an incremental chain holds before a
+	// compaction starts (see Incremental). Fewer means less to read at
+	// restore and more compaction work. Default DefaultMaxDeltas.
+	MaxDeltas int
+
+	// Logger receives debug messages about table growth and warnings about
+	// failed compactions. Default discards.
 	Logger *slog.Logger
 
 	// MeterProvider provides the instruments exactlyonce.dedup.first_seen,
@@ -191,6 +213,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.CleanupBudget == 0 {
 		o.CleanupBudget = DefaultCleanupBudget
+	}
+	if o.MaxDeltas < 0 {
+		return fmt.Errorf("%w: MaxDeltas %d is negative", ErrInvalidOptions, o.MaxDeltas)
+	}
+	if o.MaxDeltas == 0 {
+		o.MaxDeltas = DefaultMaxDeltas
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

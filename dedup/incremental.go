@@ -1,0 +1,772 @@
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+)
+
+// Incremental snapshots (Options.Incremental).
+//
+// The state of a checkpoint is a base and a chain of deltas, each an object
+// in the checkpoint's Storage (checkpoint.Objects), and the participant state
+// in the checkpoint file is a small manifest naming them. Base and deltas are
+// written in the version 1 snapshot format: a base holds every entry live at
+// its checkpoint, a delta the entries written (inserted, written again after
+// they expired, or extended) since the previous checkpoint, live at its own.
+// An entry's expiry never decreases, so the state at the manifest's clock is
+// the union of base and deltas, each entry with its largest expiry, less the
+// entries expired at that clock: expiries need no record, and a key that
+// expired is never resurrected.
+//
+// Manifest, version 2 (little endian, magic and version as in version 1):
+//
+//	0     8  magic "EODEDUP\x00"
+//	8     2  version, 2
+//	10    2  flags: bit 0 set if the objects carry exact keys
+//	12    8  clock, Unix nanoseconds
+//	20    4  number of objects n >= 1: the base, then the deltas in order
+//	24    ...n objects, each:
+//	          v  name length (uvarint, 1..255), then the name
+//	          8  size in bytes (uint64)
+//	          4  CRC-32C of the object (uint32)
+//	          8  entry count (uint64)
+//	end-4 4  CRC-32C of every byte before it
+const (
+	manifestVersion    = 2
+	manifestHeaderSize = 24
+	maxObjectName      = 255
+	// DefaultMaxDeltas is the default Options.MaxDeltas.
+	DefaultMaxDeltas = 16
+	// compactFraction: a compaction also starts when the deltas' bytes
+	// exceed this fraction of the base's.
+	compactFractionNum, compactFractionDen = 1, 2
+	// maxDeltasFactor*MaxDeltas deltas make a checkpoint wait for the
+	// running compaction: a backstop for a compaction much slower than the
+	// checkpoint interval.
+	maxDeltasFactor = 4
+	// writeChunk is the buffer between the entries and the object writer.
+	writeChunk = 64 << 10
+)
+
+// objRef is one object of a chain, as the manifest names it.
+type objRef struct {
+	name  string
+	size  int64
+	crc   uint32
+	count uint64
+}
+
+// incremental is the deduplicator's side of incremental snapshots.
+type incremental struct {
+	objs *checkpoint.Objects
+	// valid: base and deltas plus the change log equal the table. False
+	// until the first base is written (after New or a restore of a full
+	// snapshot); while false nothing is logged.
+	valid  bool
+	base   objRef
+	deltas []objRef
+	// log holds every write to the table since the last snapshot: a slot,
+	// and in exact mode the key's uvarint length and bytes.
+	log []byte
+	// gen counts replacements of the chain, so a compaction of an older
+	// chain is not adopted.
+	gen uint64
+
+	running bool // a compaction is running
+	done    chan compactResult
+	ctx     context.Context // of compactions; Close cancels it
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+type compactResult struct {
+	gen    uint64
+	base   objRef
+	merged int // deltas folded into base
+	err    error
+}
+
+// incrementalOn reports whether Snapshot writes incremental snapshots.
+func (d *Deduplicator) incrementalOn() bool {
+	return d.opts.Incremental && d.inc.objs != nil
+}
+
+// logWrite records a write of the table for the next delta.
+func (d *Deduplicator) logWrite(h hash128, key []byte, exp uint32) {
+	var s slot
+	s.set(h, exp)
+	d.inc.log = append(d.inc.log, s[:]...)
+	if d.t.exact {
+		d.inc.log = binary.AppendUvarint(d.inc.log, uint64(len(key)))
+		d.inc.log = append(d.inc.log, key...)
+	}
+}
+
+// UseObjects implements checkpoint.ObjectParticipant: the coordinator gives
+// the deduplicator its directory of objects, in which it keeps the base and
+// deltas of incremental snapshots (Options.Incremental) and from which it
+// restores them.
+func (d *Deduplicator) UseObjects(o *checkpoint.Objects) {
+	d.inc.objs = o
+}
+
+// References implements checkpoint.ObjectParticipant: the objects an
+// incremental snapshot's manifest names; none for a full snapshot.
+func (d *Deduplicator) References(state []byte) ([]string, error) {
+	if len(state) < 10 || binary.LittleEndian.Uint16(state[8:]) != manifestVersion {
+		return nil, nil
+	}
+	m, err := decodeManifest(state)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, 1+len(m.deltas))
+	names = append(names, m.base.name)
+	for _, r := range m.deltas {
+		names = append(names, r.name)
+	}
+	return names, nil
+}
+
+// snapshotIncremental writes a delta (or, the first time, a base) and
+// returns the manifest.
+func (d *Deduplicator) snapshotIncremental(ctx context.Context, id checkpoint.ID) ([]byte, error) {
+	inc := &d.inc
+	if inc.running && len(inc.deltas) >= maxDeltasFactor*d.opts.MaxDeltas {
+		// The compaction fell far behind: wait for it rather than let the
+		// chain, and what a restore reads, grow without bound.
+		d.awaitCompaction(ctx)
+	}
+	d.adoptCompaction()
+	if !inc.valid {
+		ref, err := d.writeBase(ctx, fmt.Sprintf("base-%020d", uint64(id)))
+		if err != nil {
+			return nil, err
+		}
+		inc.base, inc.deltas, inc.log, inc.valid = ref, nil, inc.log[:0], true
+		inc.gen++
+	} else if len(inc.log) > 0 {
+		ref, err := d.writeDelta(ctx, fmt.Sprintf("delta-%020d", uint64(id)))
+		if err != nil {
+			return nil, err // the log stays: the next snapshot writes it
+		}
+		inc.deltas = append(inc.deltas, ref)
+		if cap(inc.log) > 4*len(inc.log) && cap(inc.log) > 1<<20 {
+			inc.log = nil // give back a buffer a burst grew
+		} else {
+			inc.log = inc.log[:0]
+		}
+	}
+	d.maybeCompact()
+	return encodeManifest(d.clock, d.t.exact, inc.base, inc.deltas), nil
+}
+
+// chunkWriter buffers small writes into chunks, computing the snapshot's
+// CRC-32C over each chunk.
+type chunkWriter struct {
+	w   io.Writer
+	buf []byte
+	crc uint32
+	err error
+}
+
+func (c *chunkWriter) flush() {
+	if c.err != nil || len(c.buf) == 0 {
+		return
+	}
+	c.crc = crc32.Update(c.crc, castagnoli, c.buf)
+	_, c.err = c.w.Write(c.buf)
+	c.buf = c.buf[:0]
+}
+
+func (c *chunkWriter) grow() {
+	if len(c.buf) > writeChunk-1024 {
+		c.flush()
+	}
+}
+
+// header appends a version 1 snapshot header.
+func (c *chunkWriter) header(clock int64, exact bool, count uint64) {
+	c.buf = append(c.buf, snapshotMagic...)
+	c.buf = binary.LittleEndian.AppendUint16(c.buf, snapshotVersion)
+	var flags uint16
+	if exact {
+		flags |= flagExactKeys
+	}
+	c.buf = binary.LittleEndian.AppendUint16(c.buf, flags)
+	c.buf = binary.LittleEndian.AppendUint64(c.buf, uint64(clock))
+	c.buf = binary.LittleEndian.AppendUint64(c.buf, count)
+}
+
+func (c *chunkWriter) entry(s *slot, key []byte, exact bool) {
+	c.buf = append(c.buf, s[:]...)
+	if exact {
+		c.buf = binary.AppendUvarint(c.buf, uint64(len(key)))
+		if len(key) > writeChunk {
+			c.flush()
+			if c.err == nil {
+				c.crc = crc32.Update(c.crc, castagnoli, key)
+				_, c.err = c.w.Write(key)
+			}
+			return
+		}
+		c.buf = append(c.buf, key...)
+	}
+	c.grow()
+}
+
+// finish writes the trailing CRC.
+func (c *chunkWriter) finish() error {
+	c.flush()
+	if c.err != nil {
+		return c.err
+	}
+	_, err := c.w.Write(binary.LittleEndian.AppendUint32(nil, c.crc))
+	return err
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// writeBase writes the table's live entries as a version 1 snapshot object,
+// streamed: the same bytes Snapshot returns without Incremental.
+func (d *Deduplicator) writeBase(ctx context.Context, name string) (objRef, error) {
+	t := &d.t
+	nowSec := uint32(d.clock / int64(time.Second))
+	var n uint64
+	for i := range t.slots {
+		if e := t.slots[i].exp(); e != 0 && e > nowSec {
+			n++
+		}
+	}
+	info, err := d.inc.objs.Write(ctx, name, func(w io.Writer) error {
+		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
+		c.header(d.clock, t.exact, n)
+		for i := range t.slots {
+			s := &t.slots[i]
+			if e := s.exp(); e == 0 || e <= nowSec {
+				continue
+			}
+			var key []byte
+			if t.exact {
+				key = t.key(i)
+			}
+			c.entry(s, key, t.exact)
+			if c.err != nil {
+				return c.err
+			}
+		}
+		return c.finish()
+	})
+	if err != nil {
+		return objRef{}, fmt.Errorf("dedup: writing base %s: %w", name, err)
+	}
+	return objRef{name: name, size: info.Size, crc: info.CRC, count: n}, nil
+}
+
+// logEntry is one parsed entry of the change log; key aliases the log.
+type logEntry struct {
+	s   slot
+	key []byte
+}
+
+func cmpEntries(as *slot, ak []byte, bs *slot, bk []byte) int {
+	if c := compareHash(as.hash(), bs.hash()); c != 0 {
+		return c
+	}
+	return bytes.Compare(ak, bk)
+}
+
+func compareHash(a, b hash128) int {
+	switch {
+	case a.less(b):
+		return -1
+	case b.less(a):
+		return 1
+	}
+	return 0
+}
+
+// writeDelta writes the change log, sorted, one entry per key with its
+// largest expiry, live at the clock, as a version 1 snapshot object.
+func (d *Deduplicator) writeDelta(ctx context.Context, name string) (objRef, error) {
+	exact := d.t.exact
+	nowSec := uint32(d.clock / int64(time.Second))
+	var es []logEntry
+	for b := d.inc.log; len(b) > 0; {
+		var e logEntry
+		copy(e.s[:], b[:slotSize])
+		b = b[slotSize:]
+		if exact {
+			n, w := binary.Uvarint(b)
+			e.key = b[w : w+int(n)]
+			b = b[w+int(n):]
+		}
+		es = append(es, e)
+	}
+	slices.SortFunc(es, func(a, b logEntry) int { return cmpEntries(&a.s, a.key, &b.s, b.key) })
+	out := es[:0]
+	for _, e := range es {
+		if k := len(out) - 1; k >= 0 && cmpEntries(&out[k].s, out[k].key, &e.s, e.key) == 0 {
+			out[k].s.setExp(max(out[k].s.exp(), e.s.exp()))
+			continue
+		}
+		out = append(out, e)
+	}
+	live := out[:0]
+	for _, e := range out {
+		if e.s.exp() > nowSec {
+			live = append(live, e)
+		}
+	}
+	info, err := d.inc.objs.Write(ctx, name, func(w io.Writer) error {
+		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
+		c.header(d.clock, exact, uint64(len(live)))
+		for i := range live {
+			c.entry(&live[i].s, live[i].key, exact)
+		}
+		return c.finish()
+	})
+	if err != nil {
+		return objRef{}, fmt.Errorf("dedup: writing delta %s: %w", name, err)
+	}
+	return objRef{name: name, size: info.Size, crc: info.CRC, count: uint64(len(live))}, nil
+}
+
+// awaitCompaction waits for the running compaction to finish, or ctx.
+func (d *Deduplicator) awaitCompaction(ctx context.Context) {
+	select {
+	case r := <-d.inc.done:
+		d.inc.done <- r // for adoptCompaction
+	case <-ctx.Done():
+	}
+}
+
+// adoptCompaction takes the result of a finished compaction, if any, without
+// waiting for a running one.
+func (d *Deduplicator) adoptCompaction() {
+	inc := &d.inc
+	if !inc.running {
+		return
+	}
+	select {
+	case r := <-inc.done:
+		inc.running = false
+		switch {
+		case r.err != nil:
+			d.opts.Logger.Warn("dedup: compaction failed; the deltas stay and a later checkpoint tries again",
+				slog.Any("err", r.err))
+		case r.gen == inc.gen:
+			inc.base = r.base
+			inc.deltas = slices.Clone(inc.deltas[r.merged:])
+		}
+	default:
+	}
+}
+
+// maybeCompact starts a background compaction of the chain into a new base
+// when it holds MaxDeltas deltas or its deltas outweigh half the base. The
+// compaction reads the objects, not the table, so the chain goes on
+// processing, and no checkpoint waits for it.
+func (d *Deduplicator) maybeCompact() {
+	inc := &d.inc
+	if inc.running || len(inc.deltas) == 0 {
+		return
+	}
+	var deltaBytes int64
+	for _, r := range inc.deltas {
+		deltaBytes += r.size
+	}
+	if len(inc.deltas) < d.opts.MaxDeltas && deltaBytes*compactFractionDen <= inc.base.size*compactFractionNum {
+		return
+	}
+	if inc.done == nil {
+		inc.done = make(chan compactResult, 1)
+		inc.ctx, inc.cancel = context.WithCancel(context.Background())
+	}
+	job := compactJob{
+		objs: inc.objs, base: inc.base, deltas: slices.Clone(inc.deltas),
+		clock: d.clock, exact: d.t.exact, gen: inc.gen,
+		name: "base-" + inc.deltas[len(inc.deltas)-1].name[len("delta-"):],
+	}
+	inc.running = true
+	inc.wg.Add(1)
+	go func() {
+		defer inc.wg.Done()
+		inc.done <- job.run(inc.ctx)
+	}()
+}
+
+// stopCompaction cancels a running compaction and waits for it.
+func (d *Deduplicator) stopCompaction() {
+	if d.inc.cancel != nil {
+		d.inc.cancel()
+	}
+	d.inc.wg.Wait()
+	if d.inc.running {
+		<-d.inc.done
+		d.inc.running = false
+	}
+}
+
+type compactJob struct {
+	objs   *checkpoint.Objects
+	base   objRef
+	deltas []objRef
+	clock  int64
+	exact  bool
+	gen    uint64
+	name   string
+}
+
+// run merges base and deltas into a new base object.
+func (j compactJob) run(ctx context.Context) compactResult {
+	fail := func(err error) compactResult { return compactResult{gen: j.gen, err: err} }
+	inputs, err := readChain(ctx, j.objs, j.base, j.deltas, j.exact, j.clock)
+	if err != nil {
+		return fail(err)
+	}
+	nowSec := uint32(j.clock / int64(time.Second))
+	var n uint64
+	if err := mergeEntries(inputs, nowSec, func(*slot, []byte) error { n++; return nil }); err != nil {
+		return fail(err)
+	}
+	info, err := j.objs.Write(ctx, j.name, func(w io.Writer) error {
+		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
+		c.header(j.clock, j.exact, n)
+		err := mergeEntries(inputs, nowSec, func(s *slot, key []byte) error {
+			c.entry(s, key, j.exact)
+			return c.err
+		})
+		if err != nil {
+			return err
+		}
+		return c.finish()
+	})
+	if err != nil {
+		return fail(fmt.Errorf("dedup: compaction into %s: %w", j.name, err))
+	}
+	return compactResult{gen: j.gen, base: objRef{name: j.name, size: info.Size, crc: info.CRC, count: n}, merged: len(j.deltas)}
+}
+
+// manifest is a decoded version 2 snapshot.
+type manifest struct {
+	clock  int64
+	exact  bool
+	base   objRef
+	deltas []objRef
+}
+
+func encodeManifest(clock int64, exact bool, base objRef, deltas []objRef) []byte {
+	b := make([]byte, 0, manifestHeaderSize+(1+len(deltas))*48+4)
+	b = append(b, snapshotMagic...)
+	b = binary.LittleEndian.AppendUint16(b, manifestVersion)
+	var flags uint16
+	if exact {
+		flags |= flagExactKeys
+	}
+	b = binary.LittleEndian.AppendUint16(b, flags)
+	b = binary.LittleEndian.AppendUint64(b, uint64(clock))
+	b = binary.LittleEndian.AppendUint32(b, uint32(1+len(deltas)))
+	for _, r := range append([]objRef{base}, deltas...) {
+		b = binary.AppendUvarint(b, uint64(len(r.name)))
+		b = append(b, r.name...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.size))
+		b = binary.LittleEndian.AppendUint32(b, r.crc)
+		b = binary.LittleEndian.AppendUint64(b, r.count)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// decodeManifest validates a version 2 snapshot completely.
+func decodeManifest(b []byte) (manifest, error) {
+	var m manifest
+	if len(b) < manifestHeaderSize+trailerSize {
+		return m, corrupt("manifest of %d bytes is too short", len(b))
+	}
+	if string(b[:8]) != snapshotMagic {
+		return m, corrupt("bad magic %q", b[:8])
+	}
+	if v := binary.LittleEndian.Uint16(b[8:]); v != manifestVersion {
+		return m, fmt.Errorf("%w: version %d, want %d", ErrUnsupportedVersion, v, manifestVersion)
+	}
+	body := b[:len(b)-trailerSize]
+	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(b[len(body):]); got != want {
+		return m, corrupt("manifest checksum %08x, want %08x (truncated or damaged)", got, want)
+	}
+	flags := binary.LittleEndian.Uint16(b[10:])
+	if flags&^flagExactKeys != 0 {
+		return m, corrupt("unknown flags %#x", flags)
+	}
+	m.exact = flags&flagExactKeys != 0
+	m.clock = int64(binary.LittleEndian.Uint64(b[12:]))
+	if m.clock < 0 || m.clock > maxClockNanos {
+		return m, corrupt("clock %d out of range", m.clock)
+	}
+	n := binary.LittleEndian.Uint32(b[20:])
+	rest := body[manifestHeaderSize:]
+	if n == 0 || uint64(n) > uint64(len(rest))/21 {
+		return m, corrupt("%d objects in %d bytes", n, len(rest))
+	}
+	seen := map[string]bool{}
+	for i := range n {
+		l, w := binary.Uvarint(rest)
+		if w <= 0 || l == 0 || l > maxObjectName || l+20 > uint64(len(rest)-w) {
+			return m, corrupt("object %d: bad name length", i)
+		}
+		r := objRef{name: string(rest[w : w+int(l)])}
+		rest = rest[w+int(l):]
+		if !checkpoint.ValidName(r.name) || bytes.IndexByte([]byte(r.name), '/') >= 0 || seen[r.name] {
+			return m, corrupt("object %d: bad name %q", i, r.name)
+		}
+		seen[r.name] = true
+		size := binary.LittleEndian.Uint64(rest)
+		r.crc = binary.LittleEndian.Uint32(rest[8:])
+		r.count = binary.LittleEndian.Uint64(rest[12:])
+		rest = rest[20:]
+		if size < minSnapshotLength || size > 1<<50 || r.count > (size-minSnapshotLength)/entrySize {
+			return m, corrupt("object %q: %d entries in %d bytes", r.name, r.count, size)
+		}
+		r.size = int64(size)
+		if i == 0 {
+			m.base = r
+		} else {
+			m.deltas = append(m.deltas, r)
+		}
+	}
+	if len(rest) != 0 {
+		return m, corrupt("%d bytes after the last object", len(rest))
+	}
+	return m, nil
+}
+
+// chainInput is one validated object of a chain: its entries and clock.
+type chainInput struct {
+	name    string
+	entries []byte
+	count   uint64
+	clock   int64
+	hasKeys bool
+}
+
+// readChain reads and validates the objects of a chain: size and CRC as the
+// manifest records them, then each as a version 1 snapshot whose flags are
+// the manifest's and whose clock is not later than the next object's nor the
+// manifest's.
+func readChain(ctx context.Context, objs *checkpoint.Objects, base objRef, deltas []objRef, exact bool, clock int64) ([]chainInput, error) {
+	refs := append([]objRef{base}, deltas...)
+	inputs := make([]chainInput, 0, len(refs))
+	for _, r := range refs {
+		b, err := objs.Read(ctx, r.name)
+		if err != nil {
+			return nil, fmt.Errorf("dedup: reading object %s: %w", r.name, err)
+		}
+		if int64(len(b)) != r.size || crc32.Checksum(b, castagnoli) != r.crc {
+			return nil, corrupt("object %s: %d bytes with CRC %08x, the manifest says %d bytes with CRC %08x",
+				r.name, len(b), crc32.Checksum(b, castagnoli), r.size, r.crc)
+		}
+		in, err := parseObject(r.name, b)
+		if err != nil {
+			return nil, err
+		}
+		if in.hasKeys != exact || in.count != r.count {
+			return nil, corrupt("object %s does not match the manifest", r.name)
+		}
+		if in.clock > clock || (len(inputs) > 0 && in.clock < inputs[len(inputs)-1].clock) {
+			return nil, corrupt("object %s: clock %d out of order", r.name, in.clock)
+		}
+		inputs = append(inputs, in)
+	}
+	return inputs, nil
+}
+
+// parseObject validates a version 1 snapshot's header and checksum; the
+// entries are checked as they are merged.
+func parseObject(name string, b []byte) (chainInput, error) {
+	in := chainInput{name: name}
+	if len(b) < minSnapshotLength || string(b[:8]) != snapshotMagic {
+		return in, corrupt("object %s is not a snapshot", name)
+	}
+	if v := binary.LittleEndian.Uint16(b[8:]); v != snapshotVersion {
+		return in, fmt.Errorf("%w: object %s has version %d, want %d", ErrUnsupportedVersion, name, v, snapshotVersion)
+	}
+	body := b[:len(b)-trailerSize]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[len(body):]) {
+		return in, corrupt("object %s: checksum", name)
+	}
+	flags := binary.LittleEndian.Uint16(b[10:])
+	if flags&^flagExactKeys != 0 {
+		return in, corrupt("object %s: unknown flags %#x", name, flags)
+	}
+	in.hasKeys = flags&flagExactKeys != 0
+	in.clock = int64(binary.LittleEndian.Uint64(b[12:]))
+	if in.clock < 0 || in.clock > maxClockNanos {
+		return in, corrupt("object %s: clock %d out of range", name, in.clock)
+	}
+	in.count = binary.LittleEndian.Uint64(b[20:])
+	in.entries = body[headerSize:]
+	if in.count > uint64(len(in.entries)/entrySize) {
+		return in, corrupt("object %s: %d entries do not fit", name, in.count)
+	}
+	return in, nil
+}
+
+// cursor walks the entries of one chain input, checking each.
+type cursor struct {
+	in     *chainInput
+	rest   []byte
+	left   uint64
+	s      slot
+	key    []byte
+	ok     bool
+	minExp uint32 // entries must expire after the input's clock
+}
+
+func (c *cursor) next() error {
+	if c.left == 0 {
+		c.ok = false
+		if len(c.rest) != 0 {
+			return corrupt("object %s: %d bytes after the last entry", c.in.name, len(c.rest))
+		}
+		return nil
+	}
+	c.left--
+	if len(c.rest) < entrySize {
+		return corrupt("object %s: entry truncated", c.in.name)
+	}
+	var s slot
+	copy(s[:], c.rest[:entrySize])
+	c.rest = c.rest[entrySize:]
+	var key []byte
+	if c.in.hasKeys {
+		n, w := binary.Uvarint(c.rest)
+		if w <= 0 || n > maxExactKeyLen || n > uint64(len(c.rest)-w) {
+			return corrupt("object %s: bad key length", c.in.name)
+		}
+		key = c.rest[w : w+int(n)]
+		c.rest = c.rest[w+int(n):]
+		if hashKey(key) != s.hash() {
+			return corrupt("object %s: key does not match its hash", c.in.name)
+		}
+	}
+	if s.exp() <= c.minExp {
+		return corrupt("object %s: entry expired at %d, clock %d", c.in.name, s.exp(), c.minExp)
+	}
+	if c.ok && cmpEntries(&c.s, c.key, &s, key) >= 0 {
+		return corrupt("object %s: entries out of order", c.in.name)
+	}
+	c.s, c.key, c.ok = s, key, true
+	return nil
+}
+
+// mergeEntries calls fn for every entry of the union of the inputs live at
+// nowSec, in increasing (hash, key) order, each with its largest expiry.
+func mergeEntries(inputs []chainInput, nowSec uint32, fn func(s *slot, key []byte) error) error {
+	cs := make([]cursor, len(inputs))
+	for i := range inputs {
+		cs[i] = cursor{in: &inputs[i], rest: inputs[i].entries, left: inputs[i].count,
+			minExp: uint32(inputs[i].clock / int64(time.Second))}
+		if err := cs[i].next(); err != nil {
+			return err
+		}
+	}
+	for {
+		m := -1
+		for i := range cs {
+			if cs[i].ok && (m < 0 || cmpEntries(&cs[i].s, cs[i].key, &cs[m].s, cs[m].key) < 0) {
+				m = i
+			}
+		}
+		if m < 0 {
+			return nil
+		}
+		s, key := cs[m].s, cs[m].key
+		for i := range cs {
+			if i == m || !cs[i].ok || cmpEntries(&cs[i].s, cs[i].key, &s, key) != 0 {
+				continue
+			}
+			s.setExp(max(s.exp(), cs[i].s.exp()))
+			if err := cs[i].next(); err != nil {
+				return err
+			}
+		}
+		if err := cs[m].next(); err != nil {
+			return err
+		}
+		if s.exp() > nowSec {
+			if err := fn(&s, key); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// restoreIncremental loads the state a manifest describes, or nothing.
+func (d *Deduplicator) restoreIncremental(ctx context.Context, state []byte) error {
+	m, err := decodeManifest(state)
+	if err != nil {
+		return err
+	}
+	if d.inc.objs == nil {
+		return fmt.Errorf("%w: an incremental snapshot needs the checkpoint's objects (attach the deduplicator to a checkpoint.Coordinator)", ErrIncompatible)
+	}
+	if d.opts.ExactKeys && !m.exact {
+		return ErrIncompatible
+	}
+	inputs, err := readChain(ctx, d.inc.objs, m.base, m.deltas, m.exact, m.clock)
+	if err != nil {
+		return err
+	}
+	var total uint64
+	for _, in := range inputs {
+		total += in.count
+	}
+	exact := d.opts.ExactKeys
+	t := newTable(homesFor(max(int(min(total, MaxExpectedKeys)), d.opts.ExpectedKeys)), overflowSlots, exact)
+	last := -1
+	err = mergeEntries(inputs, uint32(m.clock/int64(time.Second)), func(s *slot, key []byte) error {
+		h := s.hash()
+		if !exact && last >= 0 && t.slots[last].hash() == h {
+			// Exact objects into a fingerprint table: equal fingerprints
+			// merge into one entry that lives as long as the longest.
+			t.slots[last].setExp(max(t.slots[last].exp(), s.exp()))
+			return nil
+		}
+		p := max(t.home(h.hi), last+1)
+		if p >= len(t.slots) {
+			t = growForRestore(t)
+		}
+		t.slots[p] = *s
+		if exact {
+			t.refs[p] = uint64(len(t.arena))<<24 | uint64(len(key))
+			t.arena = append(t.arena, key...)
+		}
+		t.count++
+		last = p
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if d.opts.MaxKeys > 0 && t.count > d.opts.MaxKeys {
+		return fmt.Errorf("%w: snapshot holds %d keys, MaxKeys is %d", ErrFull, t.count, d.opts.MaxKeys)
+	}
+	d.t, d.clock = t, m.clock
+	// The chain goes on from the restored objects if this deduplicator
+	// writes incremental snapshots of the same kind (exact keys or
+	// fingerprints only); otherwise its next snapshot starts anew. A
+	// compaction of the chain before is not adopted (gen).
+	d.inc.valid = d.opts.Incremental && m.exact == exact
+	d.inc.base, d.inc.deltas, d.inc.log = m.base, m.deltas, nil
+	d.inc.gen++
+	return nil
+}
