@@ -38,7 +38,9 @@ import (
 //	24    ...n objects, each:
 //	          v  name length (uvarint, 1..255), then the name
 //	          8  size in bytes (uint64)
-//	          4  CRC-32C of the object (uint32)
+//	          4  the object's CRC-32C: of every byte of it before its
+//	             own trailing CRC, which it equals
+
 //	          8  entry count (uint64)
 //	end-4 4  CRC-32C of every byte before it
 const (
@@ -248,8 +250,10 @@ func (d *Deduplicator) writeBase(ctx context.Context, name string) (objRef, erro
 			n++
 		}
 	}
+	var sum uint32
 	info, err := d.inc.objs.Write(ctx, name, func(w io.Writer) error {
 		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
+		defer func() { sum = c.crc }()
 		c.header(d.clock, t.exact, n)
 		for i := range t.slots {
 			s := &t.slots[i]
@@ -270,7 +274,7 @@ func (d *Deduplicator) writeBase(ctx context.Context, name string) (objRef, erro
 	if err != nil {
 		return objRef{}, fmt.Errorf("dedup: writing base %s: %w", name, err)
 	}
-	return objRef{name: name, size: info.Size, crc: info.CRC, count: n}, nil
+	return objRef{name: name, size: info.Size, crc: sum, count: n}, nil
 }
 
 // logEntry is one parsed entry of the change log; key aliases the log.
@@ -328,8 +332,10 @@ func (d *Deduplicator) writeDelta(ctx context.Context, name string) (objRef, err
 			live = append(live, e)
 		}
 	}
+	var sum uint32
 	info, err := d.inc.objs.Write(ctx, name, func(w io.Writer) error {
 		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
+		defer func() { sum = c.crc }()
 		c.header(d.clock, exact, uint64(len(live)))
 		for i := range live {
 			c.entry(&live[i].s, live[i].key, exact)
@@ -339,7 +345,7 @@ func (d *Deduplicator) writeDelta(ctx context.Context, name string) (objRef, err
 	if err != nil {
 		return objRef{}, fmt.Errorf("dedup: writing delta %s: %w", name, err)
 	}
-	return objRef{name: name, size: info.Size, crc: info.CRC, count: uint64(len(live))}, nil
+	return objRef{name: name, size: info.Size, crc: sum, count: uint64(len(live))}, nil
 }
 
 // awaitCompaction waits for the running compaction to finish, or ctx.
@@ -440,8 +446,10 @@ func (j compactJob) run(ctx context.Context) compactResult {
 	if err := mergeEntries(inputs, nowSec, func(*slot, []byte) error { n++; return nil }); err != nil {
 		return fail(err)
 	}
+	var sum uint32
 	info, err := j.objs.Write(ctx, j.name, func(w io.Writer) error {
 		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
+		defer func() { sum = c.crc }()
 		c.header(j.clock, j.exact, n)
 		err := mergeEntries(inputs, nowSec, func(s *slot, key []byte) error {
 			c.entry(s, key, j.exact)
@@ -455,7 +463,7 @@ func (j compactJob) run(ctx context.Context) compactResult {
 	if err != nil {
 		return fail(fmt.Errorf("dedup: compaction into %s: %w", j.name, err))
 	}
-	return compactResult{gen: j.gen, base: objRef{name: j.name, size: info.Size, crc: info.CRC, count: n}, merged: len(j.deltas)}
+	return compactResult{gen: j.gen, base: objRef{name: j.name, size: info.Size, crc: sum, count: n}, merged: len(j.deltas)}
 }
 
 // manifest is a decoded version 2 snapshot.
@@ -570,13 +578,15 @@ func readChain(ctx context.Context, objs *checkpoint.Objects, base objRef, delta
 		if err != nil {
 			return nil, fmt.Errorf("dedup: reading object %s: %w", r.name, err)
 		}
-		if int64(len(b)) != r.size || crc32.Checksum(b, castagnoli) != r.crc {
-			return nil, corrupt("object %s: %d bytes with CRC %08x, the manifest says %d bytes with CRC %08x",
-				r.name, len(b), crc32.Checksum(b, castagnoli), r.size, r.crc)
+		if int64(len(b)) != r.size {
+			return nil, corrupt("object %s: %d bytes, the manifest says %d", r.name, len(b), r.size)
 		}
-		in, err := parseObject(r.name, b)
+		in, err := parseObject(r.name, b) // checks the object's own CRC
 		if err != nil {
 			return nil, err
+		}
+		if sum := binary.LittleEndian.Uint32(b[len(b)-trailerSize:]); sum != r.crc {
+			return nil, corrupt("object %s has CRC %08x, the manifest says %08x", r.name, sum, r.crc)
 		}
 		if in.hasKeys != exact || in.count != r.count {
 			return nil, corrupt("object %s does not match the manifest", r.name)

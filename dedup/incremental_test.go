@@ -2,8 +2,13 @@ package dedup_test
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -167,4 +172,208 @@ func TestIncrementalWritesWhatChanged(t *testing.T) {
 			assert.Less(t, s, 1000, n)
 		}
 	}
+}
+
+// buildChain checkpoints keys into a base and two deltas on partition pInc
+// and returns the storage and the newest checkpoint's manifest.
+func buildChain(t testing.TB, exact bool) (*checkpoint.MemStorage, []byte) {
+	ctx := context.Background()
+	storage := checkpoint.NewMemStorage()
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+	require.NoError(t, err)
+	defer coord.Close()
+	d, err := dedup.New(time.Hour, dedup.Options{Incremental: true, ExactKeys: exact, MaxDeltas: 100})
+	require.NoError(t, err)
+	defer d.Close()
+	task, err := coord.Attach(ctx, pInc, map[string]checkpoint.Participant{"dedup": d})
+	require.NoError(t, err)
+	defer task.Detach()
+	now := time.Unix(1_800_000_000, 0)
+	for round := range 3 {
+		// A base of 100 keys and deltas of 5: no compaction starts.
+		for i := range 5 + 95*max(0, 1-round) {
+			_, err := d.Observe(fmt.Appendf(nil, "key-%d-%d", round, i), now.Add(time.Duration(round)*time.Minute))
+			require.NoError(t, err)
+		}
+		require.NoError(t, task.Checkpoint(ctx, nil, int64(round), checkpoint.Meta{}, nil))
+	}
+	cp, err := store.Latest(ctx, pInc)
+	require.NoError(t, err)
+	require.Len(t, cp.Objects, 3)
+	return storage, cp.States["dedup"]
+}
+
+// withObjects attaches a fresh deduplicator to partition 2 holding a copy
+// of the objects of partition pInc (names): Restore can read them, and
+// Attach restores nothing.
+func withObjects(t *testing.T, storage checkpoint.Storage, names []string) *incChain {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range names {
+		b, err := storage.Get(ctx, n)
+		if errors.Is(err, checkpoint.ErrNotFound) {
+			require.NoError(t, storage.Delete(ctx, toP2(n)))
+			continue
+		}
+		require.NoError(t, err)
+		require.NoError(t, storage.Put(ctx, toP2(n), b))
+	}
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+	require.NoError(t, err)
+	d, err := dedup.New(time.Hour, dedup.Options{ExactKeys: false})
+	require.NoError(t, err)
+	task, err := coord.Attach(ctx, checkpoint.TopicPartition{Topic: "events", Partition: 2},
+		map[string]checkpoint.Participant{"dedup": d})
+	require.NoError(t, err)
+	c := &incChain{t: t, coord: coord, task: task, d: d}
+	t.Cleanup(c.close)
+	return c
+}
+
+func toP2(name string) string { return strings.Replace(name, "/events/1/", "/events/2/", 1) }
+
+// A damaged or missing base or delta is refused with an error wrapping
+// ErrCorrupt or checkpoint.ErrNotFound, and loads nothing.
+func TestIncrementalRestoreRefusesDamage(t *testing.T) {
+	ctx := context.Background()
+	storage, manifest := buildChain(t, false)
+	const dir = "checkpoints/events/1/objects/dedup/"
+	names, err := storage.List(ctx, dir)
+	require.NoError(t, err)
+	require.Len(t, names, 3)
+	for _, name := range names {
+		good, err := storage.Get(ctx, name)
+		require.NoError(t, err)
+		tests := []struct {
+			give    string
+			damage  func() error
+			wantErr error
+		}{
+			{"bit flip", func() error {
+				b := append([]byte(nil), good...)
+				b[len(b)/2] ^= 1
+				return storage.Put(ctx, name, b)
+			}, dedup.ErrCorrupt},
+			{"truncated", func() error { return storage.Put(ctx, name, good[:len(good)-1]) }, dedup.ErrCorrupt},
+			{"missing", func() error { return storage.Delete(ctx, name) }, checkpoint.ErrNotFound},
+			{"another intact object", func() error {
+				other := names[0]
+				if other == name {
+					other = names[1]
+				}
+				b, err := storage.Get(ctx, other)
+				if err != nil {
+					return err
+				}
+				return storage.Put(ctx, name, b)
+			}, dedup.ErrCorrupt},
+		}
+		for _, tt := range tests {
+			t.Run(name[len(dir):]+"/"+tt.give, func(t *testing.T) {
+				require.NoError(t, tt.damage())
+				defer func() { require.NoError(t, storage.Put(ctx, name, good)) }()
+				c := withObjects(t, storage, names)
+				_, err := c.d.Observe([]byte("sentinel"), time.Unix(1_800_000_000, 0))
+				require.NoError(t, err)
+				before, err := c.d.Snapshot(ctx, 0)
+				require.NoError(t, err)
+				err = c.d.Restore(ctx, manifest)
+				require.ErrorIs(t, err, tt.wantErr)
+				after, err := c.d.Snapshot(ctx, 0)
+				require.NoError(t, err)
+				assert.Equal(t, before, after, "a refused restore changed the state")
+			})
+		}
+	}
+	// Without the checkpoint's objects a manifest cannot be read.
+	d, err := dedup.New(time.Hour, dedup.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	assert.ErrorIs(t, d.Restore(ctx, manifest), dedup.ErrIncompatible)
+}
+
+// A full snapshot of an earlier release (the version 1 golden files) still
+// restores into an incremental deduplicator, whose next checkpoint writes a
+// base holding the same state.
+func TestIncrementalRestoresFullSnapshot(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"snapshot_v1.golden", "snapshot_v1_exact.golden"} {
+		exact := strings.Contains(name, "exact")
+		golden, err := os.ReadFile(filepath.Join("testdata", name))
+		require.NoError(t, err)
+		storage := checkpoint.NewMemStorage()
+		c := attachInc(t, storage, dedup.Options{Incremental: true, ExactKeys: exact})
+		require.NoError(t, c.d.Restore(ctx, golden))
+		require.NoError(t, c.task.Checkpoint(ctx, nil, 1, checkpoint.Meta{}, nil))
+		c.close()
+		_, got := fullState(t, storage, exact)
+		assert.Equal(t, golden, got, name)
+	}
+}
+
+// FuzzIncrementalRestore feeds Restore arbitrary manifests and an arbitrary
+// delta object: it never panics, a refused input leaves the state as it
+// was, and an accepted one leaves a working deduplicator.
+func FuzzIncrementalRestore(f *testing.F) {
+	ctx := context.Background()
+	storage, manifest := buildChain(f, true)
+	names, err := storage.List(ctx, "checkpoints/events/1/objects/dedup/")
+	require.NoError(f, err)
+	delta, err := storage.Get(ctx, names[len(names)-1])
+	require.NoError(f, err)
+	f.Add(manifest, delta)
+	f.Add(manifest[:len(manifest)-5], delta[:10])
+	fixCRC := func(b []byte) []byte {
+		if len(b) < 4 {
+			return b
+		}
+		b = append([]byte(nil), b...)
+		binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], crc32.MakeTable(crc32.Castagnoli)))
+		return b
+	}
+	f.Fuzz(func(t *testing.T, m, obj []byte) {
+		for _, fix := range []bool{false, true} {
+			if fix {
+				m, obj = fixCRC(m), fixCRC(obj)
+			}
+			// A fresh partition with the chain's objects, the delta replaced.
+			s := checkpoint.NewMemStorage()
+			for _, n := range names {
+				b, err := storage.Get(ctx, n)
+				require.NoError(t, err)
+				require.NoError(t, s.Put(ctx, strings.Replace(n, "/events/1/", "/events/2/", 1), b))
+			}
+			require.NoError(t, s.Put(ctx, strings.Replace(names[len(names)-1], "/events/1/", "/events/2/", 1), obj))
+			store, err := checkpoint.NewStore(s, checkpoint.StoreOptions{})
+			require.NoError(t, err)
+			coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+			require.NoError(t, err)
+			d, err := dedup.New(time.Hour, dedup.Options{ExactKeys: true})
+			require.NoError(t, err)
+			task, err := coord.Attach(ctx, checkpoint.TopicPartition{Topic: "events", Partition: 2},
+				map[string]checkpoint.Participant{"dedup": d})
+			require.NoError(t, err)
+			_, err = d.Observe([]byte("sentinel"), time.Unix(1_800_000_000, 0))
+			require.NoError(t, err)
+			before, err := d.Snapshot(ctx, 0)
+			require.NoError(t, err)
+			if err := d.Restore(ctx, m); err != nil {
+				after, err := d.Snapshot(ctx, 0)
+				require.NoError(t, err)
+				require.Equal(t, before, after, "a refused input changed the state")
+			} else {
+				_, err = d.Observe([]byte("after"), d.Clock())
+				if !errors.Is(err, dedup.ErrTimeOutOfRange) {
+					require.NoError(t, err)
+				}
+			}
+			task.Detach()
+			_ = d.Close()
+			_ = coord.Close()
+		}
+	})
 }
