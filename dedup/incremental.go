@@ -41,8 +41,9 @@ import (
 //	          4  the object's CRC-32C: of every byte of it before its
 //	             own trailing CRC, which it equals
 
-//	          8  entry count (uint64)
-//	end-4 4  CRC-32C of every byte before it
+//	8  entry count (uint64)
+//
+// end-4 4  CRC-32C of every byte before it
 const (
 	manifestVersion    = 2
 	manifestHeaderSize = 24
