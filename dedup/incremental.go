@@ -38,12 +38,10 @@ import (
 //	24    ...n objects, each:
 //	          v  name length (uvarint, 1..255), then the name
 //	          8  size in bytes (uint64)
-//	          4  the object's CRC-32C: of every byte of it before its
-//	             own trailing CRC, which it equals
-
-//	8  entry count (uint64)
-//
-// end-4 4  CRC-32C of every byte before it
+//	          4  the object's CRC-32C: of its bytes before its own
+//	             trailing CRC, which equals it
+//	          8  entry count (uint64)
+//	end-4 4  CRC-32C of every byte before it
 const (
 	manifestVersion    = 2
 	manifestHeaderSize = 24
