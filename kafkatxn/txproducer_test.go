@@ -253,12 +253,18 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { p.Close() }()
 
-	const txns, per = 30, 20
-	done := make(chan struct{})
+	const per = 20
+	done, restarted := make(chan struct{}), make(chan struct{})
 	var want []string
+	var during int // transactions committed while the broker restarted
 	go func() {
 		defer close(done)
-		for i := 0; i < txns; {
+		for i := 0; ; {
+			select {
+			case <-restarted:
+				return
+			default:
+			}
 			var vals []string
 			err := func() error {
 				for j := range per {
@@ -267,6 +273,7 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 						return err
 					}
 					vals = append(vals, v)
+					time.Sleep(time.Millisecond) // transactions are open across the restarts
 				}
 				return p.Commit(ctx)
 			}()
@@ -285,6 +292,7 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 			}
 			want = append(want, vals...)
 			i++
+			during++
 		}
 	}()
 	for range 3 {
@@ -293,7 +301,10 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		srv.Start()
 	}
+	close(restarted)
 	<-done
+	t.Logf("%d transactions committed across the restarts", during)
+	assert.Positive(t, during)
 	assertExactly(t, want, readCommitted(t, brokers, topic, 1))
 }
 
