@@ -50,6 +50,15 @@
 // another participant declined it), Snapshot fails with ErrUnconfirmed:
 // the sink cannot tell whether the checkpoint is durable, so the chain
 // must restart from its newest checkpoint, which resolves the transaction.
+// Register the sink under a name that sorts after participants that may
+// decline (participants snapshot in name order) to avoid those restarts.
+//
+// Every failure of a send, commit or barrier leaves the sink failed with
+// an *Error whose Retryable method says whether a restart of the chain can
+// get past it (kafkasource restarts such a chain from its last checkpoint
+// by itself): always, except when the producer was fenced, since then
+// another incarnation of the chain runs, and restarting would fence it
+// back.
 //
 // # Why consumed offsets do not ride in the transaction
 //
@@ -74,7 +83,8 @@
 //     checkpoint are never visible until a later checkpoint covers them
 //     (the replay writes them again, into a new transaction). Tested by
 //     killing a kafkasource -> dedup -> kafkasink pipeline with SIGKILL at
-//     each point of the protocol.
+//     each point of the protocol, with a participant that declines
+//     barriers, and by restarting the broker under it.
 //   - A zombie (an earlier incarnation of the chain still running) is
 //     fenced: its next write or commit fails with kafkatxn.ErrFenced, and
 //     its open transaction is aborted.

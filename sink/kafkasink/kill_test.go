@@ -86,6 +86,22 @@ func (k killingSink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) 
 	return k.Sink.CheckpointCompleted(ctx, id)
 }
 
+// decliner declines every fourth barrier, as a sink in the middle of a
+// batch does. Registered under a name that sorts after the Kafka sink's, it
+// declines after the sink prepared its transaction: the sink's next
+// barrier fails with a retryable ErrUnconfirmed, and kafkasource restarts
+// the chain from its last checkpoint.
+type decliner struct{ n *int }
+
+func (d decliner) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
+	if *d.n++; *d.n%4 == 0 {
+		return nil, fmt.Errorf("busy: %w", checkpoint.ErrDeclined)
+	}
+	return []byte{}, nil
+}
+func (decliner) Restore(context.Context, []byte) error                    { return nil }
+func (decliner) CheckpointCompleted(context.Context, checkpoint.ID) error { return nil }
+
 // TestKillChild is the pipeline TestKill9 runs in a child process:
 // kafkasource -> dedup -> kafkasink, reading "in" and writing each first
 // sighting of an id to "out", in the source partition's number.
@@ -113,7 +129,8 @@ func TestKillChild(t *testing.T) {
 }
 
 // pipeline builds the test's pipeline, kafkasource -> dedup -> kafkasink,
-// checkpointing to dir every 30 ms; at and n say where it kills its own
+// with a participant that declines some barriers (decliner), checkpointing
+// to dir every 30 ms; at and n say where it kills its own
 // process (see schedule), "" never.
 func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*checkpoint.Store, func(context.Context) error) {
 	t.Helper()
@@ -136,7 +153,10 @@ func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*ch
 		}
 		var key []byte
 		return &kafkasource.Processor{
-			Participants: map[string]checkpoint.Participant{"dedup": d, "out": killingSink{Sink: s, at: at, n: n, calls: &calls, prepared: new(bool)}},
+			Participants: map[string]checkpoint.Participant{
+				"dedup": d, "out": killingSink{Sink: s, at: at, n: n, calls: &calls, prepared: new(bool)},
+				"zz-decliner": decliner{new(int)},
+			},
 			Process: func(ctx context.Context, m kafka.Message) error {
 				key = dedup.AppendKey(key[:0], string(m.Value))
 				first, err := d.Observe(key, m.Time)

@@ -19,18 +19,37 @@ var (
 	ErrInvalid = errors.New("kafkasink: invalid argument")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("kafkasink: closed")
-	// ErrUnconfirmed is wrapped by a Snapshot error when the transaction
+	// ErrUnconfirmed is wrapped by a Snapshot *Error when the transaction
 	// prepared at an earlier barrier was never confirmed by
 	// CheckpointCompleted (that checkpoint failed after this sink's
 	// snapshot, or its notification was lost). The sink cannot tell
 	// whether that checkpoint is durable, so it can neither commit the
 	// transaction nor add records to it: the chain must restart from its
-	// newest checkpoint, whose restore resolves the transaction.
+	// newest checkpoint, whose restore resolves the transaction (the
+	// error is Retryable, so kafkasource does that by itself).
 	ErrUnconfirmed = errors.New("kafkasink: an earlier prepared transaction was not confirmed")
 	// ErrCorruptState is wrapped by Restore's error for a state it cannot
 	// decode.
 	ErrCorruptState = errors.New("kafkasink: corrupt state")
 )
+
+// Error is a failed send, commit or barrier of the sink. The sink stays
+// failed; the chain must restart from its last checkpoint, whose Restore
+// resolves the transaction the checkpoint recorded and aborts any other.
+type Error struct {
+	Op  string // "send", "commit" or "snapshot"
+	Err error
+}
+
+func (e *Error) Error() string { return "kafkasink: " + e.Op + ": " + e.Err.Error() }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Retryable reports whether a restart of the chain from its last
+// checkpoint can get past the error (kafkasource restarts a chain whose
+// error says so): always, except when the producer was fenced, which means
+// another incarnation of the chain is running.
+func (e *Error) Retryable() bool { return !kafkatxn.IsFenced(e.Err) }
 
 // Options configures a Sink. The zero value is valid.
 type Options struct {
@@ -163,7 +182,7 @@ func (s *Sink) flush(ctx context.Context, op outPartition) error {
 	for len(buf) > 0 {
 		n := min(len(buf), s.opts.BatchSize)
 		if _, err := p.Produce(ctx, op.topic, op.partition, buf[:n]...); err != nil {
-			s.err = fmt.Errorf("kafkasink: %w", err)
+			s.err = &Error{Op: "send", Err: err}
 			return s.err
 		}
 		buf = buf[n:]
@@ -221,7 +240,9 @@ func (s *Sink) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
 		return nil, err
 	}
 	if s.prepared != nil {
-		return nil, fmt.Errorf("%w: transaction of checkpoint %d, now at checkpoint %d", ErrUnconfirmed, s.preparedID, id)
+		s.err = &Error{Op: "snapshot", Err: fmt.Errorf("%w: transaction of checkpoint %d, now at checkpoint %d",
+			ErrUnconfirmed, s.preparedID, id)}
+		return nil, s.err
 	}
 	for _, op := range s.order {
 		if err := s.flush(ctx, op); err != nil {
@@ -252,7 +273,7 @@ func (s *Sink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error 
 		return nil
 	}
 	if err := s.p.Commit(ctx); err != nil {
-		s.err = fmt.Errorf("kafkasink: checkpoint %d: %w", s.preparedID, err)
+		s.err = &Error{Op: "commit", Err: fmt.Errorf("checkpoint %d: %w", s.preparedID, err)}
 		return s.err
 	}
 	s.prepared = nil

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
@@ -43,8 +44,6 @@ func TestSinkBarrier(t *testing.T) {
 	_, err := s.Snapshot(ctx, 1)
 	require.NoError(t, err)
 	write(t, s, topic, "d", "e", "f") // after the barrier
-	_, err = s.Snapshot(ctx, 2)
-	assert.ErrorIs(t, err, kafkasink.ErrUnconfirmed)
 	require.NoError(t, s.CheckpointCompleted(ctx, 1))
 	require.NoError(t, s.CheckpointCompleted(ctx, 1), "a repeated notification")
 	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, readCommitted(t, brokers, topic, 1))
@@ -53,6 +52,16 @@ func TestSinkBarrier(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.CheckpointCompleted(ctx, 3))
 	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1}, readCommitted(t, brokers, topic, 1))
+
+	// A barrier while the previous one's checkpoint is unconfirmed: the
+	// sink fails, retryably, and a restart resolves it.
+	write(t, s, topic, "g")
+	_, err = s.Snapshot(ctx, 4)
+	require.NoError(t, err)
+	_, err = s.Snapshot(ctx, 5)
+	assert.ErrorIs(t, err, kafkasink.ErrUnconfirmed)
+	assert.True(t, kafkasource.IsRetryable(err), "%v", err)
+	assert.ErrorIs(t, s.Write(ctx, topic, 0, kafkatxn.Record{}), kafkasink.ErrUnconfirmed, "the sink stays failed")
 }
 
 // TestSinkRestore: a sink dies after its pre-commit; the chain's next
@@ -77,6 +86,7 @@ func TestSinkRestore(t *testing.T) {
 	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, readCommitted(t, brokers, topic, 1))
 	err = old.CheckpointCompleted(ctx, 1)
 	assert.ErrorIs(t, err, kafkatxn.ErrFenced, "the zombie's commit")
+	assert.False(t, kafkasource.IsRetryable(err), "a fenced sink must not restart and fence the new owner back: %v", err)
 
 	// A transaction prepared, then aborted by a fresh start of the chain
 	// before any restore committed it.
