@@ -92,6 +92,7 @@ type config struct {
 	redisAddr       string
 	redisPrefix     string
 	retryAfter      time.Duration
+	idempotent      bool
 	faults          faultRates
 	githubSecret    string
 	jiraSecret      string
@@ -128,6 +129,8 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.redisAddr, "redis", env("REDIS_ADDR", "localhost:6379"), "Redis address for -store redis (REDIS_ADDR)")
 	fs.StringVar(&c.redisPrefix, "redis-prefix", env("REDIS_PREFIX", redisstore.DefaultPrefix), "prefix of the idempotency keys in Redis, for gateways of several pipelines sharing one Redis (REDIS_PREFIX)")
 	fs.DurationVar(&c.retryAfter, "retry-after", idempotency.DefaultRetryAfter, "Retry-After of 503 answers: when a provider that honours it retries")
+	fs.BoolVar(&c.idempotent, "idempotent-producer", env("KAFKA_IDEMPOTENT", "") == "true",
+		"publish with Kafka's idempotent producer (producer id and sequence numbers: the broker drops a batch retried after a lost acknowledgement instead of writing it twice); needs brokers with idempotence enabled, the default since Kafka 3.0 (KAFKA_IDEMPOTENT=true)")
 	fs.StringVar(&c.githubSecret, "github-secret", env("GITHUB_WEBHOOK_SECRET", ""), "GitHub webhook secret (GITHUB_WEBHOOK_SECRET)")
 	fs.StringVar(&c.jiraSecret, "jira-secret", env("JIRA_WEBHOOK_SECRET", ""), "Jira webhook secret (JIRA_WEBHOOK_SECRET)")
 	fs.BoolVar(&c.acceptUnsigned, "accept-unsigned", env("GATEWAY_ACCEPT_UNSIGNED", "") == "true",
@@ -246,12 +249,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		// one organisation's events go to one partition.
 		check, pubOpts.PartitionKey = devmetrics.Check, devmetrics.PartitionKey
 	}
-	pub, err := kafkapub.New(ctx, cfg.brokers, cfg.topic, pubOpts)
-	if err != nil {
-		return err
+	var publish idempotency.Func
+	if cfg.idempotent {
+		pub, err := kafkapub.NewIdempotent(ctx, cfg.brokers, cfg.topic, pubOpts)
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		publish = pub.Publish
+	} else {
+		pub, err := kafkapub.New(ctx, cfg.brokers, cfg.topic, pubOpts)
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		publish = pub.Publish
 	}
-	defer pub.Close()
-	publish := idempotency.Func(pub.Publish)
 	if cfg.faults.on() {
 		log.Warn("INJECTING KAFKA PUBLISH FAULTS: for demos and tests only", "fail_before_write", cfg.faults.before, "lose_ack", cfg.faults.after)
 		f, err := newFaultyPublish(publish, cfg.faults, mp)

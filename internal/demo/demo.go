@@ -48,6 +48,10 @@ type Config struct {
 
 const topic = "webhooks"
 
+// lostAckEvery: a lost acknowledgement at the wire before every
+// lostAckEvery-th delivery, about 3% of the publishes.
+const lostAckEvery = 30
+
 // webhookSecret signs the simulated deliveries; the gateway verifies them.
 const webhookSecret = "demo-webhook-secret"
 
@@ -72,23 +76,40 @@ type demo struct {
 	storeName   string
 	gw          *Gateway
 	gwStarts    uint64
-	injected    struct{ unreachable, ackLost, written float64 } // of stopped gateways
 	prov        *provider
 	sup         *Supervisor
 	faults      *FaultPlan
 	board       *dashboard
+	result      Result
+}
+
+// Result is what a run counted on its way.
+type Result struct {
+	// LostAcks is how many produce acknowledgements were lost at the wire
+	// (embedded Kafka only).
+	LostAcks int
+	// Records in the topic once every webhook was delivered, before the
+	// gateway restart, and the distinct deliveries among them: every record
+	// beyond Distinct was written twice.
+	Records, Distinct int64
 }
 
 // Run runs the demo: servers, the gateway and processor binaries, the
 // providers' deliveries under the fault plan, and the verdict. It returns
 // nil only when every figure is exact.
 func Run(ctx context.Context, cfg Config) error {
+	_, err := RunResult(ctx, cfg)
+	return err
+}
+
+// RunResult is Run, and returns what the run counted.
+func RunResult(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Events <= 0 || cfg.Orgs <= 0 || cfg.Partitions <= 0 || cfg.Kills < 0 || cfg.Instances <= 0 {
-		return errors.New("-events, -orgs, -partitions and -instances must be positive, -kills not negative")
+		return Result{}, errors.New("-events, -orgs, -partitions and -instances must be positive, -kills not negative")
 	}
 	if cfg.Instances > 1 && cfg.KillKafka {
 		// See Supervisor.SharedGroup.
-		return errors.New("-instances > 1 shares one consumer group, which a restarted kfake broker never rebalances: add -kill-kafka=false")
+		return Result{}, errors.New("-instances > 1 shares one consumer group, which a restarted kfake broker never rebalances: add -kill-kafka=false")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -110,24 +131,28 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	if err := d.startServers(ctx); err != nil {
-		return err
+		return d.result, err
 	}
 	if err := d.startPipeline(ctx); err != nil {
-		return err
+		return d.result, err
 	}
 	examples, err := loadGitHubExamples(ctx)
 	if err != nil {
-		return fmt.Errorf("GitHub's example payloads: %w", err)
+		return d.result, fmt.Errorf("GitHub's example payloads: %w", err)
 	}
 	tpl, err := pickTemplates(examples)
 	if err != nil {
-		return err
+		return d.result, err
 	}
 	events := generate(d.rng, tpl, cfg.Events, cfg.Orgs, eventSpan)
 	if err := d.injectPoison(ctx); err != nil {
-		return err
+		return d.result, err
 	}
-	d.faults = NewFaultPlan(Schedule{Events: cfg.Events, Kills: cfg.Kills, KillClickHouse: cfg.KillClickHouse, KillKafka: cfg.KillKafka}, d.rng)
+	sched := Schedule{Events: cfg.Events, Kills: cfg.Kills, KillClickHouse: cfg.KillClickHouse, KillKafka: cfg.KillKafka}
+	if cfg.Faults {
+		sched.LostAckEvery = lostAckEvery
+	}
+	d.faults = NewFaultPlan(sched, d.rng)
 	d.close = append(d.close, d.faults.Stop) // before the servers stop
 	d.board = &dashboard{addr: d.srv.ClickHouseAddr, db: d.db, early: map[string]uint64{}}
 	boardCtx, stopBoard := context.WithCancel(ctx)
@@ -137,35 +162,35 @@ func Run(ctx context.Context, cfg Config) error {
 	stopBoard()
 	<-boardDone
 	if err != nil {
-		return err
+		return d.result, err
 	}
 	if cfg.Faults {
 		if err := d.redeliverAfterGatewayRestart(ctx, events); err != nil {
-			return err
+			return d.result, err
 		}
 	}
 	if err := d.awaitGitHubRecovered(ctx); err != nil {
-		return err
+		return d.result, err
 	}
 	d.faults.Finish(ctx, d.sup, d.say)
 	if err := d.awaitExact(ctx, events); err != nil {
-		return err
+		return d.result, err
 	}
 	early, err := d.board.verdict(expect(events).counts)
 	if err != nil {
-		return err
+		return d.result, err
 	}
 	d.say("%s", early)
 	d.say("processor: %d instance(s), %d starts, %d killed with SIGKILL, %d exits with an error (restarted from the last checkpoint)",
 		cfg.Instances, d.sup.Starts(), d.sup.Kills(), d.sup.Failures())
 	if records, distinct, err := topicDeliveries(ctx, d.srv.Brokers, d.topic, cfg.Partitions); err == nil {
-		d.say("Kafka: %d records in %s for %d distinct deliveries: %d written more than once (lost acks, the restarted gateway), each counted once by the processor's dedup",
-			records, d.topic, distinct, records-distinct)
+		d.say("Kafka: %d records in %s for %d distinct deliveries: %d written twice (%d before the gateway restart, the others by the restarted gateway), each counted once by the processor's dedup",
+			records, d.topic, distinct, records-distinct, d.result.Records-d.result.Distinct)
 	} else {
 		d.say("Kafka: cannot read %s back: %v", d.topic, err)
 	}
 	fmt.Fprintln(cfg.Stdout, "PASS: every event counted exactly once, every per-employee metric exact (hourly rows shown early, final rows exact), through every injected fault")
-	return nil
+	return d.result, nil
 }
 
 // startServers starts ClickHouse and Kafka, embedded unless the environment
@@ -228,8 +253,10 @@ func (d *demo) logLevel() string {
 
 // startPipeline starts the gateway and the supervised stream processors.
 func (d *demo) startPipeline(ctx context.Context) error {
-	d.gatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
-		"-retry-after=1s", d.logLevel()}
+	// The idempotent producer: a produce retried after a lost
+	// acknowledgement is dropped by the broker, not written twice.
+	d.gatewayArgs = []string{"-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.srv.Brokers, ","),
+		"-topic=" + d.topic, "-retry-after=1s", d.logLevel()}
 	d.gatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}
 	storeArgs, storeName, closeStore, err := keyStore(ctx, d.cfg.Store)
 	if err != nil {
@@ -281,8 +308,12 @@ func (d *demo) startGateway(ctx context.Context, faults bool) error {
 	args := d.gatewayArgs
 	if faults {
 		// Its own seed per incarnation: it draws in its HTTP handlers.
-		args = append(slices.Clone(args), "-inject-publish-failures=0.03", "-inject-lost-acks=0.03",
-			fmt.Sprintf("-inject-seed=%d", d.cfg.Seed+d.gwStarts))
+		args = append(slices.Clone(args), "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.cfg.Seed+d.gwStarts))
+		if d.srv.Kafka == nil {
+			// No broker to lose acknowledgements at the wire: the gateway
+			// loses them itself, after the write (the retry writes again).
+			args = append(args, "-inject-lost-acks=0.03")
+		}
 	}
 	gw, err := StartGateway(ctx, d.bins.Gateway, args, d.gatewayEnv, os.Stderr)
 	if err != nil {
@@ -294,12 +325,9 @@ func (d *demo) startGateway(ctx context.Context, faults bool) error {
 	return nil
 }
 
-// publishCounts reads the running gateway's /metrics: Kafka publishes
-// acknowledged (written), and the injected faults.
-func (d *demo) publishCounts(ctx context.Context) (written, unreachable, ackLost float64, err error) {
-	if written, err = d.gw.Counter(ctx, "exactlyonce_kafkapub_messages_total", `result="ok"`); err != nil {
-		return
-	}
+// publishCounts reads the faults the running gateway injected from its
+// /metrics.
+func (d *demo) publishCounts(ctx context.Context) (unreachable, ackLost float64, err error) {
 	if unreachable, err = d.gw.Counter(ctx, "gateway_injected_faults_total", `fault="unreachable"`); err != nil {
 		return
 	}
@@ -364,12 +392,24 @@ func (d *demo) deliver(ctx context.Context, events []delivery) error {
 	d.say("delivered: %d requests for %d webhooks (%d duplicate deliveries, %d retries after 503, %d answered from the idempotency store; %d pings and uncounted activities answered 200 unpublished, %d unnormalizable payloads answered 422)",
 		d.prov.requests.Load(), delivered.Load(), d.prov.duplicates.Load(), d.prov.retries.Load(), d.prov.replayed.Load(),
 		d.prov.ignored.Load(), d.prov.rejected.Load())
-	written, unreachable, ackLost, err := d.publishCounts(ctx)
+	unreachable, ackLost, err := d.publishCounts(ctx)
 	if err != nil {
 		return fmt.Errorf("the gateway's /metrics: %w", err)
 	}
-	d.say("Kafka publishes (the gateway's /metrics): %.0f written (%.0f of them after an injected lost ack, so duplicates), %.0f failed before the write (injected)",
-		written, ackLost, unreachable)
+	records, distinct, err := topicDeliveries(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions)
+	if err != nil {
+		return fmt.Errorf("read %s back: %w", d.topic, err)
+	}
+	d.result.Records, d.result.Distinct = records, distinct
+	if d.srv.Kafka != nil {
+		armed, hit := d.faults.LostAcks(ctx, d.srv)
+		d.result.LostAcks = hit
+		d.say("Kafka publishes (idempotent producer): %d acknowledgements lost at the wire (of %d armed: the broker wrote the batch and closed the connection instead of answering), %.0f publishes failed before the write (injected at the gateway); the topic holds %d records for %d distinct deliveries: %d written twice",
+			hit, armed, unreachable, records, distinct, records-distinct)
+	} else {
+		d.say("Kafka publishes: %.0f acknowledgements lost (injected at the gateway after the write), %.0f publishes failed before the write (injected); the topic holds %d records for %d distinct deliveries: %d written twice",
+			ackLost, unreachable, records, distinct, records-distinct)
+	}
 	return nil
 }
 
@@ -394,12 +434,12 @@ func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []delive
 			return err
 		}
 	}
-	written, _, _, err := d.publishCounts(ctx)
+	records, distinct, err := topicDeliveries(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions)
 	if err != nil {
-		return fmt.Errorf("the gateway's /metrics: %w", err)
+		return fmt.Errorf("read %s back: %w", d.topic, err)
 	}
-	d.say("fault: gateway restarted (SIGTERM, pid %d now); %d past deliveries redelivered by hand: %.0f published to Kafka again, %d answered from the idempotency store",
-		d.gw.PID(), n, written, d.prov.replayed.Load()-replayedBefore)
+	d.say("fault: gateway restarted (SIGTERM, pid %d now); %d past deliveries redelivered by hand: %d written to Kafka again, %d answered from the idempotency store",
+		d.gw.PID(), n, (records-distinct)-(d.result.Records-d.result.Distinct), d.prov.replayed.Load()-replayedBefore)
 	return nil
 }
 

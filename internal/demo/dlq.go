@@ -38,7 +38,9 @@ func (d *demo) injectPoison(ctx context.Context) error {
 // checkDeadLetters checks that the dead-letter topic holds each poison
 // record exactly once.
 func (d *demo) checkDeadLetters(ctx context.Context) error {
-	cl := &kafka.Client{Addr: kafka.TCP(d.srv.Brokers...), Timeout: 10 * time.Second}
+	tr := &kafka.Transport{} // not the default one's pooled connections: see topicDeliveries
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(d.srv.Brokers...), Timeout: 10 * time.Second, Transport: tr}
 	var got []int64
 	for offset := int64(0); ; {
 		resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: d.dlq, Partition: 0, Offset: offset,

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded/kafkafault"
 )
 
 // Schedule is what a FaultPlan strikes during Events deliveries: Kills
@@ -13,6 +15,10 @@ import (
 type Schedule struct {
 	Events, Kills             int
 	KillClickHouse, KillKafka bool
+	// LostAckEvery arms a lost acknowledgement at the wire (a produce the
+	// broker writes and never answers, kafkafault.ProduceLostAck) before
+	// every LostAckEvery-th delivery, on an embedded broker. 0: none.
+	LostAckEvery int
 }
 
 // FaultPlan kills processors, ClickHouse and the Kafka broker at fixed
@@ -25,6 +31,11 @@ type FaultPlan struct {
 	processorKills map[int]bool
 	clickhouseKill int
 	kafkaKill      int
+	lostAckEvery   int
+
+	// Lost acks armed, and hit before the broker restarted (its faults and
+	// their counts die with it).
+	lostAcksArmed, lostAcksHitBefore int
 
 	restarts sync.WaitGroup
 	stopped  chan struct{}
@@ -36,7 +47,7 @@ type FaultPlan struct {
 func NewFaultPlan(s Schedule, rng *rand.Rand) *FaultPlan {
 	cfg := s
 	f := &FaultPlan{rng: rng, processorKills: map[int]bool{}, clickhouseKill: -1, kafkaKill: -1,
-		stopped: make(chan struct{})}
+		lostAckEvery: s.LostAckEvery, stopped: make(chan struct{})}
 	for k := range cfg.Kills {
 		// Spread the kills over the deliveries, each at a random point of its slice.
 		slice := cfg.Events / (cfg.Kills + 1)
@@ -55,7 +66,16 @@ func NewFaultPlan(s Schedule, rng *rand.Rand) *FaultPlan {
 // restarted by a goroutine the plan owns.
 func (f *FaultPlan) At(ctx context.Context, i int, sup *Supervisor, srv *Servers, say func(string, ...any)) {
 	chServer, kafkaServer := srv.ClickHouse, srv.Kafka
+	if f.lostAckEvery > 0 && kafkaServer != nil && i%f.lostAckEvery == f.lostAckEvery/2 {
+		// Refused while the broker is down (ErrStopped): then none is armed.
+		if err := kafkaServer.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.ProduceLostAck}); err == nil {
+			f.lostAcksArmed++
+		}
+	}
 	if i == f.kafkaKill && kafkaServer != nil {
+		if stats, err := kafkaServer.FaultStats(ctx); err == nil {
+			f.lostAcksHitBefore += stats[kafkafault.ProduceLostAck].Hits
+		}
 		say("fault: Kafka broker killed with SIGKILL; restarting it in 1s on the same log directory")
 		if err := kafkaServer.Kill(); err != nil {
 			say("kill Kafka: %v", err)
@@ -123,4 +143,17 @@ func (f *FaultPlan) Finish(ctx context.Context, sup *Supervisor, say func(string
 		time.Sleep(300 * time.Millisecond)
 		sup.Kill(ctx, f.rng, say)
 	}
+}
+
+// LostAcks returns how many lost acknowledgements the plan armed at the
+// wire and how many hit a produce (a fault armed shortly before the broker
+// was killed may have hit nothing).
+func (f *FaultPlan) LostAcks(ctx context.Context, srv *Servers) (armed, hit int) {
+	hit = f.lostAcksHitBefore
+	if srv.Kafka != nil {
+		if stats, err := srv.Kafka.FaultStats(ctx); err == nil {
+			hit += stats[kafkafault.ProduceLostAck].Hits
+		}
+	}
+	return f.lostAcksArmed, hit
 }

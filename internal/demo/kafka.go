@@ -83,7 +83,11 @@ func checkpointLag(ctx context.Context, brokers []string, topic string, partitio
 // record beyond the distinct ones is a delivery written twice (a lost ack,
 // a restarted gateway that forgot its keys).
 func topicDeliveries(ctx context.Context, brokers []string, topic string, partitions int) (records, distinct int64, err error) {
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	// A transport of its own: kafka-go's default one pools connections, and
+	// a pooled connection to a broker killed since fails with EOF.
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
 	seen := map[string]bool{}
 	for p := range partitions {
 		for offset := int64(0); ; {
