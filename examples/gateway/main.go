@@ -21,6 +21,11 @@
 // organisation; it answers other activities 200 and payloads it cannot
 // normalize 422 with the reason, unpublished.
 //
+// -idempotent-producer publishes through kafkapub.NewIdempotent: the
+// broker drops a batch the producer retries after a lost acknowledgement,
+// so a lost ack writes no duplicate (the default, kafkapub.New, writes it
+// again; the processor's dedup drops it either way).
+//
 // -inject-publish-failures and -inject-lost-acks make a fraction of Kafka
 // publishes fail before or after the write, for demos and tests (make demo
 // uses them); the gateway warns loudly when they are set.

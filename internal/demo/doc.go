@@ -36,8 +36,10 @@
 // incidents tables too, and each poison record once in the dead-letter
 // topic.
 //
-// Faults: Kafka publishes that fail before or after the write (the
-// gateway's -inject-publish-failures and -inject-lost-acks), duplicate
+// Faults: Kafka publishes that fail before the write (the gateway's
+// -inject-publish-failures), produce acknowledgements lost at the wire
+// after the broker wrote the batch (kafkafault.ProduceLostAck; the
+// gateway's idempotent producer must write no duplicate), duplicate
 // deliveries, the processor killed with SIGKILL, ClickHouse killed with
 // SIGKILL and restarted, the Kafka broker likewise, a gateway restart
 // (SIGTERM) with manual redeliveries, two poison records written straight
