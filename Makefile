@@ -83,3 +83,4 @@ demo: deps
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./...
+	cd bench && go test -run '^$$' -bench SinkVsClickHouseGo -benchtime 20x -count 3 .
