@@ -10,6 +10,14 @@ func (s *Sink[T]) SetHooks(beforeRecord, beforeInsert func()) {
 	s.beforeRecord, s.beforeInsert = beforeRecord, beforeInsert
 }
 
+// SetAfterWrite installs a hook that runs with the sink's lock held when
+// ClickHouse acknowledged a batch, with its row count.
+func (s *Sink[T]) SetAfterWrite(f func(rows int)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.afterWrite = f
+}
+
 // BufferedBytesPerRow returns the encoded bytes per row of the last batch,
 // the size a buffered row occupies in the sink's column buffers.
 func BufferedBytesPerRow[T any](s *Sink[T]) int {

@@ -22,6 +22,7 @@ type flight[T any] struct {
 	done   chan struct{}
 	err    error         // the insert's outcome
 	took   time.Duration // from sealing to the insert's end
+	ahead  bool          // flushed ahead of a barrier (see Sink.aheadAt)
 }
 
 // flush seals the buffered rows as a new batch: it journals the batch's
@@ -114,6 +115,13 @@ func (s *Sink[T]) wait() error {
 	}
 	s.journal.AckLater(&f.in)
 	s.written(f.in, f.took)
+	if f.ahead {
+		if s.aheadTook == 0 {
+			s.aheadTook = f.took
+		} else {
+			s.aheadTook = (s.aheadTook + f.took) / 2
+		}
+	}
 	return nil
 }
 
@@ -135,4 +143,7 @@ func (s *Sink[T]) written(in sink.Intent, took time.Duration) {
 	s.m.rows.Add(context.Background(), int64(in.Rows), s.m.attrs)
 	s.m.batches.Add(context.Background(), 1, s.m.attrs)
 	s.m.latency.Record(context.Background(), took.Seconds(), s.m.attrs)
+	if s.afterWrite != nil {
+		s.afterWrite(in.Rows)
+	}
 }

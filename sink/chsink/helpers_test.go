@@ -108,7 +108,7 @@ func setup(t *testing.T, ddl ...string) chEnv {
 	return env
 }
 
-func (e chEnv) exec(t *testing.T, q string) {
+func (e chEnv) exec(t testing.TB, q string) {
 	t.Helper()
 	require.NoError(t, e.conn.Do(context.Background(), ch.Query{Body: q}), q)
 }

@@ -13,14 +13,20 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultMaxRows       = 100_000
-	DefaultMaxBytes      = 64 << 20
-	DefaultMaxDelay      = time.Second
-	DefaultMaxRetries    = 5
-	DefaultRetryBase     = 100 * time.Millisecond
-	DefaultRetryMax      = 5 * time.Second
-	DefaultInsertTimeout = 30 * time.Second
-	DefaultDialTimeout   = 2 * time.Second
+	DefaultMaxRows  = 100_000
+	DefaultMaxBytes = 64 << 20
+	DefaultMaxDelay = time.Second
+	// DefaultFlushAheadMinRows is the smallest batch flushed ahead of a
+	// checkpoint barrier: ClickHouse's own advice is inserts of at least
+	// thousands of rows, and below ten thousand rows (a few milliseconds of
+	// insert here) splitting an interval's rows in two costs a part more
+	// than it saves the barrier.
+	DefaultFlushAheadMinRows = 10_000
+	DefaultMaxRetries        = 5
+	DefaultRetryBase         = 100 * time.Millisecond
+	DefaultRetryMax          = 5 * time.Second
+	DefaultInsertTimeout     = 30 * time.Second
+	DefaultDialTimeout       = 2 * time.Second
 )
 
 // MismatchPolicy says what to do when replayed rows differ from the
@@ -101,8 +107,38 @@ type Options struct {
 	MaxBytes int
 	// MaxDelay flushes a non-empty batch this long after its first row, by a
 	// real timer (Run must be running); default DefaultMaxDelay. Smaller
-	// values make more blocks: size the deduplication window for them.
+	// values make more blocks: size the deduplication window for them. It
+	// bounds how long a row waits to be visible; the size of the inserts of
+	// a busy chain is better left to the checkpoint interval and flushing
+	// ahead (below): a MaxDelay shorter than the interval cuts every
+	// interval into MaxDelay-sized inserts, which cost ClickHouse more CPU
+	// per row.
 	MaxDelay time.Duration
+
+	// NoFlushAhead turns flushing ahead of the checkpoint barrier off.
+	//
+	// By default, once the sink has seen two barriers (Snapshot calls) it
+	// expects the next one an interval later (the average of the last
+	// intervals) and, shortly before it, starts the insert of what is
+	// buffered in the background, as a MaxDelay flush would: journaled
+	// first, then inserted with its token while the chain goes on. The
+	// barrier then waits only for the rows that arrived after that (the
+	// tail) instead of a whole interval's rows, and each interval costs two
+	// inserts: a large one and the tail. "Shortly" is twice what the
+	// previous such flush took, from sealing to ClickHouse's ack, kept
+	// between a twentieth and half of the interval. A batch smaller than
+	// FlushAheadMinRows is left to the barrier, one insert for the
+	// interval. The exactly-once contract does not change: the flush is
+	// journaled before its insert like any other, and a replay cuts the
+	// same batches whatever the timing was.
+	//
+	// With it off, a chain whose MaxDelay is longer than its checkpoint
+	// interval inserts once per interval, at the barrier, which waits for
+	// the whole insert.
+	NoFlushAhead bool
+	// FlushAheadMinRows is the smallest batch flushed ahead of a barrier;
+	// default DefaultFlushAheadMinRows.
+	FlushAheadMinRows int
 
 	// MaxRetries bounds attempts after the first failed insert of a batch;
 	// default DefaultMaxRetries; negative means no retry. When exhausted the
@@ -161,6 +197,9 @@ func (o *Options) setDefaults() error {
 	if o.MaxDelay == 0 {
 		o.MaxDelay = DefaultMaxDelay
 	}
+	if o.FlushAheadMinRows == 0 {
+		o.FlushAheadMinRows = DefaultFlushAheadMinRows
+	}
 	if o.MaxRetries == 0 {
 		o.MaxRetries = DefaultMaxRetries
 	}
@@ -190,7 +229,7 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("%w: MaxRows %d out of range (1..1000000)", ErrInvalidOptions, o.MaxRows)
 	case o.KeepCheckpoints < 0:
 		return fmt.Errorf("%w: KeepCheckpoints %d is negative", ErrInvalidOptions, o.KeepCheckpoints)
-	case o.MaxBytes < 0, o.MaxDelay < 0, o.RetryBase < 0, o.RetryMax < o.RetryBase, o.InsertTimeout < 0, o.DialTimeout < 0:
+	case o.MaxBytes < 0, o.MaxDelay < 0, o.FlushAheadMinRows < 0, o.RetryBase < 0, o.RetryMax < o.RetryBase, o.InsertTimeout < 0, o.DialTimeout < 0:
 		return fmt.Errorf("%w: negative or inconsistent durations or sizes", ErrInvalidOptions)
 	case o.OnMismatch < MismatchFail || o.OnMismatch > MismatchReinsert:
 		return fmt.Errorf("%w: unknown MismatchPolicy %d", ErrInvalidOptions, o.OnMismatch)

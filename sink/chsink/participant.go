@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
@@ -41,6 +42,7 @@ const snapshotVersion = 1
 func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.barrier(time.Now())
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -96,6 +98,7 @@ func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
 	s.pending = nil
 	clear(s.snaps)
 	s.completed, s.settled = s.completed[:0], nil
+	s.barrierAt = time.Time{} // the next barrier re-arms the flush ahead
 	if err := s.ensureInit(ctx); err != nil {
 		s.err = err
 		return err

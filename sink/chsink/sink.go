@@ -64,7 +64,13 @@ type Sink[T any] struct {
 	lastRow     time.Time       // when the last row was added
 	settled     *sink.Position  // a short replay was finished through here: later rows up to it are dropped
 	err         error           // sticky: the sink is broken until Restore
-	closed      bool
+
+	// Flushing ahead of the barrier (see Options.NoFlushAhead).
+	barrierAt time.Time     // when the last Snapshot started
+	cadence   time.Duration // expected time between barriers; 0 until two were seen
+	aheadDone bool          // this interval's flush ahead started, or was passed up
+	aheadTook time.Duration // what the flushes ahead took, sealing to ack (moving average)
+	closed    bool
 
 	closeCh chan struct{}
 	kick    chan struct{}
@@ -74,7 +80,8 @@ type Sink[T any] struct {
 	block   int64     // cached block counter, a lower bound
 	blockAt time.Time // when block was read
 
-	beforeRecord, beforeInsert func() // test hooks
+	beforeRecord, beforeInsert func()         // test hooks
+	afterWrite                 func(rows int) // test hook: a batch of rows is acknowledged
 
 	m metrics
 }
@@ -313,15 +320,32 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 			}
 		} else if s.n > 0 && !s.replaying && ctx.Err() == nil {
 			wait = s.opts.MaxDelay - time.Since(s.bufSince)
-			if wait <= 0 {
-				if err := s.flush(ctx); err != nil {
-					// Sticky even when ctx ended: the batch's intent may be
-					// journaled, so it must never be re-cut differently.
-					s.err = err
-					s.mu.Unlock()
-					return err
+			ahead := false
+			if at, ok := s.aheadAt(); ok {
+				if w := time.Until(at); w < wait {
+					wait, ahead = w, true
 				}
-				wait = time.Hour
+			}
+			if wait <= 0 {
+				if ahead {
+					s.aheadDone = true
+				}
+				if !ahead || s.n >= s.opts.FlushAheadMinRows {
+					if err := s.flush(ctx); err != nil {
+						// Sticky even when ctx ended: the batch's intent may be
+						// journaled, so it must never be re-cut differently.
+						s.err = err
+						s.mu.Unlock()
+						return err
+					}
+					if ahead && s.flight != nil {
+						s.flight.ahead = true
+					}
+				}
+				// Rows may have come in meanwhile (or stay, when the flush
+				// ahead was passed up): compute their deadline afresh.
+				s.mu.Unlock()
+				continue
 			}
 		}
 		s.mu.Unlock()
@@ -335,6 +359,38 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// aheadAt returns when to flush ahead of the next barrier, if the sink
+// expects one and has not flushed ahead of it yet (see
+// Options.NoFlushAhead). The flush must be acknowledged before the barrier
+// comes, or the barrier waits for the rest of it: it starts twice the time
+// the last ones took before the barrier is due, within [cadence/20,
+// cadence/2]; before any was measured, cadence/10.
+func (s *Sink[T]) aheadAt() (time.Time, bool) {
+	if s.opts.NoFlushAhead || s.cadence <= 0 || s.aheadDone || s.barrierAt.IsZero() {
+		return time.Time{}, false
+	}
+	lead := s.cadence / 10
+	if s.aheadTook > 0 {
+		lead = min(max(2*s.aheadTook, s.cadence/20), s.cadence/2)
+	}
+	return s.barrierAt.Add(s.cadence - lead), true
+}
+
+// barrier notes that a barrier reached the sink now: it updates the
+// expected cadence (a moving average of the intervals, so one late barrier
+// moves it by a quarter) and re-arms the flush ahead of the next one.
+func (s *Sink[T]) barrier(now time.Time) {
+	if !s.barrierAt.IsZero() {
+		iv := now.Sub(s.barrierAt)
+		if s.cadence == 0 {
+			s.cadence = iv
+		} else {
+			s.cadence += (iv - s.cadence) / 4
+		}
+	}
+	s.barrierAt, s.aheadDone = now, false
 }
 
 // Close stops Run and the batch in flight, and releases the connection.

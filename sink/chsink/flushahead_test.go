@@ -1,0 +1,387 @@
+package chsink_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+)
+
+// envAheadChild, set to a JSON aheadConfig, makes TestFlushAheadChild a
+// processor process.
+const envAheadChild = "EXACTLYONCE_AHEAD_CHILD"
+
+// aheadConfig is the processor of TestFlushAheadKilled: records [from
+// checkpoint, End) at Rate records/s, a barrier every Interval.
+type aheadConfig struct {
+	Addr, Database string
+	Dir            string // journal (FSStorage) and the checkpoint file
+	End            int64
+	Rate           int
+	Interval       time.Duration
+}
+
+// aheadCheckpoint is the processor's checkpoint: the next record and the
+// sink's state, written atomically after each Snapshot.
+type aheadCheckpoint struct {
+	ID     checkpoint.ID `json:"id"`
+	Next   int64         `json:"next"`
+	State  []byte        `json:"state"`
+	Exists bool          `json:"-"`
+}
+
+// TestFlushAheadChild is the processor process of TestFlushAheadKilled (the
+// test binary started again); without its environment it does nothing. It
+// prints, in order as they happen: "barrier <id> <next>" when a barrier
+// reaches the chain, "checkpoint <id> <next>" once that checkpoint is
+// durable, "ahead" when the flush timer journals a batch ahead of a barrier,
+// "written <rows>" when ClickHouse acknowledged a batch, and "done" at the
+// end.
+func TestFlushAheadChild(t *testing.T) {
+	raw := os.Getenv(envAheadChild)
+	if raw == "" {
+		t.Skip("processor process of TestFlushAheadKilled")
+	}
+	var cfg aheadConfig
+	require.NoError(t, json.Unmarshal([]byte(raw), &cfg))
+	if err := runAheadChild(t, cfg); err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(3)
+	}
+	fmt.Println("done")
+}
+
+func runAheadChild(t *testing.T, cfg aheadConfig) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	storage, err := checkpoint.NewFSStorage(filepath.Join(cfg.Dir, "storage"))
+	if err != nil {
+		return err
+	}
+	ckptFile := filepath.Join(cfg.Dir, "checkpoint.json")
+	var cp aheadCheckpoint
+	if b, err := os.ReadFile(ckptFile); err == nil {
+		if err := json.Unmarshal(b, &cp); err != nil {
+			return err
+		}
+		cp.Exists = true
+	}
+	// MaxDelay beyond the run: only the flush ahead and the barrier flush.
+	s, err := chsink.New(ctx, chsink.Table{Addr: cfg.Addr, Name: "events"}, checkpoint.TopicPartition{Topic: "events"},
+		storage, eventSchema, chsink.Options{Database: cfg.Database, MaxDelay: time.Hour, FlushAheadMinRows: 50})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	s.SetHooks(func() {
+		if inSinkRun() { // a flush of the timer: with MaxDelay an hour, only a flush ahead
+			fmt.Println("ahead")
+		}
+	}, nil)
+	s.SetAfterWrite(func(rows int) { fmt.Printf("written %d\n", rows) })
+	if cp.Exists {
+		if err := s.Restore(ctx, cp.State); err != nil {
+			return err
+		}
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- s.Run(ctx) }()
+
+	barrier := func() error {
+		cp.ID++
+		fmt.Printf("barrier %d %d\n", cp.ID, cp.Next)
+		state, err := s.Snapshot(ctx, cp.ID)
+		if err != nil {
+			return err
+		}
+		cp.State = state
+		b, err := json.Marshal(cp)
+		if err != nil {
+			return err
+		}
+		if err := writeFileSync(ckptFile, b); err != nil {
+			return err
+		}
+		fmt.Printf("checkpoint %d %d\n", cp.ID, cp.Next)
+		return s.CheckpointCompleted(ctx, cp.ID)
+	}
+	start, from := time.Now(), cp.Next
+	next := start.Add(cfg.Interval)
+	for cp.Next < cfg.End {
+		now := time.Now()
+		if !now.Before(next) {
+			if err := barrier(); err != nil {
+				return err
+			}
+			next = next.Add(cfg.Interval)
+			continue
+		}
+		due := min(cfg.End, from+int64(now.Sub(start).Seconds()*float64(cfg.Rate)))
+		if cp.Next >= due {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err := feed(ctx, t, s, cp.Next, due); err != nil {
+			return err
+		}
+		cp.Next = due
+	}
+	if err := barrier(); err != nil {
+		return err
+	}
+	cancel()
+	if err := <-runDone; err != nil && err != context.Canceled {
+		return err
+	}
+	return nil
+}
+
+// writeFileSync replaces name with data durably: a temporary file, fsync,
+// rename, fsync of the directory.
+func writeFileSync(name string, data []byte) error {
+	tmp := name + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// aheadProc is one run of the processor process.
+type aheadProc struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+	out   []string
+}
+
+func startAheadProc(t *testing.T, cfg aheadConfig) *aheadProc {
+	raw, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFlushAheadChild$")
+	cmd.Env = append(os.Environ(), envAheadChild+"="+string(raw))
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	p := &aheadProc{cmd: cmd, lines: make(chan string, 1<<16), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// until reads lines until one satisfies ok, and returns it.
+func (p *aheadProc) until(t *testing.T, ok func(string) bool) string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l, more := <-p.lines:
+			if !more {
+				t.Fatalf("processor exited; it printed:\n%s", strings.Join(p.out, "\n"))
+			}
+			p.out = append(p.out, l)
+			if strings.HasPrefix(l, "error") {
+				t.Fatalf("processor failed: %s", l)
+			}
+			if ok(l) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("processor printed nothing expected in 60s:\n%s", strings.Join(p.out, "\n"))
+		}
+	}
+}
+
+// kill9 kills the process with SIGKILL and waits for it.
+func (p *aheadProc) kill9(t *testing.T) {
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	<-p.done
+}
+
+// TestFlushAheadKilled kills a processor with SIGKILL at each moment a
+// flush ahead of a barrier opens: just as the flush timer journals the
+// batch (the intent may or may not be durable, the insert has not
+// started), while its insert runs, once ClickHouse acknowledged it but no
+// checkpoint covers it yet, and in the middle of the barrier that follows
+// (the tail being inserted after it). Each time the processor restarts
+// from its last durable checkpoint and replays the records after it; in the
+// end the table and its materialized view hold every row exactly once. An
+// insert that started before its intent was durable, or a replay that cut
+// the records into other batches than the ones flushed ahead (so under
+// other tokens), would leave duplicates; a barrier that did not wait for
+// the batch flushed ahead would lose rows.
+func TestFlushAheadKilled(t *testing.T) {
+	env := setup(t, eventsDDL)
+	env.withRollup(t)
+	cfg := aheadConfig{
+		Addr: env.addr, Database: env.db, Dir: t.TempDir(),
+		End: 30_000, Rate: 10_000, Interval: 150 * time.Millisecond,
+	}
+	isAhead := func(l string) bool { return l == "ahead" }
+	kills := []struct {
+		name  string
+		after func(t *testing.T, p *aheadProc)
+	}{
+		{"as the batch is journaled", func(t *testing.T, p *aheadProc) { p.until(t, isAhead) }},
+		{"while it is inserted", func(t *testing.T, p *aheadProc) {
+			p.until(t, isAhead)
+			time.Sleep(2 * time.Millisecond)
+		}},
+		{"after ClickHouse acknowledged it, before a checkpoint covers it", func(t *testing.T, p *aheadProc) {
+			p.until(t, isAhead)
+			p.until(t, func(l string) bool { return strings.HasPrefix(l, "written") })
+		}},
+		{"during the barrier after it", func(t *testing.T, p *aheadProc) {
+			p.until(t, isAhead)
+			p.until(t, func(l string) bool { return strings.HasPrefix(l, "barrier") })
+		}},
+	}
+	var beyond []uint64 // rows in ClickHouse past the last checkpoint when killed
+	for round, k := range kills {
+		p := startAheadProc(t, cfg)
+		// Let the sink learn the cadence and flush ahead once or twice
+		// before the moment of the kill.
+		for range round%2 + 1 {
+			p.until(t, isAhead)
+		}
+		k.after(t, p)
+		p.kill9(t)
+		t.Logf("round %d: killed %s", round, k.name)
+		var cp aheadCheckpoint
+		if b, err := os.ReadFile(filepath.Join(cfg.Dir, "checkpoint.json")); err == nil {
+			require.NoError(t, json.Unmarshal(b, &cp))
+		}
+		if got, want := env.count(t, "SELECT count() FROM "+env.db+".events"), uint64(expectedRows(0, cp.Next)); got > want {
+			beyond = append(beyond, got-want)
+		}
+	}
+	// Rows written ahead of a checkpoint were in ClickHouse when a process
+	// died: the replay had to deduplicate them, not only fill a gap.
+	require.NotEmpty(t, beyond, "no kill left rows past the checkpoint in ClickHouse")
+	t.Logf("rows in ClickHouse past the last checkpoint at the kills: %v", beyond)
+
+	p := startAheadProc(t, cfg)
+	p.until(t, func(l string) bool { return l == "done" })
+	<-p.done
+	assert.Equal(t, 0, p.cmd.ProcessState.ExitCode())
+	env.assertExact(t, cfg.End, true)
+}
+
+// TestFlushAheadOfBarrier shows the policy from outside: with barriers at a
+// steady interval, the flush timer inserts the buffered rows shortly before
+// each barrier, so the barrier inserts only the tail; with NoFlushAhead, or
+// fewer buffered rows than FlushAheadMinRows, the barrier inserts the whole
+// interval. Either way every row is in ClickHouse once.
+func TestFlushAheadOfBarrier(t *testing.T) {
+	tests := []struct {
+		name      string
+		give      chsink.Options
+		wantAhead bool
+	}{
+		{"default", chsink.Options{FlushAheadMinRows: 100}, true},
+		{"off", chsink.Options{FlushAheadMinRows: 100, NoFlushAhead: true}, false},
+		{"below the minimum", chsink.Options{FlushAheadMinRows: 1_000_000}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := setup(t, eventsDDL)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			opts := tt.give
+			opts.MaxDelay = time.Hour
+			s := env.newSink(t, checkpoint.NewMemStorage(), opts)
+			// Both hooks run under the sink's lock, batches in order: the
+			// k-th batch recorded is the k-th written.
+			var recordedAhead []bool
+			var ahead, atBarrier []int // batch sizes
+			s.SetHooks(func() { recordedAhead = append(recordedAhead, inSinkRun()) }, nil)
+			s.SetAfterWrite(func(rows int) {
+				if recordedAhead[len(ahead)+len(atBarrier)] {
+					ahead = append(ahead, rows)
+				} else {
+					atBarrier = append(atBarrier, rows)
+				}
+			})
+			runDone := make(chan error, 1)
+			go func() { runDone <- s.Run(ctx) }()
+			const interval, perInterval = 200 * time.Millisecond, 400 // records
+			var off int64
+			for id := checkpoint.ID(1); id <= 8; id++ {
+				start := time.Now()
+				for i := range 10 { // the interval's records, spread over it
+					require.NoError(t, feed(ctx, t, s, off, off+perInterval/10))
+					off += perInterval / 10
+					time.Sleep(time.Until(start.Add(interval * time.Duration(i+1) / 10)))
+				}
+				_, err := s.Snapshot(ctx, id)
+				require.NoError(t, err)
+				require.NoError(t, s.CheckpointCompleted(ctx, id))
+			}
+			cancel()
+			require.ErrorIs(t, <-runDone, context.Canceled)
+			env.assertExact(t, off, false)
+			t.Logf("batches ahead of a barrier: %v; at a barrier: %v", ahead, atBarrier)
+			if !tt.wantAhead {
+				assert.Empty(t, ahead)
+				return
+			}
+			// From the third interval on (two barriers teach the cadence)
+			// most rows go ahead of the barrier.
+			require.NotEmpty(t, ahead)
+			var nAhead, nTail int
+			for _, n := range ahead {
+				nAhead += n
+			}
+			for i, n := range atBarrier {
+				if i >= 2 {
+					nTail += n
+				}
+			}
+			assert.Greater(t, nAhead, nTail, "rows flushed ahead of barriers vs at them")
+		})
+	}
+}
