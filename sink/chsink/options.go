@@ -17,11 +17,12 @@ const (
 	DefaultMaxBytes = 64 << 20
 	DefaultMaxDelay = time.Second
 	// DefaultFlushAheadMinRows is the smallest batch flushed ahead of a
-	// checkpoint barrier: ClickHouse's own advice is inserts of at least
-	// thousands of rows, and below ten thousand rows (a few milliseconds of
-	// insert here) splitting an interval's rows in two costs a part more
-	// than it saves the barrier.
-	DefaultFlushAheadMinRows = 10_000
+	// checkpoint barrier. Every insert costs ClickHouse a fixed amount of
+	// CPU (a part to write, later to merge) and a round trip; flushing ahead
+	// adds one insert per interval to save the barrier the rows' share of
+	// its insert, which outweighs that round trip only from tens of
+	// thousands of rows (BenchmarkFlushPolicy and BENCHMARKS.md).
+	DefaultFlushAheadMinRows = 50_000
 	DefaultMaxRetries        = 5
 	DefaultRetryBase         = 100 * time.Millisecond
 	DefaultRetryMax          = 5 * time.Second
