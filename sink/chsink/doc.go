@@ -19,8 +19,10 @@
 // until Close. One sink serves one topic-partition chain.
 //
 // Batches are flushed at MaxRows, at an estimated MaxBytes, after MaxDelay
-// (a real timer, so a quiet stream flushes) and in Snapshot, which returns
-// only when ClickHouse acknowledged every row before the barrier. Inserts
+// (a real timer, so a quiet stream flushes), shortly before a checkpoint
+// barrier is due when many rows are buffered (see Batching and
+// checkpoints) and in Snapshot, which returns only when ClickHouse
+// acknowledged every row before the barrier. Inserts
 // retry with exponential backoff and full jitter, classified by IsRetryable;
 // when a batch fails permanently or runs out of retries the error is
 // returned, the sink stops accepting rows, and the checkpoint fails: a batch
@@ -55,6 +57,34 @@
 // as Add returns); Close and Restore do, at once, with an unknown outcome
 // that a replay settles by token. No goroutine of the sink runs after Close
 // returns.
+//
+// # Batching and checkpoints
+//
+// Each insert costs ClickHouse a fixed amount of CPU (a part written, and
+// merged later) besides its rows, so few large inserts are cheaper than
+// many small ones: on the embedded server, inserts of ~8,000 rows (a
+// MaxDelay of 200 ms at 40,000 rows/s) cost it about three times the CPU
+// per row of inserts of 40,000 (BENCHMARKS.md). The barrier, on the other
+// hand, waits for the insert of everything buffered, and the chain is held
+// meanwhile. The sink balances the two this way:
+//
+//   - MaxDelay bounds how long a row waits to be visible; left at or above
+//     the checkpoint interval, it does not cut an interval's rows into
+//     smaller inserts, and the barrier sets the size of the inserts.
+//   - Flushing ahead: the sink learns the barriers' cadence from its
+//     Snapshot calls and, when at least FlushAheadMinRows rows are buffered
+//     shortly before the next barrier is due, starts their insert in the
+//     background. The barrier then waits only for what came after (the
+//     tail), at the price of one more insert per interval, which pays only
+//     for large intervals (default 50,000 rows; Options.NoFlushAhead turns
+//     it off).
+//   - MaxRows and MaxBytes cap a batch, so one insert stays one block.
+//
+// None of this touches the exactly-once contract: a flush ahead is journaled
+// before its insert like every flush, with its token, and a replay after a
+// crash cuts the replayed rows into the journaled batches whatever the
+// timing was (TestFlushAheadKilled kills a processor at each moment of a
+// flush ahead).
 //
 // # Table requirements
 //
