@@ -126,8 +126,9 @@ type Options struct {
 	// barrier then waits only for the rows that arrived after that (the
 	// tail) instead of a whole interval's rows, and each interval costs two
 	// inserts: a large one and the tail. "Shortly" is twice what the
-	// previous such flush took, from sealing to ClickHouse's ack, kept
-	// between a twentieth and half of the interval. A batch smaller than
+	// previous such flush took, from sealing to ClickHouse's ack, plus twice
+	// the barriers' jitter, kept between a twentieth and half of the
+	// interval. A batch smaller than
 	// FlushAheadMinRows is left to the barrier, one insert for the
 	// interval. The exactly-once contract does not change: the flush is
 	// journaled before its insert like any other, and a replay cuts the

@@ -68,6 +68,7 @@ type Sink[T any] struct {
 	// Flushing ahead of the barrier (see Options.NoFlushAhead).
 	barrierAt time.Time     // when the last Snapshot started
 	cadence   time.Duration // expected time between barriers; 0 until two were seen
+	jitter    time.Duration // mean deviation of the intervals from cadence
 	aheadDone bool          // this interval's flush ahead started, or was passed up
 	aheadTook time.Duration // what the flushes ahead took, sealing to ack (moving average)
 	closed    bool
@@ -364,30 +365,36 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 // aheadAt returns when to flush ahead of the next barrier, if the sink
 // expects one and has not flushed ahead of it yet (see
 // Options.NoFlushAhead). The flush must be acknowledged before the barrier
-// comes, or the barrier waits for the rest of it: it starts twice the time
-// the last ones took before the barrier is due, within [cadence/20,
-// cadence/2]; before any was measured, cadence/10.
+// comes, or the barrier waits for the rest of it, and barriers come early
+// or late by the time the chain takes to reach them: it starts twice the
+// time the last ones took (cadence/10 before any was measured) plus twice
+// the intervals' mean deviation before the barrier is due, and never
+// earlier than half an interval before it nor later than a twentieth.
 func (s *Sink[T]) aheadAt() (time.Time, bool) {
 	if s.opts.NoFlushAhead || s.cadence <= 0 || s.aheadDone || s.barrierAt.IsZero() {
 		return time.Time{}, false
 	}
-	lead := s.cadence / 10
-	if s.aheadTook > 0 {
-		lead = min(max(2*s.aheadTook, s.cadence/20), s.cadence/2)
+	took := s.aheadTook
+	if took == 0 {
+		took = s.cadence / 20
 	}
+	lead := min(max(2*took+2*s.jitter, s.cadence/20), s.cadence/2)
 	return s.barrierAt.Add(s.cadence - lead), true
 }
 
 // barrier notes that a barrier reached the sink now: it updates the
-// expected cadence (a moving average of the intervals, so one late barrier
-// moves it by a quarter) and re-arms the flush ahead of the next one.
+// expected cadence and its jitter (moving averages over the intervals, as
+// TCP estimates a round trip, so one late barrier moves them by a quarter)
+// and re-arms the flush ahead of the next one.
 func (s *Sink[T]) barrier(now time.Time) {
 	if !s.barrierAt.IsZero() {
 		iv := now.Sub(s.barrierAt)
 		if s.cadence == 0 {
-			s.cadence = iv
+			s.cadence, s.jitter = iv, 0
 		} else {
-			s.cadence += (iv - s.cadence) / 4
+			dev := iv - s.cadence
+			s.jitter += (max(dev, -dev) - s.jitter) / 4
+			s.cadence += dev / 4
 		}
 	}
 	s.barrierAt, s.aheadDone = now, false
