@@ -13,11 +13,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 )
 
-type fetched struct {
-	m   kafka.Message
-	err error
-}
-
 // runChain runs partition p's chain for one generation. It returns nil when
 // the generation (or Run) ends, and an error when the chain failed.
 func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.TopicPartition) (err error) {
@@ -41,11 +36,11 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 		}
 		return fmt.Errorf("kafkasource: %s: new processor: %w", p, err)
 	}
-	if proc == nil || proc.Process == nil {
+	if proc == nil || (proc.Process == nil && proc.ProcessBatch == nil) {
 		if proc != nil {
 			_ = closeParticipants(proc.Participants)
 		}
-		return fmt.Errorf("kafkasource: %s: NewProcessor returned no Process", p)
+		return fmt.Errorf("kafkasource: %s: NewProcessor returned neither Process nor ProcessBatch", p)
 	}
 	// Ends the chain's runners before anything is closed; a runner's error
 	// is the cause of the chain context consume reads.
@@ -141,17 +136,12 @@ func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next 
 		return next, false, err
 	}
 	fctx, fcancel := context.WithCancel(ctx)
-	recs := make(chan fetched, s.opts.Buffer)
+	mb := newMailbox(s.opts.Buffer)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
 			m, err := r.FetchMessage(fctx)
-			select {
-			case recs <- fetched{m: m, err: err}:
-			case <-fctx.Done():
-				return
-			}
-			if err != nil {
+			if !mb.put(m, err, fctx.Done()) || err != nil {
 				return
 			}
 		}
@@ -172,62 +162,140 @@ func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next 
 		defer t.Stop()
 		tick = t.C
 	}
+	c := chainState{s: s, p: p, proc: proc, dl: dl, task: task, meta: meta, commit: commit, next: next}
+	batch := make([]kafka.Message, 0, s.opts.Buffer)
 	for {
 		// select picks at random among ready cases: without this check a
 		// record or barrier could still be handled after ownership ended.
 		if ctx.Err() != nil {
-			return next, false, nil
+			return c.next, false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return next, false, nil
+			return c.next, false, nil
 		case <-tick:
 			if err := proc.Tick(ctx); err != nil {
 				if ctx.Err() != nil {
-					return next, false, nil
+					return c.next, false, nil
 				}
-				return next, false, fmt.Errorf("kafkasource: %s: tick: %w", p, err)
+				return c.next, false, fmt.Errorf("kafkasource: %s: tick: %w", p, err)
 			}
 		case b := <-task.Barriers():
-			if err := task.Checkpoint(ctx, b, next, meta, commit); err != nil {
+			if stop, err := c.checkpoint(ctx, b); stop {
+				return c.next, false, err
+			}
+		case <-mb.ready:
+			var ferr error
+			batch, ferr = mb.take(batch)
+			if stop, err := c.records(ctx, batch); stop {
+				return c.next, false, err
+			}
+			if ferr != nil {
 				if ctx.Err() != nil {
-					return next, false, nil // revoked mid-checkpoint: nothing was committed
+					return c.next, false, nil
 				}
-				if errors.Is(err, checkpoint.ErrDeclined) {
-					s.log.Debug("kafkasource: checkpoint declined; the next barrier tries again", "err", err)
-					continue
+				if errors.Is(ferr, kafka.OffsetOutOfRange) {
+					return c.next, true, nil
 				}
-				return next, false, fmt.Errorf("kafkasource: %w", err)
-			}
-		case f := <-recs:
-			if f.err != nil {
-				if ctx.Err() != nil {
-					return next, false, nil
-				}
-				if errors.Is(f.err, kafka.OffsetOutOfRange) {
-					return next, true, nil
-				}
-				return next, false, fmt.Errorf("kafkasource: %s: fetch at %d: %w", p, next, f.err)
-			}
-			if err := proc.Process(ctx, f.m); err != nil {
-				if ctx.Err() != nil {
-					return next, false, nil
-				}
-				if err = s.handlePoison(ctx, p, dl, f.m, err); err != nil {
-					if ctx.Err() != nil {
-						return next, false, nil
-					}
-					return next, false, err
-				}
-			}
-			next = f.m.Offset + 1
-			if dl != nil {
-				dl.next = next
-			}
-			if f.m.HighWaterMark > 0 {
-				task.SetLag(max(f.m.HighWaterMark-next, 0))
+				return c.next, false, fmt.Errorf("kafkasource: %s: fetch at %d: %w", p, c.next, ferr)
 			}
 		}
+	}
+}
+
+// chainState is what consume's loop needs to process records and barriers.
+type chainState struct {
+	s      *Source
+	p      checkpoint.TopicPartition
+	proc   *Processor
+	dl     *deadLetters
+	task   *checkpoint.Task
+	meta   checkpoint.Meta
+	commit func(context.Context, int64) error
+	next   int64 // the offset after the last record processed
+}
+
+// checkpoint takes the checkpoint of barrier b at c.next. stop says the
+// chain must end, with err (nil when ctx ended).
+func (c *chainState) checkpoint(ctx context.Context, b *checkpoint.Barrier) (stop bool, err error) {
+	if err := c.task.Checkpoint(ctx, b, c.next, c.meta, c.commit); err != nil {
+		if ctx.Err() != nil {
+			return true, nil // revoked mid-checkpoint: nothing was committed
+		}
+		if errors.Is(err, checkpoint.ErrDeclined) {
+			c.s.log.Debug("kafkasource: checkpoint declined; the next barrier tries again", "err", err)
+			return false, nil
+		}
+		return true, fmt.Errorf("kafkasource: %w", err)
+	}
+	return false, nil
+}
+
+// records processes a fetched batch in offset order: through ProcessBatch
+// in slices of at most Options.MaxBatch records, or one Process call per
+// record. A barrier that arrives meanwhile is taken at the next record
+// boundary (before the next record or slice), not after the whole batch, so
+// a checkpoint's offset and state always agree record for record.
+func (c *chainState) records(ctx context.Context, batch []kafka.Message) (stop bool, err error) {
+	barriers := c.task.Barriers()
+	for i := 0; i < len(batch); {
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		if len(barriers) > 0 { // only this goroutine receives, so this does not block
+			if stop, err := c.checkpoint(ctx, <-barriers); stop {
+				return true, err
+			}
+		}
+		var n int
+		if c.proc.ProcessBatch != nil {
+			end := min(len(batch), i+c.s.opts.MaxBatch)
+			n, err = c.proc.ProcessBatch(ctx, batch[i:end])
+			if n < 0 || n > end-i || (err == nil) != (n == end-i) {
+				if ctx.Err() != nil {
+					return true, nil
+				}
+				return true, fmt.Errorf("kafkasource: %s: ProcessBatch returned %d for %d records at offset %d (it must handle all, or fewer with an error about the next): %w",
+					c.p, n, end-i, batch[i].Offset, err)
+			}
+		} else {
+			err = c.proc.Process(ctx, batch[i])
+			if err == nil {
+				n = 1
+			}
+		}
+		if n > 0 {
+			i += n
+			c.advance(batch[i-1])
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, nil
+			}
+			m := batch[i]
+			if err = c.s.handlePoison(ctx, c.p, c.dl, m, err); err != nil {
+				if ctx.Err() != nil {
+					return true, nil
+				}
+				return true, err
+			}
+			i++
+			c.advance(m)
+		}
+	}
+	if len(batch) > 0 {
+		if last := batch[len(batch)-1]; last.HighWaterMark > 0 {
+			c.task.SetLag(max(last.HighWaterMark-c.next, 0))
+		}
+	}
+	return false, nil
+}
+
+// advance moves the chain past m.
+func (c *chainState) advance(m kafka.Message) {
+	c.next = m.Offset + 1
+	if c.dl != nil {
+		c.dl.next = c.next
 	}
 }
 

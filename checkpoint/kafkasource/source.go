@@ -27,6 +27,7 @@ const (
 	DefaultMaxWait           = 500 * time.Millisecond
 	DefaultMaxBytes          = 1 << 20
 	DefaultBuffer            = 256
+	DefaultMaxBatch          = 256
 	DefaultTickInterval      = time.Second
 )
 
@@ -119,9 +120,14 @@ type Options struct {
 	MaxWait time.Duration
 	// MaxBytes is the most a fetch returns. Default: DefaultMaxBytes.
 	MaxBytes int
-	// Buffer is how many fetched records wait ahead of the chain. Default:
-	// DefaultBuffer.
+	// Buffer is how many fetched records wait ahead of the chain; the chain
+	// takes all that wait at once, so it is also the largest fetched batch.
+	// Default: DefaultBuffer.
 	Buffer int
+	// MaxBatch is the most records one Processor.ProcessBatch call gets. A
+	// barrier waits for the call in progress, so it bounds how long a
+	// checkpoint waits for a chain. Default: DefaultMaxBatch.
+	MaxBatch int
 	// Dialer for every broker connection (group coordinator, partition
 	// readers, offset and topic checks): set its TLS (a *tls.Config) and
 	// SASLMechanism (sasl/plain.Mechanism, sasl/scram.Mechanism) to reach
@@ -162,6 +168,24 @@ type Processor struct {
 	// generation ended or Run stopped): a sink fences on it. An error stops
 	// Run, unless ctx has ended.
 	Process func(ctx context.Context, m kafka.Message) error
+	// ProcessBatch, if set, is used instead of Process: it handles a slice
+	// of consecutive records (at most Options.MaxBatch, as many as were
+	// fetched and waiting), so a chain can decide them together (for
+	// instance with dedup's ObserveBatch) and hand rows to its sinks in
+	// bulk. It is called like Process: from the chain goroutine only, in
+	// offset order, never concurrently with a participant's methods, with
+	// the same ctx. Barriers fall between calls, so the records of one call
+	// are on the same side of every checkpoint.
+	//
+	// It returns how many records it handled, all of them (len(ms)) and a
+	// nil error, or n < len(ms) with the error of ms[n]: records before
+	// ms[n] count as processed, ms[n] goes to the poison policy (Poison) or
+	// stops the chain like a Process error, and a chain that goes on calls
+	// ProcessBatch again from ms[n+1]. ms[n] must have left no effect.
+	//
+	// The slice is reused once ProcessBatch returns: do not keep it. The
+	// messages' Key, Value and Headers are not reused and may be kept.
+	ProcessBatch func(ctx context.Context, ms []kafka.Message) (int, error)
 	// Tick, if set, is called from the chain goroutine every TickInterval,
 	// between records, also while no record arrives: the place for work that
 	// processing time drives, such as a window operator closing windows of
@@ -254,7 +278,7 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 	case opts.StartOffset < StartEarliest || opts.StartOffset > StartLatest:
 		return nil, fmt.Errorf("%w: unknown StartOffset %d", ErrInvalidOptions, opts.StartOffset)
 	case opts.SessionTimeout < 0 || opts.RebalanceTimeout < 0 || opts.HeartbeatInterval < 0 ||
-		opts.MaxWait < 0 || opts.MaxBytes < 0 || opts.Buffer < 0 || opts.TopicPollInterval < 0:
+		opts.MaxWait < 0 || opts.MaxBytes < 0 || opts.Buffer < 0 || opts.MaxBatch < 0 || opts.TopicPollInterval < 0:
 		return nil, fmt.Errorf("%w: negative duration, size or buffer", ErrInvalidOptions)
 	}
 	setDefault(&opts.SessionTimeout, DefaultSessionTimeout)
@@ -263,6 +287,7 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 	setDefault(&opts.MaxWait, DefaultMaxWait)
 	setDefault(&opts.MaxBytes, DefaultMaxBytes)
 	setDefault(&opts.Buffer, DefaultBuffer)
+	setDefault(&opts.MaxBatch, DefaultMaxBatch)
 	setDefault(&opts.TopicPollInterval, DefaultTopicPollInterval)
 	if opts.Dialer == nil {
 		opts.Dialer = kafka.DefaultDialer

@@ -1,0 +1,134 @@
+package kafkasource_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+// batchCounters is counters with ProcessBatch instead of Process. A record
+// whose value is not a number is a poison record.
+type batchCounters struct {
+	counters
+	calls, records, largest atomic.Int64
+}
+
+func (bc *batchCounters) newProcessor(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+	proc, err := bc.counters.newProcessor(ctx, p)
+	c := proc.Participants["counter"].(*counter)
+	proc.Process = nil
+	proc.ProcessBatch = func(_ context.Context, ms []kafka.Message) (int, error) {
+		bc.calls.Add(1)
+		bc.records.Add(int64(len(ms)))
+		if n := int64(len(ms)); n > bc.largest.Load() {
+			bc.largest.Store(n)
+		}
+		for i, m := range ms {
+			if err := c.add(m); err != nil {
+				return i, kafkasource.Poison(err)
+			}
+		}
+		return len(ms), nil
+	}
+	return proc, err
+}
+
+// TestProcessBatchCheckpointsAtRecordBoundaries: with ProcessBatch and
+// checkpoints every few milliseconds, every checkpoint's state covers
+// exactly the records before its offset, so barriers cut fetched batches
+// at record boundaries (MaxBatch 16 splits each fetched batch into several
+// calls, with barriers between them), and the chain ends with every record
+// counted once. Records arrive in batches larger than one.
+func TestProcessBatchCheckpointsAtRecordBoundaries(t *testing.T) {
+	const (
+		topic      = "batch-boundaries"
+		partitions = 2
+		perPart    = 20_000
+	)
+	brokers := testenv.Kafka(t)
+	testenv.CreateTopic(t, brokers, topic, partitions)
+	produce(t, brokers, topic, partitions, 0, perPart)
+
+	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 3 * time.Millisecond})
+	require.NoError(t, err)
+	defer coord.Close()
+	var bc batchCounters
+	opts := fastGroup
+	opts.MaxBatch = 16
+	opts.Buffer = 512
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "batch-boundaries", Topics: []string{topic}},
+		coord, bc.newProcessor, opts)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+
+	seen := map[int64]bool{} // checkpoint offsets inspected
+	require.Eventually(t, func() bool {
+		all := true
+		for _, cp := range latest(t, store, topic, partitions) {
+			if cp == nil {
+				all = false
+				continue
+			}
+			requireConsistent(t, cp)
+			seen[cp.NextOffset] = true
+			all = all && cp.NextOffset == perPart
+		}
+		return all
+	}, 60*time.Second, time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	assert.Greater(t, len(seen), 3, "checkpoints taken while records flowed")
+	assert.Equal(t, int64(partitions*perPart), bc.records.Load())
+	assert.LessOrEqual(t, bc.largest.Load(), int64(16), "MaxBatch bounds a call")
+	assert.Less(t, bc.calls.Load(), bc.records.Load(), "records arrive in batches")
+}
+
+// TestProcessBatchPoison: a poison record in the middle of a batch stops the
+// chain at its own offset (ProcessBatch returned its index with the error),
+// and the checkpoints before it agree with their offsets.
+func TestProcessBatchPoison(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	const topic = "batch-poison"
+	testenv.CreateTopic(t, brokers, topic, 1)
+	produce(t, brokers, topic, 1, 0, 1000)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Value: []byte("garbage")}).FirstErr())
+	cl.Close()
+	produce(t, brokers, topic, 1, 1001, 500)
+
+	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 5 * time.Millisecond})
+	require.NoError(t, err)
+	defer coord.Close()
+	var bc batchCounters
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "batch-poison", Topics: []string{topic}},
+		coord, bc.newProcessor, fastGroup)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = src.Run(ctx)
+	var perr *kafkasource.PoisonError
+	require.ErrorAs(t, err, &perr)
+	assert.Equal(t, int64(1000), perr.Offset)
+	assert.Equal(t, int64(1000), bc.byPart[0].count, "every record before the poison one processed, none after")
+	if cp := latest(t, store, topic, 1)[0]; cp != nil {
+		requireConsistent(t, cp)
+		assert.LessOrEqual(t, cp.NextOffset, int64(1000))
+	}
+}

@@ -1,0 +1,89 @@
+package kafkasource
+
+import (
+	"sync"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// mailbox passes fetched records from a chain's fetch goroutine to the
+// chain goroutine in batches. It replaces a channel of single records: a
+// channel send and receive per record (and a goroutine wake-up whenever the
+// chain waited) cost more than processing a record in a light chain, while
+// here the fetcher appends under an uncontended mutex and the chain takes
+// everything fetched so far in one swap of two slices, which are reused, so
+// the hand-off allocates nothing. The batches are as large as the chain is
+// slow: an idle chain takes each record as it comes, a busy one finds up
+// to max records waiting.
+type mailbox struct {
+	mu    sync.Mutex
+	msgs  []kafka.Message
+	err   error // the fetcher's last error, handed over after msgs
+	max   int
+	ready chan struct{} // a token when msgs or err became non-empty
+	space chan struct{} // a token when the chain took msgs
+}
+
+func newMailbox(max int) *mailbox {
+	return &mailbox{
+		msgs:  make([]kafka.Message, 0, max),
+		max:   max,
+		ready: make(chan struct{}, 1),
+		space: make(chan struct{}, 1),
+	}
+}
+
+// put appends m, or records err, waiting while max records wait. It returns
+// false when done ended first.
+func (mb *mailbox) put(m kafka.Message, err error, done <-chan struct{}) bool {
+	mb.mu.Lock()
+	for err == nil && len(mb.msgs) >= mb.max {
+		mb.mu.Unlock()
+		select {
+		case <-mb.space:
+		case <-done:
+			return false
+		}
+		mb.mu.Lock()
+	}
+	if err != nil {
+		mb.err = err
+	} else {
+		mb.msgs = append(mb.msgs, m)
+	}
+	wake := err != nil || len(mb.msgs) == 1
+	mb.mu.Unlock()
+	if wake {
+		select {
+		case mb.ready <- struct{}{}:
+		default: // a token is already waiting
+		}
+	}
+	return true
+}
+
+// take returns the waiting records, swapped for spare (whose contents the
+// fetcher overwrites), and the fetcher's error once no record waits before
+// it.
+func (mb *mailbox) take(spare []kafka.Message) ([]kafka.Message, error) {
+	mb.mu.Lock()
+	got := mb.msgs
+	mb.msgs = spare[:0]
+	var err error
+	if len(got) == 0 {
+		err = mb.err
+	}
+	rearm := len(got) > 0 && mb.err != nil // the error's token was spent on these records
+	mb.mu.Unlock()
+	select {
+	case mb.space <- struct{}{}:
+	default:
+	}
+	if rearm {
+		select {
+		case mb.ready <- struct{}{}:
+		default:
+		}
+	}
+	return got, err
+}
