@@ -13,7 +13,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/dedup"
-	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/window"
@@ -93,6 +92,11 @@ type chainConfig struct {
 	Sink       chsink.Options
 	Storage    checkpoint.Storage
 	Logger     *slog.Logger
+	// PerRecord hands the chain one record at a time (Process) instead of
+	// each fetched batch (ProcessBatch). Both give the same checkpoints and
+	// rows (TestBatchEqualsPerRecord); the per-record code is the simpler
+	// one to read, the batch path the faster (BENCHMARKS.md).
+	PerRecord bool
 }
 
 // newChain builds one partition's chain: dedup by delivery id → events;
@@ -101,75 +105,173 @@ type chainConfig struct {
 func newChain(cfg chainConfig) kafkasource.NewProcessor {
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
-		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
-		if err != nil {
+		c := &chain{input: p.Partition, log: cfg.Logger}
+		var err error
+		if c.dedup, err = dedup.New(dedup.DefaultTTL, dedup.Options{}); err != nil {
 			return proc, err
 		}
-		proc.Participants["dedup"] = d
-		w, err := window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{
+		proc.Participants["dedup"] = c.dedup
+		c.window, err = window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{
 			Inputs: []int{p.Partition}, MaxOutOfOrderness: 5 * time.Second, IdleTimeout: 2 * time.Second,
 		})
 		if err != nil {
 			return proc, err
 		}
-		proc.Participants["window"] = w
+		proc.Participants["window"] = c.window
 		table := cfg.ClickHouse
 		table.Name = "events"
-		events, err := chsink.New(ctx, table, p, cfg.Storage, eventSchema, cfg.Sink)
-		if err != nil {
+		if c.events, err = chsink.New(ctx, table, p, cfg.Storage, eventSchema, cfg.Sink); err != nil {
 			return proc, err
 		}
-		proc.Participants["events"] = events
+		proc.Participants["events"] = c.events
 		table.Name = "tenant_minute"
 		minuteOpts := cfg.Sink
 		minuteOpts.OnMismatch = chsink.MismatchReinsert // windows closed by a tick may move on replay
-		minutes, err := chsink.New(ctx, table, p, cfg.Storage, minuteSchema, minuteOpts)
-		if err != nil {
+		if c.minutes, err = chsink.New(ctx, table, p, cfg.Storage, minuteSchema, minuteOpts); err != nil {
 			return proc, err
 		}
-		proc.Participants["tenant_minute"] = minutes
-		cursor := new(sink.Cursor)
-		proc.Participants["cursor"] = cursor
+		proc.Participants["tenant_minute"] = c.minutes
+		proc.Participants["cursor"] = &c.cursor
 
-		var out window.Output[string, uint64]
-		var key []byte
-		emit := func(ctx context.Context) error {
-			for _, late := range out.Late {
-				cfg.Logger.Warn("late event missed its window", "tenant", late.Event.Key, "window", late.Start)
-			}
-			for _, r := range out.Rows {
-				if err := minutes.Add(ctx, cursor.Next(), r); err != nil {
-					return err
-				}
-			}
-			return nil
+		if cfg.PerRecord {
+			proc.Process = c.process
+		} else {
+			proc.ProcessBatch = c.processBatch
 		}
-		proc.Process = func(ctx context.Context, m kafka.Message) error {
-			md, err := kafkapub.ReadMetadata(m)
-			if err != nil {
-				return fmt.Errorf("offset %d: %w", m.Offset, err) // stop, never skip
-			}
-			ev := event{Tenant: string(m.Key), Source: md.Source, ID: md.EventID, Type: md.EventType, At: m.Time.UTC()}
-			cursor.At(m.Offset)
-			key = dedup.AppendKey(key[:0], ev.Source, ev.ID)
-			if first, err := d.Observe(key, ev.At); err != nil || !first {
-				return err
-			}
-			if err := events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
-				return err
-			}
-			out.Reset()
-			if err := w.Add(window.Event[string]{Input: p.Partition, Key: ev.Tenant, Time: ev.At, Value: ev.ID}, &out); err != nil {
-				return err
-			}
-			return emit(ctx)
-		}
-		proc.Tick = func(ctx context.Context) error {
-			out.Reset()
-			w.Tick(&out)
-			return emit(ctx)
-		}
+		proc.Tick = c.tick
 		proc.TickInterval = 500 * time.Millisecond
 		return proc, nil
+	}
+}
+
+// chain is one partition's operators, and the buffers the batch path reuses
+// from one batch to the next, so a batch allocates nothing but the events'
+// ids (see eventDecoder).
+type chain struct {
+	input   int // the partition: the window operator's input
+	log     *slog.Logger
+	dec     eventDecoder
+	dedup   *dedup.Deduplicator
+	window  *window.Operator[string, uint64, uint64]
+	events  *chsink.Sink[event]
+	minutes *chsink.Sink[minuteRow]
+	cursor  sink.Cursor // positions of the window's rows
+	out     window.Output[string, uint64]
+	key     []byte
+
+	evs       []event
+	keys      []byte // the batch's dedup keys, one after the other
+	keyEnds   []int
+	sightings []dedup.Sighting
+	first     []bool
+	kept      []event // first sights, for the events table
+	keptPos   []sink.Position
+	keptAt    []int // index in the batch of each kept event
+	rows      []minuteRow
+	rowPos    []sink.Position
+	rowAt     []int
+}
+
+// process is the chain of one record: decode, dedup, the events table, the
+// window and its rows.
+func (c *chain) process(ctx context.Context, m kafka.Message) error {
+	var ev event
+	if err := c.dec.decode(&m, &ev); err != nil {
+		return kafkasource.Poison(err) // stops the chain at this offset, or to the dead-letter topic
+	}
+	c.cursor.At(m.Offset)
+	c.key = dedup.AppendKey(c.key[:0], ev.Source, ev.ID)
+	if first, err := c.dedup.Observe(c.key, ev.At); err != nil || !first {
+		return err
+	}
+	if err := c.events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
+		return err
+	}
+	c.out.Reset()
+	if err := c.window.Add(window.Event[string]{Input: c.input, Key: ev.Tenant, Time: ev.At, Value: ev.ID}, &c.out); err != nil {
+		return err
+	}
+	return c.emit(ctx)
+}
+
+// processBatch is process for consecutive records: it decodes them all,
+// decides them in one dedup.ObserveBatch (whose table lookups overlap), runs
+// the window over the first sights in order, and hands each sink its rows
+// in one AddBatch. The positions, state and rows are those of one process
+// call per record. It returns how many records it handled; when fewer than
+// len(ms), the error is about the next one.
+func (c *chain) processBatch(ctx context.Context, ms []kafka.Message) (int, error) {
+	n, stop := len(ms), error(nil)
+	c.evs, c.keys, c.keyEnds = c.evs[:0], c.keys[:0], c.keyEnds[:0]
+	for i := range ms {
+		var ev event
+		if err := c.dec.decode(&ms[i], &ev); err != nil {
+			n, stop = i, kafkasource.Poison(err)
+			break
+		}
+		c.evs = append(c.evs, ev)
+		c.keys = dedup.AppendKey(c.keys, ev.Source, ev.ID)
+		c.keyEnds = append(c.keyEnds, len(c.keys))
+	}
+	c.sightings = c.sightings[:0]
+	for i, from := 0, 0; i < n; i++ { // keys sliced once c.keys stopped growing
+		c.sightings = append(c.sightings, dedup.Sighting{Key: c.keys[from:c.keyEnds[i]], Time: c.evs[i].At})
+		from = c.keyEnds[i]
+	}
+	var err error
+	if c.first, err = c.dedup.ObserveBatch(c.sightings, c.first[:0]); err != nil {
+		n, stop = len(c.first), err // the sightings before it are decided
+	}
+
+	c.kept, c.keptPos, c.keptAt = c.kept[:0], c.keptPos[:0], c.keptAt[:0]
+	c.rows, c.rowPos, c.rowAt = c.rows[:0], c.rowPos[:0], c.rowAt[:0]
+	for i := range n {
+		c.cursor.At(ms[i].Offset)
+		if !c.first[i] {
+			continue
+		}
+		ev := &c.evs[i]
+		c.kept, c.keptPos, c.keptAt = append(c.kept, *ev), append(c.keptPos, sink.Position{Offset: ms[i].Offset}), append(c.keptAt, i)
+		c.out.Reset()
+		if err := c.window.Add(window.Event[string]{Input: c.input, Key: ev.Tenant, Time: ev.At, Value: ev.ID}, &c.out); err != nil {
+			n, stop = i, err
+			break
+		}
+		c.warnLate()
+		for _, r := range c.out.Rows {
+			c.rows, c.rowPos, c.rowAt = append(c.rows, r), append(c.rowPos, c.cursor.Next()), append(c.rowAt, i)
+		}
+	}
+	if k, err := c.events.AddBatch(ctx, c.keptPos, c.kept); err != nil {
+		return c.keptAt[k], err
+	}
+	if k, err := c.minutes.AddBatch(ctx, c.rowPos, c.rows); err != nil {
+		return c.rowAt[k], err
+	}
+	return n, stop
+}
+
+// tick closes the windows that processing time closes (an idle partition).
+func (c *chain) tick(ctx context.Context) error {
+	c.out.Reset()
+	c.window.Tick(&c.out)
+	return c.emit(ctx)
+}
+
+// emit writes the window's output: its rows to tenant_minute, a warning
+// for each late event.
+func (c *chain) emit(ctx context.Context) error {
+	c.warnLate()
+	for _, r := range c.out.Rows {
+		if err := c.minutes.Add(ctx, c.cursor.Next(), r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *chain) warnLate() {
+	for _, late := range c.out.Late {
+		c.log.Warn("late event missed its window", "tenant", late.Event.Key, "window", late.Start)
 	}
 }

@@ -156,6 +156,12 @@ func (s *Sink[T]) Add(ctx context.Context, pos sink.Position, row T) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
+	s.lastRow = time.Now()
+	return s.addLocked(ctx, pos, &row)
+}
+
+// addLocked is Add after the lock and the usability check.
+func (s *Sink[T]) addLocked(ctx context.Context, pos sink.Position, row *T) error {
 	if s.hasPos && pos.Compare(s.pos) <= 0 {
 		return fmt.Errorf("%w: %s after %s", sink.ErrOutOfOrder, pos, s.pos)
 	}
@@ -163,7 +169,6 @@ func (s *Sink[T]) Add(ctx context.Context, pos sink.Position, row T) error {
 		s.dropPassed(pos)
 	}
 	s.hasPos, s.pos = true, pos
-	s.lastRow = time.Now()
 	if s.settled != nil {
 		if pos.Compare(*s.settled) <= 0 {
 			// Inside a journaled batch whose short replay was finished by
@@ -175,7 +180,7 @@ func (s *Sink[T]) Add(ctx context.Context, pos sink.Position, row T) error {
 		}
 		s.settled = nil
 	}
-	s.scratch = row // a field, so passing its address to the column closures does not allocate
+	s.scratch = *row // a field, so passing its address to the column closures does not allocate
 	if err := s.add(ctx, pos, &s.scratch); err != nil {
 		s.err = err
 		return err
