@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
+)
+
+// Environment of BenchmarkEndToEnd.
+const (
+	envEvents     = "E2E_EVENTS"     // events in the topic; default 2,000,000
+	envRounds     = "E2E_ROUNDS"     // rounds of every variant, alternating their order; default 1
+	envCPUProfile = "E2E_CPUPROFILE" // a file for the CPU profile of one variant's first run
+	envProfiled   = "E2E_PROFILE"    // that variant's name; default "chain"
+)
+
+// variant is one way of consuming the topic in BenchmarkEndToEnd.
+type variant struct {
+	name string
+	desc string
+	run  func(b *testing.B, env *e2eEnv) (firstToLast time.Duration)
+}
+
+type e2eEnv struct {
+	brokers    []string
+	topic      string
+	partitions int
+	perPart    int
+	distinct   int
+	chAddr     string
+	runs       int
+}
+
+// sample is what one run of a variant measured.
+type sample struct {
+	eventsPerSec     float64
+	cpuNsPerEvent    float64 // this process (the consumer)
+	chCPUNsPerEvent  float64 // ClickHouse, its own process
+	kafkaCPUNsPerEvt float64 // the broker, its own process
+	allocsPerEvent   float64
+	bytesPerEvent    float64
+}
+
+// BenchmarkEndToEnd runs E2E_EVENTS realistic gateway records (default
+// 2 M: 5 % redeliveries, 200 tenants, 4 partitions, ~300-byte bodies, the
+// delivery's metadata in headers) through the example's chain, against
+// Kafka (kfake) and ClickHouse each in its own process, beside raw kafka-go
+// consumption of the same topic:
+//
+//	raw             kafka-go, one partition Reader per partition, FetchMessage only
+//	chain           the chain (ProcessBatch), checkpoints every 1 s: what main.go runs
+//	chain-nockpt    the same chain, no checkpoints
+//	chain-record    the chain one record at a time (Process), checkpoints every 1 s
+//
+// For each: events/s from the first record to the last (a consumer
+// group's join is not counted), as a share of raw; CPU per event of this
+// process (getrusage), of ClickHouse and of the broker (/proc/<pid>/stat);
+// allocations per event. After each chain run a last checkpoint is taken
+// and the events table must hold every distinct delivery exactly once.
+// E2E_ROUNDS repeats the variants, in reversed order every other round,
+// and the table shows medians and ranges.
+//
+//	E2E_EVENTS=200000 go test -run '^$' -bench EndToEnd ./examples/processor
+func BenchmarkEndToEnd(b *testing.B) {
+	events := envInt(b, envEvents, 2_000_000)
+	rounds := envInt(b, envRounds, 1)
+	const partitions = 4
+	ctx := context.Background()
+	kp, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{})
+	if err != nil {
+		b.Skipf("kafka process: %v", err)
+	}
+	b.Cleanup(func() { _ = kp.Stop() })
+	chs := testkit.StartClickHouse(b)
+	env := &e2eEnv{brokers: kp.Brokers(), topic: "e2e", partitions: partitions, perPart: events / partitions, chAddr: chs.Addr()}
+	testkit.CreateTopic(b, env.brokers, env.topic, partitions)
+	env.distinct = produceEvents(b, env.brokers, env.topic,
+		genSpec{partitions: partitions, perPart: env.perPart, tenants: 200, dupRate: 0.05, seed: 1})
+	total := float64(partitions * env.perPart)
+
+	variants := []variant{
+		{name: "raw", desc: "raw kafka-go (a)", run: runRaw},
+		{name: "chain", desc: "chain, 1 s checkpoints", run: chainVariant(time.Second, false)},
+		{name: "chain-nockpt", desc: "chain, checkpoints off (b)", run: chainVariant(-1, false)},
+		{name: "chain-record", desc: "chain per record, 1 s checkpoints", run: chainVariant(time.Second, true)},
+	}
+	profiled := os.Getenv(envProfiled)
+	if profiled == "" {
+		profiled = "chain"
+	}
+	samples := map[string][]sample{}
+	for b.Loop() {
+		for round := range rounds {
+			order := append([]variant(nil), variants...)
+			if round%2 == 1 {
+				for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 {
+					order[i], order[j] = order[j], order[i]
+				}
+			}
+			for _, v := range order {
+				runtime.GC()
+				var stop func()
+				if path := os.Getenv(envCPUProfile); path != "" && v.name == profiled && len(samples[v.name]) == 0 {
+					stop = startProfile(b, path)
+				}
+				var ms0, ms1 runtime.MemStats
+				runtime.ReadMemStats(&ms0)
+				cpu0, ch0, k0 := selfCPU(), procCPU(chs.PID()), procCPU(kp.PID())
+				env.runs++
+				d := v.run(b, env)
+				cpu1, ch1, k1 := selfCPU(), procCPU(chs.PID()), procCPU(kp.PID())
+				runtime.ReadMemStats(&ms1)
+				if stop != nil {
+					stop()
+				}
+				samples[v.name] = append(samples[v.name], sample{
+					eventsPerSec:     total / d.Seconds(),
+					cpuNsPerEvent:    float64(cpu1-cpu0) / total,
+					chCPUNsPerEvent:  float64(ch1-ch0) / total,
+					kafkaCPUNsPerEvt: float64(k1-k0) / total,
+					allocsPerEvent:   float64(ms1.Mallocs-ms0.Mallocs) / total,
+					bytesPerEvent:    float64(ms1.TotalAlloc-ms0.TotalAlloc) / total,
+				})
+			}
+		}
+	}
+	report(b, variants, samples, events)
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(strings.ReplaceAll(s, "_", ""))
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive number", name, s)
+	}
+	return n
+}
+
+func startProfile(b *testing.B, path string) func() {
+	f, err := os.Create(path)
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(f))
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
+}
+
+// selfCPU returns this process's user and system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU returns the user and system CPU time of process pid, from
+// /proc/<pid>/stat (utime and stime, in clock ticks of 10 ms on Linux).
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:])) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64) // field 14
+	st, _ := strconv.ParseInt(f[12], 10, 64) // field 15
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// runRaw reads every partition to its end with its own kafka-go Reader,
+// as kafkasource's chains do, and does nothing with the records.
+func runRaw(b *testing.B, env *e2eEnv) time.Duration {
+	var (
+		wg    sync.WaitGroup
+		first atomic.Int64
+		errs  = make(chan error, env.partitions)
+	)
+	for p := range env.partitions {
+		wg.Go(func() {
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: env.brokers, Topic: env.topic, Partition: p,
+				MinBytes: 1, MaxBytes: kafkasource.DefaultMaxBytes, MaxWait: kafkasource.DefaultMaxWait,
+				IsolationLevel: kafka.ReadCommitted})
+			defer r.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			for n := 0; n < env.perPart; n++ {
+				if _, err := r.FetchMessage(ctx); err != nil {
+					errs <- err
+					return
+				}
+				if n == 0 {
+					first.CompareAndSwap(0, time.Now().UnixNano())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	end := time.Now()
+	close(errs)
+	for err := range errs {
+		b.Fatalf("raw: %v", err)
+	}
+	return end.Sub(time.Unix(0, first.Load()))
+}
+
+// chainVariant runs main.go's chain (newChain with the default sink and
+// source options) with a consumer group of its own, on a fresh database.
+func chainVariant(interval time.Duration, perRecord bool) func(b *testing.B, env *e2eEnv) time.Duration {
+	return func(b *testing.B, env *e2eEnv) time.Duration {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		db := testkit.NewDatabase(b, env.chAddr)
+		require.NoError(b, createTables(ctx, ch.Options{Address: env.chAddr}, db))
+		storage, err := checkpoint.NewFSStorage(filepath.Join(b.TempDir(), "state"))
+		require.NoError(b, err)
+		store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+		require.NoError(b, err)
+		coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: interval})
+		require.NoError(b, err)
+		defer coord.Close()
+		var seen atomic.Int64
+		var first time.Time
+		total := int64(env.partitions * env.perPart)
+		chain := newChain(chainConfig{ClickHouse: chsink.Table{Addr: env.chAddr}, Sink: chsink.Options{Database: db},
+			Storage: storage, Logger: slog.New(slog.DiscardHandler), PerRecord: perRecord})
+		src, err := kafkasource.New(kafkasource.Group{Brokers: env.brokers, ID: fmt.Sprintf("e2e-%d", env.runs), Topics: []string{env.topic}},
+			coord, counted(chain, &seen), kafkasource.Options{})
+		require.NoError(b, err)
+		done := make(chan error, 1)
+		go func() { done <- src.Run(ctx) }()
+		for tick := time.NewTicker(time.Millisecond); ; <-tick.C {
+			n := seen.Load()
+			if n > 0 && first.IsZero() {
+				first = time.Now()
+			}
+			if n == total {
+				tick.Stop()
+				break
+			}
+			select {
+			case err := <-done:
+				b.Fatalf("chain stopped: %v", err)
+			default:
+			}
+		}
+		took := time.Since(first)
+		require.NoError(b, src.Checkpoint(ctx)) // every row in ClickHouse
+		got := testkit.Count(b, env.chAddr, db, "SELECT count() FROM events")
+		require.Equal(b, uint64(env.distinct), got, "events rows: every delivery exactly once")
+		cancel()
+		require.NoError(b, <-done)
+		return took
+	}
+}
+
+// report prints the table of medians (and ranges over rounds) and reports
+// the medians as benchmark metrics.
+func report(b *testing.B, variants []variant, samples map[string][]sample, events int) {
+	med := func(name string, f func(sample) float64) (m, lo, hi float64) {
+		var xs []float64
+		for _, s := range samples[name] {
+			xs = append(xs, f(s))
+		}
+		sort.Float64s(xs)
+		return xs[len(xs)/2], xs[0], xs[len(xs)-1]
+	}
+	eps := func(s sample) float64 { return s.eventsPerSec }
+	raw, _, _ := med("raw", eps)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nend-to-end: %d events, 4 partitions, %d round(s); medians [min-max]\n", events, len(samples["raw"]))
+	fmt.Fprintf(&sb, "%-36s %26s %8s %10s %10s %10s %10s\n", "variant", "events/s", "of (a)", "cpu ns/ev", "ch ns/ev", "kafka ns/ev", "allocs/ev")
+	for _, v := range variants {
+		m, lo, hi := med(v.name, eps)
+		cpu, _, _ := med(v.name, func(s sample) float64 { return s.cpuNsPerEvent })
+		chc, _, _ := med(v.name, func(s sample) float64 { return s.chCPUNsPerEvent })
+		kc, _, _ := med(v.name, func(s sample) float64 { return s.kafkaCPUNsPerEvt })
+		al, _, _ := med(v.name, func(s sample) float64 { return s.allocsPerEvent })
+		share := m / raw
+		fmt.Fprintf(&sb, "%-36s %9.0f [%6.0f-%6.0f] %7.1f%% %10.0f %10.0f %10.0f %10.1f\n", v.desc, m, lo, hi, 100*share, cpu, chc, kc, al)
+		fmt.Fprintf(&sb, "%-36s %s\n", "", strings.Repeat("#", int(share*50+0.5)))
+		b.ReportMetric(m, v.name+"-ev/s")
+		if v.name != "raw" {
+			b.ReportMetric(100*share, v.name+"-%raw")
+		}
+		b.ReportMetric(cpu, v.name+"-cpu-ns/ev")
+		b.ReportMetric(chc, v.name+"-ch-ns/ev")
+		b.ReportMetric(al, v.name+"-allocs/ev")
+	}
+	fmt.Print(sb.String())
+}
