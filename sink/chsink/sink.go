@@ -237,6 +237,11 @@ func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 			}
 			continue
 		case stepAppend, stepAppendFinish:
+			if !s.replaying {
+				// Run may be waiting an hour on an empty buffer: it must
+				// now finish a short replay MaxDelay after the last row.
+				s.kickRun()
+			}
 			s.replaying = true
 			s.appendRow(pos, row)
 			if step == stepAppendFinish {
@@ -251,12 +256,17 @@ func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 		return s.flush(ctx)
 	}
 	if s.n == 1 {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
+		s.kickRun()
 	}
 	return nil
+}
+
+// kickRun wakes Run to compute its next deadline again.
+func (s *Sink[T]) kickRun() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Sink[T]) appendRow(pos sink.Position, row *T) {
