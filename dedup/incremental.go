@@ -47,7 +47,7 @@ const (
 	manifestHeaderSize = 24
 	maxObjectName      = 255
 	// DefaultMaxDeltas is the default Options.MaxDeltas.
-	DefaultMaxDeltas = 16
+	DefaultMaxDeltas = 64
 	// compactFraction: a compaction also starts when the deltas' bytes
 	// exceed this fraction of the base's.
 	compactFractionNum, compactFractionDen = 1, 2
@@ -278,8 +278,16 @@ func (d *Deduplicator) writeBase(ctx context.Context, name string) (objRef, erro
 
 // logEntry is one parsed entry of the change log; key aliases the log.
 type logEntry struct {
-	s   slot
+	h   hash128
+	exp uint32
 	key []byte
+}
+
+func cmpLogEntries(a, b *logEntry) int {
+	if c := compareHash(a.h, b.h); c != 0 {
+		return c
+	}
+	return bytes.Compare(a.key, b.key)
 }
 
 func cmpEntries(as *slot, ak []byte, bs *slot, bk []byte) int {
@@ -304,11 +312,12 @@ func compareHash(a, b hash128) int {
 func (d *Deduplicator) writeDelta(ctx context.Context, name string) (objRef, error) {
 	exact := d.t.exact
 	nowSec := uint32(d.clock / int64(time.Second))
-	var es []logEntry
+	es := make([]logEntry, 0, len(d.inc.log)/slotSize) // an upper bound
 	for b := d.inc.log; len(b) > 0; {
-		var e logEntry
-		copy(e.s[:], b[:slotSize])
+		var s slot
+		copy(s[:], b[:slotSize])
 		b = b[slotSize:]
+		e := logEntry{h: s.hash(), exp: s.exp()}
 		if exact {
 			n, w := binary.Uvarint(b)
 			e.key = b[w : w+int(n)]
@@ -316,28 +325,35 @@ func (d *Deduplicator) writeDelta(ctx context.Context, name string) (objRef, err
 		}
 		es = append(es, e)
 	}
-	slices.SortFunc(es, func(a, b logEntry) int { return cmpEntries(&a.s, a.key, &b.s, b.key) })
-	out := es[:0]
-	for _, e := range es {
-		if k := len(out) - 1; k >= 0 && cmpEntries(&out[k].s, out[k].key, &e.s, e.key) == 0 {
-			out[k].s.setExp(max(out[k].s.exp(), e.s.exp()))
+	slices.SortFunc(es, func(a, b logEntry) int { return cmpLogEntries(&a, &b) })
+	live := es[:0]
+	for i := range es {
+		e := &es[i]
+		if k := len(live) - 1; k >= 0 && cmpLogEntries(&live[k], e) == 0 {
+			live[k].exp = max(live[k].exp, e.exp)
 			continue
 		}
-		out = append(out, e)
+		live = append(live, *e)
 	}
-	live := out[:0]
-	for _, e := range out {
-		if e.s.exp() > nowSec {
-			live = append(live, e)
+	// Drop what expired: kept only now, after equal entries merged, so an
+	// entry's largest expiry decides.
+	n := 0
+	for i := range live {
+		if live[i].exp > nowSec {
+			live[n] = live[i]
+			n++
 		}
 	}
+	live = live[:n]
 	var sum uint32
 	info, err := d.inc.objs.Write(ctx, name, func(w io.Writer) error {
 		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
 		defer func() { sum = c.crc }()
 		c.header(d.clock, exact, uint64(len(live)))
+		var s slot
 		for i := range live {
-			c.entry(&live[i].s, live[i].key, exact)
+			s.set(live[i].h, live[i].exp)
+			c.entry(&s, live[i].key, exact)
 		}
 		return c.finish()
 	})
@@ -679,44 +695,83 @@ func (c *cursor) next() error {
 
 // mergeEntries calls fn for every entry of the union of the inputs live at
 // nowSec, in increasing (hash, key) order, each with its largest expiry.
+// inputs[0] is the base, the rest deltas: the deltas, small, are merged in
+// memory first, then with the base in one pass, so the work is linear in
+// the base whatever the number of deltas.
 func mergeEntries(inputs []chainInput, nowSec uint32, fn func(s *slot, key []byte) error) error {
-	cs := make([]cursor, len(inputs))
-	for i := range inputs {
-		cs[i] = cursor{in: &inputs[i], rest: inputs[i].entries, left: inputs[i].count,
-			minExp: uint32(inputs[i].clock / int64(time.Second))}
-		if err := cs[i].next(); err != nil {
-			return err
+	cursorOf := func(in *chainInput) cursor {
+		return cursor{in: in, rest: in.entries, left: in.count, minExp: uint32(in.clock / int64(time.Second))}
+	}
+	var ds []logEntry
+	for i := 1; i < len(inputs); i++ {
+		c := cursorOf(&inputs[i])
+		for {
+			if err := c.next(); err != nil {
+				return err
+			}
+			if !c.ok {
+				break
+			}
+			ds = append(ds, logEntry{h: c.s.hash(), exp: c.s.exp(), key: c.key})
 		}
 	}
-	for {
-		m := -1
-		for i := range cs {
-			if cs[i].ok && (m < 0 || cmpEntries(&cs[i].s, cs[i].key, &cs[m].s, cs[m].key) < 0) {
-				m = i
-			}
+	slices.SortFunc(ds, func(a, b logEntry) int { return cmpLogEntries(&a, &b) })
+	n := 0
+	for i := range ds {
+		if n > 0 && cmpLogEntries(&ds[n-1], &ds[i]) == 0 {
+			ds[n-1].exp = max(ds[n-1].exp, ds[i].exp)
+			continue
 		}
-		if m < 0 {
+		ds[n] = ds[i]
+		n++
+	}
+	ds = ds[:n]
+
+	base := cursorOf(&inputs[0])
+	if err := base.next(); err != nil {
+		return err
+	}
+	s := new(slot) // one allocation, not one per entry
+	emit := func(key []byte) error {
+		if s.exp() <= nowSec {
 			return nil
 		}
-		s, key := cs[m].s, cs[m].key
-		for i := range cs {
-			if i == m || !cs[i].ok || cmpEntries(&cs[i].s, cs[i].key, &s, key) != 0 {
-				continue
+		return fn(s, key)
+	}
+	for base.ok || len(ds) > 0 {
+		c := -1 // the delta's entry comes first
+		if !base.ok {
+			c = 1
+		} else if len(ds) > 0 {
+			c = compareHash(base.s.hash(), ds[0].h)
+			if c == 0 {
+				c = bytes.Compare(base.key, ds[0].key)
 			}
-			s.setExp(max(s.exp(), cs[i].s.exp()))
-			if err := cs[i].next(); err != nil {
+		}
+		var key []byte
+		switch {
+		case c < 0: // the base's entry only
+			*s, key = base.s, base.key
+			if err := base.next(); err != nil {
+				return err
+			}
+		case c > 0: // the delta's entry only
+			s.set(ds[0].h, ds[0].exp)
+			key = ds[0].key
+			ds = ds[1:]
+		default: // both: the largest expiry
+			*s, key = base.s, base.key
+			s.setExp(max(s.exp(), ds[0].exp))
+			ds = ds[1:]
+			if err := base.next(); err != nil {
 				return err
 			}
 		}
-		if err := cs[m].next(); err != nil {
+		if err := emit(key); err != nil {
 			return err
 		}
-		if s.exp() > nowSec {
-			if err := fn(&s, key); err != nil {
-				return err
-			}
-		}
 	}
+	return nil
 }
 
 // restoreIncremental loads the state a manifest describes, or nothing.
