@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -284,8 +285,11 @@ type logEntry struct {
 }
 
 func cmpLogEntries(a, b *logEntry) int {
-	if c := compareHash(a.h, b.h); c != 0 {
-		return c
+	if a.h.hi != b.h.hi {
+		return cmp.Compare(a.h.hi, b.h.hi)
+	}
+	if a.h.lo != b.h.lo {
+		return cmp.Compare(a.h.lo, b.h.lo)
 	}
 	return bytes.Compare(a.key, b.key)
 }
