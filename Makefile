@@ -19,7 +19,7 @@ OCTOKIT_DIR  := $(CACHE_DIR)/octokit
 OCTOKIT_PKGS := @octokit/webhooks-examples@7.6.1 @octokit/webhooks-methods@6.0.0
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps test demo bench
+.PHONY: deps test demo chaos bench
 
 # deps installs only what is missing: redis-server, npm and a C compiler (for
 # the cgo ClickHouse launcher) from Debian, the chdb tarball (178 MB, under
@@ -80,6 +80,11 @@ test: deps
 
 demo: deps
 	go run ./internal/cmd/demo $(DEMO_FLAGS)
+
+# chaos: the pipeline under a long randomized fault schedule (internal/cmd/chaos);
+# CHAOS_ARGS passes flags, e.g. make chaos CHAOS_ARGS="-events 1000000 -faults-per-kind 200 -json chaos.json".
+chaos: deps
+	go run ./internal/cmd/chaos $(CHAOS_ARGS)
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./...

@@ -81,6 +81,7 @@ type demo struct {
 	faults      *FaultPlan
 	board       *dashboard
 	result      Result
+	s3          *embedded.S3 // the embedded S3 of -checkpoints s3, nil otherwise
 }
 
 // Result is what a run counted on its way.

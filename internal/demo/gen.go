@@ -102,24 +102,35 @@ const employeesPerOrg = 6
 // activities they do not count, and a few payloads that cannot be
 // normalized.
 func generate(rng *rand.Rand, tpl templates, n, orgs int, span time.Duration) []delivery {
-	g := &generator{rng: rng, tpl: tpl, orgs: orgs, incidents: make([][]incident, orgs)}
+	g := newGenerator(rng, tpl, orgs)
 	out := make([]delivery, n)
-	step := span / time.Duration(n)
 	for i := range out {
-		t := eventStart.Add(time.Duration(i)*step + time.Duration(rng.Int64N(int64(step))))
-		org := rng.IntN(orgs)
-		if last := n - i; last <= orgs {
-			// Every organisation's last event lands a second before the
-			// last hour ends. Event time moves only with events (and, once
-			// a partition is idle, with the clock from its newest event),
-			// so this closes every partition's last hourly windows a
-			// second after the idle timeout instead of up to an hour of
-			// wall time later.
-			org, t = last-1, eventStart.Add(span-time.Second)
-		}
-		out[i] = g.next(org, t)
+		out[i] = g.nth(i, n, span)
 	}
 	return out
+}
+
+func newGenerator(rng *rand.Rand, tpl templates, orgs int) *generator {
+	return &generator{rng: rng, tpl: tpl, orgs: orgs, incidents: make([][]incident, orgs)}
+}
+
+// nth builds delivery i of n spread over span of event time; called for
+// i = 0, 1, ... n-1 in order (the chaos run builds them as it goes rather
+// than all at once).
+func (g *generator) nth(i, n int, span time.Duration) delivery {
+	step := span / time.Duration(n)
+	t := eventStart.Add(time.Duration(i)*step + time.Duration(g.rng.Int64N(int64(step))))
+	org := g.rng.IntN(g.orgs)
+	if last := n - i; last <= g.orgs {
+		// Every organisation's last event lands a second before the
+		// last hour ends. Event time moves only with events (and, once
+		// a partition is idle, with the clock from its newest event),
+		// so this closes every partition's last hourly windows a
+		// second after the idle timeout instead of up to an hour of
+		// wall time later.
+		org, t = last-1, eventStart.Add(span-time.Second)
+	}
+	return g.next(org, t)
 }
 
 func (g *generator) next(org int, t time.Time) delivery {

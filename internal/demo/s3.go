@@ -45,6 +45,7 @@ func (d *demo) startCheckpointStore(ctx context.Context) (args, env []string, er
 			return nil, nil, fmt.Errorf("start S3 (versitygw): %w", err)
 		}
 		d.close = append(d.close, func() { _ = srv.Stop() })
+		d.s3 = srv
 		endpoint = srv.Endpoint()
 		d.say("S3 (versitygw, pid %d) listening on %s", srv.PID(), endpoint)
 	}

@@ -47,7 +47,12 @@ func StartServers(ctx context.Context, dir string, say func(string, ...any)) (*S
 		s.Brokers = strings.Split(env, ",")
 		return s, nil
 	}
-	k, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: filepath.Join(dir, "kafka")})
+	// ExpireMembers: kfake alone never expires a processor killed while
+	// its group rebalances (see kafkafault.ExpireMembers); Kafka does, after
+	// the session timeout. A session timeout down to 1s is accepted, so a
+	// run can notice a killed processor quickly.
+	k, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: filepath.Join(dir, "kafka"),
+		ExpireMembers: true, MinSessionTimeout: time.Second})
 	if err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("start Kafka: %w", err)

@@ -1,0 +1,68 @@
+// Command chaos runs the pipeline under a long randomized schedule of faults
+// (make chaos) and checks every figure against the ground truth: the
+// gateway and processor binaries of examples/ on embedded ClickHouse, Kafka,
+// Redis and S3, with processors, the gateway, Redis, the broker, ClickHouse
+// and S3 killed at the joints that matter and the broker failing single
+// requests. It prints a live progress line, the faults as they strike, and
+// a closing table; it exits 1 on any difference and prints the seed that
+// replays the schedule. See internal/demo (chaos.go); -h lists the flags.
+//
+//	go run ./internal/cmd/chaos -events 20000 -faults-per-kind 10
+//	go run ./internal/cmd/chaos -events 1000000 -faults-per-kind 200 -json chaos.json
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/demo"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	var cfg demo.ChaosConfig
+	var kinds string
+	fs.IntVar(&cfg.Events, "events", 20000, "webhooks the providers send")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "spread the deliveries over at least this long (0: as fast as the pipeline and the faults go)")
+	fs.Uint64Var(&cfg.Seed, "seed", uint64(time.Now().UnixNano()), "seed of the events and of the fault schedule (default: random, printed)")
+	fs.IntVar(&cfg.Instances, "instances", 2, "processor instances in one consumer group")
+	fs.IntVar(&cfg.FaultsPerKind, "faults-per-kind", 10, "faults of each kind (0: draw faults until the deliveries are done)")
+	fs.DurationVar(&cfg.FaultInterval, "fault-interval", 300*time.Millisecond, "mean pause between two faults")
+	fs.StringVar(&kinds, "kinds", "", "comma-separated fault kinds (default: all the configuration allows): "+strings.Join(demo.ChaosKinds(), ","))
+	fs.IntVar(&cfg.Orgs, "orgs", 12, "organisations (the partitioning key)")
+	fs.IntVar(&cfg.Partitions, "partitions", 4, "partitions of the Kafka topic")
+	fs.StringVar(&cfg.Checkpoints, "checkpoints", "fs", "where processors keep checkpoints: fs or s3 (an embedded versitygw; adds the s3-kill fault)")
+	fs.StringVar(&cfg.JSON, "json", "", "write the result as JSON to this file")
+	fs.StringVar(&cfg.Dir, "dir", "", "state directory (default: a new temporary directory)")
+	fs.BoolVar(&cfg.Verbose, "v", false, "the binaries log warnings, not only errors")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if kinds != "" {
+		cfg.Kinds = strings.Split(kinds, ",")
+	}
+	level := slog.LevelError
+	if cfg.Verbose {
+		level = slog.LevelWarn
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	_, err := demo.RunChaos(ctx, cfg)
+	return err
+}

@@ -1,0 +1,479 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+)
+
+// The chaos run (make chaos, command internal/cmd/chaos) is the demo's
+// pipeline under a long randomized schedule of faults: every kind of
+// ChaosKinds, drawn at random from the seed, one after another while the
+// providers deliver, then the same verdict as the demo, reported as a table
+// and as JSON. It reuses the demo's servers, binaries, providers, fake
+// GitHub with its redeliverer, supervisor and verification.
+
+// ChaosConfig is one chaos run. The zero value of every field but Events
+// is valid.
+type ChaosConfig struct {
+	// Events the providers send. Required.
+	Events int
+	// Orgs (the partitioning key), Partitions of the topic and processor
+	// Instances sharing one consumer group. Defaults: 12, 4, 2.
+	Orgs, Partitions, Instances int
+	// Duration is the shortest time the deliveries are spread over.
+	// Default: 0, as fast as the pipeline takes them (still gated by the
+	// faults, see FaultsPerKind).
+	Duration time.Duration
+	// FaultsPerKind is how many faults of each kind the run injects. The
+	// deliveries advance with the faults, so the faults land while data
+	// flows. Default: 0, faults are drawn until the deliveries are done.
+	FaultsPerKind int
+	// FaultInterval is the mean pause between two faults. Default 300ms.
+	FaultInterval time.Duration
+	// Kinds are the fault kinds to inject. Default: every one of
+	// ChaosKinds that the configuration allows (s3-kill needs Checkpoints
+	// s3, processor-kill-checkpoint needs fs).
+	Kinds []string
+	// Seed of the events and of the fault schedule.
+	Seed uint64
+	// Checkpoints: fs (default) or s3, as in Config.
+	Checkpoints string
+	// Dir is the state directory. Default: a new temporary one.
+	Dir string
+	// JSON is a file the result is written to as JSON. Default: none.
+	JSON string
+	// Verbose makes the binaries log warnings.
+	Verbose bool
+	// Stdout receives the progress line, the fault log and the table.
+	// Default os.Stdout.
+	Stdout io.Writer
+	// Logger receives the harness's own logs. Default: discards.
+	Logger *slog.Logger
+	// Binaries to run. Default: BuildBinaries into Dir.
+	Binaries Binaries
+}
+
+// ErrChaosMismatch is wrapped by RunChaos's error when ClickHouse does not
+// hold exactly what the providers sent (an event lost or counted twice, a
+// metric off).
+var ErrChaosMismatch = errors.New("chaos: the pipeline's result differs from the ground truth")
+
+// RunChaos runs the pipeline under randomized faults and returns the
+// result. The error is non-nil when the run could not be carried out, or
+// wraps ErrChaosMismatch when any figure differs from the ground truth; the
+// result is filled as far as the run got either way.
+func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	res := &ChaosResult{Seed: cfg.Seed, Events: cfg.Events, Instances: cfg.Instances, Kinds: cfg.Kinds}
+	c := &chaos{cfg: cfg, res: res, began: began, log: map[string]*FaultCount{}}
+	for _, k := range cfg.Kinds {
+		c.log[k] = &FaultCount{}
+	}
+	c.d = &demo{
+		cfg: Config{Events: cfg.Events, Orgs: cfg.Orgs, Partitions: cfg.Partitions, Instances: cfg.Instances,
+			Store: "redis", Seed: cfg.Seed, Dir: cfg.Dir, Checkpoints: cfg.Checkpoints, Logger: cfg.Logger,
+			Stdout: cfg.Stdout, Binaries: cfg.Binaries, Verbose: cfg.Verbose},
+		say: c.say,
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+	}
+	c.rng = rand.New(rand.NewPCG(cfg.Seed, 0xc4a05))
+	err := c.run(ctx)
+	res.Elapsed = time.Since(began)
+	if err == nil && !res.Pass {
+		err = fmt.Errorf("%w (seed %d)", ErrChaosMismatch, cfg.Seed)
+	}
+	res.printTable(cfg.Stdout)
+	if cfg.JSON != "" {
+		if werr := res.writeJSON(cfg.JSON); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		res.Error = err.Error()
+		fmt.Fprintf(cfg.Stdout, "FAIL (seed %d, replay with -seed %d): %v\n", cfg.Seed, cfg.Seed, err)
+		return res, err
+	}
+	fmt.Fprintf(cfg.Stdout, "PASS: %d events, %d faults, every event exactly once, every metric exact (seed %d)\n",
+		cfg.Events, res.totalFaults(), cfg.Seed)
+	return res, nil
+}
+
+func (cfg *ChaosConfig) setDefaults() error {
+	if cfg.Events <= 0 {
+		return errors.New("chaos: -events must be positive")
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&cfg.Orgs, 12)
+	def(&cfg.Partitions, 4)
+	def(&cfg.Instances, 2)
+	if cfg.Orgs < 0 || cfg.Partitions < 0 || cfg.Instances < 0 || cfg.FaultsPerKind < 0 || cfg.Duration < 0 || cfg.FaultInterval < 0 {
+		return errors.New("chaos: counts and durations must not be negative")
+	}
+	if cfg.FaultInterval == 0 {
+		cfg.FaultInterval = 300 * time.Millisecond
+	}
+	if cfg.Checkpoints == "" {
+		cfg.Checkpoints = "fs"
+	}
+	if cfg.Checkpoints != "fs" && cfg.Checkpoints != "s3" {
+		return fmt.Errorf("chaos: -checkpoints %q: want fs or s3", cfg.Checkpoints)
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	external := os.Getenv("CLICKHOUSE_ADDR") != "" || os.Getenv("KAFKA_BROKERS") != "" || os.Getenv("REDIS_ADDR") != "" || os.Getenv("S3_ENDPOINT") != ""
+	if external {
+		return errors.New("chaos: runs on the embedded servers only (it kills them): unset CLICKHOUSE_ADDR, KAFKA_BROKERS, REDIS_ADDR and S3_ENDPOINT")
+	}
+	if len(cfg.Kinds) == 0 {
+		for _, k := range ChaosKinds() {
+			if (k == KindS3Kill && cfg.Checkpoints != "s3") || (k == KindProcessorKillCheckpoint && cfg.Checkpoints != "fs") {
+				continue
+			}
+			cfg.Kinds = append(cfg.Kinds, k)
+		}
+	}
+	for _, k := range cfg.Kinds {
+		if !slices.Contains(ChaosKinds(), k) {
+			return fmt.Errorf("chaos: unknown fault kind %q (kinds: %s)", k, strings.Join(ChaosKinds(), ","))
+		}
+		if k == KindS3Kill && cfg.Checkpoints != "s3" {
+			return errors.New("chaos: s3-kill needs -checkpoints s3")
+		}
+		if k == KindProcessorKillCheckpoint && cfg.Checkpoints != "fs" {
+			return errors.New("chaos: processor-kill-checkpoint needs -checkpoints fs (it looks for the checkpoint's temporary file)")
+		}
+	}
+	return nil
+}
+
+// chaos is one run.
+type chaos struct {
+	cfg   ChaosConfig
+	res   *ChaosResult
+	d     *demo
+	began time.Time
+	rng   *rand.Rand // the fault schedule's; drawn by the fault goroutine only
+
+	redis *embedded.Redis // the gateway's key store
+
+	mu        sync.Mutex
+	log       map[string]*FaultCount
+	faults    atomic.Int64 // faults done, of every kind
+	delivered atomic.Int64
+	sentAt    []atomic.Int64 // unix ms of each event's first send, by index
+	ids       []string       // delivery id by index, for events that count
+	kafkaBase map[string]int // wire-fault hits of brokers killed since (their stats die with them)
+
+	statusMu sync.Mutex
+	status   string // the live line's fault part
+}
+
+func (c *chaos) say(format string, a ...any) {
+	line := fmt.Sprintf("[%7.1fs] %s", time.Since(c.began).Seconds(), fmt.Sprintf(format, a...))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if isTerminal(c.cfg.Stdout) {
+		fmt.Fprintf(c.cfg.Stdout, "\r\033[K%s\n", line)
+		return
+	}
+	fmt.Fprintln(c.cfg.Stdout, line)
+}
+
+func (c *chaos) run(ctx context.Context) error {
+	d := c.d
+	defer func() {
+		for i := len(d.close) - 1; i >= 0; i-- {
+			d.close[i]()
+		}
+	}()
+	c.say("chaos: %d events, %d processor instance(s), fault kinds %s, seed %d", c.cfg.Events, c.cfg.Instances,
+		strings.Join(c.cfg.Kinds, ","), c.cfg.Seed)
+	if err := d.startServers(ctx); err != nil {
+		return err
+	}
+	// When each row landed, for the webhook-to-row latency.
+	if err := execCH(ctx, d.srv.ClickHouseAddr, fmt.Sprintf(
+		"ALTER TABLE %s.normalized_events ADD COLUMN IF NOT EXISTS chaos_inserted_at DateTime64(3) DEFAULT now64(3)", d.db)); err != nil {
+		return fmt.Errorf("add the insert time column: %w", err)
+	}
+	if err := c.startPipeline(ctx); err != nil {
+		return err
+	}
+	examples, err := loadGitHubExamples(ctx)
+	if err != nil {
+		return fmt.Errorf("GitHub's example payloads: %w", err)
+	}
+	tpl, err := pickTemplates(examples)
+	if err != nil {
+		return err
+	}
+	if err := d.injectPoison(ctx); err != nil {
+		return err
+	}
+	events, err := c.deliver(ctx, newGenerator(d.rng, tpl, c.cfg.Orgs))
+	if err != nil {
+		return err
+	}
+	if err := c.heal(ctx); err != nil {
+		return err
+	}
+	if err := d.awaitGitHubRecovered(ctx); err != nil {
+		return err
+	}
+	c.res.Sent = int64(len(events))
+	c.res.Requests = d.prov.requests.Load()
+	c.res.Duplicates = d.prov.duplicates.Load()
+	c.res.Retries = d.prov.retries.Load()
+	c.res.Replayed = d.prov.replayed.Load()
+	c.res.Ignored, c.res.Rejected = d.prov.ignored.Load(), d.prov.rejected.Load()
+	if err := c.verify(ctx, events); err != nil {
+		return err
+	}
+	if c.res.Pass {
+		if err := d.checkDeadLetters(ctx); err != nil {
+			c.res.Pass = false
+			c.res.Differences = append(c.res.Differences, err.Error())
+		}
+	}
+	return nil
+}
+
+// startPipeline starts Redis, the gateway (keys in Redis) and the
+// supervised processors in one consumer group.
+func (c *chaos) startPipeline(ctx context.Context) error {
+	d := c.d
+	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
+	if err != nil {
+		return fmt.Errorf("start Redis: %w", err)
+	}
+	c.redis = r
+	d.close = append(d.close, func() { _ = r.Stop() })
+	d.gatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
+		"-retry-after=1s", d.logLevel(), "-store=redis", "-redis=" + r.Addr(), "-redis-prefix=chaos:"}
+	d.gatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}
+	if err := d.startGateway(ctx, false); err != nil {
+		return err
+	}
+	c.say("gateway (examples/gateway, pid %d) on %s, idempotency keys in Redis (pid %d) at %s", d.gw.PID(), d.gw.URL(), r.PID(), r.Addr())
+	d.prov = &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: d.gw.URL(), dupRate: 0.05}
+	if err := d.startGitHub(ctx); err != nil {
+		return err
+	}
+	d.sup = &Supervisor{Say: d.say, Instances: c.cfg.Instances, SharedGroup: true,
+		Group: "aggregator-" + d.db, Brokers: d.srv.Brokers,
+		Command: []string{d.bins.Processor, "-pipeline=devmetrics", "-listen=127.0.0.1:0",
+			"-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
+			"-clickhouse=" + d.srv.ClickHouseAddr, "-database=" + d.db, "-create-tables=false", "-dlq=" + d.dlq,
+			"-state-dir=" + c.stateDir(),
+			// A killed instance is noticed within 2 s (the broker expires
+			// it, see StartServers), checkpoints are frequent so that
+			// kills land in them.
+			"-session-timeout=2s", "-rebalance-timeout=2s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
+			"-sink-max-delay=200ms", "-checkpoint-interval=300ms", d.logLevel()}}
+	s3Args, s3Env, err := d.startCheckpointStore(ctx)
+	if err != nil {
+		return err
+	}
+	d.sup.Command, d.sup.Env = append(d.sup.Command, s3Args...), s3Env
+	supCtx, stopSup := context.WithCancel(ctx)
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); d.sup.Run(supCtx) }()
+	d.close = append(d.close, func() { stopSup(); <-supDone })
+	return nil
+}
+
+func (c *chaos) stateDir() string { return filepath.Join(c.d.dir, "processor", "state") }
+
+// deliver sends every event through the providers while the fault
+// goroutine strikes, and returns the events without their bodies (what the
+// verdict needs). The deliveries advance no faster than Duration allows
+// and, with FaultsPerKind, no faster than the faults.
+func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
+	d, n := c.d, c.cfg.Events
+	c.sentAt = make([]atomic.Int64, n)
+	events := make([]delivery, n)
+	dups := make([]bool, n)
+	for i := range dups {
+		dups[i] = d.rng.Float64() < d.prov.dupRate
+	}
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	faultsDone := make(chan struct{})
+	go func() { defer close(faultsDone); c.strike(faultCtx) }()
+	defer func() { stopFaults(); <-faultsDone }()
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	progressDone := make(chan struct{})
+	go func() { defer close(progressDone); c.progress(progressCtx) }()
+	defer func() { stopProgress(); <-progressDone }()
+
+	var (
+		deliverErr error
+		errOnce    sync.Once
+		wg         sync.WaitGroup
+	)
+	type job struct {
+		i  int
+		dl delivery
+	}
+	jobs := make(chan job, 64)
+	for range 16 {
+		wg.Go(func() {
+			for j := range jobs {
+				c.sentAt[j.i].Store(time.Now().UnixMilli())
+				if err := d.prov.deliver(ctx, j.dl, dups[j.i]); err != nil {
+					errOnce.Do(func() { deliverErr = err })
+					continue
+				}
+				c.delivered.Add(1)
+			}
+		})
+	}
+	c.say("delivering %d webhooks of %d organisations (%v of event time) while faults strike", n, c.cfg.Orgs, eventSpan)
+	start := time.Now()
+	total := c.cfg.FaultsPerKind * len(c.cfg.Kinds)
+	for i := range n {
+		dl := g.nth(i, n, eventSpan)
+		// Pace: not before Duration*i/n, not ahead of the faults.
+		if c.cfg.Duration > 0 {
+			if wait := time.Until(start.Add(time.Duration(float64(c.cfg.Duration) * float64(i) / float64(n)))); wait > 0 {
+				if !sleep(ctx, nil, wait) {
+					break
+				}
+			}
+		}
+		// The fault under way counts as done: data flows while it strikes.
+		for total > 0 && float64(i)/float64(n) > float64(c.faults.Load()+1)/float64(total)+0.01 && ctx.Err() == nil {
+			if faultsFinished(faultsDone) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		select {
+		case jobs <- job{i, dl}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		events[i] = delivery{Provider: dl.Provider, ID: dl.ID, Want: dl.Want, Reject: dl.Reject} // no body: 1M of them would not fit
+	}
+	close(jobs)
+	wg.Wait()
+	// Let the faults reach their count (they no longer wait for data).
+	if total > 0 {
+		for c.faults.Load() < int64(total) && ctx.Err() == nil && !faultsFinished(faultsDone) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	stopFaults()
+	<-faultsDone
+	if deliverErr != nil {
+		return events, deliverErr
+	}
+	if err := ctx.Err(); err != nil {
+		return events, err
+	}
+	c.say("delivered: %d requests for %d webhooks (%d duplicate deliveries, %d retries after 503 or no answer, %d answered from the idempotency store)",
+		d.prov.requests.Load(), c.delivered.Load(), d.prov.duplicates.Load(), d.prov.retries.Load(), d.prov.replayed.Load())
+	return events, nil
+}
+
+func faultsFinished(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// progress keeps the live line up to date until ctx ends.
+func (c *chaos) progress(ctx context.Context) {
+	tty := isTerminal(c.cfg.Stdout)
+	every := 10 * time.Second
+	if tty {
+		every = 500 * time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := int64(0)
+		for i := range c.sentAt {
+			if c.sentAt[i].Load() != 0 {
+				sent++
+			}
+		}
+		line := fmt.Sprintf("[%7.1fs] events %d/%d sent, %d accepted; faults %d; %s", time.Since(c.began).Seconds(),
+			sent, c.cfg.Events, c.delivered.Load(), c.faults.Load(), c.statusLine())
+		c.mu.Lock()
+		if tty {
+			fmt.Fprintf(c.cfg.Stdout, "\r\033[K%s", line)
+		} else {
+			fmt.Fprintln(c.cfg.Stdout, line)
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *chaos) statusLine() string {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	return c.status
+}
+
+func (c *chaos) setStatus(s string) {
+	c.statusMu.Lock()
+	c.status = s
+	c.statusMu.Unlock()
+}
+
+// isTerminal reports whether w is a terminal (for the live line).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// execCH runs one statement on ClickHouse.
+func execCH(ctx context.Context, addr, query string) error {
+	conn, err := ch.Dial(ctx, ch.Options{Address: addr, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Do(ctx, ch.Query{Body: query})
+}

@@ -1,0 +1,339 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+)
+
+// FaultCount is what the faults of one kind did.
+type FaultCount struct {
+	// Injected is how many faults of the kind were injected.
+	Injected int `json:"injected"`
+	// Hit is, for the kills, how many landed on the moment they aim at (a
+	// checkpoint write under way, claims not completed, an insert
+	// running, a rebalance under way, a successor still restoring, Redis
+	// refusing deliveries); for the broker's wire faults, how many
+	// requests (connections, answers) they hit.
+	Hit int `json:"hit"`
+}
+
+// MetricCheck compares one metric's total with the ground truth.
+type MetricCheck struct {
+	Metric string  `json:"metric"`
+	Want   float64 `json:"want"`
+	Window float64 `json:"window_final"`
+	Hourly float64 `json:"hourly_mv"` // NaN (null in JSON) where the table does not hold it
+}
+
+// ChaosResult is the outcome of a chaos run; RunChaos prints it as a table
+// and writes it as JSON.
+type ChaosResult struct {
+	Seed      uint64                 `json:"seed"`
+	Events    int                    `json:"events"`
+	Instances int                    `json:"processor_instances"`
+	Kinds     []string               `json:"kinds"`
+	Faults    map[string]*FaultCount `json:"faults"`
+	Kills     map[string]int         `json:"kills"` // SIGKILLs by service
+
+	Sent       int64 `json:"events_sent"`
+	Counted    int   `json:"events_counted"` // events the metrics count (the rest: pings, ignored and rejected payloads)
+	Accepted   int64 `json:"events_accepted"`
+	Requests   int64 `json:"requests"`
+	Duplicates int64 `json:"duplicate_deliveries"`
+	Retries    int64 `json:"retries"`
+	Replayed   int64 `json:"answered_from_store"`
+	Ignored    int64 `json:"answered_200_unpublished"`
+	Rejected   int64 `json:"answered_4xx"`
+
+	Tables     map[string]uint64 `json:"rows"`
+	Lost       int64             `json:"lost"`
+	Duplicated int64             `json:"duplicated"`
+	Metrics    []MetricCheck     `json:"metrics"`
+	// Latency from the first send of a webhook to its row in
+	// normalized_events.
+	LatencyP50 time.Duration `json:"latency_p50_ns"`
+	LatencyP99 time.Duration `json:"latency_p99_ns"`
+
+	Differences []string      `json:"differences,omitempty"`
+	Pass        bool          `json:"pass"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+	Error       string        `json:"error,omitempty"`
+}
+
+func (r *ChaosResult) totalFaults() int {
+	n := 0
+	for _, f := range r.Faults {
+		n += f.Injected
+	}
+	return n
+}
+
+// verify waits until every Kafka record is checkpointed and ClickHouse
+// holds exactly what was sent, or the convergence timeout passes, and
+// fills the result with what ClickHouse holds.
+func (c *chaos) verify(ctx context.Context, events []delivery) error {
+	d := c.d
+	want := expect(events)
+	c.res.Counted, c.res.Accepted = want.events, c.delivered.Load()
+	c.mu.Lock()
+	c.res.Faults = map[string]*FaultCount{}
+	for k, v := range c.log {
+		f := *v
+		c.res.Faults[k] = &f
+	}
+	c.mu.Unlock()
+	timeout := max(convergeTimeout(), time.Duration(c.cfg.Events/500)*time.Second)
+	deadline := time.Now().Add(timeout)
+	var (
+		got observed
+		gap []string
+	)
+	for {
+		lag, lagErr := checkpointLag(ctx, d.srv.Brokers, d.topic, c.cfg.Partitions, d.sup.Joined())
+		o, err := observe(ctx, d.srv.ClickHouseAddr, d.db)
+		if err == nil {
+			got, gap = o, diff(want, o)
+			if len(gap) == 0 && lagErr == nil && lag == 0 {
+				break
+			}
+			if o.rows > uint64(want.events) {
+				break // a duplicate never goes away
+			}
+		} else {
+			gap = []string{err.Error()}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if len(gap) == 0 {
+				gap = []string{fmt.Sprintf("exact, but records not yet checkpointed after %v (lag %d, %v)", timeout, lag, lagErr)}
+			}
+			break
+		}
+		c.setStatus(fmt.Sprintf("converging: %d rows of %d", o.rows, want.events))
+		time.Sleep(500 * time.Millisecond)
+	}
+	c.res.Differences = gap
+	c.res.Pass = len(gap) == 0
+	c.fill(want, got)
+	if p50, p99, err := c.latency(ctx, events); err == nil {
+		c.res.LatencyP50, c.res.LatencyP99 = p50, p99
+	} else {
+		c.say("latency: %v", err)
+	}
+	return nil
+}
+
+// fill puts what ClickHouse holds beside the ground truth.
+func (c *chaos) fill(want expected, got observed) {
+	r := c.res
+	r.Lost = max(int64(want.events)-int64(got.distinct), 0)
+	r.Duplicated = int64(got.rows) - int64(got.distinct)
+	var deployments, incidents uint64
+	for _, n := range got.deployments {
+		deployments += n
+	}
+	for _, n := range got.incidents {
+		incidents += n
+	}
+	r.Tables = map[string]uint64{
+		"normalized_events":             got.rows,
+		"employee_metrics_hourly":       uint64(len(got.hourly)),
+		"employee_metrics_window FINAL": uint64(len(got.window)),
+		"deployments FINAL":             deployments,
+		"incidents FINAL":               incidents,
+	}
+	type sums struct{ merged, comments, reviews, latency, deployments, incidents, hours float64 }
+	var w, win, hr sums
+	for _, m := range want.metrics {
+		w.merged += float64(m.PRsMerged)
+		w.comments += float64(m.ReviewComments)
+		w.reviews += float64(m.Reviews)
+		w.latency += m.ReviewLatencyS
+		w.deployments += float64(m.Deployments)
+		w.incidents += float64(m.Incidents)
+		w.hours++
+	}
+	for k, m := range got.window {
+		win.merged += float64(m.PRsMerged)
+		win.comments += float64(m.ReviewComments)
+		win.reviews += float64(m.Reviews)
+		if a := got.windowAvg[k]; !math.IsNaN(a) {
+			win.latency += a * float64(m.Reviews)
+		}
+		win.deployments += float64(m.Deployments)
+		win.incidents += float64(m.Incidents)
+		win.hours++
+	}
+	hourlyReviews := 0.0
+	for k, m := range got.hourly {
+		hr.merged += float64(m.PRsMerged)
+		hr.comments += float64(m.ReviewComments)
+		hr.deployments += float64(m.Deployments)
+		hr.incidents += float64(m.Incidents)
+		hr.hours++
+		// The rollup keeps an average, not a count, of reviews: weigh it
+		// with the ground truth's count to compare the total latency.
+		if a := got.hourlyAvg[k]; !math.IsNaN(a) {
+			hr.latency += a * float64(want.metrics[k].Reviews)
+			hourlyReviews += float64(want.metrics[k].Reviews)
+		}
+	}
+	avg := func(total, n float64) float64 {
+		if n == 0 {
+			return math.NaN()
+		}
+		return total / n
+	}
+	nan := math.NaN()
+	r.Metrics = []MetricCheck{
+		{"employee-hours", w.hours, win.hours, hr.hours},
+		{"merged PRs", w.merged, win.merged, hr.merged},
+		{"review comments", w.comments, win.comments, hr.comments},
+		{"reviews", w.reviews, win.reviews, nan},
+		{"average review latency (s)", avg(w.latency, w.reviews), avg(win.latency, win.reviews), avg(hr.latency, hourlyReviews)},
+		{"deployments", w.deployments, win.deployments, hr.deployments},
+		{"incidents", w.incidents, win.incidents, hr.incidents},
+		{"deployments FINAL rows", float64(want.deploymentsTotal), float64(deployments), nan},
+		{"incidents FINAL rows", float64(want.incidentsTotal), float64(incidents), nan},
+	}
+}
+
+// latency returns the p50 and p99 of the time from each counted event's
+// first send to its row's insert (the earliest, for a replayed one).
+func (c *chaos) latency(ctx context.Context, events []delivery) (p50, p99 time.Duration, err error) {
+	sent := make(map[string]int64, len(events))
+	for i, e := range events {
+		if e.Want != nil {
+			sent[e.Want.EventID] = c.sentAt[i].Load()
+		}
+	}
+	conn, err := ch.Dial(ctx, ch.Options{Address: c.d.srv.ClickHouseAddr, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	var (
+		ids proto.ColStr
+		at  proto.ColInt64
+		lat []int64
+	)
+	err = conn.Do(ctx, ch.Query{
+		Body: fmt.Sprintf("SELECT event_id, toUnixTimestamp64Milli(min(chaos_inserted_at)) AS at FROM %s.normalized_events GROUP BY event_id", c.d.db),
+		Result: proto.Results{{Name: "event_id", Data: &ids}, {Name: "at", Data: &at}},
+		OnResult: func(context.Context, proto.Block) error {
+			for i := range ids.Rows() {
+				if s, ok := sent[ids.Row(i)]; ok && s > 0 {
+					lat = append(lat, at.Row(i)-s)
+				}
+			}
+			ids.Reset()
+			at.Reset()
+			return nil
+		},
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(lat) == 0 {
+		return 0, 0, fmt.Errorf("no row matched a sent event")
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration {
+		return time.Duration(lat[min(len(lat)-1, int(p*float64(len(lat))))]) * time.Millisecond
+	}
+	return q(0.50), q(0.99), nil
+}
+
+// printTable writes the result as the closing table.
+func (r *ChaosResult) printTable(out io.Writer) {
+	// One write: a test's writer logs each write as one entry.
+	w := &bytes.Buffer{}
+	defer func() { _, _ = out.Write(w.Bytes()) }()
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fault kind\tinjected\thit\t")
+	kinds := make([]string, 0, len(r.Faults))
+	for k := range r.Faults {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t\n", k, r.Faults[k].Injected, r.Faults[k].Hit)
+	}
+	fmt.Fprintf(tw, "total\t%d\t\t\n", r.totalFaults())
+	_ = tw.Flush()
+	var kills []string
+	total := 0
+	for _, s := range []string{"processor", "gateway", "redis", "kafka", "clickhouse", "s3"} {
+		if n := r.Kills[s]; n > 0 {
+			kills = append(kills, fmt.Sprintf("%s %d", s, n))
+			total += n
+		}
+	}
+	fmt.Fprintf(w, "(hit: kills that landed on the moment they aim at; for kafka-* faults, the requests they failed, delayed or cut)\n")
+	fmt.Fprintf(w, "SIGKILLs: %d (%s)\n", total, strings.Join(kills, ", "))
+	fmt.Fprintf(w, "events: %d sent (%d counted by the metrics, %d answered 200 unpublished, %d answered 4xx), %d accepted; %d requests (%d duplicate deliveries, %d retries, %d answered from the idempotency store)\n",
+		r.Sent, r.Counted, r.Ignored, r.Rejected, r.Accepted, r.Requests, r.Duplicates, r.Retries, r.Replayed)
+	tables := make([]string, 0, len(r.Tables))
+	for t := range r.Tables {
+		tables = append(tables, t)
+	}
+	sort.Strings(tables)
+	var rows []string
+	for _, t := range tables {
+		rows = append(rows, fmt.Sprintf("%s %d", t, r.Tables[t]))
+	}
+	fmt.Fprintf(w, "ClickHouse rows: %s\n", strings.Join(rows, ", "))
+	fmt.Fprintf(w, "lost: %d, duplicated: %d\n", r.Lost, r.Duplicated)
+	tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "metric\tground truth\twindow FINAL\thourly MV\t")
+	num := func(f float64) string {
+		switch {
+		case math.IsNaN(f):
+			return "-"
+		case f == math.Trunc(f) && math.Abs(f) < 1e15:
+			return fmt.Sprintf("%.0f", f)
+		}
+		return fmt.Sprintf("%.3f", f)
+	}
+	for _, m := range r.Metrics {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", m.Metric, num(m.Want), num(m.Window), num(m.Hourly))
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "webhook to row: p50 %v, p99 %v\n", r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond))
+	if len(r.Differences) > 0 {
+		fmt.Fprintf(w, "DIFFERENCES:\n  %s\n", summarize(r.Differences))
+	}
+	fmt.Fprintf(w, "elapsed %v, seed %d\n", r.Elapsed.Round(time.Second), r.Seed)
+}
+
+// MarshalJSON writes NaN metrics as null.
+func (m MetricCheck) MarshalJSON() ([]byte, error) {
+	f := func(v float64) any {
+		if math.IsNaN(v) {
+			return nil
+		}
+		return v
+	}
+	return json.Marshal(map[string]any{"metric": m.Metric, "want": f(m.Want), "window_final": f(m.Window), "hourly_mv": f(m.Hourly)})
+}
+
+func (r *ChaosResult) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
