@@ -230,7 +230,7 @@ func (c *chaos) latency(ctx context.Context, events []delivery) (p50, p99 time.D
 		lat []int64
 	)
 	err = conn.Do(ctx, ch.Query{
-		Body: fmt.Sprintf("SELECT event_id, toUnixTimestamp64Milli(min(chaos_inserted_at)) AS at FROM %s.normalized_events GROUP BY event_id", c.d.db),
+		Body:   fmt.Sprintf("SELECT event_id, toUnixTimestamp64Milli(min(chaos_inserted_at)) AS at FROM %s.normalized_events GROUP BY event_id", c.d.db),
 		Result: proto.Results{{Name: "event_id", Data: &ids}, {Name: "at", Data: &at}},
 		OnResult: func(context.Context, proto.Block) error {
 			for i := range ids.Rows() {
