@@ -22,7 +22,7 @@ import (
 // Environment of BenchmarkFlushPolicy.
 const (
 	envPolicySeconds = "CHSINK_POLICY_SECONDS" // length of a run of one policy; default 8
-	envPolicyRate    = "CHSINK_POLICY_RATE"    // event rows/s per partition; default 80000
+	envPolicyRate    = "CHSINK_POLICY_RATE"    // event rows/s per partition; default 40000
 )
 
 // BenchmarkFlushPolicy runs the shape the issue measured against a
@@ -37,7 +37,7 @@ const (
 // its chain (both Snapshots, p50 and p99). Run it with -benchtime 1x.
 func BenchmarkFlushPolicy(b *testing.B) {
 	seconds := envInt(b, envPolicySeconds, 8)
-	rate := envInt(b, envPolicyRate, 80_000)
+	rate := envInt(b, envPolicyRate, 40_000)
 	srv := testenv.StartClickHouse(b)
 	db := testenv.NewDatabase(b, srv.Addr())
 	env := chEnv{addr: srv.Addr(), db: db, conn: testenv.DialClickHouse(b, srv.Addr(), db)}
