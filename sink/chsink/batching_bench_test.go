@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,10 +102,22 @@ func runPolicy(b *testing.B, env chEnv, pid int, prefix string, opts chsink.Opti
 		evWait []time.Duration // the events sink's Snapshot alone
 		chErrs []error
 	)
-	type chain struct{ events, windows *chsink.Sink[event] }
-	chains := make([]chain, partitions)
+	// chain is one partition's pair of sinks. For the events sink it
+	// counts the rows the barrier inserted itself: the batches journaled
+	// while a Snapshot ran (inSnap), which Snapshot waits for.
+	type chain struct {
+		events, windows *chsink.Sink[event]
+		inSnap          atomic.Bool
+		kinds           []bool // per batch journaled, in order: inside a Snapshot
+		written         int    // batches written so far
+		barrierRows     atomic.Int64
+	}
+	chains := make([]*chain, partitions)
+	var evAtBarrier []int
 	var runs sync.WaitGroup
 	for p := range chains {
+		chains[p] = &chain{}
+		c := chains[p]
 		for i, t := range tables {
 			s, err := chsink.New(ctx, chsink.Table{Addr: env.addr, Name: t}, checkpoint.TopicPartition{Topic: t, Partition: p},
 				checkpoint.NewMemStorage(), eventSchema, opts)
@@ -114,12 +127,21 @@ func runPolicy(b *testing.B, env chEnv, pid int, prefix string, opts chsink.Opti
 				mu.Lock()
 				sizes[i] = append(sizes[i], n)
 				mu.Unlock()
+				if i == 0 { // under the sink's lock, like the hook below
+					if c.kinds[c.written] {
+						c.barrierRows.Add(int64(n))
+					}
+					c.written++
+				}
 			})
+			if i == 0 {
+				s.SetHooks(func() { c.kinds = append(c.kinds, c.inSnap.Load()) }, nil)
+			}
 			runs.Go(func() { _ = s.Run(ctx) })
 			if i == 0 {
-				chains[p].events = s
+				c.events = s
 			} else {
-				chains[p].windows = s
+				c.windows = s
 			}
 		}
 	}
@@ -142,7 +164,11 @@ func runPolicy(b *testing.B, env chEnv, pid int, prefix string, opts chsink.Opti
 					if !now.Before(nextBarrier) {
 						id++
 						t0 := time.Now()
-						if _, err := c.events.Snapshot(ctx, id); err != nil {
+						c.inSnap.Store(true)
+						c.barrierRows.Store(0)
+						_, err := c.events.Snapshot(ctx, id)
+						c.inSnap.Store(false)
+						if err != nil {
 							return err
 						}
 						we := time.Since(t0)
@@ -159,6 +185,7 @@ func runPolicy(b *testing.B, env chEnv, pid int, prefix string, opts chsink.Opti
 						mu.Lock()
 						waits = append(waits, w)
 						evWait = append(evWait, we)
+						evAtBarrier = append(evAtBarrier, int(c.barrierRows.Load()))
 						mu.Unlock()
 						nextBarrier = nextBarrier.Add(ckptInterval)
 						continue
@@ -216,6 +243,7 @@ func runPolicy(b *testing.B, env chEnv, pid int, prefix string, opts chsink.Opti
 	}
 	slices.Sort(waits)
 	slices.Sort(evWait)
+	slices.Sort(evAtBarrier)
 	b.ReportMetric(float64(written)/elapsed.Seconds(), "rows/s")
 	b.ReportMetric(float64(len(sizes[0])+len(sizes[1]))/elapsed.Seconds(), "inserts/s")
 	b.ReportMetric(float64(pct(sizes[0], 0.10)), "ev-p10-rows/insert")
@@ -228,6 +256,8 @@ func runPolicy(b *testing.B, env chEnv, pid int, prefix string, opts chsink.Opti
 	}
 	b.ReportMetric(float64(pct(waits, 0.50).Microseconds())/1000, "p50-barrier-ms")
 	b.ReportMetric(float64(pct(waits, 0.99).Microseconds())/1000, "p99-barrier-ms")
+	b.ReportMetric(float64(pct(evAtBarrier, 0.50)), "ev-p50-barrier-rows")
+	b.ReportMetric(float64(pct(evAtBarrier, 0.99)), "ev-p99-barrier-rows")
 	b.ReportMetric(float64(pct(evWait, 0.50).Microseconds())/1000, "ev-p50-barrier-ms")
 	b.ReportMetric(float64(pct(evWait, 0.99).Microseconds())/1000, "ev-p99-barrier-ms")
 	var held time.Duration
