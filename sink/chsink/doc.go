@@ -63,7 +63,7 @@
 // Each insert costs ClickHouse a fixed amount of CPU (a part written, and
 // merged later) besides its rows, so few large inserts are cheaper than
 // many small ones: on the embedded server, inserts of ~8,000 rows (a
-// MaxDelay of 200 ms at 40,000 rows/s) cost it about three times the CPU
+// MaxDelay of 200 ms at 40,000 rows/s) cost it 2.6 times the CPU
 // per row of inserts of 40,000 (BENCHMARKS.md). The barrier, on the other
 // hand, waits for the insert of everything buffered, and the chain is held
 // meanwhile. The sink balances the two this way:
