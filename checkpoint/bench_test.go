@@ -112,7 +112,8 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // incremental ones, on FSStorage with fsync: ns/op is the time the chain is
 // blocked by one checkpoint (the compactions run beside it), B/op and
 // allocs/op its allocations, written-B/op the bytes it wrote to storage
-// (compactions included).
+// (compactions included), and restore-ms the time to restore the last
+// checkpoint into a new deduplicator.
 func BenchmarkCheckpointDedupChanged(b *testing.B) {
 	for _, keys := range []int{1_000_000, 10_000_000} {
 		for _, incremental := range []bool{false, true} {
@@ -162,6 +163,17 @@ func BenchmarkCheckpointDedupChanged(b *testing.B) {
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(storage.written.Load())/float64(b.N), "written-B/op")
+				// A restart: restore the newest checkpoint into a new
+				// deduplicator (base and deltas, or the full snapshot).
+				d2, err := dedup.New(time.Hour, dedup.Options{ExpectedKeys: keys, Incremental: incremental})
+				require.NoError(b, err)
+				defer d2.Close()
+				start := time.Now()
+				task2, err := coord.Attach(ctx, checkpoint.TopicPartition{Topic: p0.Topic, Partition: p0.Partition}, map[string]checkpoint.Participant{"dedup": d2})
+				require.NoError(b, err)
+				b.ReportMetric(float64(time.Since(start).Milliseconds()), "restore-ms")
+				task2.Detach()
+				require.Equal(b, d.Len(), d2.Len())
 			})
 		}
 	}

@@ -32,6 +32,11 @@
 // partition, owned by that partition's processing chain, so a partition's
 // state moves to another instance with its checkpoint.
 //
+// A large table changes little between two checkpoints: with
+// Options.Incremental a checkpoint writes only the keys written since the
+// previous one (see Incremental snapshots below), so its cost follows what
+// changed, not the size of the state.
+//
 // # TTL semantics
 //
 // The TTL is required (there is no "0 means forever": state that is never
@@ -80,7 +85,7 @@
 //
 // # Snapshot format
 //
-// A snapshot (version 1, little endian) is a 28-byte header (magic
+// A full snapshot (version 1, little endian) is a 28-byte header (magic
 // "EODEDUP\x00", version, flags, clock in Unix nanoseconds, entry count),
 // the live entries in increasing fingerprint order (16-byte fingerprint,
 // 4-byte expiry in Unix seconds, and with ExactKeys a uvarint length and the
@@ -92,7 +97,42 @@
 // non-canonical snapshot with an error wrapping ErrCorrupt. Expiries
 // are absolute, so restoring into a Deduplicator with another TTL keeps
 // each entry's expiry. Snapshot and restore are linear in the number of
-// keys, with no sort.
+// keys, with no sort. An incremental snapshot is a version 2 manifest (see
+// Incremental snapshots) whose base and deltas are version 1 snapshots.
+//
+// # Incremental snapshots
+//
+// With Options.Incremental, and attached to a checkpoint.Coordinator (it is
+// a checkpoint.ObjectParticipant), the deduplicator keeps a log of the table
+// writes since the last checkpoint (new keys, keys written again after they
+// expired, and with OnReadAndWrite extended ones): 20 bytes per write, plus
+// the key with ExactKeys. Snapshot sorts the log, keeps each entry's largest
+// expiry and the entries live at the clock, and streams them to storage as a
+// delta object in the version 1 format (the first checkpoint of a run that
+// did not restore an incremental one writes a base: every live entry); it
+// returns a version 2 manifest naming the base and the deltas, each with its
+// size, CRC-32C and entry count. Like Flink's incremental RocksDB
+// checkpoints, and Kafka Streams' changelog, the bytes a checkpoint writes
+// follow what changed: at 10 million keys with 1% changed, about 2 MB
+// instead of 200 MB.
+//
+// A compaction merges the base and the deltas into a new base when the
+// deltas outweigh half the base or number Options.MaxDeltas. It runs in a
+// goroutine of the deduplicator, reading the objects (never the table, which
+// the chain goes on changing), and the next checkpoint after it finished
+// names the new base: no barrier waits for it, unless the chain reaches four
+// times MaxDeltas deltas while it runs. Close stops it and waits. The
+// coordinator deletes the objects no retained checkpoint needs.
+//
+// Restore of a manifest reads the base and the deltas, checks each against
+// the manifest (size, CRC, entry count, flags, clocks in order) and in
+// itself (as a version 1 snapshot), and merges them: every entry with its
+// largest expiry, less those expired at the manifest's clock. An expiry
+// never needs a record: an entry's expiry only grows, and one that has
+// passed at the clock is dropped, so no expired key comes back. The
+// restored state is the one a full snapshot at the same barrier holds. A
+// Deduplicator restores full snapshots and manifests alike, whatever its
+// Options.Incremental.
 //
 // # Concurrency
 //
@@ -118,4 +158,15 @@
 //
 // Errors never half-apply: a failed Observe records nothing, and a failed
 // Restore loads nothing.
+//
+// Incremental snapshots hold the same state as full ones at the same
+// barrier (tested against full snapshots through random sightings,
+// expiries, checkpoints, compactions and restarts, and by killing a process
+// with SIGKILL while it writes a delta or a compaction's base: the newest
+// checkpoint then restores exactly the state of an uncrashed run at its
+// offset). A delta is durable before the checkpoint naming it, so a crash
+// never leaves a checkpoint naming a missing object; a damaged, truncated,
+// missing or swapped base or delta fails Restore with an error wrapping
+// ErrCorrupt or checkpoint.ErrNotFound, and loads nothing. Full snapshots
+// of earlier releases (version 1) restore as before.
 package dedup

@@ -295,20 +295,13 @@ func cmpLogEntries(a, b *logEntry) int {
 }
 
 func cmpEntries(as *slot, ak []byte, bs *slot, bk []byte) int {
-	if c := compareHash(as.hash(), bs.hash()); c != 0 {
-		return c
+	if a, b := as.hi(), bs.hi(); a != b {
+		return cmp.Compare(a, b)
+	}
+	if a, b := as.lo(), bs.lo(); a != b {
+		return cmp.Compare(a, b)
 	}
 	return bytes.Compare(ak, bk)
-}
-
-func compareHash(a, b hash128) int {
-	switch {
-	case a.less(b):
-		return -1
-	case b.less(a):
-		return 1
-	}
-	return 0
 }
 
 // writeDelta writes the change log, sorted, one entry per key with its
@@ -699,80 +692,81 @@ func (c *cursor) next() error {
 
 // mergeEntries calls fn for every entry of the union of the inputs live at
 // nowSec, in increasing (hash, key) order, each with its largest expiry.
-// inputs[0] is the base, the rest deltas: the deltas, small, are merged in
-// memory first, then with the base in one pass, so the work is linear in
-// the base whatever the number of deltas.
+// The inputs are sorted, so a heap of their cursors merges them in one pass
+// without copying: O(n log k) for n entries in k inputs.
 func mergeEntries(inputs []chainInput, nowSec uint32, fn func(s *slot, key []byte) error) error {
-	cursorOf := func(in *chainInput) cursor {
-		return cursor{in: in, rest: in.entries, left: in.count, minExp: uint32(in.clock / int64(time.Second))}
+	cs := make([]cursor, len(inputs))
+	h := make([]int, 0, len(inputs)) // a min-heap of the indices of live cursors
+	for i := range inputs {
+		cs[i] = cursor{in: &inputs[i], rest: inputs[i].entries, left: inputs[i].count,
+			minExp: uint32(inputs[i].clock / int64(time.Second))}
+		if err := cs[i].next(); err != nil {
+			return err
+		}
+		if cs[i].ok {
+			h = append(h, i)
+		}
 	}
-	var ds []logEntry
-	for i := 1; i < len(inputs); i++ {
-		c := cursorOf(&inputs[i])
+	less := func(a, b int) bool {
+		ca, cb := &cs[h[a]], &cs[h[b]]
+		return cmpEntries(&ca.s, ca.key, &cb.s, cb.key) < 0
+	}
+	down := func(i int) {
 		for {
-			if err := c.next(); err != nil {
-				return err
+			l, m := 2*i+1, i
+			if l < len(h) && less(l, m) {
+				m = l
 			}
-			if !c.ok {
-				break
+			if r := l + 1; r < len(h) && less(r, m) {
+				m = r
 			}
-			ds = append(ds, logEntry{h: c.s.hash(), exp: c.s.exp(), key: c.key})
+			if m == i {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
 		}
 	}
-	slices.SortFunc(ds, func(a, b logEntry) int { return cmpLogEntries(&a, &b) })
-	n := 0
-	for i := range ds {
-		if n > 0 && cmpLogEntries(&ds[n-1], &ds[i]) == 0 {
-			ds[n-1].exp = max(ds[n-1].exp, ds[i].exp)
-			continue
-		}
-		ds[n] = ds[i]
-		n++
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		down(i)
 	}
-	ds = ds[:n]
-
-	base := cursorOf(&inputs[0])
-	if err := base.next(); err != nil {
-		return err
+	// advanceTop moves the smallest cursor on and restores the heap.
+	advanceTop := func() error {
+		c := &cs[h[0]]
+		if err := c.next(); err != nil {
+			return err
+		}
+		if !c.ok {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		if len(h) > 0 {
+			down(0)
+		}
+		return nil
 	}
 	s := new(slot) // one allocation, not one per entry
-	emit := func(key []byte) error {
-		if s.exp() <= nowSec {
-			return nil
-		}
-		return fn(s, key)
-	}
-	for base.ok || len(ds) > 0 {
-		c := -1 // the delta's entry comes first
-		if !base.ok {
-			c = 1
-		} else if len(ds) > 0 {
-			c = compareHash(base.s.hash(), ds[0].h)
-			if c == 0 {
-				c = bytes.Compare(base.key, ds[0].key)
-			}
-		}
-		var key []byte
-		switch {
-		case c < 0: // the base's entry only
-			*s, key = base.s, base.key
-			if err := base.next(); err != nil {
-				return err
-			}
-		case c > 0: // the delta's entry only
-			s.set(ds[0].h, ds[0].exp)
-			key = ds[0].key
-			ds = ds[1:]
-		default: // both: the largest expiry
-			*s, key = base.s, base.key
-			s.setExp(max(s.exp(), ds[0].exp))
-			ds = ds[1:]
-			if err := base.next(); err != nil {
-				return err
-			}
-		}
-		if err := emit(key); err != nil {
+	for len(h) > 0 {
+		top := &cs[h[0]]
+		*s = top.s
+		key := top.key // aliases the input, which does not move
+		if err := advanceTop(); err != nil {
 			return err
+		}
+		for len(h) > 0 {
+			c := &cs[h[0]]
+			if cmpEntries(&c.s, c.key, s, key) != 0 {
+				break
+			}
+			s.setExp(max(s.exp(), c.s.exp()))
+			if err := advanceTop(); err != nil {
+				return err
+			}
+		}
+		if s.exp() > nowSec {
+			if err := fn(s, key); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
