@@ -289,7 +289,11 @@ func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants
 		}
 		o, err := newObjects(c.store.storage, d, n)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint: attach %s: %w", p, err)
+			// The participant keeps working without objects (dedup then
+			// writes full snapshots): its name, fine as a state's key,
+			// cannot name a directory.
+			c.log.WarnContext(ctx, "checkpoint: participant gets no objects", "partition", p.String(), "participant", n, "err", err)
+			continue
 		}
 		if t.objects == nil {
 			t.objects = map[string]*Objects{}

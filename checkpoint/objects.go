@@ -107,6 +107,16 @@ func (o *Objects) Read(ctx context.Context, name string) ([]byte, error) {
 	return o.storage.Get(ctx, o.dir+name)
 }
 
+// Abandon tells the coordinator that the object name, written through
+// Write, will not be referenced by a checkpoint of this process (a
+// compaction whose result came too late): it is deleted after a later
+// checkpoint unless a retained checkpoint references it.
+func (o *Objects) Abandon(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.pending, name)
+}
+
 // ref is the name of object in a Checkpoint's Objects.
 func (o *Objects) ref(name string) string { return o.participant + "/" + name }
 

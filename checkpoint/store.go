@@ -199,6 +199,14 @@ func (s *Store) collectObjects(ctx context.Context, p TopicPartition, spare func
 	if err != nil {
 		return
 	}
+	names, err := s.storage.List(ctx, d+objectsDir)
+	if err != nil {
+		s.log.WarnContext(ctx, "checkpoint: listing objects failed", "partition", p.String(), "err", err)
+		return
+	}
+	if len(names) == 0 {
+		return // participants that write no objects cost one List
+	}
 	es, err := s.entries(ctx, p)
 	if err != nil {
 		s.log.WarnContext(ctx, "checkpoint: listing checkpoints for object collection failed", "partition", p.String(), "err", err)
@@ -229,11 +237,6 @@ func (s *Store) collectObjects(ctx context.Context, p TopicPartition, spare func
 		for _, r := range refs {
 			live[r] = true
 		}
-	}
-	names, err := s.storage.List(ctx, d+objectsDir)
-	if err != nil {
-		s.log.WarnContext(ctx, "checkpoint: listing objects failed", "partition", p.String(), "err", err)
-		return
 	}
 	for _, n := range names {
 		ref := n[len(d+objectsDir):]

@@ -386,6 +386,8 @@ func (d *Deduplicator) adoptCompaction() {
 		case r.gen == inc.gen:
 			inc.base = r.base
 			inc.deltas = slices.Clone(inc.deltas[r.merged:])
+		default: // the chain was replaced (a restore) meanwhile
+			inc.objs.Abandon(r.base.name)
 		}
 	default:
 	}
@@ -473,6 +475,7 @@ func (j compactJob) run(ctx context.Context) compactResult {
 		return c.finish()
 	})
 	if err != nil {
+		j.objs.Abandon(j.name)
 		return fail(fmt.Errorf("dedup: compaction into %s: %w", j.name, err))
 	}
 	return compactResult{gen: j.gen, base: objRef{name: j.name, size: info.Size, crc: sum, count: n}, merged: len(j.deltas)}

@@ -377,3 +377,27 @@ func FuzzIncrementalRestore(f *testing.F) {
 		}
 	})
 }
+
+// A participant name that cannot name an object directory still attaches:
+// the deduplicator then writes full snapshots.
+func TestIncrementalWithoutObjectsWritesFull(t *testing.T) {
+	ctx := context.Background()
+	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+	require.NoError(t, err)
+	defer coord.Close()
+	d, err := dedup.New(time.Hour, dedup.Options{Incremental: true})
+	require.NoError(t, err)
+	defer d.Close()
+	task, err := coord.Attach(ctx, pInc, map[string]checkpoint.Participant{"dedup:events": d})
+	require.NoError(t, err)
+	defer task.Detach()
+	_, err = d.Observe([]byte("k"), time.Unix(1_800_000_000, 0))
+	require.NoError(t, err)
+	require.NoError(t, task.Checkpoint(ctx, nil, 1, checkpoint.Meta{}, nil))
+	cp, err := store.Latest(ctx, pInc)
+	require.NoError(t, err)
+	assert.Empty(t, cp.Objects)
+	assert.Equal(t, []byte("EODEDUP\x00\x01\x00"), cp.States["dedup:events"][:10])
+}
