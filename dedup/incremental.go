@@ -180,11 +180,17 @@ type chunkWriter struct {
 	buf []byte
 	crc uint32
 	err error
+	ctx context.Context // if set, its end stops the writing at the next chunk
 }
 
 func (c *chunkWriter) flush() {
 	if c.err != nil || len(c.buf) == 0 {
 		return
+	}
+	if c.ctx != nil {
+		if c.err = c.ctx.Err(); c.err != nil {
+			return
+		}
 	}
 	c.crc = crc32.Update(c.crc, castagnoli, c.buf)
 	_, c.err = c.w.Write(c.buf)
@@ -462,7 +468,7 @@ func (j compactJob) run(ctx context.Context) compactResult {
 	}
 	var sum uint32
 	info, err := j.objs.Write(ctx, j.name, func(w io.Writer) error {
-		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
+		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk), ctx: ctx}
 		defer func() { sum = c.crc }()
 		c.header(j.clock, j.exact, n)
 		err := mergeEntries(inputs, nowSec, func(s *slot, key []byte) error {
