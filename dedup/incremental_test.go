@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,4 +402,93 @@ func TestIncrementalWithoutObjectsWritesFull(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, cp.Objects)
 	assert.Equal(t, []byte("EODEDUP\x00\x01\x00"), cp.States["dedup:events"][:10])
+}
+
+// gatedStorage holds every write of a compaction's base (an object named
+// base-… after the first) until the gate opens.
+type gatedStorage struct {
+	*checkpoint.MemStorage
+	gate   chan struct{}
+	bases  atomic.Int32
+	queued chan string
+}
+
+func (s *gatedStorage) PutStream(ctx context.Context, name string, write func(io.Writer) error) error {
+	if strings.Contains(name, "/objects/dedup/base-") && s.bases.Add(1) > 1 {
+		s.queued <- name
+		<-s.gate
+	}
+	return s.MemStorage.PutStream(ctx, name, write)
+}
+
+// A barrier never waits for a compaction it does not need: with the
+// compaction's write held, checkpoints go on completing with deltas, up to
+// four times MaxDeltas; the next one adopts the compaction once it is done.
+func TestCheckpointsDoNotWaitForCompaction(t *testing.T) {
+	ctx := context.Background()
+	storage := &gatedStorage{MemStorage: checkpoint.NewMemStorage(), gate: make(chan struct{}), queued: make(chan string, 1)}
+	c := attachInc(t, storage, dedup.Options{Incremental: true, MaxDeltas: 2})
+	now := time.Unix(1_800_000_000, 0)
+	next := 0
+	checkpointWith := func(keys int) {
+		for range keys {
+			_, err := c.d.Observe(fmt.Appendf(nil, "k%d", next), now)
+			require.NoError(t, err)
+			next++
+		}
+		require.NoError(t, c.task.Checkpoint(ctx, nil, int64(next), checkpoint.Meta{}, nil))
+	}
+	checkpointWith(1000) // the base
+	checkpointWith(10)
+	checkpointWith(10) // MaxDeltas deltas: a compaction starts, and is held
+	compaction := <-storage.queued
+	for range 4*2 - 2 - 1 { // up to one short of 4*MaxDeltas deltas
+		checkpointWith(10)
+	}
+	cp, err := c.coord.Store().Latest(ctx, pInc)
+	require.NoError(t, err)
+	assert.Len(t, cp.Objects, 1+7, "base and deltas while the compaction is held")
+	assert.NotContains(t, cp.Objects, "dedup/"+compaction[strings.LastIndexByte(compaction, '/')+1:])
+
+	close(storage.gate)
+	// The next checkpoints adopt the new base once the compaction is done.
+	require.Eventually(t, func() bool {
+		checkpointWith(1)
+		cp, err := c.coord.Store().Latest(ctx, pInc)
+		require.NoError(t, err)
+		return cp.Objects[0] == "dedup/"+compaction[strings.LastIndexByte(compaction, '/')+1:]
+	}, 10*time.Second, time.Millisecond)
+	c.close()
+	_, got := fullState(t, storage, false)
+	ref, err := dedup.New(50*time.Second, dedup.Options{})
+	require.NoError(t, err)
+	defer ref.Close()
+	for i := range next {
+		_, err := ref.Observe(fmt.Appendf(nil, "k%d", i), now)
+		require.NoError(t, err)
+	}
+	want, err := ref.Snapshot(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+}
+
+// TestManifestGolden pins the version 2 manifest: the bytes an incremental
+// checkpoint of a fixed input returns (a base and two deltas, each named
+// with its size, CRC and entry count). Run with -update to rewrite it after
+// a deliberate format change, which needs a new version.
+func TestManifestGolden(t *testing.T) {
+	_, got := buildChain(t, false)
+	path := filepath.Join("testdata", "manifest_v2.golden")
+	if *update {
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "manifest bytes changed: a format change needs a new version")
+	d, err := dedup.New(time.Hour, dedup.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	refs, err := d.References(want)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"base-00000000000000000001", "delta-00000000000000000002", "delta-00000000000000000003"}, refs)
 }

@@ -87,7 +87,7 @@ func TestSnapshotGolden(t *testing.T) {
 // canonical: snapshotting the restored state returns the same bytes. The seed
 // corpus is in testdata/fuzz/FuzzRestore.
 func FuzzRestore(f *testing.F) {
-	for _, name := range []string{"snapshot_v1.golden", "snapshot_v1_exact.golden"} {
+	for _, name := range []string{"snapshot_v1.golden", "snapshot_v1_exact.golden", "manifest_v2.golden"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err == nil {
 			f.Add(b)
