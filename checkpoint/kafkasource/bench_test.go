@@ -33,9 +33,12 @@ func BenchmarkThroughput(b *testing.B) {
 	for _, tt := range []struct {
 		name     string
 		interval time.Duration
+		batch    bool // ProcessBatch with ObserveBatch instead of Process with Observe
 	}{
 		{name: "checkpoints=off", interval: -1},
 		{name: "interval=1s", interval: time.Second},
+		{name: "batch/checkpoints=off", interval: -1, batch: true},
+		{name: "batch/interval=1s", interval: time.Second, batch: true},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -55,7 +58,7 @@ func BenchmarkThroughput(b *testing.B) {
 					if err != nil {
 						return nil, err
 					}
-					return &kafkasource.Processor{
+					proc := &kafkasource.Processor{
 						Participants: map[string]checkpoint.Participant{"dedup": d},
 						Process: func(_ context.Context, m kafka.Message) error {
 							if _, err := d.Observe(m.Value, m.Time); err != nil {
@@ -67,7 +70,29 @@ func BenchmarkThroughput(b *testing.B) {
 							return nil
 						},
 						Close: d.Close,
-					}, nil
+					}
+					if tt.batch {
+						var (
+							sightings []dedup.Sighting
+							first     []bool
+						)
+						proc.Process = nil
+						proc.ProcessBatch = func(_ context.Context, ms []kafka.Message) (int, error) {
+							sightings = sightings[:0]
+							for i := range ms {
+								sightings = append(sightings, dedup.Sighting{Key: ms[i].Value, Time: ms[i].Time})
+							}
+							var err error
+							if first, err = d.ObserveBatch(sightings, first[:0]); err != nil {
+								return len(first), err
+							}
+							if seen.Add(int64(len(ms))) == partitions*perPart {
+								close(done)
+							}
+							return len(ms), nil
+						}
+					}
+					return proc, nil
 				}
 				src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: fmt.Sprintf("%s-%d-%d", tt.name, b.N, run), Topics: []string{topic}},
 					coord, newProc, fastGroup)
