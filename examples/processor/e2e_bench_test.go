@@ -34,6 +34,7 @@ const (
 	envRounds     = "E2E_ROUNDS"     // rounds of every variant, alternating their order; default 1
 	envCPUProfile = "E2E_CPUPROFILE" // a file for the CPU profile of one variant's first run
 	envProfiled   = "E2E_PROFILE"    // that variant's name; default "chain"
+	envVariants   = "E2E_VARIANTS"   // the variants to run, comma-separated; default all
 )
 
 // variant is one way of consuming the topic in BenchmarkEndToEnd.
@@ -105,6 +106,15 @@ func BenchmarkEndToEnd(b *testing.B) {
 		{name: "chain", desc: "chain, 1 s checkpoints", run: chainVariant(time.Second, false)},
 		{name: "chain-nockpt", desc: "chain, checkpoints off (b)", run: chainVariant(-1, false)},
 		{name: "chain-record", desc: "chain per record, 1 s checkpoints", run: chainVariant(time.Second, true)},
+	}
+	if only := os.Getenv(envVariants); only != "" {
+		keep := variants[:0]
+		for _, v := range variants {
+			if v.name == "raw" || strings.Contains(","+only+",", ","+v.name+",") {
+				keep = append(keep, v) // raw always: the shares are of it
+			}
+		}
+		variants = keep
 	}
 	profiled := os.Getenv(envProfiled)
 	if profiled == "" {
