@@ -86,6 +86,9 @@ demo: deps
 chaos: deps
 	go run ./internal/cmd/chaos $(CHAOS_ARGS)
 
+# bench includes BenchmarkEndToEnd (examples/processor): E2E_EVENTS events
+# (default 2,000,000) through the example's chain beside raw kafka-go, a few
+# minutes; E2E_EVENTS=200000 runs it small, E2E_ROUNDS=3 repeats it.
 bench:
-	go test -run '^$$' -bench . -benchmem ./...
+	go test -run '^$$' -bench . -benchmem -timeout 60m ./...
 	cd bench && go test -run '^$$' -bench SinkVsClickHouseGo -benchtime 20x -count 3 .

@@ -21,6 +21,15 @@
 //		kafkasource.Options{})
 //	err = src.Run(ctx)
 //
+// A chain that gains from deciding records together sets
+// Processor.ProcessBatch instead of Process: it gets the records fetched
+// and waiting (at most Options.MaxBatch a call), so it can decide them with
+// one dedup ObserveBatch and hand its sinks rows in bulk (chsink's
+// AddBatch). It returns how many it handled; fewer, with an error, names
+// the record that failed, which goes to the poison policy like a Process
+// error. examples/processor's chain does both, with the same checkpoints
+// and rows either way.
+//
 // # How it works
 //
 // Run uses kafka-go's ConsumerGroup and Generation API, not a Reader with a
@@ -33,7 +42,10 @@
 // checkpoint); after a completed checkpoint the chain commits its offset
 // with Generation.CommitOffsets, which the broker refuses for a stale
 // generation, and only while the generation's context is live. Per-partition
-// order is kept: one goroutine processes one partition. A checkpoint that a
+// order is kept: one goroutine processes one partition. The partition Reader's
+// records reach the chain through a mailbox: the fetching goroutine appends
+// them and the chain takes all that wait in one swap of two reused slices,
+// so a busy chain gets them in batches without a hand-off per record. A checkpoint that a
 // participant declines (checkpoint.ErrDeclined) is skipped without stopping
 // the chain; any other checkpoint failure stops Run.
 //
@@ -142,10 +154,14 @@
 //
 //   - Every record is processed at least once, and its effect on
 //     checkpointed state exactly once, across crashes and rebalances.
+//   - A checkpoint's offset and its participants' state agree record for
+//     record: barriers are taken between two records or two ProcessBatch
+//     calls, never inside one, so a barrier that arrives while a fetched
+//     batch is processed splits it there.
 //   - Offsets committed to the group never pass a completed checkpoint; the
 //     checkpoint, not the group offset, is where a chain restarts.
-//   - A chain's Process, Tick and its participants are called from one
-//     goroutine, Process in offset order; once the chain's ownership has
+//   - A chain's Process (or ProcessBatch), Tick and its participants are
+//     called from one goroutine, records in offset order; once the chain's ownership has
 //     ended it takes no further record, tick or barrier (one already taken
 //     runs with the ended context, which a sink fences on).
 //   - Run returns a chain's permanent error (failed checkpoint, Process

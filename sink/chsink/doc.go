@@ -14,7 +14,8 @@
 // and column buffers are reused between batches. New connects, checks the
 // table (engine, deduplication window, columns) and returns a *Sink for one
 // source partition. The chain then calls Restore (if a checkpoint holds
-// state), Add for each row, Snapshot at each barrier and CheckpointCompleted
+// state), Add for each row (or AddBatch for several, with the same result
+// and one lock), Snapshot at each barrier and CheckpointCompleted
 // when a checkpoint is durable; a goroutine runs Run for the flush timer
 // until Close. One sink serves one topic-partition chain.
 //
