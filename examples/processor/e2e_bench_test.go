@@ -324,6 +324,15 @@ func report(b *testing.B, variants []variant, samples map[string][]sample, event
 		al, _, _ := med(v.name, func(s sample) float64 { return s.allocsPerEvent })
 		share := m / raw
 		fmt.Fprintf(&sb, "%-36s %9.0f [%6.0f-%6.0f] %7.1f%% %10.0f %10.0f %10.0f %10.1f\n", v.desc, m, lo, hi, 100*share, cpu, chc, kc, al)
+		if v.name != "raw" && len(samples[v.name]) > 1 {
+			// Each run beside the raw run of its round: the machine's load
+			// moves both.
+			var shares []string
+			for i, s := range samples[v.name] {
+				shares = append(shares, fmt.Sprintf("%.0f%%", 100*s.eventsPerSec/samples["raw"][i].eventsPerSec))
+			}
+			fmt.Fprintf(&sb, "%-36s share of raw by round: %s\n", "", strings.Join(shares, " "))
+		}
 		fmt.Fprintf(&sb, "%-36s %s\n", "", strings.Repeat("#", int(share*50+0.5)))
 		b.ReportMetric(m, v.name+"-ev/s")
 		if v.name != "raw" {
