@@ -409,6 +409,9 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 		ID: id, Partition: t.p, NextOffset: nextOffset, Created: start,
 		States: make(map[string][]byte, len(t.names)), Generation: meta.Generation, Member: meta.Member,
 	}
+	for _, o := range t.objects {
+		o.gen.Store(max(meta.Generation, 0))
+	}
 	for _, name := range t.names {
 		state, err := t.participants[name].Snapshot(ctx, id)
 		if errors.Is(err, ErrDeclined) {

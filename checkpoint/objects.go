@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // ObjectParticipant is a Participant that keeps part of its state in objects
@@ -52,6 +53,8 @@ type Objects struct {
 	dir         string // ends in "/"
 	participant string
 
+	gen atomic.Int64 // Meta.Generation of the checkpoint being taken
+
 	mu sync.Mutex
 	// pending holds the names written (or being written) that no saved
 	// checkpoint has referenced yet: collection spares them.
@@ -97,6 +100,13 @@ func (o *Objects) Write(ctx context.Context, name string, write func(w io.Writer
 	}
 	return info, nil
 }
+
+// Generation returns the consumer-group generation (Meta.Generation) of the
+// checkpoint being taken. A participant puts it in the names of the objects
+// it writes, as Store does in checkpoint file names, so that two owners of a
+// partition during a rebalance (one of them revoked) never write the same
+// name.
+func (o *Objects) Generation() int64 { return o.gen.Load() }
 
 // Read returns the content of the object name, or an error wrapping
 // ErrNotFound.

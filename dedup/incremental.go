@@ -151,14 +151,14 @@ func (d *Deduplicator) snapshotIncremental(ctx context.Context, id checkpoint.ID
 	}
 	d.adoptCompaction()
 	if !inc.valid {
-		ref, err := d.writeBase(ctx, fmt.Sprintf("base-%020d", uint64(id)))
+		ref, err := d.writeBase(ctx, objectName("base", id, inc.objs.Generation()))
 		if err != nil {
 			return nil, err
 		}
 		inc.base, inc.deltas, inc.log, inc.valid = ref, nil, inc.log[:0], true
 		inc.gen++
 	} else if len(inc.log) > 0 {
-		ref, err := d.writeDelta(ctx, fmt.Sprintf("delta-%020d", uint64(id)))
+		ref, err := d.writeDelta(ctx, objectName("delta", id, inc.objs.Generation()))
 		if err != nil {
 			return nil, err // the log stays: the next snapshot writes it
 		}
@@ -171,6 +171,13 @@ func (d *Deduplicator) snapshotIncremental(ctx context.Context, id checkpoint.ID
 	}
 	d.maybeCompact()
 	return encodeManifest(d.clock, d.t.exact, inc.base, inc.deltas), nil
+}
+
+// objectName names an object by its kind, the checkpoint it belongs to and
+// the generation that wrote it: <kind>-<id, 20 digits>-<generation, 10
+// digits>, so names sort by checkpoint and two owners never collide.
+func objectName(kind string, id checkpoint.ID, gen int64) string {
+	return fmt.Sprintf("%s-%020d-%010d", kind, uint64(id), gen)
 }
 
 // chunkWriter buffers small writes into chunks, computing the snapshot's
@@ -422,6 +429,7 @@ func (d *Deduplicator) maybeCompact() {
 	job := compactJob{
 		objs: inc.objs, base: inc.base, deltas: slices.Clone(inc.deltas),
 		clock: d.clock, exact: d.t.exact, gen: inc.gen,
+		// Named after the last delta it folds in: the state it holds.
 		name: "base-" + inc.deltas[len(inc.deltas)-1].name[len("delta-"):],
 	}
 	inc.running = true

@@ -158,7 +158,7 @@ func TestIncrementalWritesWhatChanged(t *testing.T) {
 		_, err := c.d.Observe(fmt.Appendf(nil, "new%d", i), now)
 		require.NoError(t, err)
 	}
-	require.NoError(t, c.task.Checkpoint(ctx, nil, 2, checkpoint.Meta{}, nil))
+	require.NoError(t, c.task.Checkpoint(ctx, nil, 2, checkpoint.Meta{Generation: 7}, nil))
 	sizes := map[string]int{}
 	names, err := storage.List(ctx, "checkpoints/events/1/")
 	require.NoError(t, err)
@@ -167,8 +167,9 @@ func TestIncrementalWritesWhatChanged(t *testing.T) {
 		require.NoError(t, err)
 		sizes[n[strings.LastIndexByte(n, '/')+1:]] = len(b)
 	}
-	assert.Equal(t, 28+10_000*20+4, sizes["base-00000000000000000001"])
-	assert.Equal(t, 28+100*20+4, sizes["delta-00000000000000000002"])
+	assert.Equal(t, 28+10_000*20+4, sizes["base-00000000000000000001-0000000000"])
+	// Object names carry the generation that wrote them.
+	assert.Equal(t, 28+100*20+4, sizes["delta-00000000000000000002-0000000007"])
 	for n, s := range sizes {
 		if strings.HasSuffix(n, ".ckpt") {
 			assert.Less(t, s, 1000, n)
@@ -490,5 +491,6 @@ func TestManifestGolden(t *testing.T) {
 	defer d.Close()
 	refs, err := d.References(want)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"base-00000000000000000001", "delta-00000000000000000002", "delta-00000000000000000003"}, refs)
+	assert.Equal(t, []string{"base-00000000000000000001-0000000000", "delta-00000000000000000002-0000000000",
+		"delta-00000000000000000003-0000000000"}, refs)
 }
