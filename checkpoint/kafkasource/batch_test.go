@@ -2,6 +2,7 @@ package kafkasource_test
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,4 +132,82 @@ func TestProcessBatchPoison(t *testing.T) {
 		requireConsistent(t, cp)
 		assert.LessOrEqual(t, cp.NextOffset, int64(1000))
 	}
+}
+
+// TestProcessBatchDeadLetter: with a dead-letter topic, each poison record
+// of a batch (two of them adjacent, one the last record) goes there once,
+// in order, and the chain goes on with the rest of the batch: the
+// checkpointed state counts every other record exactly once.
+func TestProcessBatchDeadLetter(t *testing.T) {
+	const (
+		topic = "batch-dl"
+		dlq   = "batch-dl-dlq"
+	)
+	brokers := testenv.Kafka(t)
+	testenv.CreateTopic(t, brokers, topic, 1)
+	testenv.CreateTopic(t, brokers, dlq, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	var recs []*kgo.Record
+	for i := range poisonRecords {
+		v := strconv.Itoa(i)
+		if isPoison(i) {
+			v = "garbage"
+		}
+		recs = append(recs, &kgo.Record{Topic: topic, Value: []byte(v)})
+	}
+	require.NoError(t, cl.ProduceSync(context.Background(), recs...).FirstErr())
+	cl.Close()
+
+	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer coord.Close()
+	var bc batchCounters
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "batch-dl", Topics: []string{topic}}, coord,
+		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+			proc, err := bc.newProcessor(ctx, p)
+			proc.DeadLetter = &kafkasource.DeadLetter{Topic: dlq}
+			return proc, err
+		}, fastGroup)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		cp := latest(t, store, topic, 1)[0]
+		return cp != nil && cp.NextOffset == poisonRecords
+	}, 30*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+
+	cp := latest(t, store, topic, 1)[0]
+	count, sum := decodeCounter(t, cp.States["counter"])
+	wantSum := sumTo(poisonRecords)
+	for _, o := range poisonOffsets {
+		wantSum -= int64(o)
+	}
+	assert.Equal(t, int64(poisonRecords-len(poisonOffsets)), count)
+	assert.Equal(t, wantSum, sum)
+
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: dlq, Partition: 0, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	var got []int
+	for range poisonOffsets {
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		m, err := r.FetchMessage(rctx)
+		rcancel()
+		require.NoError(t, err)
+		o, err := kafkasource.ParseDeadLetter(m)
+		require.NoError(t, err)
+		got = append(got, int(o.Offset))
+	}
+	assert.Equal(t, poisonOffsets, got)
+	conn, err := kafka.DialLeader(context.Background(), "tcp", brokers[0], dlq, 0)
+	require.NoError(t, err)
+	defer conn.Close()
+	last, err := conn.ReadLastOffset()
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(poisonOffsets)), last, "each poison record once, nothing else")
 }
