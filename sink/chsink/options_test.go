@@ -22,6 +22,7 @@ func TestNewInvalidOptions(t *testing.T) {
 		{"empty schema", func() []chsink.Column[event] { return nil }, chsink.Options{}},
 		{"MaxRows too large", eventSchema, chsink.Options{MaxRows: 2_000_000}},
 		{"negative MaxBytes", eventSchema, chsink.Options{MaxBytes: -1}},
+		{"negative FlushAheadMinRows", eventSchema, chsink.Options{FlushAheadMinRows: -1}},
 		{"RetryMax below RetryBase", eventSchema, chsink.Options{RetryBase: 2, RetryMax: 1}},
 		{"unknown MismatchPolicy", eventSchema, chsink.Options{OnMismatch: 99}},
 		{"unknown WindowPolicy", eventSchema, chsink.Options{OnOutsideWindow: 99}},
