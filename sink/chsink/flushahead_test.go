@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
@@ -340,6 +342,8 @@ func TestFlushAheadOfBarrier(t *testing.T) {
 			defer cancel()
 			opts := tt.give
 			opts.MaxDelay = time.Hour
+			reader := sdkmetric.NewManualReader()
+			opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			s := env.newSink(t, checkpoint.NewMemStorage(), opts)
 			// Both hooks run under the sink's lock, batches in order: the
 			// k-th batch recorded is the k-th written.
@@ -373,6 +377,19 @@ func TestFlushAheadOfBarrier(t *testing.T) {
 			require.ErrorIs(t, <-runDone, context.Canceled)
 			env.assertExact(t, off, false)
 			t.Logf("batches ahead of a barrier: %v; at a barrier: %v", ahead, atBarrier)
+			var rm metricdata.ResourceMetrics
+			require.NoError(t, reader.Collect(context.Background(), &rm))
+			counted := int64(0)
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "exactlyonce.sink.batches_flushed_ahead" {
+						for _, p := range d.DataPoints {
+							counted += p.Value
+						}
+					}
+				}
+			}
+			assert.Equal(t, int64(len(ahead)), counted, "exactlyonce.sink.batches_flushed_ahead")
 			if !tt.wantAhead {
 				assert.Empty(t, ahead)
 				return

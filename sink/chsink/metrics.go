@@ -16,6 +16,8 @@ type metrics struct {
 	retries  metric.Int64Counter
 	latency  metric.Float64Histogram
 	buffered metric.Int64UpDownCounter
+	snapshot metric.Float64Histogram
+	ahead    metric.Int64Counter
 }
 
 func (s *Sink[T]) initMetrics() error {
@@ -28,6 +30,8 @@ func (s *Sink[T]) initMetrics() error {
 	s.m.retries = m.Counter("exactlyonce.sink.retries", "{attempt}", "Insert attempts after a failed one.")
 	s.m.latency = m.Histogram("exactlyonce.sink.batch_duration", "s", "Time to write a batch: journal, insert with retries, ack.")
 	s.m.buffered = m.UpDownCounter("exactlyonce.sink.buffered_rows", "{row}", "Rows buffered, not yet flushed, in steps of 1024.")
+	s.m.snapshot = m.Histogram("exactlyonce.sink.snapshot_duration", "s", "Time Snapshot held the chain at a barrier: the buffered rows' insert and the batch in flight.")
+	s.m.ahead = m.Counter("exactlyonce.sink.batches_flushed_ahead", "{batch}", "Batches flushed ahead of a checkpoint barrier (see Options.NoFlushAhead).")
 	if err := m.Err(); err != nil {
 		return fmt.Errorf("chsink: metrics: %w", err)
 	}

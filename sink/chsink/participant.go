@@ -42,7 +42,9 @@ const snapshotVersion = 1
 func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.barrier(time.Now())
+	start := time.Now()
+	s.barrier(start)
+	defer func() { s.m.snapshot.Record(context.Background(), time.Since(start).Seconds(), s.m.attrs) }()
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}

@@ -134,6 +134,8 @@ func TestMetrics(t *testing.T) {
 	assert.GreaterOrEqual(t, got["exactlyonce.sink.retries"], int64(1))
 	assert.Equal(t, int64(1), got["exactlyonce.sink.batch_duration"])
 	assert.Equal(t, int64(0), got["exactlyonce.sink.buffered_rows"])
+	assert.Equal(t, int64(1), got["exactlyonce.sink.snapshot_duration"])
+	assert.Equal(t, int64(0), got["exactlyonce.sink.batches_flushed_ahead"])
 }
 
 func TestReplacingMergeTreeReadHelpers(t *testing.T) {

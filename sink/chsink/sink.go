@@ -356,6 +356,7 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 					}
 					if ahead && s.flight != nil {
 						s.flight.ahead = true
+						s.m.ahead.Add(context.Background(), 1, s.m.attrs)
 					}
 				}
 				// Rows may have come in meanwhile (or stay, when the flush
