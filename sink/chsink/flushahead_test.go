@@ -154,8 +154,11 @@ func runAheadChild(t *testing.T, cfg aheadConfig) error {
 		}
 		// The parent sets the final run's end past every record a killed
 		// run fed; the page cache keeps this across a kill -9.
-		if due > fedMax {
-			if err := os.WriteFile(fedFile, []byte(strconv.FormatInt(due, 10)), 0o644); err != nil {
+		if due > fedMax { // renamed into place: a kill never leaves it empty
+			if err := os.WriteFile(fedFile+".tmp", []byte(strconv.FormatInt(due, 10)), 0o644); err != nil {
+				return err
+			}
+			if err := os.Rename(fedFile+".tmp", fedFile); err != nil {
 				return err
 			}
 			fedMax = due
