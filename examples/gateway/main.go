@@ -97,6 +97,7 @@ type config struct {
 	redisAddr       string
 	redisPrefix     string
 	retryAfter      time.Duration
+	pendingTTL      time.Duration
 	idempotent      bool
 	faults          faultRates
 	githubSecret    string
@@ -134,6 +135,7 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.redisAddr, "redis", env("REDIS_ADDR", "localhost:6379"), "Redis address for -store redis (REDIS_ADDR)")
 	fs.StringVar(&c.redisPrefix, "redis-prefix", env("REDIS_PREFIX", redisstore.DefaultPrefix), "prefix of the idempotency keys in Redis, for gateways of several pipelines sharing one Redis (REDIS_PREFIX)")
 	fs.DurationVar(&c.retryAfter, "retry-after", idempotency.DefaultRetryAfter, "Retry-After of 503 answers: when a provider that honours it retries")
+	fs.DurationVar(&c.pendingTTL, "pending-ttl", idempotency.DefaultPendingTTL, "life of a claim whose gateway died before completing it: redeliveries are answered 503 until it expires (must exceed 7s, the publish and store timeouts)")
 	fs.BoolVar(&c.idempotent, "idempotent-producer", env("KAFKA_IDEMPOTENT", "") == "true",
 		"publish with Kafka's idempotent producer (producer id and sequence numbers: the broker drops a batch retried after a lost acknowledgement instead of writing it twice); needs brokers with idempotence enabled, the default since Kafka 3.0 (KAFKA_IDEMPOTENT=true)")
 	fs.StringVar(&c.githubSecret, "github-secret", env("GITHUB_WEBHOOK_SECRET", ""), "GitHub webhook secret (GITHUB_WEBHOOK_SECRET)")
@@ -284,7 +286,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		provider idempotency.Provider
 		secret   string
 	}{{idempotency.GitHub(), cfg.githubSecret}, {idempotency.JiraCloud(), cfg.jiraSecret}} {
-		opts := idempotency.Options{Provider: p.provider, Check: check, RetryAfter: cfg.retryAfter, Logger: log, MeterProvider: mp}
+		opts := idempotency.Options{Provider: p.provider, Check: check, RetryAfter: cfg.retryAfter, PendingTTL: cfg.pendingTTL, Logger: log, MeterProvider: mp}
 		if p.secret != "" {
 			opts.Secret = []byte(p.secret)
 		} else {
