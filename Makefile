@@ -82,9 +82,9 @@ demo: deps
 	go run ./internal/cmd/demo $(DEMO_FLAGS)
 
 # chaos: the pipeline under a long randomized fault schedule (internal/cmd/chaos);
-# CHAOS_ARGS passes flags, e.g. make chaos CHAOS_ARGS="-events 1000000 -faults-per-kind 200 -json chaos.json".
+# CHAOS_FLAGS passes flags, e.g. make chaos CHAOS_FLAGS="-events 1000000 -faults-per-kind 200 -json chaos.json".
 chaos: deps
-	go run ./internal/cmd/chaos $(CHAOS_ARGS)
+	go run ./internal/cmd/chaos $(CHAOS_FLAGS)
 
 # bench includes BenchmarkEndToEnd (examples/processor): E2E_EVENTS events
 # (default 2,000,000) through the example's chain beside raw kafka-go, a few

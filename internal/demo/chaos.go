@@ -186,6 +186,9 @@ type chaos struct {
 	mu        sync.Mutex
 	log       map[string]*FaultCount
 	faults    atomic.Int64 // faults done, of every kind
+	// strikeStart and lastFault are when the first fault began and the
+	// last one ended (unix ns), for faultProgress.
+	strikeStart, lastFault atomic.Int64
 	delivered atomic.Int64
 	sentAt    []atomic.Int64 // unix ms of each event's first send, by index
 	ids       []string       // delivery id by index, for events that count
@@ -276,7 +279,7 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 	c.redis = r
 	d.close = append(d.close, func() { _ = r.Stop() })
 	d.gatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
-		"-retry-after=1s", d.logLevel(), "-store=redis", "-redis=" + r.Addr(), "-redis-prefix=chaos:"}
+		"-retry-after=1s", "-pending-ttl=8s", d.logLevel(), "-store=redis", "-redis=" + r.Addr(), "-redis-prefix=chaos:"}
 	d.gatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}
 	if err := d.startGateway(ctx, false); err != nil {
 		return err
@@ -367,12 +370,11 @@ func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
 				}
 			}
 		}
-		// The fault under way counts as done: data flows while it strikes.
-		for total > 0 && float64(i)/float64(n) > float64(c.faults.Load()+1)/float64(total)+0.01 && ctx.Err() == nil {
+		for total > 0 && float64(i)/float64(n) > c.faultProgress(total)+0.002 && ctx.Err() == nil {
 			if faultsFinished(faultsDone) {
 				break
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond)
 		}
 		select {
 		case jobs <- job{i, dl}:
@@ -402,6 +404,24 @@ func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
 	c.say("delivered: %d requests for %d webhooks (%d duplicate deliveries, %d retries after 503 or no answer, %d answered from the idempotency store)",
 		d.prov.requests.Load(), c.delivered.Load(), d.prov.duplicates.Load(), d.prov.retries.Load(), d.prov.replayed.Load())
 	return events, nil
+}
+
+// faultProgress is the share of the fault schedule done, counting the
+// fault under way by the time it has taken against the mean so far, so that
+// deliveries flow during each fault rather than in bursts between them.
+func (c *chaos) faultProgress(total int) float64 {
+	done := c.faults.Load()
+	start := c.strikeStart.Load()
+	if start == 0 {
+		return 0
+	}
+	now := time.Now().UnixNano()
+	mean := float64(now-start) / float64(max(done, 1))
+	if done == 0 {
+		mean = float64(time.Second)
+	}
+	part := min(float64(now-c.lastFault.Load())/mean, 1)
+	return (float64(done) + part) / float64(total)
 }
 
 func faultsFinished(done <-chan struct{}) bool {

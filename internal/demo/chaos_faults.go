@@ -44,8 +44,8 @@ const (
 	KindGatewayKill = "gateway-kill"
 	// KindRedisRestart kills Redis and starts it again at once, empty.
 	KindRedisRestart = "redis-restart"
-	// KindRedisDown kills Redis and starts it again, empty, after 0.5 to
-	// 2 s, while the gateway answers 503.
+	// KindRedisDown kills Redis and starts it again, empty, after 2.5 to
+	// 4 s, while the gateway answers 503.
 	KindRedisDown = "redis-down"
 	// KindKafkaKill kills the broker and starts it again after 0.3 to
 	// 1.5 s on the same log directory.
@@ -75,6 +75,9 @@ func ChaosKinds() []string {
 // strike injects faults one after another, a random pause apart, until
 // ctx ends or, with FaultsPerKind, every kind reached its count.
 func (c *chaos) strike(ctx context.Context) {
+	now := time.Now().UnixNano()
+	c.strikeStart.Store(now)
+	c.lastFault.Store(now)
 	for ctx.Err() == nil {
 		kind := c.pick()
 		if kind == "" {
@@ -93,6 +96,7 @@ func (c *chaos) strike(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		c.faults.Add(1)
+		c.lastFault.Store(time.Now().UnixNano())
 		if what != "" {
 			c.say("fault %d: %s: %s", c.faults.Load(), kind, what)
 		}
@@ -141,7 +145,9 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 	case KindRedisRestart, KindRedisDown:
 		down := time.Duration(0)
 		if kind == KindRedisDown {
-			down = between(500*time.Millisecond, 2*time.Second)
+			// Longer than the gateway's store timeout (2 s), which its
+			// Redis client's own retries can otherwise bridge.
+			down = between(2500*time.Millisecond, 4*time.Second)
 		}
 		failedBefore := d.prov.retries.Load() + d.prov.githubFailed.Load()
 		_ = c.redis.Kill()
@@ -149,8 +155,13 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 		sleep(ctx, nil, down)
 		err := c.redis.Start(context.WithoutCancel(ctx))
 		if kind == KindRedisDown {
-			// Hit: deliveries answered 503 (or not at all) while it was down.
-			hit = d.prov.retries.Load()+d.prov.githubFailed.Load() > failedBefore
+			// Hit: deliveries answered 503 (or not at all) because it was
+			// down; the answers come up to the store timeout late.
+			failed := func() bool { return d.prov.retries.Load()+d.prov.githubFailed.Load() > failedBefore }
+			for deadline := time.Now().Add(3 * time.Second); !failed() && time.Now().Before(deadline) && ctx.Err() == nil; {
+				time.Sleep(20 * time.Millisecond)
+			}
+			hit = failed()
 			return hit, fmt.Sprintf("Redis down for %v, back empty (%v); %d deliveries failed meanwhile",
 				down.Round(time.Millisecond), errOrOK(err), d.prov.retries.Load()+d.prov.githubFailed.Load()-failedBefore)
 		}

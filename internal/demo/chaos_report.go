@@ -16,6 +16,9 @@ import (
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 )
 
 // FaultCount is what the faults of one kind did.
@@ -126,6 +129,9 @@ func (c *chaos) verify(ctx context.Context, events []delivery) error {
 	}
 	c.res.Differences = gap
 	c.res.Pass = len(gap) == 0
+	if !c.res.Pass {
+		c.res.Differences = append(append(c.diagnose(ctx), c.missing(ctx, events)), c.res.Differences...)
+	}
 	c.fill(want, got)
 	if p50, p99, err := c.latency(ctx, events); err == nil {
 		c.res.LatencyP50, c.res.LatencyP99 = p50, p99
@@ -133,6 +139,50 @@ func (c *chaos) verify(ctx context.Context, events []delivery) error {
 		c.say("latency: %v", err)
 	}
 	return nil
+}
+
+// diagnose says where each partition and the consumer group stand, for a
+// run that did not converge.
+func (c *chaos) diagnose(ctx context.Context) []string {
+	d := c.d
+	var out []string
+	client := &kafka.Client{Addr: kafka.TCP(d.srv.Brokers...), Timeout: 5 * time.Second}
+	all := make([]int, c.cfg.Partitions)
+	for p := range all {
+		all[p] = p
+	}
+	committed := map[int]int64{}
+	if resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: d.sup.Group, Topics: map[string][]int{d.topic: all}}); err == nil {
+		for _, p := range resp.Topics[d.topic] {
+			committed[p.Partition] = p.CommittedOffset
+		}
+	}
+	for p := range all {
+		end := int64(-1)
+		if conn, err := kafka.DialLeader(ctx, "tcp", d.srv.Brokers[0], d.topic, p); err == nil {
+			end, _ = conn.ReadLastOffset()
+			_ = conn.Close()
+		}
+		out = append(out, fmt.Sprintf("partition %d: end offset %d, committed %d", p, end, committed[p]))
+	}
+	if resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{d.sup.Group}}); err == nil {
+		for _, g := range resp.Groups {
+			out = append(out, fmt.Sprintf("group %s: %s, %d members", g.GroupID, g.GroupState, len(g.Members)))
+			for _, m := range g.Members {
+				out = append(out, fmt.Sprintf("  member %s (%s): %+v", m.MemberID, m.ClientHost, m.MemberAssignments.Topics))
+			}
+		}
+	} else {
+		out = append(out, "describe group: "+err.Error())
+	}
+	var pids []int
+	for i := range c.cfg.Instances {
+		if cmd := d.sup.cmdOf(i); cmd != nil {
+			pids = append(pids, cmd.Process.Pid)
+		}
+	}
+	out = append(out, fmt.Sprintf("processors running: %v; starts %d, kills %d, exits on their own %d", pids, d.sup.Starts(), d.sup.Kills(), d.sup.Failures()))
+	return out
 }
 
 // fill puts what ClickHouse holds beside the ground truth.
@@ -336,4 +386,93 @@ func (r *ChaosResult) writeJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// missing says, for the counted events ClickHouse lacks, whether Kafka holds
+// them (the processors skipped them) or not (acknowledged to the provider
+// but never written, or lost by the broker).
+func (c *chaos) missing(ctx context.Context, events []delivery) string {
+	d := c.d
+	conn, err := ch.Dial(ctx, ch.Options{Address: d.srv.ClickHouseAddr, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return "missing events: " + err.Error()
+	}
+	defer conn.Close()
+	have := map[string]bool{}
+	var ids proto.ColStr
+	err = conn.Do(ctx, ch.Query{
+		Body:   fmt.Sprintf("SELECT event_id FROM %s.normalized_events", d.db),
+		Result: proto.Results{{Name: "event_id", Data: &ids}},
+		OnResult: func(context.Context, proto.Block) error {
+			for i := range ids.Rows() {
+				have[ids.Row(i)] = true
+			}
+			ids.Reset()
+			return nil
+		},
+	})
+	if err != nil {
+		return "missing events: " + err.Error()
+	}
+	inKafka, err := topicEventIDs(ctx, d.srv.Brokers, d.topic, c.cfg.Partitions)
+	if err != nil {
+		return "missing events: read Kafka: " + err.Error()
+	}
+	var inK, notK []string
+	for i, e := range events {
+		if e.Want == nil || have[e.Want.EventID] {
+			continue
+		}
+		desc := fmt.Sprintf("#%d %s %s", i, e.Provider, e.Want.EventID)
+		if p, ok := inKafka[e.Want.EventID]; ok {
+			inK = append(inK, desc+" "+p)
+		} else {
+			notK = append(notK, desc)
+		}
+	}
+	if len(inK)+len(notK) == 0 {
+		return "no counted event is missing from ClickHouse"
+	}
+	return fmt.Sprintf("missing from ClickHouse: %d events in Kafka (%s), %d not in Kafka (%s)",
+		len(inK), strings.Join(inK[:min(len(inK), 8)], ", "), len(notK), strings.Join(notK[:min(len(notK), 8)], ", "))
+}
+
+// topicEventIDs returns the event id of every record of topic, with where
+// it lies ("p/offset").
+func topicEventIDs(ctx context.Context, brokers []string, topic string, partitions int) (map[string]string, error) {
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	out := map[string]string{}
+	for p := range partitions {
+		for offset := int64(0); ; {
+			resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: offset,
+				MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 50 * time.Millisecond})
+			if err == nil {
+				err = resp.Error
+			}
+			if err != nil {
+				return nil, err
+			}
+			if offset >= resp.HighWatermark {
+				break
+			}
+			for {
+				r, err := resp.Records.ReadRecord()
+				if err != nil {
+					break
+				}
+				if r.Offset < offset {
+					continue
+				}
+				offset = r.Offset + 1
+				if md, err := kafkapub.ReadMetadata(kafka.Message{Headers: r.Headers}); err == nil {
+					if _, ok := out[md.EventID]; !ok {
+						out[md.EventID] = fmt.Sprintf("%d/%d", p, r.Offset)
+					}
+				}
+			}
+		}
+	}
+	return out, nil
 }

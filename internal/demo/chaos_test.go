@@ -77,6 +77,14 @@ func TestChaos(t *testing.T) {
 			for _, k := range res.Kinds {
 				assert.Equal(t, cfg.FaultsPerKind, res.Faults[k].Injected, k)
 			}
+			// The kills that find their moment by looking (a checkpoint
+			// file being written, a successor restoring, a rebalance under
+			// way) must land there at least once.
+			for _, k := range []string{KindProcessorKillCheckpoint, KindProcessorKillReplay, KindProcessorKillRebalance} {
+				if f := res.Faults[k]; f != nil {
+					assert.Positive(t, f.Hit, "%s never hit its moment", k)
+				}
+			}
 			_, err = os.Stat(cfg.JSON)
 			assert.NoError(t, err, "the JSON result")
 		})
