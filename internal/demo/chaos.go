@@ -183,16 +183,16 @@ type chaos struct {
 
 	redis *embedded.Redis // the gateway's key store
 
-	mu        sync.Mutex
-	log       map[string]*FaultCount
-	faults    atomic.Int64 // faults done, of every kind
+	mu     sync.Mutex
+	log    map[string]*FaultCount
+	faults atomic.Int64 // faults done, of every kind
 	// strikeStart and lastFault are when the first fault began and the
 	// last one ended (unix ns), for faultProgress.
 	strikeStart, lastFault atomic.Int64
-	delivered atomic.Int64
-	sentAt    []atomic.Int64 // unix ms of each event's first send, by index
-	ids       []string       // delivery id by index, for events that count
-	kafkaBase map[string]int // wire-fault hits of brokers killed since (their stats die with them)
+	delivered              atomic.Int64
+	sentAt                 []atomic.Int64 // unix ms of each event's first send, by index
+	ids                    []string       // delivery id by index, for events that count
+	kafkaBase              map[string]int // wire-fault hits of brokers killed since (their stats die with them)
 
 	statusMu sync.Mutex
 	status   string // the live line's fault part
