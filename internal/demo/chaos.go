@@ -191,7 +191,6 @@ type chaos struct {
 	strikeStart, lastFault atomic.Int64
 	delivered              atomic.Int64
 	sentAt                 []atomic.Int64 // unix ms of each event's first send, by index
-	ids                    []string       // delivery id by index, for events that count
 	kafkaBase              map[string]int // wire-fault hits of brokers killed since (their stats die with them)
 
 	statusMu sync.Mutex
