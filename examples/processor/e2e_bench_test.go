@@ -20,6 +20,8 @@ import (
 	"github.com/ClickHouse/ch-go"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
@@ -41,7 +43,16 @@ const (
 type variant struct {
 	name string
 	desc string
-	run  func(b *testing.B, env *e2eEnv) (firstToLast time.Duration)
+	run  func(b *testing.B, env *e2eEnv) (firstToLast time.Duration, ck checkpoints)
+}
+
+// checkpoints is what a chain's checkpoints took: their number and the
+// time they held their chains (exactlyonce.checkpoint.duration: snapshots
+// and the checkpoint file's write).
+type checkpoints struct {
+	count int
+	held  time.Duration
+	sinks time.Duration // of held: the two sinks' Snapshots (exactlyonce.sink.snapshot_duration)
 }
 
 type e2eEnv struct {
@@ -62,6 +73,9 @@ type sample struct {
 	kafkaCPUNsPerEvt float64 // the broker, its own process
 	allocsPerEvent   float64
 	bytesPerEvent    float64
+	ckptMs           float64 // mean time a checkpoint held its chain
+	sinksMs          float64 // of which the sinks' Snapshots
+	heldShare        float64 // share of the chains' time held by checkpoints
 }
 
 // BenchmarkEndToEnd runs E2E_EVENTS realistic gateway records (default
@@ -139,7 +153,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				runtime.ReadMemStats(&ms0)
 				cpu0, ch0, k0 := selfCPU(), procCPU(chs.PID()), procCPU(kp.PID())
 				env.runs++
-				d := v.run(b, env)
+				d, ck := v.run(b, env)
 				cpu1, ch1, k1 := selfCPU(), procCPU(chs.PID()), procCPU(kp.PID())
 				runtime.ReadMemStats(&ms1)
 				if stop != nil {
@@ -152,12 +166,17 @@ func BenchmarkEndToEnd(b *testing.B) {
 					kafkaCPUNsPerEvt: float64(k1-k0) / total,
 					allocsPerEvent:   float64(ms1.Mallocs-ms0.Mallocs) / total,
 					bytesPerEvent:    float64(ms1.TotalAlloc-ms0.TotalAlloc) / total,
+					ckptMs:           ms(ck.held) / max(float64(ck.count), 1),
+					sinksMs:          ms(ck.sinks) / max(float64(ck.count), 1),
+					heldShare:        ck.held.Seconds() / (d.Seconds() * partitions),
 				})
 			}
 		}
 	}
 	report(b, variants, samples, events)
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func envInt(b *testing.B, name string, def int) int {
 	s := os.Getenv(name)
@@ -216,7 +235,7 @@ func procCPU(pid int) time.Duration {
 
 // runRaw reads every partition to its end with its own kafka-go Reader,
 // as kafkasource's chains do, and does nothing with the records.
-func runRaw(b *testing.B, env *e2eEnv) time.Duration {
+func runRaw(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
 	var (
 		wg    sync.WaitGroup
 		first atomic.Int64
@@ -247,13 +266,13 @@ func runRaw(b *testing.B, env *e2eEnv) time.Duration {
 	for err := range errs {
 		b.Fatalf("raw: %v", err)
 	}
-	return end.Sub(time.Unix(0, first.Load()))
+	return end.Sub(time.Unix(0, first.Load())), checkpoints{}
 }
 
 // chainVariant runs main.go's chain (newChain with the default sink and
 // source options) with a consumer group of its own, on a fresh database.
-func chainVariant(interval time.Duration, perRecord bool) func(b *testing.B, env *e2eEnv) time.Duration {
-	return func(b *testing.B, env *e2eEnv) time.Duration {
+func chainVariant(interval time.Duration, perRecord bool) func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
+	return func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		db := testkit.NewDatabase(b, env.chAddr)
@@ -262,13 +281,15 @@ func chainVariant(interval time.Duration, perRecord bool) func(b *testing.B, env
 		require.NoError(b, err)
 		store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 		require.NoError(b, err)
-		coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: interval})
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: interval, MeterProvider: mp})
 		require.NoError(b, err)
 		defer coord.Close()
 		var seen atomic.Int64
 		var first time.Time
 		total := int64(env.partitions * env.perPart)
-		chain := newChain(chainConfig{ClickHouse: chsink.Table{Addr: env.chAddr}, Sink: chsink.Options{Database: db},
+		chain := newChain(chainConfig{ClickHouse: chsink.Table{Addr: env.chAddr}, Sink: chsink.Options{Database: db, MeterProvider: mp},
 			Storage: storage, Logger: slog.New(slog.DiscardHandler), PerRecord: perRecord})
 		src, err := kafkasource.New(kafkasource.Group{Brokers: env.brokers, ID: fmt.Sprintf("e2e-%d", env.runs), Topics: []string{env.topic}},
 			coord, counted(chain, &seen), kafkasource.Options{})
@@ -291,13 +312,39 @@ func chainVariant(interval time.Duration, perRecord bool) func(b *testing.B, env
 			}
 		}
 		took := time.Since(first)
+		ck := checkpointsOf(b, reader)
 		require.NoError(b, src.Checkpoint(ctx)) // every row in ClickHouse
 		got := testkit.Count(b, env.chAddr, db, "SELECT count() FROM events")
 		require.Equal(b, uint64(env.distinct), got, "events rows: every delivery exactly once")
 		cancel()
 		require.NoError(b, <-done)
-		return took
+		return took, ck
 	}
+}
+
+// checkpointsOf reads the checkpoint duration histogram.
+func checkpointsOf(b *testing.B, reader *sdkmetric.ManualReader) checkpoints {
+	var rm metricdata.ResourceMetrics
+	require.NoError(b, reader.Collect(context.Background(), &rm))
+	var ck checkpoints
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				continue
+			}
+			for _, dp := range h.DataPoints {
+				switch m.Name {
+				case "exactlyonce.checkpoint.duration":
+					ck.count += int(dp.Count)
+					ck.held += time.Duration(dp.Sum * float64(time.Second))
+				case "exactlyonce.sink.snapshot_duration":
+					ck.sinks += time.Duration(dp.Sum * float64(time.Second))
+				}
+			}
+		}
+	}
+	return ck
 }
 
 // report prints the table of medians (and ranges over rounds) and reports
@@ -324,6 +371,12 @@ func report(b *testing.B, variants []variant, samples map[string][]sample, event
 		al, _, _ := med(v.name, func(s sample) float64 { return s.allocsPerEvent })
 		share := m / raw
 		fmt.Fprintf(&sb, "%-36s %9.0f [%6.0f-%6.0f] %7.1f%% %10.0f %10.0f %10.0f %10.1f\n", v.desc, m, lo, hi, 100*share, cpu, chc, kc, al)
+		if ckm, _, _ := med(v.name, func(s sample) float64 { return s.ckptMs }); ckm > 0 {
+			held, _, _ := med(v.name, func(s sample) float64 { return s.heldShare })
+			sk, _, _ := med(v.name, func(s sample) float64 { return s.sinksMs })
+			fmt.Fprintf(&sb, "%-36s a checkpoint held its chain %.0f ms on average (the two sinks' Snapshots %.0f ms); checkpoints held the chains %.0f%% of the time\n",
+				"", ckm, sk, 100*held)
+		}
 		if v.name != "raw" && len(samples[v.name]) > 1 {
 			// Each run beside the raw run of its round: the machine's load
 			// moves both.
