@@ -79,7 +79,7 @@ test: deps
 	go test -race -count=1 -timeout 25m ./...
 
 demo: deps
-	go run ./internal/cmd/demo $(DEMO_FLAGS)
+	go run ./internal/cmd/demo $(if $(NAIVE),-naive=$(NAIVE)) $(DEMO_FLAGS)
 
 # chaos: the pipeline under a long randomized fault schedule (internal/cmd/chaos);
 # CHAOS_FLAGS passes flags, e.g. make chaos CHAOS_FLAGS="-events 1000000 -faults-per-kind 200 -json chaos.json".

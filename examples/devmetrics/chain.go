@@ -45,6 +45,13 @@ type Config struct {
 	EarlyEvery uint64
 	// Logger receives late events and sink warnings. Default: discards.
 	Logger *slog.Logger
+	// Naive NaiveSink adds the naive buffering sink beside the correct
+	// ones, writing every event the chain counts to naive_sink_events;
+	// NaiveMV a sink to naive_mv_events that inserts without
+	// deduplicate_blocks_in_dependent_materialized_views (create their
+	// tables with NaiveDDL). Other values change nothing here. Default "":
+	// none.
+	Naive Naive
 }
 
 // NewProcessor returns the chain of one partition: Decode → dedup by
@@ -111,6 +118,21 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 		}
 		proc.Participants["metrics"] = metrics
 		c := &chain{partition: p.Partition, dedup: d, windows: w, events: events, metrics: metrics, log: cfg.Logger}
+		if cfg.Naive == NaiveSink {
+			client := cfg.Sink.Client
+			if cfg.Sink.User != "" {
+				client.User, client.Password = cfg.Sink.User, cfg.Sink.Password
+			}
+			c.naive = &naiveSink{addr: cfg.ClickHouse.Addr, database: cfg.Sink.Database, client: client, log: cfg.Logger}
+		}
+		if cfg.Naive == NaiveMV {
+			client := cfg.Sink.Client
+			if cfg.Sink.User != "" {
+				client.User, client.Password = cfg.Sink.User, cfg.Sink.Password
+			}
+			c.naiveView = &naiveViewSink{addr: cfg.ClickHouse.Addr, database: cfg.Sink.Database, client: client, partition: p.Partition}
+			proc.Participants["naive_mv"] = c.naiveView
+		}
 		proc.Participants["cursor"] = &c.cursor
 		proc.Process, proc.Tick, proc.TickInterval = c.process, c.tick, 500*time.Millisecond
 		if cfg.DeadLetterTopic != "" {
@@ -131,9 +153,11 @@ type chain struct {
 	metrics   *chsink.Sink[WindowRow]
 	cursor    sink.Cursor // positions for window rows, emitted by records and ticks
 
-	out window.Output[Event, Metrics]
-	key []byte
-	log *slog.Logger
+	out       window.Output[Event, Metrics]
+	key       []byte
+	log       *slog.Logger
+	naive     *naiveSink     // nil unless Config.Naive is NaiveSink
+	naiveView *naiveViewSink // nil unless Config.Naive is NaiveMV
 }
 
 func (c *chain) process(ctx context.Context, m kafka.Message) error {
@@ -155,6 +179,14 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 	if err := c.events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
 		return err
 	}
+	if c.naive != nil {
+		c.naive.add(ctx, ev)
+	}
+	if c.naiveView != nil {
+		if err := c.naiveView.add(ctx, m.Offset, ev); err != nil {
+			return err
+		}
+	}
 	c.out.Reset()
 	err = c.windows.Add(window.Event[Event]{Input: c.partition, Key: WindowKey(ev), Time: ev.Time, Value: ev}, &c.out)
 	if err != nil {
@@ -166,6 +198,11 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 // tick lets the window operator close windows of an idle partition, so the
 // last hour of a quiet stream is written too.
 func (c *chain) tick(ctx context.Context) error {
+	if c.naiveView != nil {
+		if err := c.naiveView.tick(ctx); err != nil {
+			return err
+		}
+	}
 	c.out.Reset()
 	c.windows.Tick(&c.out)
 	return c.emit(ctx)

@@ -99,6 +99,7 @@ type config struct {
 	retryAfter      time.Duration
 	pendingTTL      time.Duration
 	idempotent      bool
+	naive           bool
 	faults          faultRates
 	githubSecret    string
 	jiraSecret      string
@@ -138,6 +139,7 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&c.pendingTTL, "pending-ttl", idempotency.DefaultPendingTTL, "life of a claim whose gateway died before completing it: redeliveries are answered 503 until it expires (must exceed 7s, the publish and store timeouts)")
 	fs.BoolVar(&c.idempotent, "idempotent-producer", env("KAFKA_IDEMPOTENT", "") == "true",
 		"publish with Kafka's idempotent producer (producer id and sequence numbers: the broker drops a batch retried after a lost acknowledgement instead of writing it twice); needs brokers with idempotence enabled, the default since Kafka 3.0 (KAFKA_IDEMPOTENT=true)")
+	naive := fs.String("naive", "", "FOR DEMONSTRATION: gateway answers 2xx before Kafka acknowledged the event (the first article's bug: a failed publish is lost); make demo NAIVE=gateway")
 	fs.StringVar(&c.githubSecret, "github-secret", env("GITHUB_WEBHOOK_SECRET", ""), "GitHub webhook secret (GITHUB_WEBHOOK_SECRET)")
 	fs.StringVar(&c.jiraSecret, "jira-secret", env("JIRA_WEBHOOK_SECRET", ""), "Jira webhook secret (JIRA_WEBHOOK_SECRET)")
 	fs.BoolVar(&c.acceptUnsigned, "accept-unsigned", env("GATEWAY_ACCEPT_UNSIGNED", "") == "true",
@@ -155,6 +157,13 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	c.brokers = strings.Split(brokers, ",")
 	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
 		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)
+	}
+	switch *naive {
+	case "":
+	case "gateway":
+		c.naive = true
+	default:
+		return c, fmt.Errorf("-naive %q: the gateway runs only the naive gateway", *naive)
 	}
 	if err := c.faults.validate(); err != nil {
 		return c, err
@@ -279,6 +288,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return err
 		}
 		publish = f.publish
+	}
+
+	if cfg.naive {
+		log.Warn("NAIVE GATEWAY: deliveries are answered 2xx before Kafka acknowledged them; a failed publish loses the event (for demonstrations only)")
+		n := &naivePublish{next: publish, log: log}
+		defer n.wait() // before the publisher closes
+		publish = n.publish
 	}
 
 	mux := http.NewServeMux()

@@ -44,6 +44,10 @@ type Config struct {
 	Stdout io.Writer
 	// Binaries to run. Default: BuildBinaries into Dir.
 	Binaries Binaries
+	// Naive runs one joint the naive way beside the correct pipeline
+	// (gateway, sink, merge, mv or avg: devmetrics.Naive) and reports
+	// both figures. Default "": none.
+	Naive string
 }
 
 const topic = "webhooks"
@@ -82,6 +86,10 @@ type demo struct {
 	board       *dashboard
 	result      Result
 	s3          *embedded.S3 // the embedded S3 of -checkpoints s3, nil otherwise
+
+	naive     devmetrics.Naive
+	naiveGW   *Gateway  // NaiveGateway only
+	naiveProv *provider // sends to naiveGW
 }
 
 // Result is what a run counted on its way.
@@ -93,6 +101,10 @@ type Result struct {
 	// gateway restart, and the distinct deliveries among them: every record
 	// beyond Distinct was written twice.
 	Records, Distinct int64
+	// Naive is the naive joint's report, NaiveShows whether a naive figure
+	// differed from the ground truth (Config.Naive only).
+	Naive      []Figure
+	NaiveShows bool
 }
 
 // Run runs the demo: servers, the gateway and processor binaries, the
@@ -112,6 +124,10 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 		// See Supervisor.SharedGroup.
 		return Result{}, errors.New("-instances > 1 shares one consumer group, which a restarted kfake broker never rebalances: add -kill-kafka=false")
 	}
+	naive, err := devmetrics.ParseNaive(cfg.Naive)
+	if err != nil {
+		return Result{}, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -124,7 +140,8 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 		say: func(format string, a ...any) {
 			fmt.Fprintf(cfg.Stdout, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
 		},
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		rng:   rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		naive: naive,
 	}
 	defer func() {
 		for i := len(d.close) - 1; i >= 0; i-- {
@@ -190,6 +207,16 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 	} else {
 		d.say("Kafka: cannot read %s back: %v", d.topic, err)
 	}
+	if d.naive != "" {
+		figs, err := d.naiveFigures(ctx, expect(events))
+		if err != nil {
+			return d.result, err
+		}
+		d.result.Naive = figs
+		if d.result.NaiveShows, err = d.reportNaive(figs); err != nil {
+			return d.result, err
+		}
+	}
 	fmt.Fprintln(cfg.Stdout, "PASS: every event counted exactly once, every per-employee metric exact (hourly rows shown early, final rows exact), through every injected fault")
 	return d.result, nil
 }
@@ -240,8 +267,21 @@ func (d *demo) startServers(ctx context.Context) error {
 	if err := devmetrics.CreateTables(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.db); err != nil {
 		return err
 	}
+	if d.naive != "" {
+		if err := d.setUpNaive(ctx); err != nil {
+			return err
+		}
+	}
 	d.say("database %s: normalized_events → mv_employee_metrics_hourly → employee_metrics_hourly, deployments and incidents (ReplacingMergeTree, read with FINAL), employee_metrics_window (window operator, ReplacingMergeTree by window)", d.db)
 	return nil
+}
+
+// stderr receives the binaries' logs.
+func (d *demo) stderr() io.Writer { return os.Stderr }
+
+// createTopic creates a topic on the run's brokers.
+func createTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
+	return embedded.CreateTopic(ctx, brokers, topic, partitions)
 }
 
 // logLevel is the binaries' -log-level.
@@ -269,6 +309,11 @@ func (d *demo) startPipeline(ctx context.Context) error {
 		return err
 	}
 	d.say("gateway (examples/gateway, pid %d) listening on %s (idempotency keys in %s)", d.gw.PID(), d.gw.URL(), storeName)
+	if d.naive == devmetrics.NaiveGateway {
+		if err := d.startNaiveGateway(ctx); err != nil {
+			return err
+		}
+	}
 	// GitHub waits 10 s for an answer, then records the delivery as failed.
 	d.prov = &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: d.gw.URL()}
 	if err := d.startGitHub(ctx); err != nil {
@@ -291,6 +336,9 @@ func (d *demo) startPipeline(ctx context.Context) error {
 			// timeout is 6 s) and to insert: the demo lasts seconds.
 			"-session-timeout=6s", "-rebalance-timeout=3s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
 			"-sink-max-delay=200ms", d.logLevel()}}
+	if d.naive == devmetrics.NaiveSink || d.naive == devmetrics.NaiveMV {
+		d.sup.Command = append(d.sup.Command, "-naive="+string(d.naive))
+	}
 	s3Args, s3Env, err := d.startCheckpointStore(ctx)
 	if err != nil {
 		return err
@@ -316,7 +364,7 @@ func (d *demo) startGateway(ctx context.Context, faults bool) error {
 			args = append(args, "-inject-lost-acks=0.03")
 		}
 	}
-	gw, err := StartGateway(ctx, d.bins.Gateway, args, d.gatewayEnv, os.Stderr)
+	gw, err := StartGateway(ctx, d.bins.Gateway, args, d.gatewayEnv, d.stderr())
 	if err != nil {
 		return err
 	}
@@ -356,6 +404,9 @@ func (d *demo) deliver(ctx context.Context, events []delivery) error {
 	for range 8 {
 		wg.Go(func() {
 			for i := range work {
+				if d.naiveProv != nil {
+					d.deliverNaive(ctx, events[i], dups[i])
+				}
 				if err := d.prov.deliver(ctx, events[i], dups[i]); err != nil {
 					errOnce.Do(func() { deliverErr = err })
 					continue
