@@ -48,4 +48,11 @@
 //
 // Exact per-employee hours need each organisation's events in one
 // partition: use PartitionKey on the gateway.
+//
+// # Naive joints
+//
+// Naive names the five joints of the articles done the naive way (naive.go),
+// for the demo to run one beside the correct pipeline and print both
+// figures (make demo NAIVE=gateway|sink|merge|mv|avg). They are the bugs
+// this package's Guarantees rule out; never use them for real data.
 package devmetrics

@@ -24,7 +24,7 @@ type naivePublish struct {
 func (n *naivePublish) publish(_ context.Context, d idempotency.Delivery) error {
 	n.inflight.Go(func() {
 		if err := n.next(context.Background(), d); err != nil {
-			n.log.Error("naive gateway: publish failed after the delivery was answered 2xx: the event is lost", "delivery", d.Key, "err", err)
+			n.log.Warn("naive gateway: publish failed after the delivery was answered 2xx: the event is lost", "delivery", d.Key, "err", err)
 		}
 	})
 	return nil
