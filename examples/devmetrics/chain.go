@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -45,13 +46,13 @@ type Config struct {
 	EarlyEvery uint64
 	// Logger receives late events and sink warnings. Default: discards.
 	Logger *slog.Logger
-	// Naive NaiveSink adds the naive buffering sink beside the correct
+	// Naive: NaiveSink adds the naive buffering sink beside the correct
 	// ones, writing every event the chain counts to naive_sink_events;
 	// NaiveMV a sink to naive_mv_events that inserts without
 	// deduplicate_blocks_in_dependent_materialized_views (create their
-	// tables with NaiveDDL). Other values change nothing here. Default "":
+	// tables with NaiveDDL). Other joints change nothing here. Default:
 	// none.
-	Naive Naive
+	Naive []Naive
 }
 
 // NewProcessor returns the chain of one partition: Decode → dedup by
@@ -118,14 +119,14 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 		}
 		proc.Participants["metrics"] = metrics
 		c := &chain{partition: p.Partition, dedup: d, windows: w, events: events, metrics: metrics, log: cfg.Logger}
-		if cfg.Naive == NaiveSink {
+		if slices.Contains(cfg.Naive, NaiveSink) {
 			client := cfg.Sink.Client
 			if cfg.Sink.User != "" {
 				client.User, client.Password = cfg.Sink.User, cfg.Sink.Password
 			}
 			c.naive = &naiveSink{addr: cfg.ClickHouse.Addr, database: cfg.Sink.Database, client: client, log: cfg.Logger}
 		}
-		if cfg.Naive == NaiveMV {
+		if slices.Contains(cfg.Naive, NaiveMV) {
 			client := cfg.Sink.Client
 			if cfg.Sink.User != "" {
 				client.User, client.Password = cfg.Sink.User, cfg.Sink.Password

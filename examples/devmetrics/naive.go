@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/ch-go"
@@ -73,6 +75,28 @@ func ParseNaive(s string) (Naive, error) {
 		return "", nil
 	}
 	return "", fmt.Errorf("devmetrics: unknown naive joint %q: want gateway, sink, merge, mv or avg", s)
+}
+
+// ParseNaives returns the Naives of a comma-separated list; "all" is every
+// one, "" none.
+func ParseNaives(list string) ([]Naive, error) {
+	if list == "all" {
+		return Naives(), nil
+	}
+	var out []Naive
+	for _, name := range strings.Split(list, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		n, err := ParseNaive(name)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // NaiveDDL returns the statements that create what naive joint n needs

@@ -44,9 +44,10 @@ type Config struct {
 	Stdout io.Writer
 	// Binaries to run. Default: BuildBinaries into Dir.
 	Binaries Binaries
-	// Naive runs one joint the naive way beside the correct pipeline
-	// (gateway, sink, merge, mv or avg: devmetrics.Naive) and reports
-	// both figures. Default "": none.
+	// Naive runs joints the naive way beside the correct pipeline
+	// (gateway, sink, merge, mv or avg: devmetrics.Naive; a
+	// comma-separated list, or all) and reports both figures. Default "":
+	// none.
 	Naive string
 }
 
@@ -87,7 +88,7 @@ type demo struct {
 	result      Result
 	s3          *embedded.S3 // the embedded S3 of -checkpoints s3, nil otherwise
 
-	naive     devmetrics.Naive
+	naives    []devmetrics.Naive
 	naiveGW   *Gateway  // NaiveGateway only
 	naiveProv *provider // sends to naiveGW
 }
@@ -101,10 +102,10 @@ type Result struct {
 	// gateway restart, and the distinct deliveries among them: every record
 	// beyond Distinct was written twice.
 	Records, Distinct int64
-	// Naive is the naive joint's report, NaiveShows whether a naive figure
-	// differed from the ground truth (Config.Naive only).
-	Naive      []Figure
-	NaiveShows bool
+	// Naive is each naive joint's report, NaiveShows whether one of its
+	// naive figures differed from the ground truth (Config.Naive only).
+	Naive      map[devmetrics.Naive][]Figure
+	NaiveShows map[devmetrics.Naive]bool
 }
 
 // Run runs the demo: servers, the gateway and processor binaries, the
@@ -124,7 +125,7 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 		// See Supervisor.SharedGroup.
 		return Result{}, errors.New("-instances > 1 shares one consumer group, which a restarted kfake broker never rebalances: add -kill-kafka=false")
 	}
-	naive, err := devmetrics.ParseNaive(cfg.Naive)
+	naives, err := devmetrics.ParseNaives(cfg.Naive)
 	if err != nil {
 		return Result{}, err
 	}
@@ -140,8 +141,8 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 		say: func(format string, a ...any) {
 			fmt.Fprintf(cfg.Stdout, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
 		},
-		rng:   rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
-		naive: naive,
+		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		naives: naives,
 	}
 	defer func() {
 		for i := len(d.close) - 1; i >= 0; i-- {
@@ -207,13 +208,17 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 	} else {
 		d.say("Kafka: cannot read %s back: %v", d.topic, err)
 	}
-	if d.naive != "" {
-		figs, err := d.naiveFigures(ctx, expect(events))
+	for _, n := range d.naives {
+		figs, err := d.naiveFigures(ctx, n, expect(events))
 		if err != nil {
 			return d.result, err
 		}
-		d.result.Naive = figs
-		if d.result.NaiveShows, err = d.reportNaive(figs); err != nil {
+		shows, err := d.reportNaive(n, figs)
+		if d.result.Naive == nil {
+			d.result.Naive, d.result.NaiveShows = map[devmetrics.Naive][]Figure{}, map[devmetrics.Naive]bool{}
+		}
+		d.result.Naive[n], d.result.NaiveShows[n] = figs, shows
+		if err != nil {
 			return d.result, err
 		}
 	}
@@ -267,7 +272,7 @@ func (d *demo) startServers(ctx context.Context) error {
 	if err := devmetrics.CreateTables(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.db); err != nil {
 		return err
 	}
-	if d.naive != "" {
+	if len(d.naives) > 0 {
 		if err := d.setUpNaive(ctx); err != nil {
 			return err
 		}
@@ -309,7 +314,7 @@ func (d *demo) startPipeline(ctx context.Context) error {
 		return err
 	}
 	d.say("gateway (examples/gateway, pid %d) listening on %s (idempotency keys in %s)", d.gw.PID(), d.gw.URL(), storeName)
-	if d.naive == devmetrics.NaiveGateway {
+	if d.hasNaive(devmetrics.NaiveGateway) {
 		if err := d.startNaiveGateway(ctx); err != nil {
 			return err
 		}
@@ -336,8 +341,14 @@ func (d *demo) startPipeline(ctx context.Context) error {
 			// timeout is 6 s) and to insert: the demo lasts seconds.
 			"-session-timeout=6s", "-rebalance-timeout=3s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
 			"-sink-max-delay=200ms", d.logLevel()}}
-	if d.naive == devmetrics.NaiveSink || d.naive == devmetrics.NaiveMV {
-		d.sup.Command = append(d.sup.Command, "-naive="+string(d.naive))
+	var procNaive []string
+	for _, n := range []devmetrics.Naive{devmetrics.NaiveSink, devmetrics.NaiveMV} {
+		if d.hasNaive(n) {
+			procNaive = append(procNaive, string(n))
+		}
+	}
+	if len(procNaive) > 0 {
+		d.sup.Command = append(d.sup.Command, "-naive="+strings.Join(procNaive, ","))
 	}
 	s3Args, s3Env, err := d.startCheckpointStore(ctx)
 	if err != nil {

@@ -16,6 +16,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the generated events and faults")
 	fs.StringVar(&c.Dir, "dir", "", "state directory (default: a new temporary directory)")
 	fs.BoolVar(&c.Verbose, "v", false, "the binaries log warnings, not only errors")
-	fs.StringVar(&c.Naive, "naive", "", "run one joint the naive way beside the correct pipeline and print both figures: gateway, sink, merge, mv or avg")
+	fs.StringVar(&c.Naive, "naive", "", "run joints the naive way beside the correct pipeline and print both figures: gateway, sink, merge, mv or avg, a comma-separated list, or all")
 	fs.StringVar(&c.Checkpoints, "checkpoints", "fs", "where processors keep checkpoints and sink journals: fs (a local directory) or s3 ($S3_ENDPOINT or an embedded versitygw)")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,9 @@ type Figure struct {
 	Truth, Naive, Correct float64
 }
 
+// hasNaive reports whether joint n runs the naive way.
+func (d *demo) hasNaive(n devmetrics.Naive) bool { return slices.Contains(d.naives, n) }
+
 // naiveTopic is where the naive gateway publishes.
 func (d *demo) naiveTopic() string { return d.topic + "_naive" }
 
@@ -40,8 +44,11 @@ func (d *demo) setUpNaive(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	queries := devmetrics.NaiveDDL(d.db, d.naive)
-	if d.naive == devmetrics.NaiveMerge {
+	var queries []string
+	for _, n := range d.naives {
+		queries = append(queries, devmetrics.NaiveDDL(d.db, n)...)
+	}
+	if d.hasNaive(devmetrics.NaiveMerge) {
 		// Background merges are held back on the ReplacingMergeTree tables
 		// (no part is small enough to merge), as on a server whose merges
 		// lag behind the inserts: the read sees the versions a merge would
@@ -53,7 +60,7 @@ func (d *demo) setUpNaive(ctx context.Context) error {
 	}
 	for _, q := range queries {
 		if err := conn.Do(ctx, ch.Query{Body: q}); err != nil {
-			return fmt.Errorf("naive %s: %w", d.naive, err)
+			return fmt.Errorf("naive joints: %w", err)
 		}
 	}
 	return nil
@@ -108,7 +115,7 @@ func (d *demo) deliverNaive(ctx context.Context, dl delivery, dup bool) {
 
 // naiveFigures computes the report of the naive joint, once the correct
 // pipeline is exact.
-func (d *demo) naiveFigures(ctx context.Context, want expected) ([]Figure, error) {
+func (d *demo) naiveFigures(ctx context.Context, naive devmetrics.Naive, want expected) ([]Figure, error) {
 	conn, err := ch.Dial(ctx, ch.Options{Address: d.srv.ClickHouseAddr, Database: d.db, DialTimeout: 10 * time.Second})
 	if err != nil {
 		return nil, err
@@ -132,7 +139,7 @@ func (d *demo) naiveFigures(ctx context.Context, want expected) ([]Figure, error
 		sum.latency += m.ReviewLatencyS
 	}
 	var lines []line
-	switch d.naive {
+	switch naive {
 	case devmetrics.NaiveGateway:
 		_, naive, err := topicDeliveries(ctx, d.srv.Brokers, d.naiveTopic(), d.cfg.Partitions)
 		if err != nil {
@@ -252,15 +259,15 @@ func same(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 
 // reportNaive prints the figures side by side and says whether the naive
 // joint showed its bug. It fails only if the correct column is not exact.
-func (d *demo) reportNaive(figs []Figure) (shows bool, err error) {
+func (d *demo) reportNaive(naive devmetrics.Naive, figs []Figure) (shows bool, err error) {
 	what := map[devmetrics.Naive]string{
 		devmetrics.NaiveGateway: "the gateway answers 2xx before Kafka acknowledged (a background publish that fails is lost; the provider does not retry a 2xx)",
 		devmetrics.NaiveSink:    "a buffering sink outside the checkpoints (flushed every 1,000 rows or 5 s when a record arrives, a batch dropped after its retries)",
 		devmetrics.NaiveMerge:   "ReplacingMergeTree tables read without FINAL (merges held back on them: the read sees what it sees before a merge)",
 		devmetrics.NaiveMV:      "inserts without deduplicate_blocks_in_dependent_materialized_views (a batch replayed after a kill is dropped by the events table but counted again by its rollup view)",
 		devmetrics.NaiveAvg:     "the hourly rollup averaging every event, 0 for an event that is no review (the avgState(toFloat64(0)) placeholder)",
-	}[d.naive]
-	d.say("naive %s: %s; beside it the correct pipeline, on the same deliveries and faults:", d.naive, what)
+	}[naive]
+	d.say("naive %s: %s; beside it the correct pipeline, on the same deliveries and faults:", naive, what)
 	width := len("metric")
 	for _, f := range figs {
 		width = max(width, len(f.Metric))
@@ -272,16 +279,16 @@ func (d *demo) reportNaive(figs []Figure) (shows bool, err error) {
 	for _, f := range figs {
 		row(f.Metric, num(f.Truth), num(f.Naive), num(f.Correct))
 		if !same(f.Truth, f.Correct) {
-			err = fmt.Errorf("naive %s: the correct pipeline's %s is %s, want %s", d.naive, f.Metric, num(f.Correct), num(f.Truth))
+			err = fmt.Errorf("naive %s: the correct pipeline's %s is %s, want %s", naive, f.Metric, num(f.Correct), num(f.Truth))
 		}
 		if !same(f.Truth, f.Naive) {
 			shows = true
 		}
 	}
 	if shows {
-		d.say("naive %s: its figures are wrong, the correct pipeline's exact", d.naive)
+		d.say("naive %s: its figures are wrong, the correct pipeline's exact", naive)
 	} else {
-		d.say("naive %s: no difference in this run: the faults that expose it did not hit it this time (run again, or with more -events or -kills)", d.naive)
+		d.say("naive %s: no difference in this run: the faults that expose it did not hit it this time (run again, or with more -events or -kills)", naive)
 	}
 	return shows, err
 }
