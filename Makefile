@@ -78,7 +78,8 @@ test: deps
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l found unformatted files:"; echo "$$out"; exit 1; fi
 	go test -race -count=1 -timeout 25m ./...
 
-# make demo NAIVE=gateway|sink|merge|mv|avg runs that joint the naive way
+# make demo NAIVE=gateway|sink|merge|mv|avg (a comma-separated list, or all)
+# runs that joint the naive way
 # beside the correct pipeline and prints both figures; DEMO_FLAGS passes more
 # flags (go run ./internal/cmd/demo -h).
 demo: deps
