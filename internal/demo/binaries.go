@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,15 +71,31 @@ func StartGateway(ctx context.Context, bin string, args, env []string, stderr io
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, append(args, "-listen="+addr)...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	g := &Gateway{addr: addr, done: make(chan error, 1)}
+	started := make(chan error, 1)
+	go func() {
+		// Linux sends Pdeathsig when the thread that forked the child
+		// exits, and the Go runtime retires a thread whose locked
+		// goroutine exits (internal/embedded's do, after their child):
+		// fork from a thread of our own and keep it for the child's life.
+		// Never unlocked: the thread exits with this goroutine, after the
+		// child was reaped.
+		runtime.LockOSThread()
+		cmd := exec.Command(bin, append(slices.Clone(args), "-listen="+addr)...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdout, cmd.Stderr = stderr, stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		g.cmd = cmd
+		started <- nil
+		g.done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		return nil, err
 	}
-	g := &Gateway{addr: addr, cmd: cmd, done: make(chan error, 1)}
-	go func() { g.done <- cmd.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if status, _, err := g.get(ctx, "/readyz"); err == nil && status == http.StatusOK {

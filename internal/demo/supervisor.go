@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -74,6 +75,11 @@ func (s *Supervisor) Run(ctx context.Context) {
 
 // keep runs instance i, restarting it whenever it exits, until ctx ends.
 func (s *Supervisor) keep(ctx context.Context, i int) {
+	// Fork from a thread of our own, kept until the last child was reaped:
+	// Linux sends Pdeathsig when the forking thread exits, and the Go
+	// runtime retires a thread whose locked goroutine exits (see
+	// StartGateway). Never unlocked: the thread exits with keep.
+	runtime.LockOSThread()
 	for ctx.Err() == nil {
 		group := s.Group
 		if !s.SharedGroup {
