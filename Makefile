@@ -1,7 +1,7 @@
-# Two commands for a fresh machine: `make demo` and `make test`.
-# Both install what they need (Debian packages, the chdb npm tarball, Go
-# modules). Set CLICKHOUSE_ADDR, KAFKA_BROKERS or REDIS_ADDR to use external
-# servers instead; see README.md.
+# Commands for a fresh machine: `make demo`, `make chaos` and `make test`
+# (`make bench` for the benchmarks). The three install what they need (Debian
+# packages, the chdb npm tarball, Go modules). Set CLICKHOUSE_ADDR,
+# KAFKA_BROKERS or REDIS_ADDR to use external servers instead; see README.md.
 
 SHELL := /bin/bash
 

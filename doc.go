@@ -28,14 +28,19 @@
 //     checkpoint/kafkasource runs one chain per partition of a kafka-go
 //     consumer group and restores it wherever the partition moves.
 //   - dedup: keyed state that remembers event keys for a TTL with Flink's
-//     semantics, in 20 to 37 bytes per key, snapshotted in every checkpoint.
+//     semantics, in 20 to 37 bytes per key, snapshotted in every checkpoint;
+//     with Options.Incremental a checkpoint writes only the keys changed
+//     since the last one (a base and deltas, compacted in the background).
 //   - window: event-time windows with watermarks and aggregators whose
 //     neutral element is right (an average of nothing is absent, not 0).
 //     Rows are keyed by window and versioned, for a ReplacingMergeTree.
 //   - sink: a write-ahead journal that makes a replay cut rows into exactly
 //     the batches it inserted before; sink/chsink inserts them into
 //     ClickHouse with the same insert_deduplication_token, so a table and its
-//     materialized views see every row once.
+//     materialized views see every row once. sink/kafkasink writes Kafka
+//     topics instead, in one transaction per checkpoint (a two-phase commit
+//     on kafkatxn, Kafka's idempotent and transactional producers and a
+//     read_committed reader on kafka-go's protocol layer).
 //
 // examples/gateway and examples/processor are the binaries that wire them
 // together; examples/devmetrics is the articles' pipeline they run with

@@ -4,6 +4,10 @@
 // deduplication tokens, and the errors shared by backends. The ClickHouse
 // backend, which imports ch-go, is package sink/chsink; the journal itself
 // is internal to this module (sink/internal/journal), driven by the backend.
+// The Kafka backend, sink/kafkasink, needs no journal: Kafka transactions
+// give it a two-phase commit (records sent in a transaction prepared at the
+// barrier, committed when the checkpoint completes), so nothing in this
+// package applies to it.
 //
 // # Tour
 //

@@ -12,7 +12,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
-// The articles' schema, with every joint fixed:
+// DDL returns the statements that create the articles' schema in
+// database, in order, each with IF NOT EXISTS. The schema, with every joint
+// fixed:
 //   - normalized_events: one row per normalized event, a ReplacingMergeTree
 //     keyed by the delivery id. The processor deduplicates before it writes
 //     and every sink batch carries an insert_deduplication_token, so rows
@@ -37,9 +39,6 @@ import (
 //     computed by the stream processor's window operator, one row per
 //     (org, employee, hour) window, ReplacingMergeTree(version) keyed by
 //     window: writing a window again writes the same row. Read with FINAL.
-//
-// DDL returns the statements that create the schema in database, in
-// order, each with IF NOT EXISTS.
 func DDL(database string) []string {
 	queries := []string{"CREATE DATABASE IF NOT EXISTS %[1]s"}
 	queries = append(queries, tableDDL...)

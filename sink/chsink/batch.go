@@ -12,8 +12,9 @@ import (
 // row would (the same batches, journal and rows in ClickHouse), with one
 // lock and one clock reading for all of them. It returns how many rows it
 // buffered: all of them, or fewer with the error of the next one, which Add
-// would have returned for it (and which, unless ErrOutOfOrder, breaks the
-// sink until Restore).
+// would have returned for it (and which, unless sink.ErrOutOfOrder, breaks
+// the sink until Restore). pos and rows must have the same length: otherwise
+// it buffers nothing and returns an error, and the sink stays usable.
 func (s *Sink[T]) AddBatch(ctx context.Context, pos []sink.Position, rows []T) (int, error) {
 	if len(pos) != len(rows) {
 		return 0, fmt.Errorf("chsink: AddBatch: %d positions for %d rows", len(pos), len(rows))

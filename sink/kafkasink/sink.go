@@ -287,7 +287,7 @@ func (s *Sink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error 
 	return nil
 }
 
-// Restore resolves the transaction recorded in state: it belongs to a
+// Restore resolves the transaction recorded in data: it belongs to a
 // completed checkpoint, so it is committed (kafkatxn.CommitPrepared), which
 // does nothing if it was committed already. Then the sink's producer
 // starts, which aborts any later transaction of the id (records written
