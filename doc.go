@@ -55,7 +55,8 @@
 // does not hold. Together, under the assumptions below: every webhook the
 // gateway answered with a 2xx reaches Kafka, and every Kafka record
 // counts once in ClickHouse (or in the output topics of sink/kafkasink),
-// or reaches the dead-letter topic once if it cannot be decoded, through kill -9 of any process, lost acknowledgements, redeliveries and
+// or reaches the dead-letter topic once if it cannot be decoded, through
+// kill -9 of any process, lost acknowledgements, redeliveries and
 // rebalances; `make demo` and `make chaos` check it end to end against the
 // ground truth.
 //
