@@ -265,7 +265,9 @@ func (c *chaos) killInCheckpoint(ctx context.Context) (bool, string) {
 func (c *chaos) tempFiles() map[string]bool {
 	out := map[string]bool{}
 	_ = filepath.WalkDir(c.stateDir(), func(path string, e fs.DirEntry, err error) error {
-		if err == nil && !e.IsDir() && strings.HasPrefix(e.Name(), "#") {
+		// "#lock" is the storage's lock file, always there once a
+		// directory was written; the rest are writes under way.
+		if err == nil && !e.IsDir() && strings.HasPrefix(e.Name(), "#") && e.Name() != "#lock" {
 			out[path] = true
 		}
 		return nil
@@ -316,10 +318,14 @@ func (c *chaos) killInRebalance(ctx context.Context) (bool, string) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
 		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{sup.Group}})
 		if err == nil && len(resp.Groups) == 1 {
+			// Another process than the one just killed (which the
+			// supervisor may not have replaced yet).
 			if state := resp.Groups[0].GroupState; state == "PreparingRebalance" || state == "CompletingRebalance" {
-				pid, ok := sup.killOne(c.rng, -1)
-				c.kill("processor", ok)
-				return ok, fmt.Sprintf("processor pid %d killed, then pid %d while the group was %s", first, pid, state)
+				if i, pid := sup.pick(c.rng); i >= 0 && pid != first {
+					sup.killOne(c.rng, i)
+					c.kill("processor", true)
+					return true, fmt.Sprintf("processor pid %d killed, then pid %d while the group was %s", first, pid, state)
+				}
 			}
 		}
 		time.Sleep(5 * time.Millisecond)
