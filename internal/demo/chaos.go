@@ -182,6 +182,7 @@ type chaos struct {
 	rng   *rand.Rand // the fault schedule's; drawn by the fault goroutine only
 
 	redis *embedded.Redis // the gateway's key store
+	gwMu  sync.Mutex      // held while the gateway is replaced (killGateway, watchGateway)
 
 	mu     sync.Mutex
 	log    map[string]*FaultCount
@@ -328,6 +329,10 @@ func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); c.strike(faultCtx) }()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); c.watchGateway(watchCtx) }()
+	defer func() { stopWatch(); <-watchDone }()
 	defer func() { stopFaults(); <-faultsDone }()
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	progressDone := make(chan struct{})
@@ -421,6 +426,38 @@ func (c *chaos) faultProgress(total int) float64 {
 	}
 	part := min(float64(now-c.lastFault.Load())/mean, 1)
 	return (float64(done) + part) / float64(total)
+}
+
+// watchGateway restarts the gateway when it exits on its own, as a service
+// manager would, and says why it stopped (the runs found gateways dying
+// with no word while servers around them were killed).
+func (c *chaos) watchGateway(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.gwMu.Lock()
+		gw := c.d.gw
+		select {
+		case err := <-gw.done:
+			gw.done <- err // for Stop
+			c.mu.Lock()
+			c.res.GatewayExits++
+			c.mu.Unlock()
+			c.say("gateway pid %d exited on its own (%v); restarting it", gw.PID(), err)
+			if serr := c.d.startGateway(context.WithoutCancel(ctx), false); serr != nil {
+				c.say("restart the gateway: %v", serr)
+			} else {
+				c.d.prov.setBaseURL(c.d.gw.URL())
+			}
+		default:
+		}
+		c.gwMu.Unlock()
+	}
 }
 
 func faultsFinished(done <-chan struct{}) bool {

@@ -337,6 +337,8 @@ func (c *chaos) killInRebalance(ctx context.Context) (bool, string) {
 // claims whose publish has not returned, and kills it there; then starts a
 // new gateway, which the providers retry and redeliver to.
 func (c *chaos) killGateway(ctx context.Context) (bool, string) {
+	c.gwMu.Lock()
+	defer c.gwMu.Unlock()
 	d := c.d
 	_ = d.srv.Kafka.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.Slow, Delay: time.Second, Duration: 3 * time.Second})
 	inFlight := 0.0

@@ -50,6 +50,10 @@ type ChaosResult struct {
 	Kinds     []string               `json:"kinds"`
 	Faults    map[string]*FaultCount `json:"faults"`
 	Kills     map[string]int         `json:"kills"` // SIGKILLs by service
+	// GatewayExits and ProcessorExits count the processes that exited on
+	// their own (restarted by the harness, as a service manager would).
+	GatewayExits   int   `json:"gateway_exits"`
+	ProcessorExits int64 `json:"processor_exits"`
 
 	Sent       int64 `json:"events_sent"`
 	Counted    int   `json:"events_counted"` // events the metrics count (the rest: pings, ignored and rejected payloads)
@@ -91,6 +95,7 @@ func (c *chaos) verify(ctx context.Context, events []delivery) error {
 	d := c.d
 	want := expect(events)
 	c.res.Counted, c.res.Accepted = want.events, c.delivered.Load()
+	c.res.ProcessorExits = d.sup.Failures()
 	c.mu.Lock()
 	c.res.Faults = map[string]*FaultCount{}
 	for k, v := range c.log {
@@ -333,7 +338,8 @@ func (r *ChaosResult) printTable(out io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "(hit: kills that landed on the moment they aim at; for kafka-* faults, the requests they failed, delayed or cut)\n")
-	fmt.Fprintf(w, "SIGKILLs: %d (%s)\n", total, strings.Join(kills, ", "))
+	fmt.Fprintf(w, "SIGKILLs: %d (%s); exits on their own, restarted: gateway %d, processor %d\n",
+		total, strings.Join(kills, ", "), r.GatewayExits, r.ProcessorExits)
 	fmt.Fprintf(w, "events: %d sent (%d counted by the metrics, %d answered 200 unpublished, %d answered 4xx), %d accepted; %d requests (%d duplicate deliveries, %d retries, %d answered from the idempotency store)\n",
 		r.Sent, r.Counted, r.Ignored, r.Rejected, r.Accepted, r.Requests, r.Duplicates, r.Retries, r.Replayed)
 	tables := make([]string, 0, len(r.Tables))
