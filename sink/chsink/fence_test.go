@@ -191,3 +191,42 @@ func TestFailedPruneDeleteIsNotFatal(t *testing.T) {
 	assert.Less(t, len(names), before, "the entries kept by the failed deletes are deleted later")
 	env.assertExact(t, 300, false)
 }
+
+// A checkpoint taken after a short replay was finished by the timer lies
+// before the end of that batch: the source restarts inside it. Restored
+// from it, the sink must take the batch's late rows (dropping those
+// ClickHouse holds) instead of refusing them as out of order, which kept
+// a processor in a crash loop at the same offset forever (found by
+// make chaos: "row position not increasing: 493.0 after 563.0").
+func TestRestoreInsideSettledBatch(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	state := crashAfterUnackedInsert(t, env, store) // batch [100, 150) inserted, not acknowledged
+
+	s := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst, MaxDelay: 100 * time.Millisecond})
+	require.NoError(t, s.Restore(ctx, state))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	require.NoError(t, feed(ctx, t, s, 100, 120)) // the replay comes up short
+	var inside []byte
+	require.Eventually(t, func() bool {
+		var err error
+		inside, err = s.Snapshot(ctx, 3) // at offset 120, inside the settled batch
+		require.True(t, err == nil || errors.Is(err, sink.ErrReplayInProgress), "%v", err)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the replay never finished")
+	cancel()
+	<-done
+
+	// kill -9 after checkpoint 3: the next owner restores it, and the
+	// source replays from offset 120.
+	ctx = context.Background()
+	next := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst})
+	require.NoError(t, next.Restore(ctx, inside))
+	require.NoError(t, feed(ctx, t, next, 120, 170))
+	_, err := next.Snapshot(ctx, 4)
+	require.NoError(t, err)
+	env.assertExact(t, 170, false)
+}

@@ -29,6 +29,12 @@ type snapshotState struct {
 	HasCovered bool          `json:"has_covered"`
 	Covered    sink.Position `json:"covered"`
 	Pending    pendingRange  `json:"pending"`
+	// Fed is the last row position the chain had fed, present only when it
+	// lies before Covered: a short replay finished by the timer settled a
+	// journaled batch the source has not re-read to its end, so the source
+	// restarts inside that batch and its rows through Covered, which
+	// ClickHouse holds, are dropped instead of refused as out of order.
+	Fed *sink.Position `json:"fed,omitempty"`
 }
 
 const snapshotVersion = 1
@@ -64,6 +70,9 @@ func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error
 	}
 	if s.hasPos && s.pos.Compare(st.Covered) > 0 {
 		st.Covered = s.pos
+	} else if s.hasPos && s.pos.Compare(st.Covered) < 0 {
+		fed := s.pos
+		st.Fed = &fed
 	}
 	if n := len(s.pending); n > 0 {
 		st.Pending = pendingRange{Count: n, First: s.pending[0].First, Last: s.pending[n-1].Last}
@@ -100,6 +109,10 @@ func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
 	s.pending = nil
 	clear(s.snaps)
 	s.completed, s.settled = s.completed[:0], nil
+	if st.Fed != nil && st.HasCovered && st.Fed.Compare(st.Covered) < 0 {
+		settled := st.Covered
+		s.pos, s.settled = *st.Fed, &settled
+	}
 	s.barrierAt = time.Time{} // the next barrier re-arms the flush ahead
 	if err := s.ensureInit(ctx); err != nil {
 		s.err = err
