@@ -7,7 +7,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -111,12 +110,6 @@ func JiraCloud() Provider {
 		RetryHeader:     HeaderJiraRetry,
 		Partition:       JiraPartition,
 	}
-}
-
-func (p Provider) isZero() bool {
-	return p.Name == "" && p.KeyHeader == "" && p.SignatureHeader == "" && p.EventHeader == "" &&
-		p.EventField == "" && p.HookIDHeader == "" && p.RetryHeader == "" && !p.FormEncoded &&
-		len(p.Ignore) == 0 && p.Partition == nil
 }
 
 // GitHubPartition returns the account a GitHub event belongs to:
@@ -284,8 +277,4 @@ func (p Provider) metadata(h http.Header, d *Delivery) error {
 		}
 	}
 	return nil
-}
-
-func (p Provider) ignores(event string) bool {
-	return event != "" && slices.Contains(p.Ignore, event)
 }
