@@ -36,7 +36,10 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 		return nil, fmt.Errorf("%w: negative MaxAttempts or WriteTimeout", ErrInvalidOptions)
 	}
 	if opts.PartitionKey == nil {
-		opts.PartitionKey = func(d idempotency.Delivery) ([]byte, error) { return []byte(d.Key), nil }
+		// As Publisher: by tenant, so one tenant's events stay in order
+		// on one partition (by delivery id they spread, and windows keyed
+		// by tenant get a partial row per partition).
+		opts.PartitionKey = defaultPartitionKey
 	}
 	if opts.Balancer == nil {
 		opts.Balancer = kafka.Murmur2Balancer{}

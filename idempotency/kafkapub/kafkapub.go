@@ -79,6 +79,15 @@ type Options struct {
 	Now func() time.Time
 }
 
+// defaultPartitionKey is Options.PartitionKey's default: the delivery's
+// tenant, else its key.
+func defaultPartitionKey(d idempotency.Delivery) ([]byte, error) {
+	if d.Partition != "" {
+		return []byte(d.Partition), nil
+	}
+	return []byte(d.Key), nil
+}
+
 // Publisher publishes webhook deliveries to one Kafka topic and returns only
 // once every in-sync replica has acknowledged them. Its Publish method is an
 // idempotency.Func. A Publisher is safe for concurrent use; concurrent
@@ -111,12 +120,7 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 		return nil, fmt.Errorf("%w: negative BatchTimeout, MaxAttempts or WriteTimeout", ErrInvalidOptions)
 	}
 	if opts.PartitionKey == nil {
-		opts.PartitionKey = func(d idempotency.Delivery) ([]byte, error) {
-			if d.Partition != "" {
-				return []byte(d.Partition), nil
-			}
-			return []byte(d.Key), nil
-		}
+		opts.PartitionKey = defaultPartitionKey
 	}
 	if opts.Balancer == nil {
 		opts.Balancer = kafka.Murmur2Balancer{}

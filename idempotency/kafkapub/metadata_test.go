@@ -36,26 +36,46 @@ func TestReadMetadata(t *testing.T) {
 	assert.ErrorIs(t, err, kafkapub.ErrNoMetadata)
 }
 
-// Publish writes the metadata and the delivery's partition key; a consumer
-// reads them back from the record with ReadMetadata.
+// Publish writes the metadata and the delivery's partition key (its
+// tenant, not its delivery id, so one tenant's events keep their order and
+// their windows); a consumer reads them back from the record with
+// ReadMetadata. Both publishers agree.
 func TestPublishMetadataAndPartitionKey(t *testing.T) {
 	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "meta")
-	testenv.CreateTopic(t, brokers, topic, 3)
-	p := newPublisher(t, brokers, topic, kafkapub.Options{SkipDurabilityCheck: true})
-	d := idempotency.Delivery{Key: "d1", Source: "github", Event: "pull_request", HookID: "42", Partition: "github/acme", Body: []byte(`{}`)}
-	require.NoError(t, p.Publish(context.Background(), d))
+	tests := []struct {
+		name string
+		give func(t *testing.T, topic string) func(context.Context, idempotency.Delivery) error
+	}{
+		{"Publisher", func(t *testing.T, topic string) func(context.Context, idempotency.Delivery) error {
+			return newPublisher(t, brokers, topic, kafkapub.Options{SkipDurabilityCheck: true}).Publish
+		}},
+		{"IdempotentPublisher", func(t *testing.T, topic string) func(context.Context, idempotency.Delivery) error {
+			p, err := kafkapub.NewIdempotent(context.Background(), brokers, topic, kafkapub.Options{SkipDurabilityCheck: true})
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, p.Close()) })
+			return p.Publish
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			topic := testenv.Name(t, "meta")
+			testenv.CreateTopic(t, brokers, topic, 3)
+			publish := tt.give(t, topic)
+			d := idempotency.Delivery{Key: "d1", Source: "github", Event: "pull_request", HookID: "42", Partition: "github/acme", Body: []byte(`{}`)}
+			require.NoError(t, publish(context.Background(), d))
 
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: partitionOf(t, "github/acme", 3), MaxWait: 100 * time.Millisecond})
-	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m, err := r.ReadMessage(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, "github/acme", string(m.Key))
-	md, err := kafkapub.ReadMetadata(m)
-	require.NoError(t, err)
-	assert.Equal(t, kafkapub.Metadata{EventID: "d1", Source: "github", EventType: "pull_request", HookID: "42"}, md)
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: partitionOf(t, "github/acme", 3), MaxWait: 100 * time.Millisecond})
+			defer r.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			m, err := r.ReadMessage(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, "github/acme", string(m.Key))
+			md, err := kafkapub.ReadMetadata(m)
+			require.NoError(t, err)
+			assert.Equal(t, kafkapub.Metadata{EventID: "d1", Source: "github", EventType: "pull_request", HookID: "42"}, md)
+		})
+	}
 }
 
 func partitionOf(t *testing.T, key string, n int) int {
