@@ -24,9 +24,12 @@
 // must be a function of the partition key's fields, or its events spread
 // over partitions and each writes a partial row.
 //
-// At start-up New reads the topic's min.insync.replicas and replication
-// factor and warns through the logger when acks=all is weaker than it sounds
-// (min.insync.replicas 1 is acks=1 in disguise).
+// At start-up New and NewIdempotent read the topic's min.insync.replicas
+// and replication factor and warn through the logger when acks=all is
+// weaker than it sounds (min.insync.replicas 1 is acks=1 in disguise). Both
+// publishers report the same metrics (exactlyonce.kafkapub.messages by
+// result ok, failed or unknown, and exactlyonce.kafkapub.publish.duration)
+// through Options.MeterProvider.
 //
 // Options.Transport carries kafka-go's TLS and SASL (PLAIN, SCRAM-SHA-256,
 // SCRAM-SHA-512) for a managed Kafka.

@@ -19,15 +19,21 @@ import (
 // It is safe for concurrent use.
 type IdempotentPublisher struct {
 	p          *kafkatxn.Producer
+	brokers    []string
+	transport  *kafka.Transport
 	topic      string
 	partitions []int
 	opts       Options
+	inst       instruments
 }
 
 // NewIdempotent returns an IdempotentPublisher to topic. It reads the
 // topic's partitions once: partitions added later are not used until a
 // restart. Options.MaxAttempts and BatchTimeout do not apply (the producer
 // retries a batch until WriteTimeout × MaxAttempts, the delivery timeout).
+// Like New, it reports the same metrics through Options.MeterProvider, and
+// unless Options.SkipDurabilityCheck is set warns through Options.Logger
+// when the topic makes acks=all weaker than it sounds.
 func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Options) (*IdempotentPublisher, error) {
 	if len(brokers) == 0 || topic == "" {
 		return nil, fmt.Errorf("%w: brokers and topic are required", ErrInvalidOptions)
@@ -50,6 +56,11 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 	if opts.WriteTimeout == 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
+	opts.observeDefaults()
+	inst, err := newInstruments(opts.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
 	transport := opts.Transport
 	if transport == nil {
 		transport = &kafka.Transport{}
@@ -71,6 +82,9 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 		return nil, fmt.Errorf("kafkapub: topic %s has no partitions", topic)
 	}
 	slices.Sort(parts)
+	if !opts.SkipDurabilityCheck {
+		warnDurability(ctx, brokers, transport, topic, opts)
+	}
 	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{
 		RequestTimeout:  opts.WriteTimeout,
 		DeliveryTimeout: opts.WriteTimeout * 3 * 2, // a few attempts, as kafka-go's MaxAttempts
@@ -79,16 +93,27 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 	if err != nil {
 		return nil, fmt.Errorf("kafkapub: %w", err)
 	}
-	return &IdempotentPublisher{p: p, topic: topic, partitions: parts, opts: opts}, nil
+	return &IdempotentPublisher{
+		p: p, brokers: slices.Clone(brokers), transport: transport,
+		topic: topic, partitions: parts, opts: opts, inst: inst,
+	}, nil
+}
+
+// CheckDurability reads the topic's min.insync.replicas and replication
+// factor, as Publisher.CheckDurability.
+func (p *IdempotentPublisher) CheckDurability(ctx context.Context) (Durability, error) {
+	return checkDurability(ctx, p.brokers, p.transport, p.topic)
 }
 
 // Publish writes one message for d, with the same key, value and headers
 // as Publisher.Publish, and returns nil
 // once every in-sync replica has it. A retry after a lost acknowledgement
 // does not write it twice. An error for which IsOutcomeUnknown is true
-// (kafkatxn.ErrOutcomeUnknown, or ctx ended before the answer) may still
-// leave the message in the log; the webhook is then retried and the
-// downstream deduplicator drops the copy by its event id.
+// (kafkatxn.ErrOutcomeUnknown: the delivery timeout ran out without an
+// answer) may still leave the message in the log; the webhook is then
+// retried and the downstream deduplicator drops the copy by its event id.
+// Any other error means the message was not written (kafkatxn's producer
+// says so, and it waits for a batch in flight even when ctx ends).
 func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	key, err := p.opts.PartitionKey(d)
 	if err != nil {
@@ -101,11 +126,17 @@ func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Deliver
 	for i, h := range hs {
 		rec.Headers[i] = kafkatxn.Header{Key: h.Key, Value: h.Value}
 	}
+	start := p.opts.Now()
 	_, err = p.p.Produce(ctx, p.topic, part, rec)
 	if err != nil {
 		if kafkatxn.IsOutcomeUnknown(err) {
 			err = &retriedError{err: err}
+		} else {
+			err = &definiteError{err: err}
 		}
+	}
+	p.inst.record(ctx, start, p.opts.Now(), err)
+	if err != nil {
 		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
 	}
 	return nil
@@ -113,3 +144,15 @@ func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Deliver
 
 // Close closes the producer. It is safe to call twice.
 func (p *IdempotentPublisher) Close() error { return p.p.Close() }
+
+// definiteError is a kafkatxn error that says the message was not written
+// (anything but kafkatxn.ErrOutcomeUnknown), even when it is not a broker's
+// answer: a ctx that ended before the send, a closed producer. It unwraps to
+// the error, so errors.Is and errors.As still match it.
+type definiteError struct {
+	err error
+}
+
+func (e *definiteError) Error() string { return e.err.Error() }
+
+func (e *definiteError) Unwrap() error { return e.err }

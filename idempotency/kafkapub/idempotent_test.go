@@ -1,8 +1,10 @@
 package kafkapub_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -13,10 +15,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
 )
 
 // TestIdempotentPublisherLostAcks publishes concurrently while the broker
@@ -80,4 +85,76 @@ func TestIdempotentPublisherLostAcks(t *testing.T) {
 		assert.Equal(t, 1, c, "delivery %s", k)
 	}
 	t.Logf("%d produce answers lost after the write, no duplicate", faults)
+}
+
+// IdempotentPublisher honours Logger, MeterProvider and Now as Publisher
+// does: the durability warning at start-up, and one count per Publish by
+// result with its duration on Options.Now's clock.
+func TestIdempotentPublisherObservability(t *testing.T) {
+	k := testenv.StartKafka(t) // one broker: acks=all is acks=1 in disguise
+	brokers := k.Brokers()
+	topic := testenv.Name(t, "idem")
+	testenv.CreateTopic(t, brokers, topic, 2)
+
+	var logs bytes.Buffer
+	reader := sdkmetric.NewManualReader()
+	var (
+		mu    sync.Mutex
+		clock = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	)
+	ctx := context.Background()
+	pub, err := kafkapub.NewIdempotent(ctx, brokers, topic, kafkapub.Options{
+		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		Now: func() time.Time { // every reading one second later
+			mu.Lock()
+			defer mu.Unlock()
+			clock = clock.Add(time.Second)
+			return clock
+		},
+	})
+	require.NoError(t, err)
+	assert.Contains(t, logs.String(), "acks=all is weaker than it sounds")
+	d, err := pub.CheckDurability(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, kafkapub.Durability{Topic: topic, MinInSyncReplicas: 1, ReplicationFactor: 1}, d)
+
+	for _, key := range []string{"d1", "d2"} {
+		require.NoError(t, pub.Publish(ctx, idempotency.Delivery{Key: key, Source: "github", Body: []byte(`{}`)}))
+	}
+	// A refusal the broker gives every attempt alike: not written.
+	k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.MessageTooLarge})
+	err = pub.Publish(ctx, idempotency.Delivery{Key: "d3", Source: "github", Body: []byte(`{}`)})
+	require.Error(t, err)
+	assert.False(t, kafkapub.IsOutcomeUnknown(err), "kafkatxn says it was not written: %v", err)
+	require.NoError(t, pub.Close())
+	err = pub.Publish(ctx, idempotency.Delivery{Key: "d4", Source: "github", Body: []byte(`{}`)})
+	assert.ErrorIs(t, err, kafkatxn.ErrClosed)
+	assert.False(t, kafkapub.IsOutcomeUnknown(err), "nothing sent after Close")
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	got := map[string]int64{}
+	var latency metricdata.HistogramDataPoint[float64]
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch data := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range data.DataPoints {
+					r, _ := dp.Attributes.Value("result")
+					got[m.Name+"/result="+r.AsString()] += dp.Value
+				}
+			case metricdata.Histogram[float64]:
+				require.Equal(t, "exactlyonce.kafkapub.publish.duration", m.Name)
+				require.Len(t, data.DataPoints, 1)
+				latency = data.DataPoints[0]
+			}
+		}
+	}
+	assert.Equal(t, map[string]int64{
+		"exactlyonce.kafkapub.messages/result=ok":     2,
+		"exactlyonce.kafkapub.messages/result=failed": 2,
+	}, got)
+	assert.Equal(t, uint64(4), latency.Count)
+	assert.InDelta(t, 4.0, latency.Sum, 1e-9, "one second of Options.Now per Publish")
 }

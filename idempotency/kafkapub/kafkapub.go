@@ -99,8 +99,7 @@ type Publisher struct {
 	topic     string
 	opts      Options
 
-	published metric.Int64Counter
-	latency   metric.Float64Histogram
+	inst instruments
 
 	closeOnce sync.Once
 	closeErr  error
@@ -134,20 +133,10 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 	if opts.WriteTimeout == 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.MeterProvider == nil {
-		opts.MeterProvider = noop.NewMeterProvider()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	m := meter.New(opts.MeterProvider, "idempotency/kafkapub")
-	published := m.Counter("exactlyonce.kafkapub.messages", "{message}", "Publishes by result: ok, failed, unknown.")
-	latency := m.Histogram("exactlyonce.kafkapub.publish.duration", "s", "Time from Publish to the broker's acknowledgement.")
-	if err := m.Err(); err != nil {
-		return nil, fmt.Errorf("kafkapub: metrics: %w", err)
+	opts.observeDefaults()
+	inst, err := newInstruments(opts.MeterProvider)
+	if err != nil {
+		return nil, err
 	}
 
 	transport := opts.Transport
@@ -172,27 +161,78 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 		brokers:   append([]string(nil), brokers...),
 		topic:     topic,
 		opts:      opts,
-		published: published,
-		latency:   latency,
+		inst:      inst,
 	}
 	if !opts.SkipDurabilityCheck {
-		// Bounded even when ctx is not: a broker that accepts connections
-		// but never answers must not hang start-up.
-		cctx, cancel := context.WithTimeout(ctx, opts.WriteTimeout)
-		d, err := p.CheckDurability(cctx)
-		cancel()
-		switch {
-		case err != nil:
-			opts.Logger.LogAttrs(ctx, slog.LevelWarn, "kafkapub: could not check the topic's durability settings",
-				slog.String("topic", topic), slog.Any("error", err))
-		case d.Weak():
-			opts.Logger.LogAttrs(ctx, slog.LevelWarn, "kafkapub: acks=all is weaker than it sounds: "+d.Reason(),
-				slog.String("topic", topic),
-				slog.Int("min_insync_replicas", d.MinInSyncReplicas),
-				slog.Int("replication_factor", d.ReplicationFactor))
-		}
+		warnDurability(ctx, p.brokers, transport, topic, opts)
 	}
 	return p, nil
+}
+
+// observeDefaults fills in the Logger, MeterProvider and Now both
+// publishers honour.
+func (o *Options) observeDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = noop.NewMeterProvider()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// instruments are the metrics both publishers report, with one meaning.
+type instruments struct {
+	published metric.Int64Counter
+	latency   metric.Float64Histogram
+}
+
+func newInstruments(mp metric.MeterProvider) (instruments, error) {
+	m := meter.New(mp, "idempotency/kafkapub")
+	in := instruments{
+		published: m.Counter("exactlyonce.kafkapub.messages", "{message}", "Publishes by result: ok, failed, unknown."),
+		latency:   m.Histogram("exactlyonce.kafkapub.publish.duration", "s", "Time from Publish to the broker's acknowledgement."),
+	}
+	if err := m.Err(); err != nil {
+		return instruments{}, fmt.Errorf("kafkapub: metrics: %w", err)
+	}
+	return in, nil
+}
+
+// record counts one Publish that started at start and ended with err.
+func (in instruments) record(ctx context.Context, start, end time.Time, err error) {
+	result := "ok"
+	switch {
+	case err == nil:
+	case IsOutcomeUnknown(err):
+		result = "unknown"
+	default:
+		result = "failed"
+	}
+	in.published.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+	in.latency.Record(ctx, end.Sub(start).Seconds())
+}
+
+// warnDurability logs, through opts.Logger, a topic whose settings make
+// acks=all weaker than it sounds, or a check that could not be made. It is
+// bounded by opts.WriteTimeout even when ctx is not: a broker that accepts
+// connections but never answers must not hang start-up.
+func warnDurability(ctx context.Context, brokers []string, transport *kafka.Transport, topic string, opts Options) {
+	cctx, cancel := context.WithTimeout(ctx, opts.WriteTimeout)
+	d, err := checkDurability(cctx, brokers, transport, topic)
+	cancel()
+	switch {
+	case err != nil:
+		opts.Logger.LogAttrs(ctx, slog.LevelWarn, "kafkapub: could not check the topic's durability settings",
+			slog.String("topic", topic), slog.Any("error", err))
+	case d.Weak():
+		opts.Logger.LogAttrs(ctx, slog.LevelWarn, "kafkapub: acks=all is weaker than it sounds: "+d.Reason(),
+			slog.String("topic", topic),
+			slog.Int("min_insync_replicas", d.MinInSyncReplicas),
+			slog.Int("replication_factor", d.ReplicationFactor))
+	}
 }
 
 // Publish writes one message for d and returns nil only once the broker has
@@ -224,16 +264,7 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 			err = &retriedError{err: err}
 		}
 	}
-	result := "ok"
-	switch {
-	case err == nil:
-	case IsOutcomeUnknown(err):
-		result = "unknown"
-	default:
-		result = "failed"
-	}
-	p.published.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
-	p.latency.Record(ctx, p.opts.Now().Sub(start).Seconds())
+	p.inst.record(ctx, start, p.opts.Now(), err)
 	if err != nil {
 		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
 	}
@@ -264,6 +295,9 @@ func (p *Publisher) Close() error {
 // (MessageSizeTooLarge, an authorization error) stays definite: the broker
 // refuses every attempt of the same message alike.
 //
+// For IdempotentPublisher it follows kafkatxn's producer, which knows: only
+// an error wrapping kafkatxn.ErrOutcomeUnknown is unknown.
+//
 // Either way the webhook is answered 503 and retried; the distinction tells
 // an operator whether duplicates downstream are to be expected.
 func IsOutcomeUnknown(err error) bool {
@@ -273,6 +307,10 @@ func IsOutcomeUnknown(err error) bool {
 	var re *retriedError
 	if errors.As(err, &re) {
 		return true
+	}
+	var de *definiteError
+	if errors.As(err, &de) {
+		return false
 	}
 	var we kafka.WriteErrors
 	if errors.As(err, &we) {
@@ -351,19 +389,23 @@ func (d Durability) Reason() string {
 // CheckDurability reads the topic's min.insync.replicas (DescribeConfigs)
 // and replication factor (Metadata).
 func (p *Publisher) CheckDurability(ctx context.Context) (Durability, error) {
-	c := &kafka.Client{Addr: kafka.TCP(p.brokers...), Transport: p.transport}
-	d := Durability{Topic: p.topic}
+	return checkDurability(ctx, p.brokers, p.transport, p.topic)
+}
 
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{p.topic}})
+func checkDurability(ctx context.Context, brokers []string, transport *kafka.Transport, topic string) (Durability, error) {
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport}
+	d := Durability{Topic: topic}
+
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return d, fmt.Errorf("kafkapub: metadata of %s: %w", p.topic, err)
+		return d, fmt.Errorf("kafkapub: metadata of %s: %w", topic, err)
 	}
 	for _, t := range md.Topics {
-		if t.Name != p.topic {
+		if t.Name != topic {
 			continue
 		}
 		if t.Error != nil {
-			return d, fmt.Errorf("kafkapub: metadata of %s: %w", p.topic, t.Error)
+			return d, fmt.Errorf("kafkapub: metadata of %s: %w", topic, t.Error)
 		}
 		for _, part := range t.Partitions {
 			if n := len(part.Replicas); d.ReplicationFactor == 0 || n < d.ReplicationFactor {
@@ -372,22 +414,22 @@ func (p *Publisher) CheckDurability(ctx context.Context) (Durability, error) {
 		}
 	}
 	if d.ReplicationFactor == 0 {
-		return d, fmt.Errorf("kafkapub: topic %s has no partitions", p.topic)
+		return d, fmt.Errorf("kafkapub: topic %s has no partitions", topic)
 	}
 
 	dc, err := c.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{
 		Resources: []kafka.DescribeConfigRequestResource{{
 			ResourceType: kafka.ResourceTypeTopic,
-			ResourceName: p.topic,
+			ResourceName: topic,
 			ConfigNames:  []string{"min.insync.replicas"},
 		}},
 	})
 	if err != nil {
-		return d, fmt.Errorf("kafkapub: describe configs of %s: %w", p.topic, err)
+		return d, fmt.Errorf("kafkapub: describe configs of %s: %w", topic, err)
 	}
 	for _, r := range dc.Resources {
 		if r.Error != nil {
-			return d, fmt.Errorf("kafkapub: describe configs of %s: %w", p.topic, r.Error)
+			return d, fmt.Errorf("kafkapub: describe configs of %s: %w", topic, r.Error)
 		}
 		for _, e := range r.ConfigEntries {
 			if e.ConfigName != "min.insync.replicas" {
@@ -395,13 +437,13 @@ func (p *Publisher) CheckDurability(ctx context.Context) (Durability, error) {
 			}
 			n, err := strconv.Atoi(e.ConfigValue)
 			if err != nil {
-				return d, fmt.Errorf("kafkapub: min.insync.replicas of %s is %q", p.topic, e.ConfigValue)
+				return d, fmt.Errorf("kafkapub: min.insync.replicas of %s is %q", topic, e.ConfigValue)
 			}
 			d.MinInSyncReplicas = n
 		}
 	}
 	if d.MinInSyncReplicas == 0 {
-		return d, fmt.Errorf("kafkapub: topic %s reports no min.insync.replicas", p.topic)
+		return d, fmt.Errorf("kafkapub: topic %s reports no min.insync.replicas", topic)
 	}
 	return d, nil
 }
