@@ -23,6 +23,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency/githubredeliver"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
@@ -133,6 +134,9 @@ func registered(t *testing.T) []instrument {
 	}
 
 	_, err = githubredeliver.New(githubredeliver.RepoHook("o", "r", 1), githubredeliver.Options{Token: "t", MeterProvider: rec})
+	require.NoError(t, err)
+
+	_, err = kafkasink.New([]string{"127.0.0.1:1"}, "p", checkpoint.TopicPartition{Topic: "t"}, kafkasink.Options{MeterProvider: rec})
 	require.NoError(t, err)
 
 	type row struct{ N int64 }

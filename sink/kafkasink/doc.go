@@ -74,6 +74,16 @@
 // checkpoint). kafkatxn.TxProducer.SendOffsets is there for programs that
 // keep their position in Kafka instead.
 //
+// # Metrics
+//
+// Options.MeterProvider receives, per chain (the source topic and
+// partition): exactlyonce.kafkasink.transactions by outcome (committed at
+// CheckpointCompleted, restored, aborted, failed), records_written,
+// precommit.duration (the barrier's hold on the chain) and commit.duration,
+// and fenced. An aborted transaction is a completed checkpoint's lost
+// output (its transaction outlived the transaction timeout): alert on it,
+// and on fenced, which means two incarnations of a chain ran at once.
+//
 // # Guarantees
 //
 //   - Every record written before a completed checkpoint's barrier is in

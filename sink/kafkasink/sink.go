@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
@@ -64,6 +67,10 @@ type Options struct {
 	// chain: a transaction the broker aborts before the restore commits
 	// it makes Restore fail with kafkatxn.ErrAborted.
 	Tx kafkatxn.TxOptions
+	// MeterProvider receives the sink's metrics (transactions by outcome,
+	// records written, pre-commit and commit durations, fencing), each
+	// with the source topic and partition. Default: a no-op provider.
+	MeterProvider metric.MeterProvider
 }
 
 // Sink writes a processing chain's output records to Kafka in one
@@ -88,6 +95,7 @@ type Sink struct {
 	preparedID checkpoint.ID
 	err        error // sticky: a failed send or commit
 	closed     bool
+	m          metrics
 }
 
 type outPartition struct {
@@ -115,9 +123,14 @@ func New(brokers []string, prefix string, src checkpoint.TopicPartition, opts Op
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultBatchSize
 	}
+	m, err := newMetrics(opts.MeterProvider, src)
+	if err != nil {
+		return nil, err
+	}
 	return &Sink{
 		brokers: brokers, opts: opts, bufs: map[outPartition][]kafkatxn.Record{},
 		txid: fmt.Sprintf("%s-%s-%d", prefix, src.Topic, src.Partition),
+		m:    m,
 	}, nil
 }
 
@@ -182,9 +195,11 @@ func (s *Sink) flush(ctx context.Context, op outPartition) error {
 	for len(buf) > 0 {
 		n := min(len(buf), s.opts.BatchSize)
 		if _, err := p.Produce(ctx, op.topic, op.partition, buf[:n]...); err != nil {
+			s.m.failed(err)
 			s.err = &Error{Op: "send", Err: err}
 			return s.err
 		}
+		s.m.records.Add(context.Background(), int64(n), s.m.opt)
 		buf = buf[n:]
 	}
 	clear(s.bufs[op])
@@ -239,6 +254,8 @@ func (s *Sink) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	defer func() { s.m.precommit.Record(context.Background(), time.Since(start).Seconds(), s.m.opt) }()
 	if s.prepared != nil {
 		s.err = &Error{Op: "snapshot", Err: fmt.Errorf("%w: transaction of checkpoint %d, now at checkpoint %d",
 			ErrUnconfirmed, s.preparedID, id)}
@@ -272,10 +289,14 @@ func (s *Sink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error 
 	if s.prepared == nil || id < s.preparedID {
 		return nil
 	}
+	start := time.Now()
 	if err := s.p.Commit(ctx); err != nil {
+		s.m.failed(err)
+		s.m.transaction(outcomeFailed, start)
 		s.err = &Error{Op: "commit", Err: fmt.Errorf("checkpoint %d: %w", s.preparedID, err)}
 		return s.err
 	}
+	s.m.transaction(outcomeCommitted, start)
 	s.prepared = nil
 	for _, op := range s.order {
 		if len(s.bufs[op]) >= s.opts.BatchSize {
@@ -310,9 +331,17 @@ func (s *Sink) Restore(ctx context.Context, data []byte) error {
 		if st.Txn.ID == "" || st.Txn.ProducerID < 0 {
 			return fmt.Errorf("%w: transaction without id", ErrCorruptState)
 		}
+		start := time.Now()
 		if err := kafkatxn.CommitPrepared(ctx, s.brokers, st.Txn.txn(), s.opts.Tx); err != nil {
+			outcome := outcomeFailed
+			if errors.Is(err, kafkatxn.ErrAborted) {
+				outcome = outcomeAborted
+			}
+			s.m.failed(err)
+			s.m.transaction(outcome, start)
 			return fmt.Errorf("kafkasink: restore: %w", err)
 		}
+		s.m.transaction(outcomeRestored, start)
 	}
 	s.bufs, s.order, s.prepared, s.err = map[outPartition][]kafkatxn.Record{}, nil, nil, nil
 	_, err := s.producer(ctx)
