@@ -90,9 +90,36 @@ demo: deps
 chaos: deps
 	go run ./internal/cmd/chaos $(CHAOS_FLAGS)
 
-# bench includes BenchmarkEndToEnd (examples/processor): E2E_EVENTS events
-# (default 2,000,000) through the example's chain beside raw kafka-go, a few
-# minutes; E2E_EVENTS=200000 runs it small, E2E_ROUNDS=3 repeats it.
-bench:
-	go test -run '^$$' -bench . -benchmem -timeout 60m ./...
-	cd bench && go test -run '^$$' -bench SinkVsClickHouseGo -benchtime 20x -count 3 .
+# bench runs every benchmark BENCH_COUNT times (default 3), keeps the output
+# in docs/bench/bench.txt and writes docs/bench/REPORT.md with its SVG charts
+# (internal/cmd/benchreport: medians, [min-max], ratios to baselines). At the
+# default sizes it takes hours on 2 cores; the sizes are environment variables
+# (E2E_EVENTS, default 2,000,000, E2E_ROUNDS; DEDUP_BENCH_KEYS; RECOVERY_KEYS,
+# default 1000000,10000000, RECOVERY_STORAGES; BENCH_BATCH_ROWS; see
+# BENCHMARKS.md), and the report lists those set. BENCH_PKGS and BENCH_RUN
+# narrow the run, BENCH_VS= leaves out the clickhouse-go comparison (bench/).
+BENCH_COUNT ?= 3
+BENCH_PKGS  ?= ./...
+BENCH_RUN   ?= .
+BENCH_VS    ?= SinkVsClickHouseGo
+BENCH_OUT   ?= docs/bench
+BENCH_TXT   := $(abspath $(BENCH_OUT))/bench.txt
+LOADAVG      = $$(uptime | sed 's/.*load average/load average/')
+
+bench: deps
+	@mkdir -p $(BENCH_OUT)
+	@{ echo "# make bench, $$(date -u '+%Y-%m-%d %H:%M UTC'), commit $$(git rev-parse --short HEAD 2>/dev/null || echo unknown), -count $(BENCH_COUNT), packages $(BENCH_PKGS), -bench '$(BENCH_RUN)'"; \
+	  echo "# sizes set: $$(env | grep -E '^(E2E_|DEDUP_BENCH_|RECOVERY_|BENCH_BATCH_ROWS|CHSINK_POLICY_)' | sort | tr '\n' ' ')(others at their defaults)"; \
+	  echo "# machine: $$(nproc) cores, $$(free -g | awk '/^Mem:/{print $$2}') GiB; at the start: $(LOADAVG)"; } > $(BENCH_TXT)
+	@status=0; \
+	go test -run '^$$' -bench '$(BENCH_RUN)' -benchmem -count $(BENCH_COUNT) -timeout 300m $(BENCH_PKGS) 2>&1 | tee -a $(BENCH_TXT); \
+	status=$${PIPESTATUS[0]}; \
+	echo "# after the SDK's benchmarks ($$(date -u '+%H:%M UTC')): $(LOADAVG)" >> $(BENCH_TXT); \
+	if [ -n "$(BENCH_VS)" ]; then \
+		(cd bench && go test -run '^$$' -bench '$(BENCH_VS)' -benchtime 20x -count $(BENCH_COUNT) . 2>&1) | tee -a $(BENCH_TXT); \
+		s=$${PIPESTATUS[0]}; [ $$s = 0 ] || status=$$s; \
+		echo "# after bench/ ($$(date -u '+%H:%M UTC')): $(LOADAVG)" >> $(BENCH_TXT); \
+	fi; \
+	go run ./internal/cmd/benchreport -o $(BENCH_OUT) $(BENCH_OUT)/bench.txt || status=1; \
+	echo "make bench: $(BENCH_OUT)/REPORT.md"; \
+	exit $$status
