@@ -74,6 +74,7 @@ type recoveryResult struct {
 	ckptMean   time.Duration // mean duration of the killed process's checkpoints (exactlyonce.checkpoint.duration)
 	ckptBytes  float64       // bytes it wrote to storage per checkpoint (checkpoint files, deltas, compactions)
 	ckpts      int           // its checkpoints
+	requests   [4]float64    // its storage requests per checkpoint: writes, reads, lists, deletes
 	seed       time.Duration // the first checkpoint of the whole state, written before the processor starts
 	seedBytes  int64
 	replayRecs int64 // records between the restored checkpoint and the kill
@@ -104,8 +105,10 @@ type recoveryResult struct {
 // Metrics: recovery-ms (kill to first record after restart), its parts
 // start-ms, join-ms, restore-ms and first-ms; ckpt-ms and ckpt-B (mean
 // duration and bytes written per checkpoint of the killed process, the
-// background compactions' bytes included); seed-ckpt-ms and seed-B (a
-// checkpoint of the whole state). A short run:
+// background compactions' bytes included); writes/ckpt, reads/ckpt,
+// lists/ckpt and deletes/ckpt (its storage requests per checkpoint, what an
+// object store bills); seed-ckpt-ms and seed-B (a checkpoint of the whole
+// state). A short run:
 //
 //	RECOVERY_KEYS=100000 RECOVERY_STORAGES=fs go test -run '^$' -bench Recovery ./checkpoint/kafkasource
 func BenchmarkRecovery(b *testing.B) {
@@ -149,9 +152,9 @@ func BenchmarkRecovery(b *testing.B) {
 						}
 						r := recoverOnce(b, cfg, keys, rate, ckpts)
 						b.Logf("%s: recovery %v (start %v, join %v, restore %v, first record %v) of %d keys, %d records replayed; "+
-							"%d checkpoints of %v and %.0f bytes each; seed checkpoint %v, %d bytes",
+							"%d checkpoints of %v and %.0f bytes each (storage requests per checkpoint: %.1f writes, %.1f reads, %.1f lists, %.1f deletes); seed checkpoint %v, %d bytes",
 							b.Name(), r.recovery, r.start, r.join, r.restore, r.first, r.keys, r.replayRecs,
-							r.ckpts, r.ckptMean, r.ckptBytes, r.seed, r.seedBytes)
+							r.ckpts, r.ckptMean, r.ckptBytes, r.requests[0], r.requests[1], r.requests[2], r.requests[3], r.seed, r.seedBytes)
 						sum.recovery += r.recovery
 						sum.start += r.start
 						sum.join += r.join
@@ -161,6 +164,9 @@ func BenchmarkRecovery(b *testing.B) {
 						sum.ckptBytes += r.ckptBytes
 						sum.seed += r.seed
 						sum.seedBytes += r.seedBytes
+						for i := range sum.requests {
+							sum.requests[i] += r.requests[i]
+						}
 						n++
 					}
 					ms := func(d time.Duration) float64 { return float64(d) / float64(n) / 1e6 }
@@ -173,6 +179,9 @@ func BenchmarkRecovery(b *testing.B) {
 					b.ReportMetric(sum.ckptBytes/float64(n), "ckpt-B")
 					b.ReportMetric(ms(sum.seed), "seed-ckpt-ms")
 					b.ReportMetric(float64(sum.seedBytes)/float64(n), "seed-B")
+					for i, unit := range []string{"writes/ckpt", "reads/ckpt", "lists/ckpt", "deletes/ckpt"} {
+						b.ReportMetric(sum.requests[i]/float64(n), unit)
+					}
 				})
 			}
 		}
@@ -243,6 +252,10 @@ func recoverOnce(b *testing.B, cfg recoveryConfig, keys, rate, ckpts int) recove
 		res.ckpts = n
 		res.ckptMean = time.Duration((last.sum - first.sum) / float64(n) * float64(time.Second))
 		res.ckptBytes = float64(last.written-first.written) / float64(n)
+		res.requests = [4]float64{
+			float64(last.writes-first.writes) / float64(n), float64(last.gets-first.gets) / float64(n),
+			float64(last.lists-first.lists) / float64(n), float64(last.deletes-first.deletes) / float64(n),
+		}
 	}
 	return res
 }
@@ -323,31 +336,57 @@ func produceSteadily(b *testing.B, brokers []string, topic string, rate int) fun
 	}
 }
 
-// countStorage counts the bytes written to a Storage, streamed or not.
+// countStorage counts the bytes written to a Storage, streamed or not, and
+// its requests by kind (an object store bills them).
 type countStorage struct {
 	checkpoint.Storage
-	written atomic.Int64
+	written                     atomic.Int64
+	writes, gets, lists, delets atomic.Int64
 }
 
 func (s *countStorage) Put(ctx context.Context, name string, data []byte) error {
 	s.written.Add(int64(len(data)))
+	s.writes.Add(1)
 	return s.Storage.Put(ctx, name, data)
 }
 
 func (s *countStorage) Create(ctx context.Context, name string, data []byte) (checkpoint.Version, error) {
 	s.written.Add(int64(len(data)))
+	s.writes.Add(1)
 	return s.Storage.Create(ctx, name, data)
 }
 
 func (s *countStorage) Replace(ctx context.Context, name string, data []byte, v checkpoint.Version) (checkpoint.Version, error) {
 	s.written.Add(int64(len(data)))
+	s.writes.Add(1)
 	return s.Storage.Replace(ctx, name, data, v)
 }
 
 func (s *countStorage) PutStream(ctx context.Context, name string, write func(io.Writer) error) error {
+	s.writes.Add(1)
 	return checkpoint.PutStream(ctx, s.Storage, name, func(w io.Writer) error {
 		return write(countWriter{w: w, n: &s.written})
 	})
+}
+
+func (s *countStorage) Get(ctx context.Context, name string) ([]byte, error) {
+	s.gets.Add(1)
+	return s.Storage.Get(ctx, name)
+}
+
+func (s *countStorage) GetVersion(ctx context.Context, name string) ([]byte, checkpoint.Version, error) {
+	s.gets.Add(1)
+	return s.Storage.GetVersion(ctx, name)
+}
+
+func (s *countStorage) List(ctx context.Context, prefix string) ([]string, error) {
+	s.lists.Add(1)
+	return s.Storage.List(ctx, prefix)
+}
+
+func (s *countStorage) Delete(ctx context.Context, name string) error {
+	s.delets.Add(1)
+	return s.Storage.Delete(ctx, name)
 }
 
 type countWriter struct {
@@ -373,6 +412,8 @@ type ckptLine struct {
 	count   int     // checkpoints completed
 	sum     float64 // their durations, seconds
 	written int64   // bytes written to storage so far
+	// requests to the storage so far: writes, reads, lists, deletes
+	writes, gets, lists, deletes int64
 }
 
 type recoveryLine struct {
@@ -417,10 +458,14 @@ func startRecoveryChild(b *testing.B, cfg recoveryConfig) *recoveryChild {
 				o, _ := strconv.ParseInt(f[2], 10, 64)
 				c.lastOffset.Store(o)
 				continue
-			case l.kind == "ckpt" && len(f) == 5:
+			case l.kind == "ckpt" && len(f) == 9:
 				l.ckpt.count, _ = strconv.Atoi(f[2])
 				l.ckpt.sum, _ = strconv.ParseFloat(f[3], 64)
 				l.ckpt.written, _ = strconv.ParseInt(f[4], 10, 64)
+				l.ckpt.writes, _ = strconv.ParseInt(f[5], 10, 64)
+				l.ckpt.gets, _ = strconv.ParseInt(f[6], 10, 64)
+				l.ckpt.lists, _ = strconv.ParseInt(f[7], 10, 64)
+				l.ckpt.deletes, _ = strconv.ParseInt(f[8], 10, 64)
 			}
 			c.lines <- l
 		}
@@ -467,7 +512,7 @@ func (t timedDedup) Restore(ctx context.Context, state []byte) error {
 // completes: their count, the sum of their durations and the bytes written.
 type ckptProbe struct {
 	reader  *sdkmetric.ManualReader
-	written *atomic.Int64
+	storage *countStorage
 }
 
 func (ckptProbe) Snapshot(context.Context, checkpoint.ID) ([]byte, error) { return []byte{}, nil }
@@ -484,7 +529,9 @@ func (p ckptProbe) CheckpointCompleted(ctx context.Context, _ checkpoint.ID) err
 			}
 			if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
 				for _, dp := range h.DataPoints {
-					fmt.Printf("%sckpt %d %d %g %d\n", recoveryPrefix, time.Now().UnixNano(), dp.Count, dp.Sum, p.written.Load())
+					s := p.storage
+					fmt.Printf("%sckpt %d %d %g %d %d %d %d %d\n", recoveryPrefix, time.Now().UnixNano(), dp.Count, dp.Sum,
+						s.written.Load(), s.writes.Load(), s.gets.Load(), s.lists.Load(), s.delets.Load())
 				}
 			}
 		}
@@ -527,7 +574,7 @@ func TestRecoveryChild(t *testing.T) {
 		return &kafkasource.Processor{
 			Participants: map[string]checkpoint.Participant{
 				"dedup": timedDedup{Deduplicator: d, restored: func() { restoredAt = time.Now() }},
-				"probe": ckptProbe{reader: reader, written: &storage.written},
+				"probe": ckptProbe{reader: reader, storage: storage},
 			},
 			ProcessBatch: func(_ context.Context, ms []kafka.Message) (int, error) {
 				if len(ms) == 0 {
