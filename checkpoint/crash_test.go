@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path"
 	"sort"
 	"strings"
 	"testing"
@@ -131,6 +132,7 @@ func checkAfterCrash(t *testing.T, at string, fsys *crashfs.FS, acked map[string
 	ctx := context.Background()
 	s, err := checkpoint.NewFSStorageOn(fsys, "/store")
 	require.NoError(t, err, at)
+	assert.Empty(t, tempFiles(t, fsys, "/store"), "%s: the dead writer's temporary files are removed at open", at)
 	names := map[string]bool{}
 	for _, st := range crashSteps {
 		names[st.name] = true
@@ -169,4 +171,23 @@ func checkAfterCrash(t *testing.T, at string, fsys *crashfs.FS, acked map[string
 	// The storage works after the crash.
 	_, err = s.Create(ctx, "after/crash", []byte("x"))
 	assert.NoError(t, err, at)
+}
+
+// tempFiles lists the temporary files below dir: names starting with "#",
+// the directories' lock files ("#lock") aside.
+func tempFiles(t *testing.T, fsys checkpoint.FS, dir string) []string {
+	t.Helper()
+	entries, err := fsys.ReadDir(dir)
+	require.NoError(t, err)
+	var got []string
+	for _, e := range entries {
+		p := path.Join(dir, e.Name())
+		switch {
+		case e.IsDir():
+			got = append(got, tempFiles(t, fsys, p)...)
+		case strings.HasPrefix(e.Name(), "#") && e.Name() != "#lock":
+			got = append(got, p)
+		}
+	}
+	return got
 }

@@ -154,6 +154,11 @@
 //     survives a crash of the machine; one cut by the crash is wholly there
 //     or wholly absent. Tested by crashing an in-memory filesystem that
 //     drops everything not fsynced at every step of a scenario.
+//   - FSStorage: the temporary file of a writer that died mid-write is
+//     removed by the next NewFSStorage on the directory, or List of its
+//     directory; a live writer's never is, from any process (each writer
+//     holds a flock(2) of its own until the rename, see TempLocker).
+//     Tested with a writer killed with SIGKILL inside PutStream.
 //
 // What it assumes: participants keep the Participant contract (the sink
 // flushes in Snapshot), processing obeys the replay rule above, and the

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -42,6 +43,23 @@ type FS interface {
 	Lock(dir string) (unlock func(), err error)
 }
 
+// TempLocker is an optional capability of an FS, which OSFS has: a lock on
+// each temporary file that its writer holds until the file is renamed or
+// linked into place, so that FSStorage can remove the temporary files of
+// writers that died (kill -9, a power loss) without ever touching a live
+// writer's, also when several processes share the directory. On an FS
+// without it FSStorage leaves temporary files alone.
+type TempLocker interface {
+	// LockTemp takes an exclusive lock on the file name, waiting for it,
+	// held until unlock is called or the process dies. It fails with
+	// fs.ErrNotExist if name is gone when the lock is taken (a
+	// RemoveUnlocked came first).
+	LockTemp(name string) (unlock func(), err error)
+	// RemoveUnlocked removes name unless a LockTemp lock of any process
+	// holds it, and reports whether it removed it.
+	RemoveUnlocked(name string) (removed bool, err error)
+}
+
 // File is a file open for writing.
 type File interface {
 	io.Writer
@@ -55,7 +73,10 @@ type File interface {
 // OSFS is the operating system's filesystem.
 type OSFS struct{}
 
-var _ FS = OSFS{}
+var (
+	_ FS         = OSFS{}
+	_ TempLocker = OSFS{}
+)
 
 // MkdirAll implements FS.
 func (OSFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
@@ -107,6 +128,64 @@ func (OSFS) Lock(dir string) (func(), error) {
 		return nil, err
 	}
 	return func() { _ = f.Close() }, nil // closing the file releases the lock
+}
+
+// LockTemp implements TempLocker with an exclusive flock(2) of name, which
+// the kernel releases when the process dies.
+func (OSFS) LockTemp(name string) (func(), error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := flock(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	// RemoveUnlocked may have removed name between its creation and our
+	// open, or while it held the lock we waited for.
+	if !sameFile(f, name) {
+		_ = f.Close()
+		return nil, &fs.PathError{Op: "lock", Path: name, Err: fs.ErrNotExist}
+	}
+	return func() { _ = f.Close() }, nil
+}
+
+// RemoveUnlocked implements TempLocker: it removes name only while holding
+// its flock(2) without waiting, so no live LockTemp holder loses its file.
+func (OSFS) RemoveUnlocked(name string) (bool, error) {
+	f, err := os.Open(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if ok, err := tryFlock(f); !ok || err != nil {
+		return false, err
+	}
+	// The name may now be another file than the one locked (renamed into
+	// place meanwhile, and the name reused): remove only the locked one.
+	if !sameFile(f, name) {
+		return false, nil
+	}
+	if err := os.Remove(name); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// sameFile reports whether name still names the open file f.
+func sameFile(f *os.File, name string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(name)
+	return err == nil && os.SameFile(a, b)
 }
 
 // lockFile is the name of the lock file in every directory holding names.

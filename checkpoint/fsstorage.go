@@ -32,6 +32,17 @@ var ErrInvalidName = errors.New("checkpoint: invalid storage name")
 // content or the new one. Temporary files left by a crash are ignored by List
 // and Get; they are never read back.
 //
+// A writer killed between creating its temporary file and renaming it
+// (kill -9, OOM, a power loss) leaves the file behind. NewFSStorage removes
+// such files below the root, and List those of the directories it walks,
+// but only files named as its own temporary files ("#" + name + "." +
+// random) and only those no live writer holds: each writer holds a flock(2)
+// of its temporary file from its creation until it is renamed into place,
+// the kernel drops it when the process dies, and the cleaner removes a file
+// only while holding that lock itself (see TempLocker). So a process never
+// removes another live process's file, also when they share the directory,
+// and a crash leaves no garbage for longer than until the next open or List.
+//
 // Create links the synced temporary file to the name, which fails if the name
 // exists; Put, Replace and Delete change a name under an exclusive flock(2) of
 // a lock file in its directory, so Replace's version check holds against
@@ -79,7 +90,11 @@ func NewFSStorageOn(fsys FS, dir string) (*FSStorage, error) {
 	if err := fsys.SyncDir(filepath.Dir(abs)); err != nil {
 		return nil, fmt.Errorf("checkpoint: NewFSStorage: %w", err)
 	}
-	return &FSStorage{fs: fsys, root: abs, synced: map[string]bool{abs: true}}, nil
+	s := &FSStorage{fs: fsys, root: abs, synced: map[string]bool{abs: true}}
+	if entries, err := fsys.ReadDir(abs); err == nil {
+		s.removeStaleTemps(abs, entries, true)
+	}
+	return s, nil
 }
 
 // Dir returns the root directory.
@@ -141,7 +156,7 @@ func (s *FSStorage) PutStream(ctx context.Context, name string, write func(w io.
 		return fmt.Errorf("checkpoint: put %q: %w", name, err)
 	}
 	dir := filepath.Dir(file)
-	tmp, err := s.writeTempFunc(dir, file, func(f io.Writer) error {
+	tmp, unlock, err := s.writeTempFunc(dir, file, func(f io.Writer) error {
 		bw := bufio.NewWriterSize(f, fsStreamBuffer)
 		if err := write(bw); err != nil {
 			return err
@@ -151,6 +166,7 @@ func (s *FSStorage) PutStream(ctx context.Context, name string, write func(w io.
 	if err != nil {
 		return fmt.Errorf("checkpoint: put %q: %w", name, err)
 	}
+	defer unlock()
 	if err := s.locked(dir, func() error { return s.fs.Rename(tmp, file) }); err != nil {
 		_ = s.fs.Remove(tmp)
 		return fmt.Errorf("checkpoint: put %q: %w", name, err)
@@ -176,12 +192,13 @@ func (s *FSStorage) Create(ctx context.Context, name string, data []byte) (Versi
 		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
 	}
 	dir := filepath.Dir(file)
-	tmp, err := s.writeTemp(dir, file, data)
+	tmp, unlock, err := s.writeTemp(dir, file, data)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: create %q: %w", name, err)
 	}
 	err = s.fs.Link(tmp, file)
 	_ = s.fs.Remove(tmp)
+	unlock()
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return "", fmt.Errorf("checkpoint: create %q: %w", name, ErrConflict)
@@ -229,10 +246,11 @@ func (s *FSStorage) write(ctx context.Context, op, name string, data []byte, che
 		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
 	}
 	dir := filepath.Dir(file)
-	tmp, err := s.writeTemp(dir, file, data)
+	tmp, unlock, err := s.writeTemp(dir, file, data)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
 	}
+	defer unlock()
 	err = s.locked(dir, func() error {
 		if err := check(file); err != nil {
 			return err
@@ -250,7 +268,7 @@ func (s *FSStorage) write(ctx context.Context, op, name string, data []byte, che
 }
 
 // writeTemp writes data to a new temporary file beside file and syncs it.
-func (s *FSStorage) writeTemp(dir, file string, data []byte) (string, error) {
+func (s *FSStorage) writeTemp(dir, file string, data []byte) (string, func(), error) {
 	return s.writeTempFunc(dir, file, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
@@ -258,14 +276,17 @@ func (s *FSStorage) writeTemp(dir, file string, data []byte) (string, error) {
 }
 
 // writeTempFunc writes what fill writes to a new temporary file beside file
-// and syncs it.
-func (s *FSStorage) writeTempFunc(dir, file string, fill func(w io.Writer) error) (string, error) {
+// and syncs it. On an FS with TempLocker the file is locked from its
+// creation until unlock, which the caller calls once the file is renamed or
+// linked into place (or removed), so that removeStaleTemps of any process
+// leaves it alone.
+func (s *FSStorage) writeTempFunc(dir, file string, fill func(w io.Writer) error) (name string, unlock func(), err error) {
 	if err := s.ensureDir(dir); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	tmp, err := s.fs.CreateTemp(dir, tempMarker+filepath.Base(file)+".*")
+	tmp, unlock, err := s.createTemp(dir, tempMarker+filepath.Base(file)+".*")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	tmpName := tmp.Name()
 	err = fill(tmp)
@@ -277,9 +298,67 @@ func (s *FSStorage) writeTempFunc(dir, file string, fill func(w io.Writer) error
 	}
 	if err != nil {
 		_ = s.fs.Remove(tmpName)
-		return "", err
+		unlock()
+		return "", nil, err
 	}
-	return tmpName, nil
+	return tmpName, unlock, nil
+}
+
+// createTemp creates a temporary file and, on an FS with TempLocker, locks
+// it. Between the creation and the lock another process's removeStaleTemps
+// can take the file for a dead writer's and remove it; then LockTemp says
+// so and createTemp makes another (a few times at most: it takes a cleaner
+// running in that very instant each time).
+func (s *FSStorage) createTemp(dir, pattern string) (File, func(), error) {
+	tl, ok := s.fs.(TempLocker)
+	if !ok {
+		f, err := s.fs.CreateTemp(dir, pattern)
+		return f, func() {}, err
+	}
+	for attempt := 0; ; attempt++ {
+		f, err := s.fs.CreateTemp(dir, pattern)
+		if err != nil {
+			return nil, nil, err
+		}
+		unlock, err := tl.LockTemp(f.Name())
+		if err == nil {
+			return f, unlock, nil
+		}
+		_ = f.Close()
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 3 {
+			_ = s.fs.Remove(f.Name())
+			return nil, nil, err
+		}
+	}
+}
+
+// isTemp reports whether a directory entry is a temporary file of an
+// FSStorage (and not the directory's lock file).
+func isTemp(e fs.DirEntry) bool {
+	return !e.IsDir() && strings.HasPrefix(e.Name(), tempMarker) && e.Name() != lockFile
+}
+
+// removeStaleTemps removes the temporary files of dir (and, if deep, of
+// its subdirectories) that no live writer holds: those of writers that
+// died between creating and renaming them. It needs the FS's TempLocker
+// and is best effort: a file it cannot remove now is tried again at the
+// next List or open, and is never read anyway.
+func (s *FSStorage) removeStaleTemps(dir string, entries []fs.DirEntry, deep bool) {
+	tl, ok := s.fs.(TempLocker)
+	if !ok {
+		return
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		switch {
+		case isTemp(e):
+			_, _ = tl.RemoveUnlocked(p)
+		case deep && e.IsDir():
+			if sub, err := s.fs.ReadDir(p); err == nil {
+				s.removeStaleTemps(p, sub, true)
+			}
+		}
+	}
 }
 
 // locked runs fn holding the lock of dir (see FS.Lock).
@@ -387,6 +466,7 @@ func (s *FSStorage) List(ctx context.Context, prefix string) ([]string, error) {
 			}
 			return err
 		}
+		s.removeStaleTemps(dir, entries, false)
 		for _, e := range entries {
 			p := filepath.Join(dir, e.Name())
 			if e.IsDir() {

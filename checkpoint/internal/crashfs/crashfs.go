@@ -36,6 +36,8 @@ type node struct {
 	dir bool
 	// files
 	data, synced []byte
+	// temporary files: the LockTemp lock, held by a live writer
+	locked *int
 	// directories
 	children, syncedChildren map[string]*node
 }
@@ -56,7 +58,10 @@ type FS struct {
 	lockWait sync.Mutex // guards locks
 }
 
-var _ checkpoint.FS = (*FS)(nil)
+var (
+	_ checkpoint.FS         = (*FS)(nil)
+	_ checkpoint.TempLocker = (*FS)(nil)
+)
 
 // New returns an empty filesystem: just "/", durable.
 func New() *FS { return &FS{root: newDir(), locks: map[string]*sync.Mutex{}} }
@@ -92,6 +97,7 @@ func (f *FS) Crash(rng *rand.Rand) {
 		}
 		seen[n] = true
 		if !n.dir {
+			n.locked = nil // the writers died
 			if !keep() {
 				n.data = n.synced
 			}
@@ -385,6 +391,52 @@ func (f *FS) SyncDir(dir string) error {
 	}
 	n.syncedChildren = clone(n.children)
 	return nil
+}
+
+// LockTemp implements checkpoint.TempLocker. The lock never waits (the
+// filesystem is one process's); Crash releases every lock, as the death of
+// the process holding it would.
+func (f *FS) LockTemp(name string) (func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.crashed {
+		return nil, ErrCrashed
+	}
+	n, err := f.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if n.locked != nil {
+		return nil, fmt.Errorf("crashfs: %s is locked already", name)
+	}
+	token := new(int)
+	n.locked = token
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if n.locked == token {
+			n.locked = nil
+		}
+	}, nil
+}
+
+// RemoveUnlocked implements checkpoint.TempLocker.
+func (f *FS) RemoveUnlocked(name string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.mutate(); err != nil {
+		return false, err
+	}
+	d, b, err := f.parent(name)
+	if err != nil {
+		return false, err
+	}
+	n, ok := d.children[b]
+	if !ok || n.dir || n.locked != nil {
+		return false, nil
+	}
+	delete(d.children, b)
+	return true, nil
 }
 
 // Lock implements checkpoint.FS: a mutex per directory, within this process.
