@@ -144,6 +144,23 @@
 // the batch succeeds. An insert attempt that runs out of InsertTimeout has
 // an unknown outcome and is retried with the same token.
 //
+// Lost parts: a plain MergeTree writes a block's token to its
+// deduplication log before it renames the block's part in, so a server
+// killed between the two keeps the token without the rows, and a retry
+// with that token is dropped as a duplicate of nothing (reproduced with
+// real kills: 6 of 7,726 blocks in 200 kills, in the table or in a view's
+// target). An insert attempt that may repeat an earlier one (a retry, or a
+// replay after a crash) therefore reads the server's log
+// (send_logs_level = information) and checks that an active part covers
+// every part it was deduplicated against. A lost part of the table is put
+// back through a staging table created AS the table and moved in, so no view
+// fires twice; a lost part of a view's target is derived again by that
+// view's query over the batch alone, under a derived token. Both survive a
+// crash in the middle (see lostpart.go). A target fed through a cascade of
+// views cannot be derived from the batch and stops the sink with a
+// permanent *LostPartError rather than lose its rows. Replicated tables
+// commit the token and the part together in Keeper and are not checked.
+//
 // Takeovers and checkpoints: the journal is pruned only through the oldest
 // of the newest Options.KeepCheckpoints completed checkpoints, so a restore
 // that falls back past a corrupt newest checkpoint still finds every batch
@@ -170,6 +187,7 @@
 // connection and the insert with retries; replay.go the replay of journaled
 // batches, whose per-row decision is the pure function nextReplayStep;
 // dedupwindow.go the check that a re-insert is still inside the table's
-// deduplication window; participant.go Snapshot, Restore and pruning;
+// deduplication window; lostpart.go the repair of parts the server lost
+// while keeping their tokens; participant.go Snapshot, Restore and pruning;
 // metrics.go the instruments.
 package chsink

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/ClickHouse/ch-go"
@@ -59,7 +60,13 @@ func (s *Sink[T]) dropConn() {
 // exponential backoff and full jitter; hook, if set, runs before each
 // attempt. It runs in the flight's goroutine, or in the sink's with no batch
 // in flight: it uses the connection and, of the journal, only CheckOwner.
-func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, hook func()) error {
+//
+// unsure says an earlier attempt (of this process or of one before a crash)
+// may have reached the server; every attempt after a failed one is unsure
+// too. An unsure attempt on a plain MergeTree reads the server's log and
+// settles the blocks it reports as duplicates (see settleLost): a token the
+// server kept for a part it lost would otherwise drop the batch silently.
+func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, unsure bool, hook func()) error {
 	settings := []ch.Setting{
 		{Key: "insert_deduplication_token", Value: in.Token, Important: true},
 		ch.SettingInt("insert_deduplicate", 1),
@@ -85,7 +92,23 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 			// attempt at once, with an unknown outcome like any cut.
 			conn := s.conn
 			stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-			err = conn.Do(actx, ch.Query{Body: s.body, Input: input, Settings: settings})
+			q := ch.Query{Body: s.body, Input: input, Settings: settings}
+			var hits []dedupHit
+			if unsure && !s.info.replicated {
+				q.Settings = append(slices.Clip(settings), ch.Setting{Key: "send_logs_level", Value: "information"})
+				q.OnLogs = func(_ context.Context, logs []ch.Log) error {
+					for _, l := range logs {
+						if h, ok := parseDedupLog(l); ok {
+							hits = append(hits, h)
+						}
+					}
+					return nil
+				}
+			}
+			err = conn.Do(actx, q)
+			if err == nil && len(hits) > 0 {
+				err = s.settleLost(actx, input, in, hits)
+			}
 			stop()
 			// The attempt's own deadline, not the caller's: the outcome is
 			// unknown and a retry with the same token settles it.
@@ -96,6 +119,7 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 			}
 			s.dropConn()
 		}
+		unsure = true
 		if errors.Is(err, sink.ErrFenced) || ctx.Err() != nil {
 			return &InsertError{Intent: in, Attempts: attempt + 1, Err: errors.Join(err, ctx.Err())}
 		}

@@ -18,6 +18,8 @@ type metrics struct {
 	buffered metric.Int64UpDownCounter
 	snapshot metric.Float64Histogram
 	ahead    metric.Int64Counter
+
+	partsRepaired metric.Int64Counter
 }
 
 func (s *Sink[T]) initMetrics() error {
@@ -32,6 +34,7 @@ func (s *Sink[T]) initMetrics() error {
 	s.m.buffered = m.UpDownCounter("exactlyonce.sink.buffered_rows", "{row}", "Rows buffered, not yet flushed, in steps of 1024.")
 	s.m.snapshot = m.Histogram("exactlyonce.sink.snapshot_duration", "s", "Time Snapshot held the chain at a barrier: the buffered rows' insert and the batch in flight.")
 	s.m.ahead = m.Counter("exactlyonce.sink.batches_flushed_ahead", "{batch}", "Batches flushed ahead of a checkpoint barrier (see Options.NoFlushAhead).")
+	s.m.partsRepaired = m.Counter("exactlyonce.sink.lost_parts_repaired", "{batch}", "Batches whose part ClickHouse lost after a crash while keeping its token, written into the table again (see LostPartError).")
 	if err := m.Err(); err != nil {
 		return fmt.Errorf("chsink: metrics: %w", err)
 	}

@@ -152,6 +152,9 @@ func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) err
 	if len(s.completed) < s.opts.KeepCheckpoints {
 		return nil // an older checkpoint of an earlier owner may still be kept
 	}
+	// A restore falls back at most to the oldest kept checkpoint: no replay
+	// repairs a batch before it again (see putBack).
+	s.dropStaging(ctx, s.completed[0])
 	err := s.journal.Prune(ctx, s.completed[0])
 	if errors.Is(err, sink.ErrPruneDeferred) {
 		s.opts.Logger.Warn("chsink: journal pruning deferred", "source", s.src.String(), "err", err)

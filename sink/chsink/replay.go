@@ -121,7 +121,7 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 			if err := s.journal.CheckOwner(ctx); err != nil {
 				return err
 			}
-			if err := s.insert(ctx, s.buf.sealed, p, s.beforeInsert); err != nil {
+			if err := s.insert(ctx, s.buf.sealed, p, true, s.beforeInsert); err != nil {
 				return err
 			}
 		}
@@ -162,7 +162,7 @@ func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, start t
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
-	if err := s.insert(ctx, s.buf.sealed, in, s.beforeInsert); err != nil {
+	if err := s.insert(ctx, s.buf.sealed, in, true, s.beforeInsert); err != nil {
 		return err
 	}
 	s.journal.AckLater(&in)

@@ -81,6 +81,9 @@ type Sink[T any] struct {
 	block   int64     // cached block counter, a lower bound
 	blockAt time.Time // when block was read
 
+	staged  sync.Mutex     // guards staging, which a flight's insert appends to
+	staging []stagedRepair // emptied repair tables, dropped by CheckpointCompleted
+
 	beforeRecord, beforeInsert func()         // test hooks
 	afterWrite                 func(rows int) // test hook: a batch of rows is acknowledged
 

@@ -1,0 +1,369 @@
+package chsink
+
+// Lost parts: a plain MergeTree table writes a block's token to its
+// deduplication log before it renames the block's part into the table.
+// A server killed between the two restarts with the token and without the
+// part, and every retry of that block is then dropped as a duplicate of
+// rows the table does not hold: silent loss, which no token can prevent.
+// internal/testenv's TestDedupLogOutlivesPart reproduces it on ClickHouse
+// 26.7 (a few blocks in 200 kills, in the table or in a view's target).
+//
+// The sink settles it where it can see it: every insert attempt that may
+// repeat an earlier one asks for the server's log, which names the part each
+// dropped block was a duplicate of; the sink then checks that an active part
+// still covers that part's blocks. If the table itself lost the part, the
+// sink puts the batch's rows back without firing the views (whose targets
+// got their own rows from this retry, or still hold them): it fills a
+// staging table created AS the table, renames it into place (the marker
+// that it is complete) and moves its partitions into the table, so a crash
+// at any step resumes without a second copy. If a view's target lost its
+// part, the rows that view derived from the batch are gone: the sink runs
+// the view's query over the batch alone (a staging copy of the table holding
+// only the batch) and inserts the result into the target under a token
+// derived from the batch's, so that a repeated repair is dropped by the
+// target. A target it cannot repair that way stops the sink with a
+// *LostPartError.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+
+	"github.com/exactlyonce/exactlyonce/sink"
+)
+
+// ErrLostPart is wrapped by a *LostPartError.
+var ErrLostPart = errors.New("chsink: ClickHouse deduplicated a block against a part it no longer has")
+
+// LostPartError reports a re-inserted batch that ClickHouse dropped as a
+// duplicate of a part that is not in the table: the server lost the part
+// but kept its token (a plain MergeTree killed between writing its
+// deduplication log and renaming the part in; see TestDedupLogOutlivesPart).
+// The sink repairs its own table (see putBack) and the target of a view
+// that selects from its table (see rederive); this error means a target
+// could not be repaired: it is fed through another view (a cascade), or the
+// view's query could not be run over the batch alone (Err says why). It is
+// permanent: the batch's intent stays in the journal, and the sink fails at
+// the same batch until an operator restores that target's rows of the batch
+// (Intent.First..Intent.Last of the source).
+type LostPartError struct {
+	Intent sink.Intent
+	Table  string // database.table whose part is gone
+	Part   string // the part its deduplication log names
+	Err    error  // why the view's rows could not be derived again
+}
+
+func (e *LostPartError) Error() string {
+	return fmt.Sprintf("chsink: batch %s..%s (token %s): %s deduplicated it against part %s, which it does not hold, and the view's rows of this batch cannot be derived again: %v",
+		e.Intent.First, e.Intent.Last, e.Intent.Token, e.Table, e.Part, e.Err)
+}
+
+func (e *LostPartError) Unwrap() []error { return []error{ErrLostPart, e.Err} }
+
+// dedupLine is how a plain MergeTree logs a dropped duplicate block.
+var dedupLine = regexp.MustCompile(`Block with ID \S+ already exists as part (\S+); ignoring it`)
+
+// dedupHit is one dropped block: the table that dropped it and the part its
+// deduplication log pointed at.
+type dedupHit struct {
+	db, table, part string
+}
+
+// parseDedupLog reads a server log entry; ok is false unless it reports a
+// dropped duplicate. The entry's source is the table's logger name,
+// "database.table (uuid)".
+func parseDedupLog(l ch.Log) (dedupHit, bool) {
+	m := dedupLine.FindStringSubmatch(l.Text)
+	if m == nil {
+		return dedupHit{}, false
+	}
+	name, _, _ := strings.Cut(l.Source, " (")
+	db, table, ok := strings.Cut(name, ".")
+	if !ok {
+		return dedupHit{}, false
+	}
+	return dedupHit{db: db, table: table, part: m[1]}, true
+}
+
+// partBlocks parses a part name, partition_min_max_level[_mutation].
+func partBlocks(part string) (partition string, lo, hi int64, ok bool) {
+	f := strings.Split(part, "_")
+	if len(f) < 4 || len(f) > 5 {
+		return "", 0, 0, false
+	}
+	lo, err1 := strconv.ParseInt(f[1], 10, 64)
+	hi, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || lo > hi {
+		return "", 0, 0, false
+	}
+	return f[0], lo, hi, true
+}
+
+// partCovered reports whether an active part of db.table covers part's
+// blocks: the part itself, or what merges or mutations made of it.
+func partCovered(ctx context.Context, c *ch.Client, db, table, part string) (bool, error) {
+	q := fmt.Sprintf("SELECT toString(count()) AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
+		quote(db), quote(table), quote(part))
+	if p, lo, hi, ok := partBlocks(part); ok {
+		q = fmt.Sprintf("SELECT toString(count()) AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND partition_id = %s AND min_block_number <= %d AND max_block_number >= %d",
+			quote(db), quote(table), quote(p), lo, hi)
+	}
+	rows, err := queryStrings(ctx, c, q, 1)
+	if err != nil {
+		return false, err
+	}
+	return len(rows) == 1 && rows[0][0] != "0", nil
+}
+
+// settleLost checks the parts that the insert of in was deduplicated
+// against (hits) and repairs a lost part of the sink's own table; see the
+// top of this file.
+func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Intent, hits []dedupHit) error {
+	for _, h := range hits {
+		ok, err := partCovered(ctx, s.conn, h.db, h.table, h.part)
+		if err != nil || ok {
+			if err != nil {
+				return fmt.Errorf("chsink: check part %s of %s.%s: %w", h.part, h.db, h.table, err)
+			}
+			continue
+		}
+		if h.db != s.opts.Database || h.table != s.table.Name {
+			lost := &LostPartError{Intent: in, Table: h.db + "." + h.table, Part: h.part}
+			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
+				"table", s.table.Name, "target", lost.Table, "part", h.part, "token", in.Token)
+			if err := s.rederive(ctx, input, in, h.db, h.table); err != nil {
+				lost.Err = err
+				return lost
+			}
+			s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+			continue
+		}
+		s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; writing the batch's rows into the table again, without its views",
+			"table", s.table.Name, "part", h.part, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
+		if err := s.putBack(ctx, input, in); err != nil {
+			return err
+		}
+		s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+	}
+	return nil
+}
+
+// stagingName is the staging table of in's repair: one per token, so a
+// repair interrupted by a crash finds its own.
+func (s *Sink[T]) stagingName(in sink.Intent) string {
+	h := fnv.New64a()
+	h.Write([]byte(s.table.Name + "\x00" + in.Token))
+	return fmt.Sprintf("eo_repair_%016x", h.Sum64())
+}
+
+// putBack writes input into the table without firing its materialized
+// views: into a staging table created AS the table (filled under a
+// temporary name and renamed when complete, so that its existence proves
+// it holds the whole batch), whose partitions then move into the table.
+// Moving empties the staging table, which tells a repeated repair that the
+// rows are in. The empty staging table is dropped once a completed
+// checkpoint covers the batch (dropStaging).
+func (s *Sink[T]) putBack(ctx context.Context, input proto.Input, in sink.Intent) error {
+	db, stage := ident(s.opts.Database), s.stagingName(in)
+	exists, err := queryStrings(ctx, s.conn, fmt.Sprintf(
+		"SELECT name AS c0 FROM system.tables WHERE database = %s AND name = %s", quote(s.opts.Database), quote(stage)), 1)
+	if err != nil {
+		return err
+	}
+	if len(exists) == 0 {
+		tmp := stage + "_tmp"
+		if err := s.stage(ctx, input, tmp); err != nil {
+			return fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
+		}
+		if err := s.conn.Do(ctx, ch.Query{Body: "RENAME TABLE " + db + "." + ident(tmp) + " TO " + db + "." + ident(stage)}); err != nil {
+			return fmt.Errorf("chsink: repair %s: rename staging table: %w", s.table.Name, err)
+		}
+	}
+	parts, err := queryStrings(ctx, s.conn, fmt.Sprintf(
+		"SELECT DISTINCT partition_id AS c0 FROM system.parts WHERE active AND database = %s AND table = %s",
+		quote(s.opts.Database), quote(stage)), 1)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		q := "ALTER TABLE " + db + "." + ident(stage) + " MOVE PARTITION ID " + quote(p[0]) + " TO TABLE " + db + "." + ident(s.table.Name)
+		if err := s.conn.Do(ctx, ch.Query{Body: q}); err != nil {
+			return fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
+		}
+	}
+	s.staged.Lock()
+	s.staging = append(s.staging, stagedRepair{table: stage, last: in.Last})
+	s.staged.Unlock()
+	return nil
+}
+
+// stagedRepair is an emptied staging table and the last position of its
+// batch.
+type stagedRepair struct {
+	table string
+	last  sink.Position
+}
+
+// dropStaging drops the staging tables of repaired batches at or before
+// through, which the oldest kept checkpoint covers: no replay can repair
+// them again. It dials its own connection (the sink's may be in a flight's
+// use); a failure leaves an empty table behind, which the next completed
+// checkpoint drops.
+func (s *Sink[T]) dropStaging(ctx context.Context, through sink.Position) {
+	s.staged.Lock()
+	var drop, keep []stagedRepair
+	for _, r := range s.staging {
+		if r.last.Compare(through) <= 0 {
+			drop = append(drop, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	s.staging = keep
+	s.staged.Unlock()
+	if len(drop) == 0 {
+		return
+	}
+	c, err := s.dial(ctx)
+	if err == nil {
+		defer c.Close()
+	}
+	for i, r := range drop {
+		if err == nil {
+			err = c.Do(ctx, ch.Query{Body: "DROP TABLE IF EXISTS " + ident(s.opts.Database) + "." + ident(r.table) + " SYNC"})
+		}
+		if err != nil {
+			s.opts.Logger.Warn("chsink: drop an emptied repair table; retried at the next checkpoint", "table", r.table, "err", err)
+			s.staged.Lock()
+			s.staging = append(s.staging, drop[i:]...)
+			s.staged.Unlock()
+			return
+		}
+	}
+}
+
+// rederive inserts into db.target what the materialized views that read
+// the sink's table and write to target derive from the batch input: each
+// view's query runs over a staging copy of the table that holds the batch
+// alone, under the token in.Token + ":rederive:" + view, which the target's
+// deduplication drops if a crash repeats the repair. A query that reads
+// other tables too (a JOIN) reads them as they are now.
+func (s *Sink[T]) rederive(ctx context.Context, input proto.Input, in sink.Intent, db, target string) error {
+	deps, err := queryStrings(ctx, s.conn, fmt.Sprintf(
+		"SELECT d.1 AS c0, d.2 AS c1 FROM system.tables ARRAY JOIN arrayZip(dependencies_database, dependencies_table) AS d WHERE database = %s AND name = %s",
+		quote(s.opts.Database), quote(s.table.Name)), 2)
+	if err != nil {
+		return err
+	}
+	src := []string{s.opts.Database + "." + s.table.Name, ident(s.opts.Database) + "." + ident(s.table.Name)}
+	to := regexp.MustCompile(`\sTO\s+(` + regexp.QuoteMeta(db+"."+target) + `|` + regexp.QuoteMeta(ident(db)+"."+ident(target)) + `)[\s(]`)
+	h := fnv.New64a()
+	h.Write([]byte(s.table.Name + "\x00" + in.Token + "\x00" + db + "." + target))
+	stage := fmt.Sprintf("eo_rederive_%016x", h.Sum64())
+	staged := false
+	defer func() {
+		if staged {
+			_ = s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: "DROP TABLE IF EXISTS " + ident(s.opts.Database) + "." + ident(stage) + " SYNC"})
+		}
+	}()
+	found := 0
+	for _, d := range deps {
+		q, err := queryStrings(ctx, s.conn, fmt.Sprintf(
+			"SELECT as_select AS c0, create_table_query AS c1 FROM system.tables WHERE database = %s AND name = %s AND engine = 'MaterializedView'",
+			quote(d[0]), quote(d[1])), 2)
+		if err != nil {
+			return err
+		}
+		if len(q) != 1 || !to.MatchString(q[0][1]) {
+			continue
+		}
+		sel := q[0][0]
+		for _, from := range src {
+			sel = strings.ReplaceAll(sel, from, ident(s.opts.Database)+"."+ident(stage))
+		}
+		if sel == q[0][0] {
+			return fmt.Errorf("view %s.%s: its query does not name %s.%s", d[0], d[1], s.opts.Database, s.table.Name)
+		}
+		if !staged {
+			if err := s.stage(ctx, input, stage); err != nil {
+				return err
+			}
+			staged = true
+		}
+		names, err := outputColumns(ctx, s.conn, sel)
+		if err != nil {
+			return fmt.Errorf("view %s.%s: %w", d[0], d[1], err)
+		}
+		body := "INSERT INTO " + ident(db) + "." + ident(target) + " (" + joinIdents(names) + ") SELECT " + joinIdents(names) + " FROM (" + sel + ")"
+		err = s.conn.Do(ctx, ch.Query{Body: body, Settings: []ch.Setting{
+			{Key: "insert_deduplication_token", Value: in.Token + ":rederive:" + d[0] + "." + d[1], Important: true},
+			ch.SettingInt("insert_deduplicate", 1),
+			ch.SettingInt("deduplicate_blocks_in_dependent_materialized_views", 1),
+		}})
+		if err != nil {
+			return fmt.Errorf("view %s.%s: %w", d[0], d[1], err)
+		}
+		found++
+	}
+	if found == 0 {
+		return fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", s.opts.Database, s.table.Name, db, target)
+	}
+	return nil
+}
+
+// stage creates the table name AS the sink's table, without its views,
+// and fills it with input.
+func (s *Sink[T]) stage(ctx context.Context, input proto.Input, name string) error {
+	db, t := ident(s.opts.Database), ident(name)
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS " + db + "." + t + " SYNC",
+		"CREATE TABLE " + db + "." + t + " AS " + db + "." + ident(s.table.Name),
+	} {
+		if err := s.conn.Do(ctx, ch.Query{Body: q}); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	body := strings.Replace(s.body, db+"."+ident(s.table.Name), db+"."+t, 1)
+	if err := s.conn.Do(ctx, ch.Query{Body: body, Input: input}); err != nil {
+		return fmt.Errorf("fill %s: %w", name, err)
+	}
+	return nil
+}
+
+// outputColumns returns the names of the columns query returns: a view
+// writes its query's columns into its target by name.
+func outputColumns(ctx context.Context, c *ch.Client, query string) ([]string, error) {
+	var res proto.Results
+	var names []string
+	err := c.Do(ctx, ch.Query{Body: "DESCRIBE (" + query + ")", Result: res.Auto(),
+		OnResult: func(context.Context, proto.Block) error {
+			for _, col := range res {
+				if col.Name != "name" {
+					continue
+				}
+				data := col.Data
+				if auto, ok := data.(*proto.ColAuto); ok {
+					data = auto.Data
+				}
+				str, ok := data.(*proto.ColStr)
+				if !ok {
+					return errors.New("DESCRIBE: name is not a String")
+				}
+				for i := range str.Rows() {
+					names = append(names, str.Row(i))
+				}
+			}
+			return nil
+		}})
+	if err == nil && len(names) == 0 {
+		err = errors.New("DESCRIBE: no columns")
+	}
+	return names, err
+}
