@@ -139,6 +139,14 @@ func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next 
 	mb := newMailbox(s.opts.Buffer)
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		if bf, ok := r.(batchFetcher); ok {
+			for {
+				ms, err := bf.fetchBatch(fctx)
+				if !mb.putAll(ms, err, fctx.Done()) || err != nil {
+					return
+				}
+			}
+		}
 		for {
 			m, err := r.FetchMessage(fctx)
 			if !mb.put(m, err, fctx.Done()) || err != nil {

@@ -10,8 +10,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
 )
 
-// fetcher is what a chain reads its partition with: a kafka-go Reader, or
-// with Options.FilterAborted a kafkatxn.Reader.
+// fetcher is what a chain reads its partition with: its own wireFetcher,
+// a kafka-go Reader (Options.KafkaGoReader, or a Dialer with TLS, SASL or a
+// Resolver), or with Options.FilterAborted a kafkatxn.Reader.
 type fetcher interface {
 	FetchMessage(ctx context.Context) (kafka.Message, error)
 	Close() error
@@ -27,6 +28,19 @@ func (s *Source) newFetcher(p checkpoint.TopicPartition, next int64) (fetcher, e
 		}
 		return &committedFetcher{r: r}, nil
 	}
+	if !s.opts.KafkaGoReader && wireUsable(s.opts.Dialer) {
+		return s.newWireFetcher(p, next), nil
+	}
+	return s.newKafkaGoReader(p, next)
+}
+
+// batchFetcher is a fetcher that also hands out a whole fetch at once.
+type batchFetcher interface {
+	fetchBatch(ctx context.Context) ([]kafka.Message, error)
+}
+
+// newKafkaGoReader returns kafka-go's Reader of p, positioned at next.
+func (s *Source) newKafkaGoReader(p checkpoint.TopicPartition, next int64) (fetcher, error) {
 	iso := kafka.ReadCommitted
 	if s.opts.ReadUncommitted {
 		iso = kafka.ReadUncommitted

@@ -62,6 +62,39 @@ func (mb *mailbox) put(m kafka.Message, err error, done <-chan struct{}) bool {
 	return true
 }
 
+// putAll appends ms, then records err if not nil, waiting whenever max
+// records wait. It returns false when done ended first. The messages are
+// copied: ms may be reused once it returns.
+func (mb *mailbox) putAll(ms []kafka.Message, err error, done <-chan struct{}) bool {
+	for len(ms) > 0 {
+		mb.mu.Lock()
+		for len(mb.msgs) >= mb.max {
+			mb.mu.Unlock()
+			select {
+			case <-mb.space:
+			case <-done:
+				return false
+			}
+			mb.mu.Lock()
+		}
+		n := min(len(ms), mb.max-len(mb.msgs))
+		wake := len(mb.msgs) == 0
+		mb.msgs = append(mb.msgs, ms[:n]...)
+		ms = ms[n:]
+		mb.mu.Unlock()
+		if wake {
+			select {
+			case mb.ready <- struct{}{}:
+			default: // a token is already waiting
+			}
+		}
+	}
+	if err != nil {
+		return mb.put(kafka.Message{}, err, done)
+	}
+	return true
+}
+
 // take returns the waiting records, swapped for spare (whose contents the
 // fetcher overwrites), and the fetcher's error once no record waits before
 // it.

@@ -108,6 +108,14 @@ type Options struct {
 	// (kafka-go's ReadCommitted hands both to Process). Set it when an
 	// input topic holds transactional writes. Default false.
 	FilterAborted bool
+	// KafkaGoReader reads partitions with kafka-go's Reader instead of the
+	// Source's own fetch decoder. The two hand out the same records (and
+	// kafka-go's ReadCommitted semantics: transaction control records and
+	// aborted records included; see FilterAborted); the own decoder costs
+	// a fraction of the CPU a record (BENCHMARKS.md) and is used unless
+	// this is set or the Dialer sets TLS, SASLMechanism or a Resolver,
+	// which only kafka-go's Reader supports here. Default false.
+	KafkaGoReader bool
 	// SessionTimeout, RebalanceTimeout and HeartbeatInterval of the
 	// consumer group. A shorter heartbeat notices rebalances sooner.
 	// Defaults: DefaultSessionTimeout, DefaultRebalanceTimeout,

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ const (
 	envEvents     = "E2E_EVENTS"     // events in the topic; default 2,000,000
 	envRounds     = "E2E_ROUNDS"     // rounds of every variant, alternating their order; default 1
 	envCPUProfile = "E2E_CPUPROFILE" // a file for the CPU profile of one variant's first run
+	envTrace      = "E2E_TRACE"      // a file for the runtime/trace of that run (go tool trace)
 	envProfiled   = "E2E_PROFILE"    // that variant's name; default "chain"
 	envVariants   = "E2E_VARIANTS"   // the variants to run, comma-separated; default all
 )
@@ -149,6 +151,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 				if path := os.Getenv(envCPUProfile); path != "" && v.name == profiled && len(samples[v.name]) == 0 {
 					stop = startProfile(b, path)
 				}
+				if path := os.Getenv(envTrace); path != "" && v.name == profiled && len(samples[v.name]) == 0 {
+					stop = chainStops(stop, startTrace(b, path))
+				}
 				var ms0, ms1 runtime.MemStats
 				runtime.ReadMemStats(&ms0)
 				cpu0, ch0, k0 := selfCPU(), procCPU(chs.PID()), procCPU(kp.PID())
@@ -197,6 +202,27 @@ func startProfile(b *testing.B, path string) func() {
 	return func() {
 		pprof.StopCPUProfile()
 		_ = f.Close()
+	}
+}
+
+func startTrace(b *testing.B, path string) func() {
+	f, err := os.Create(path)
+	require.NoError(b, err)
+	require.NoError(b, trace.Start(f))
+	return func() {
+		trace.Stop()
+		_ = f.Close()
+	}
+}
+
+// chainStops returns a func that calls both (either may be nil).
+func chainStops(a, b func()) func() {
+	return func() {
+		for _, f := range []func(){a, b} {
+			if f != nil {
+				f()
+			}
+		}
 	}
 }
 
