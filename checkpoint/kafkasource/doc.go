@@ -37,15 +37,27 @@
 // messages of revoked partitions and commits before processing). For every
 // generation, each assigned partition gets a goroutine that builds the
 // chain, restores it from the partition's newest checkpoint, and reads the
-// partition with its own partition Reader positioned at the checkpoint's
-// offset. Barriers from the coordinator arrive between records (see package
+// partition from the checkpoint's offset with a fetcher of its own. Barriers from the coordinator arrive between records (see package
 // checkpoint); after a completed checkpoint the chain commits its offset
 // with Generation.CommitOffsets, which the broker refuses for a stale
 // generation, and only while the generation's context is live. Per-partition
-// order is kept: one goroutine processes one partition. The partition Reader's
-// records reach the chain through a mailbox: the fetching goroutine appends
-// them and the chain takes all that wait in one swap of two reused slices,
-// so a busy chain gets them in batches without a hand-off per record. A checkpoint that a
+// order is kept: one goroutine processes one partition.
+//
+// The fetcher sends one Fetch request at a time for its partition, reads
+// the response whole into a fresh buffer and decodes its record batches
+// (CRC checked; gzip, snappy, lz4 and zstd through kafka-go's codecs) in
+// place: a record's Key, Value and Headers are windows of that buffer, not
+// copies, so a fetch costs a few allocations rather than a dozen a record.
+// The records are those kafka-go's Reader hands out for the same log, field
+// for field (the test TestWireFetcherMatchesKafkaGo compares them), and it
+// retries broker and connection errors the same way. A message keeps its
+// whole fetch's buffer (up to MaxBytes) alive: copy a small piece you keep
+// for long. kafka-go's Reader is used instead with Options.KafkaGoReader, a
+// Dialer with TLS, SASLMechanism or a Resolver, and from a batch older than
+// the v2 format (Kafka before 0.11) on. A fetch's records reach the chain
+// through a mailbox: the fetching goroutine appends them and the chain
+// takes all that wait in one swap of two reused slices, so a busy chain
+// gets them in batches without a hand-off per record. A checkpoint that a
 // participant declines (checkpoint.ErrDeclined) is skipped without stopping
 // the chain; any other checkpoint failure stops Run.
 //
@@ -108,11 +120,13 @@
 // first offset and high watermark. Options.OutOfRange decides what happens
 // when it is outside: fail (default; Run returns *OffsetOutOfRangeError),
 // or continue at the earliest or latest offset, keeping the restored state.
-// kafka-go is configured with OffsetOutOfRangeError, so a reader that finds
-// its offset gone reports it instead of moving silently; the chain applies
-// the policy again. (kafka-go v0.4.51 still skips silently when retention
-// deletes records under a reader in the middle of a fetch loop; keep
-// retention well above the checkpoint interval plus the longest outage.)
+// The fetcher reports a broker's OFFSET_OUT_OF_RANGE (and kafka-go's
+// Reader, where it is used, is configured with OffsetOutOfRangeError), so a
+// chain that finds its offset gone learns it instead of moving silently;
+// the chain applies the policy again. (kafka-go v0.4.51's Reader still
+// skips silently when retention deletes records under it in the middle of
+// a fetch loop; where it reads, keep retention well above the checkpoint
+// interval plus the longest outage.)
 //
 // # Poison records
 //
@@ -158,6 +172,9 @@
 //     record: barriers are taken between two records or two ProcessBatch
 //     calls, never inside one, so a barrier that arrives while a fetched
 //     batch is processed splits it there.
+//   - The records a chain gets are those kafka-go's Reader would hand out,
+//     in offset order, none skipped: a batch whose CRC does not match or
+//     that cannot be decoded fails the fetch instead.
 //   - Offsets committed to the group never pass a completed checkpoint; the
 //     checkpoint, not the group offset, is where a chain restarts.
 //   - A chain's Process (or ProcessBatch), Tick and its participants are

@@ -192,7 +192,8 @@ type Processor struct {
 	// ProcessBatch again from ms[n+1]. ms[n] must have left no effect.
 	//
 	// The slice is reused once ProcessBatch returns: do not keep it. The
-	// messages' Key, Value and Headers are not reused and may be kept.
+	// messages' Key, Value and Headers are not reused and may be kept (they
+	// share their fetch's buffer: see the package doc).
 	ProcessBatch func(ctx context.Context, ms []kafka.Message) (int, error)
 	// Tick, if set, is called from the chain goroutine every TickInterval,
 	// between records, also while no record arrives: the place for work that

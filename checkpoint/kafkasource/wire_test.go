@@ -134,7 +134,8 @@ func TestWireFetcherMatchesKafkaGo(t *testing.T) {
 }
 
 // TestWireFetcherRefusesCorruptBatches: a batch whose CRC does not match,
-// or that is cut inside a record, is an error, never records.
+// or that is cut inside a record, is an error, never records; a batch in a
+// format before v2 is handed to kafka-go's Reader (errLegacyFormat).
 func TestWireFetcherRefusesCorruptBatches(t *testing.T) {
 	batch := func() []byte {
 		// One uncompressed batch of one record (key "k", value "v").
@@ -191,6 +192,12 @@ func TestWireFetcherRefusesCorruptBatches(t *testing.T) {
 	f = &wireFetcher{topic: "t"}
 	_, err = f.decodeResponse(response(bad))
 	require.ErrorIs(t, err, errMalformed)
+
+	old := batch()
+	old[16] = 1 // magic 1: only kafka-go's Reader reads it
+	f = &wireFetcher{topic: "t"}
+	_, err = f.decodeResponse(response(old))
+	require.ErrorIs(t, err, errLegacyFormat)
 
 	cut := batch()
 	cut = cut[:len(cut)-3]

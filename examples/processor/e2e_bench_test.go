@@ -123,7 +123,14 @@ func BenchmarkEndToEnd(b *testing.B) {
 		{name: "chain-nockpt", desc: "chain, checkpoints off (b)", run: chainVariant(-1, false)},
 		{name: "chain-record", desc: "chain per record, 1 s checkpoints", run: chainVariant(time.Second, true)},
 	}
+	// Only when named in E2E_VARIANTS: the chain on kafka-go's Reader
+	// (kafkasource.Options.KafkaGoReader), the fetch path before the
+	// Source's own decoder, to measure the two in the same run.
+	optIn := []variant{
+		{name: "chain-kafkago", desc: "chain on kafka-go's Reader, 1 s ckpts", run: chainVariantWith(time.Second, false, kafkasource.Options{KafkaGoReader: true})},
+	}
 	if only := os.Getenv(envVariants); only != "" {
+		variants = append(variants, optIn...)
 		keep := variants[:0]
 		for _, v := range variants {
 			if v.name == "raw" || strings.Contains(","+only+",", ","+v.name+",") {
@@ -298,6 +305,11 @@ func runRaw(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
 // chainVariant runs main.go's chain (newChain with the default sink and
 // source options) with a consumer group of its own, on a fresh database.
 func chainVariant(interval time.Duration, perRecord bool) func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
+	return chainVariantWith(interval, perRecord, kafkasource.Options{})
+}
+
+// chainVariantWith is chainVariant with the Source's options.
+func chainVariantWith(interval time.Duration, perRecord bool, srcOpts kafkasource.Options) func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
 	return func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -318,7 +330,7 @@ func chainVariant(interval time.Duration, perRecord bool) func(b *testing.B, env
 		chain := newChain(chainConfig{ClickHouse: chsink.Table{Addr: env.chAddr}, Sink: chsink.Options{Database: db, MeterProvider: mp},
 			Storage: storage, Logger: slog.New(slog.DiscardHandler), PerRecord: perRecord})
 		src, err := kafkasource.New(kafkasource.Group{Brokers: env.brokers, ID: fmt.Sprintf("e2e-%d", env.runs), Topics: []string{env.topic}},
-			coord, counted(chain, &seen), kafkasource.Options{})
+			coord, counted(chain, &seen), srcOpts)
 		require.NoError(b, err)
 		done := make(chan error, 1)
 		go func() { done <- src.Run(ctx) }()
