@@ -295,7 +295,7 @@ func counters(rm metricdata.ResourceMetrics) map[string]int64 {
 			for _, dp := range sum.DataPoints {
 				name := m.Name
 				for _, kv := range dp.Attributes.ToSlice() {
-					name += "/" + string(kv.Key) + "=" + kv.Value.Emit()
+					name += "/" + string(kv.Key) + "=" + kv.Value.String()
 				}
 				out[name] += dp.Value
 			}

@@ -141,7 +141,7 @@ func toMessage(topic string, partition int, r *protocol.Record) (kafka.Message, 
 		}
 	}
 	for _, h := range r.Headers {
-		m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
+		m.Headers = append(m.Headers, kafka.Header(h))
 	}
 	return m, nil
 }

@@ -145,7 +145,7 @@ func TestServerKillRestart(t *testing.T) {
 	srv.Kill()
 	bigErr := <-done
 
-	_, v, err := s.GetVersion(ctx, "kept")
+	_, _, err = s.GetVersion(ctx, "kept")
 	require.Error(t, err, "the server is down")
 	assert.NotErrorIs(t, err, checkpoint.ErrNotFound)
 	err = s.Put(ctx, "during", []byte("x"))

@@ -47,8 +47,8 @@ type Supervisor struct {
 	starts, kills, failures atomic.Int64
 }
 
-// Starts, Kills and Failures count the processes started, killed by Kill
-// and exited on their own.
+// Starts counts the processes started, Kills those killed by Kill, and
+// Failures those that exited on their own.
 func (s *Supervisor) Starts() int64   { return s.starts.Load() }
 func (s *Supervisor) Kills() int64    { return s.kills.Load() }
 func (s *Supervisor) Failures() int64 { return s.failures.Load() }

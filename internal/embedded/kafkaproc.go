@@ -266,14 +266,19 @@ func ensureKfakeServer(ctx context.Context, cacheDir string) (string, error) {
 	})
 }
 
-// goToolPath finds the go command.
+// goToolPath finds the go command: on PATH (go test puts its own GOROOT/bin
+// first there), else in $GOROOT/bin. Not runtime.GOROOT: the root this
+// binary was built with means nothing once it runs on another machine.
 func goToolPath() (string, error) {
-	if p, err := exec.LookPath("go"); err == nil {
+	p, err := exec.LookPath("go")
+	if err == nil {
 		return p, nil
 	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("embedded: the go tool is needed: %w (%w)", ErrNotInstalled, err)
+	if root := os.Getenv("GOROOT"); root != "" {
+		p = filepath.Join(root, "bin", "go")
+		if _, err = os.Stat(p); err == nil {
+			return p, nil
+		}
 	}
-	return p, nil
+	return "", fmt.Errorf("embedded: the go tool is needed: %w (%w)", ErrNotInstalled, err)
 }

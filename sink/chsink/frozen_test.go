@@ -281,15 +281,6 @@ func (p *frozenProc) lines(prefix string) []string {
 	return out
 }
 
-func (p *frozenProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // TestFrozenOwnerIsFenced is the multi-machine test of issue 12: two
 // processor processes, each with its own local directories, share only the
 // S3 bucket (checkpoints and sink journals), Kafka (kfake in its own

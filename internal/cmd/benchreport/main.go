@@ -34,7 +34,7 @@ func run(args []string) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("usage: benchreport [-o dir] bench.txt...")
+		return errors.New("usage: benchreport [-o dir] bench.txt [bench.txt ...]")
 	}
 	var readers []io.Reader
 	for _, name := range fs.Args() {
