@@ -30,6 +30,13 @@
 // error. examples/processor's chain does both, with the same checkpoints
 // and rows either way.
 //
+// A chain whose output goes back to Kafka writes it through package
+// sink/kafkasink, a participant that writes one transaction per checkpoint
+// (a two-phase commit: pre-committed at the barrier, committed when the
+// checkpoint is durable), so read_committed consumers downstream see each
+// output record exactly once. A plain kafka-go Writer in Process would
+// write a replay's records again.
+//
 // # How it works
 //
 // Run uses kafka-go's ConsumerGroup and Generation API, not a Reader with a
