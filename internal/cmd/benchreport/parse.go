@@ -41,14 +41,16 @@ var procsSuffix = regexp.MustCompile(`-[0-9]+$`)
 // Parse reads go test -bench output in the standard benchmark format
 // (https://go.dev/design/14313-benchmark-format): "pkg:" lines set the
 // package of the lines after them; a result line is the name, the
-// iterations and value-unit pairs. Other lines (logs, PASS, ok) are
+// iterations and value-unit pairs; when the benchmark printed to stdout,
+// go test's line holds the name only and the figures come on a line of
+// their own after that output. Other lines (logs, PASS, ok) are
 // skipped; a line that starts like a result but does not parse is an error,
 // so a broken figure is never silently left out.
 func Parse(r io.Reader) (*Results, error) {
 	res := &Results{Samples: map[Key][]float64{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	pkg := ""
+	pkg, pending := "", ""
 	line := 0
 	for sc.Scan() {
 		line++
@@ -67,12 +69,25 @@ func Parse(r io.Reader) (*Results, error) {
 			continue
 		}
 		f := strings.Fields(text)
+		if len(f) == 1 && strings.HasPrefix(f[0], "Benchmark") {
+			// go test printed the name, and what the benchmark printed
+			// to stdout follows it before its figures: a line of its own
+			// that starts with the iteration count.
+			pending = f[0]
+			continue
+		}
+		if pending != "" && len(f) >= 3 && f[2] == "ns/op" {
+			if _, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				f = append([]string{pending}, f...)
+			}
+		}
 		if len(f) < 2 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
 		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
 			continue // "BenchmarkX/y  some log": a name followed by no iteration count
 		}
+		pending = ""
 		if len(f)%2 != 0 {
 			return nil, fmt.Errorf("line %d: %q: values and units do not pair", line, text)
 		}

@@ -66,6 +66,26 @@ func TestParse(t *testing.T) {
 	assert.Len(t, r.Order, 4+3+3*3+3*2)
 }
 
+// A benchmark that prints to stdout splits go test's result line: the name,
+// its output, then the figures on a line of their own.
+func TestParseInterleaved(t *testing.T) {
+	r, err := Parse(strings.NewReader(`pkg: github.com/exactlyonce/exactlyonce/examples/processor
+BenchmarkEndToEnd-2                         	
+end-to-end: 400000 events, 4 partitions, 1 round(s); medians [min-max]
+variant                                                events/s   of (a)
+raw kafka-go (a)                        209069 [209069-209069]   100.0%
+       1	19441988880 ns/op	        41.53 chain-%raw	     86822 chain-ev/s
+BenchmarkEndToEnd-2                         	       1	15986736291 ns/op	        72.06 chain-%raw	    106385 chain-ev/s
+BenchmarkEndToEnd-2                         	
+ 12 34 56
+       1	17000000000 ns/op	        50 chain-%raw	     90000 chain-ev/s
+`))
+	require.NoError(t, err)
+	assert.Equal(t, []float64{41.53, 72.06, 50}, r.Samples[Key{"examples/processor", "BenchmarkEndToEnd", "chain-%raw"}])
+	assert.Equal(t, []float64{86822, 106385, 90000}, r.Samples[Key{"examples/processor", "BenchmarkEndToEnd", "chain-ev/s"}])
+	assert.Len(t, r.Order, 3)
+}
+
 func TestParseMalformed(t *testing.T) {
 	for _, give := range []string{
 		"pkg: x\nBenchmarkA-2 \t 10\t 5 ns/op\t 7\n",       // a value without a unit
@@ -140,6 +160,8 @@ func TestFormat(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, fmtValue(tt.v, tt.unit), "%v %s", tt.v, tt.unit)
 	}
+	assert.Equal(t, "20.7 MB", fmtStat(Stat{N: 3, Median: 20_700_378, Min: 20_699_378, Max: 20_708_378}, "ckpt-B"), "bounds equal to the median as shown")
+	assert.Equal(t, "1.14 s [725 ms–5.96]", fmtStat(Stat{N: 3, Median: 1135, Min: 725, Max: 5958}, "recovery-ms"), "a bound in another unit keeps it")
 	assert.Equal(t, "0.40×", fmtRatio(0.4))
 	assert.Equal(t, "37×", fmtRatio(37.2))
 	assert.Equal(t, "1 M", humanCount(1e6))

@@ -123,7 +123,11 @@ func fmtStat(st Stat, unit string) string {
 		}
 		return s
 	}
-	return fmt.Sprintf("%s [%s–%s]", med, bound(st.Min), bound(st.Max))
+	lo, hi := bound(st.Min), bound(st.Max)
+	if num, _ := splitUnit(med); lo == hi && lo == num {
+		return med // the samples differ below the digits shown
+	}
+	return fmt.Sprintf("%s [%s–%s]", med, lo, hi)
 }
 
 // splitUnit splits a formatted value at its last space: the number (with
