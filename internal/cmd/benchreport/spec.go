@@ -267,7 +267,7 @@ func charts(r *Results) []Chart {
 		{"chain", "chain, 1 s checkpoints"}, {"chain-nockpt", "chain, checkpoints off (b)"}, {"chain-record", "chain per record, 1 s"},
 	} {
 		if st := r.Stat(key("examples/processor", "BenchmarkEndToEnd", v.name+"-%raw")); st.N > 0 {
-			e2e.Bars = append(e2e.Bars, Bar{Label: v.label, Stat: st})
+			e2e.Bars = append(e2e.Bars, Bar{Label: v.label, Stat: st, Series: 1})
 		}
 	}
 	e2e.Mark, e2e.MarkLabel = 50, "issue 13: 50 %"

@@ -70,8 +70,12 @@ func (c Chart) SVG() string {
 	bottom := top + rowH*float64(len(c.Bars))
 	for i := 0; i <= 5; i++ {
 		v := axis * float64(i) / 5
+		tick := fmtNum(v, c.Unit)
+		if i == 0 {
+			tick = "0"
+		}
 		fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#e2e8f0"/>`+"\n", x(v), top-6, x(v), bottom)
-		fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#4a5568">%s</text>`+"\n", x(v), bottom+16, html.EscapeString(fmtNum(v, c.Unit)))
+		fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#4a5568">%s</text>`+"\n", x(v), bottom+16, html.EscapeString(tick))
 	}
 	for i, b := range c.Bars {
 		y := top + rowH*float64(i)
