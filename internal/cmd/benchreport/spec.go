@@ -275,15 +275,21 @@ func charts(r *Results) []Chart {
 
 	sink := Chart{File: "sink-clients.svg", Title: "Rows/s into ClickHouse, batches of 50,000 rows (median, whiskers min–max)", Unit: "rows/s",
 		Legend: []string{"raw ch-go", "chsink (this SDK)", "clickhouse-go v2"}}
+	// Client CPU per row: steadier than rows/s when the variants, run one
+	// after the other, meet different loads.
+	cpu := Chart{File: "sink-clients-cpu.svg", Title: "Client CPU per row into ClickHouse, the same batches (median, whiskers min–max)", Unit: "client-cpu-ns/row",
+		Legend: sink.Legend}
 	for _, v := range []struct{ name, label string }{
 		{"raw-ch-go", "raw ch-go (floor)"}, {"chsink-fsjournal", "chsink, FSStorage journal"}, {"chsink-memjournal", "chsink, MemStorage journal"},
 		{"clickhouse-go-append", "clickhouse-go, Append"}, {"clickhouse-go-columnar", "clickhouse-go, columnar"},
 	} {
-		if st := r.Stat(key("bench", "BenchmarkSinkVsClickHouseGo/"+v.name, "rows/s")); st.N > 0 {
-			sink.Bars = append(sink.Bars, Bar{Label: v.label, Stat: st, Series: seriesOf(v.name)})
+		for _, c := range []*Chart{&sink, &cpu} {
+			if st := r.Stat(key("bench", "BenchmarkSinkVsClickHouseGo/"+v.name, c.Unit)); st.N > 0 {
+				c.Bars = append(c.Bars, Bar{Label: v.label, Stat: st, Series: seriesOf(v.name)})
+			}
 		}
 	}
-	out = append(out, sink)
+	out = append(out, sink, cpu)
 
 	modes := []string{"full snapshots", "incremental (dedup Options.Incremental)"}
 	rec := Chart{File: "recovery.svg", Title: "Recovery: kill -9 to the first record after restart (median, whiskers min–max)", Unit: "ms", Legend: modes}
