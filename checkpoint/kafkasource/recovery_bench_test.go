@@ -75,6 +75,7 @@ type recoveryResult struct {
 	ckptBytes  float64       // bytes it wrote to storage per checkpoint (checkpoint files, deltas, compactions)
 	ckpts      int           // its checkpoints
 	requests   [4]float64    // its storage requests per checkpoint: writes, reads, lists, deletes
+	newKeys    float64       // keys added to the state per checkpoint (what changed)
 	seed       time.Duration // the first checkpoint of the whole state, written before the processor starts
 	seedBytes  int64
 	replayRecs int64 // records between the restored checkpoint and the kill
@@ -105,7 +106,9 @@ type recoveryResult struct {
 // Metrics: recovery-ms (kill to first record after restart), its parts
 // start-ms, join-ms, restore-ms and first-ms; ckpt-ms and ckpt-B (mean
 // duration and bytes written per checkpoint of the killed process, the
-// background compactions' bytes included); writes/ckpt, reads/ckpt,
+// background compactions' bytes included); new-keys/ckpt and B/new-key
+// (the keys its state gained per checkpoint, what changed, and the bytes
+// written per such key); writes/ckpt, reads/ckpt,
 // lists/ckpt and deletes/ckpt (its storage requests per checkpoint, what an
 // object store bills); seed-ckpt-ms and seed-B (a checkpoint of the whole
 // state). A short run:
@@ -152,9 +155,9 @@ func BenchmarkRecovery(b *testing.B) {
 						}
 						r := recoverOnce(b, cfg, keys, rate, ckpts)
 						b.Logf("%s: recovery %v (start %v, join %v, restore %v, first record %v) of %d keys, %d records replayed; "+
-							"%d checkpoints of %v and %.0f bytes each (storage requests per checkpoint: %.1f writes, %.1f reads, %.1f lists, %.1f deletes); seed checkpoint %v, %d bytes",
+							"%d checkpoints of %v and %.0f bytes each, %.0f new keys each (storage requests per checkpoint: %.1f writes, %.1f reads, %.1f lists, %.1f deletes); seed checkpoint %v, %d bytes",
 							b.Name(), r.recovery, r.start, r.join, r.restore, r.first, r.keys, r.replayRecs,
-							r.ckpts, r.ckptMean, r.ckptBytes, r.requests[0], r.requests[1], r.requests[2], r.requests[3], r.seed, r.seedBytes)
+							r.ckpts, r.ckptMean, r.ckptBytes, r.newKeys, r.requests[0], r.requests[1], r.requests[2], r.requests[3], r.seed, r.seedBytes)
 						sum.recovery += r.recovery
 						sum.start += r.start
 						sum.join += r.join
@@ -164,6 +167,7 @@ func BenchmarkRecovery(b *testing.B) {
 						sum.ckptBytes += r.ckptBytes
 						sum.seed += r.seed
 						sum.seedBytes += r.seedBytes
+						sum.newKeys += r.newKeys
 						for i := range sum.requests {
 							sum.requests[i] += r.requests[i]
 						}
@@ -177,6 +181,10 @@ func BenchmarkRecovery(b *testing.B) {
 					b.ReportMetric(ms(sum.first), "first-ms")
 					b.ReportMetric(ms(sum.ckptMean), "ckpt-ms")
 					b.ReportMetric(sum.ckptBytes/float64(n), "ckpt-B")
+					b.ReportMetric(sum.newKeys/float64(n), "new-keys/ckpt")
+					if sum.newKeys > 0 {
+						b.ReportMetric(sum.ckptBytes/sum.newKeys, "B/new-key")
+					}
 					b.ReportMetric(ms(sum.seed), "seed-ckpt-ms")
 					b.ReportMetric(float64(sum.seedBytes)/float64(n), "seed-B")
 					for i, unit := range []string{"writes/ckpt", "reads/ckpt", "lists/ckpt", "deletes/ckpt"} {
@@ -252,6 +260,7 @@ func recoverOnce(b *testing.B, cfg recoveryConfig, keys, rate, ckpts int) recove
 		res.ckpts = n
 		res.ckptMean = time.Duration((last.sum - first.sum) / float64(n) * float64(time.Second))
 		res.ckptBytes = float64(last.written-first.written) / float64(n)
+		res.newKeys = float64(last.keys-first.keys) / float64(n)
 		res.requests = [4]float64{
 			float64(last.writes-first.writes) / float64(n), float64(last.gets-first.gets) / float64(n),
 			float64(last.lists-first.lists) / float64(n), float64(last.deletes-first.deletes) / float64(n),
@@ -414,6 +423,7 @@ type ckptLine struct {
 	written int64   // bytes written to storage so far
 	// requests to the storage so far: writes, reads, lists, deletes
 	writes, gets, lists, deletes int64
+	keys                         int64 // in the deduplicator
 }
 
 type recoveryLine struct {
@@ -458,7 +468,7 @@ func startRecoveryChild(b *testing.B, cfg recoveryConfig) *recoveryChild {
 				o, _ := strconv.ParseInt(f[2], 10, 64)
 				c.lastOffset.Store(o)
 				continue
-			case l.kind == "ckpt" && len(f) == 9:
+			case l.kind == "ckpt" && len(f) == 10:
 				l.ckpt.count, _ = strconv.Atoi(f[2])
 				l.ckpt.sum, _ = strconv.ParseFloat(f[3], 64)
 				l.ckpt.written, _ = strconv.ParseInt(f[4], 10, 64)
@@ -466,6 +476,7 @@ func startRecoveryChild(b *testing.B, cfg recoveryConfig) *recoveryChild {
 				l.ckpt.gets, _ = strconv.ParseInt(f[6], 10, 64)
 				l.ckpt.lists, _ = strconv.ParseInt(f[7], 10, 64)
 				l.ckpt.deletes, _ = strconv.ParseInt(f[8], 10, 64)
+				l.ckpt.keys, _ = strconv.ParseInt(f[9], 10, 64)
 			}
 			c.lines <- l
 		}
@@ -513,6 +524,7 @@ func (t timedDedup) Restore(ctx context.Context, state []byte) error {
 type ckptProbe struct {
 	reader  *sdkmetric.ManualReader
 	storage *countStorage
+	keys    func() int // the deduplicator's keys (called on the chain goroutine, as the dedup is)
 }
 
 func (ckptProbe) Snapshot(context.Context, checkpoint.ID) ([]byte, error) { return []byte{}, nil }
@@ -530,8 +542,8 @@ func (p ckptProbe) CheckpointCompleted(ctx context.Context, _ checkpoint.ID) err
 			if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
 				for _, dp := range h.DataPoints {
 					s := p.storage
-					fmt.Printf("%sckpt %d %d %g %d %d %d %d %d\n", recoveryPrefix, time.Now().UnixNano(), dp.Count, dp.Sum,
-						s.written.Load(), s.writes.Load(), s.gets.Load(), s.lists.Load(), s.delets.Load())
+					fmt.Printf("%sckpt %d %d %g %d %d %d %d %d %d\n", recoveryPrefix, time.Now().UnixNano(), dp.Count, dp.Sum,
+						s.written.Load(), s.writes.Load(), s.gets.Load(), s.lists.Load(), s.delets.Load(), p.keys())
 				}
 			}
 		}
@@ -574,7 +586,7 @@ func TestRecoveryChild(t *testing.T) {
 		return &kafkasource.Processor{
 			Participants: map[string]checkpoint.Participant{
 				"dedup": timedDedup{Deduplicator: d, restored: func() { restoredAt = time.Now() }},
-				"probe": ckptProbe{reader: reader, storage: storage},
+				"probe": ckptProbe{reader: reader, storage: storage, keys: d.Len},
 			},
 			ProcessBatch: func(_ context.Context, ms []kafka.Message) (int, error) {
 				if len(ms) == 0 {

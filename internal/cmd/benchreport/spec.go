@@ -243,8 +243,11 @@ func recoverySection(r *Results) Section {
 		s.Figures = append(s.Figures, f)
 		f = Figure{Label: v.label() + ": of which restore", Key: key(pkg, v.bench(), "restore-ms")}
 		s.Figures = append(s.Figures, f)
-		for _, unit := range []string{"ckpt-ms", "ckpt-B"} {
-			what := map[string]string{"ckpt-ms": "checkpoint duration", "ckpt-B": "bytes written per checkpoint"}[unit]
+		for _, unit := range []string{"ckpt-ms", "ckpt-B", "B/new-key"} {
+			what := map[string]string{
+				"ckpt-ms": "checkpoint duration", "ckpt-B": "bytes written per checkpoint",
+				"B/new-key": "bytes written per key the state gained (what changed)",
+			}[unit]
 			f := Figure{Label: v.label() + ": " + what, Key: key(pkg, v.bench(), unit)}
 			if v.mode != "full" {
 				f.Base, f.BaseLabel = ref(pkg, full, unit), "full snapshots"
