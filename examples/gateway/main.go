@@ -235,10 +235,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var store idempotency.Store
 	switch cfg.store {
 	case "redis":
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr})
+		// One dial per attempt: with Redis down, a delivery is answered
+		// 503 in about 0.1 s instead of after go-redis's 5 dials per
+		// attempt (1.8 to 3.8 s). Lost replies are still replayed.
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, DialerRetries: 1, DialTimeout: time.Second})
 		defer rdb.Close()
-		// Concurrent deliveries share pipelines, as redisstore advises.
-		ap, err := rdb.AutoPipeline()
+		// Concurrent deliveries share pipelines, as redisstore advises; the
+		// deferred face lets each store call end with StoreTimeout.
+		ap, err := rdb.AsyncAutoPipeline()
 		if err != nil {
 			return err
 		}

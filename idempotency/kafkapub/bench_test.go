@@ -47,7 +47,7 @@ func BenchmarkGateway(b *testing.B) {
 
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b), PoolSize: 128})
 	b.Cleanup(func() { _ = rdb.Close() })
-	ap, err := rdb.AutoPipeline()
+	ap, err := rdb.AsyncAutoPipeline()
 	require.NoError(b, err)
 	handler := func(rdb redis.Scripter) http.Handler {
 		store, err := redisstore.New(rdb, redisstore.Options{Prefix: testenv.Name(b, "idem") + ":"})

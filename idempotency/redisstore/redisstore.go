@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -44,23 +45,81 @@ type Options struct {
 // for concurrent use.
 type Store struct {
 	rdb    redis.Scripter
+	sub    submitter // rdb's deferred face, when it has one
 	prefix string
+}
+
+// submitter is the deferred face of go-redis's AutoPipeliner
+// (AsyncAutoPipeline): Submit queues a command and returns a future whose
+// WaitContext honours the caller's context. The blocking face
+// (AutoPipeline) runs every command on the pipeliner's own context instead,
+// so a hung Redis would hold a Store call far past Options.StoreTimeout
+// (35 to 40 s measured with go-redis's defaults, where GitHub gives up on
+// an answer after 10 s); New refuses it.
+type submitter interface {
+	Submit(ctx context.Context, cmd redis.Cmder) redis.AutoFuture
 }
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a Store over rdb, a *redis.Client, *redis.ClusterClient,
-// *redis.AutoPipeliner (recommended for a busy gateway: see the package doc)
-// or any other go-redis client that runs scripts. The caller keeps ownership
-// of rdb and closes it.
+// New returns a Store over rdb, a *redis.Client, *redis.ClusterClient, the
+// *redis.AutoPipeliner of AsyncAutoPipeline (recommended for a busy
+// gateway: see the package doc) or any other go-redis client that runs
+// scripts and honours each call's context. The caller keeps ownership of
+// rdb and closes it.
+//
+// New refuses the blocking AutoPipeliner (AutoPipeline) with an error
+// wrapping idempotency.ErrInvalidOptions: it ignores each call's context,
+// so Options.StoreTimeout would not bound a call to a hung Redis. Its
+// deferred face (AsyncAutoPipeline) batches alike and lets the Store wait
+// with the caller's context.
 func New(rdb redis.Scripter, opts Options) (*Store, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", idempotency.ErrInvalidOptions)
 	}
+	if b, ok := rdb.(interface{ IsBlocking() bool }); ok && b.IsBlocking() {
+		return nil, fmt.Errorf("%w: go-redis's blocking AutoPipeline ignores each call's deadline; pass AsyncAutoPipeline's", idempotency.ErrInvalidOptions)
+	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	return &Store{rdb: rdb, prefix: opts.Prefix}, nil
+	s := &Store{rdb: rdb, prefix: opts.Prefix}
+	s.sub, _ = rdb.(submitter)
+	return s, nil
+}
+
+// run runs script (whose source is src) like redis.Script.Run: EVALSHA,
+// then EVAL when Redis does not know the script. Through a deferred
+// AutoPipeliner it waits for the reply only as long as ctx allows: the
+// command may still run after ctx ended, which leaves the outcome unknown,
+// as any error but the idempotency sentinels does.
+func (s *Store) run(ctx context.Context, script *redis.Script, src string, keys []string, args ...any) *redis.Cmd {
+	if s.sub == nil {
+		return script.Run(ctx, s.rdb, keys, args...)
+	}
+	cmd := s.submit(ctx, "evalsha", script.Hash(), keys, args)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = s.submit(ctx, "eval", src, keys, args)
+	}
+	return cmd
+}
+
+func (s *Store) submit(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
+	all := make([]any, 0, 3+len(keys)+len(args))
+	all = append(all, name, script, len(keys))
+	for _, k := range keys {
+		all = append(all, k)
+	}
+	all = append(all, args...)
+	cmd := redis.NewCmd(ctx, all...)
+	if err := s.sub.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The command is still queued or in flight: reading it would race
+		// the pipeline. Answer with the context's error.
+		out := redis.NewCmd(ctx)
+		out.SetErr(err)
+		return out
+	}
+	return cmd
 }
 
 // claimScript: KEYS[1] key; ARGV token, fingerprint, ttl ms.
@@ -69,7 +128,9 @@ func New(rdb redis.Scripter, opts Options) (*Store, error) {
 // token is unique to one Claim call, so a pending key holding it was claimed
 // by this very call: the replay answers claimed instead of pending, and the
 // claim is not orphaned until its TTL.
-var claimScript = redis.NewScript(`
+var claimScript = redis.NewScript(claimSrc)
+
+const claimSrc = `
 local v = redis.call('HMGET', KEYS[1], 's', 'f', 'c', 'y', 'b', 't')
 if not v[1] then
   redis.call('HSET', KEYS[1], 's', 'p', 't', ARGV[1], 'f', ARGV[2])
@@ -82,24 +143,28 @@ if v[1] == 'p' then
   return {'pending'}
 end
 return {'done', v[3] or '0', v[4] or '', v[5] or ''}
-`)
+`
 
 // completeScript: KEYS[1] key; ARGV token, status, content type, body, ttl ms.
-var completeScript = redis.NewScript(`
+var completeScript = redis.NewScript(completeSrc)
+
+const completeSrc = `
 local v = redis.call('HMGET', KEYS[1], 's', 't')
 if v[1] ~= 'p' or v[2] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 's', 'd', 'c', ARGV[2], 'y', ARGV[3], 'b', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
-`)
+`
 
 // releaseScript: KEYS[1] key; ARGV token.
-var releaseScript = redis.NewScript(`
+var releaseScript = redis.NewScript(releaseSrc)
+
+const releaseSrc = `
 local v = redis.call('HMGET', KEYS[1], 's', 't')
 if v[1] ~= 'p' or v[2] ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
-`)
+`
 
 // Claim implements idempotency.Store.
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, ttl time.Duration) (idempotency.Claim, error) {
@@ -110,7 +175,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, ttl time.Dur
 	if err != nil {
 		return idempotency.Claim{}, err
 	}
-	res, err := claimScript.Run(ctx, s.rdb, []string{s.prefix + key}, token, fingerprint, ms(ttl)).StringSlice()
+	res, err := s.run(ctx, claimScript, claimSrc, []string{s.prefix + key}, token, fingerprint, ms(ttl)).StringSlice()
 	if err != nil {
 		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: %w", key, err)
 	}
@@ -145,7 +210,7 @@ func (s *Store) Complete(ctx context.Context, c idempotency.Claim, resp idempote
 	if err := idempotency.CheckClaimArgs(c.Key, ttl); err != nil {
 		return err
 	}
-	n, err := completeScript.Run(ctx, s.rdb, []string{s.prefix + c.Key},
+	n, err := s.run(ctx, completeScript, completeSrc, []string{s.prefix + c.Key},
 		c.Token, resp.Status, resp.ContentType, resp.Body, ms(ttl)).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: complete %q: %w", c.Key, err)
@@ -161,7 +226,7 @@ func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
 	if c.Key == "" || c.Token == "" {
 		return idempotency.ErrClaimLost
 	}
-	n, err := releaseScript.Run(ctx, s.rdb, []string{s.prefix + c.Key}, c.Token).Int()
+	n, err := s.run(ctx, releaseScript, releaseSrc, []string{s.prefix + c.Key}, c.Token).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", c.Key, err)
 	}

@@ -43,7 +43,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceAutoPipelined(t *testing.T) {
 	addr := testenv.Redis(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
-		ap, err := newClient(t, addr).AutoPipeline()
+		ap, err := newClient(t, addr).AsyncAutoPipeline()
 		require.NoError(t, err)
 		s, err := redisstore.New(ap, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
 		require.NoError(t, err)
@@ -57,7 +57,7 @@ func TestConformanceAutoPipelined(t *testing.T) {
 func TestAutoPipelinedRace(t *testing.T) {
 	ctx := context.Background()
 	rdb := newClient(t, testenv.Redis(t))
-	ap, err := rdb.AutoPipeline()
+	ap, err := rdb.AsyncAutoPipeline()
 	require.NoError(t, err)
 	s, err := redisstore.New(ap, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
 	require.NoError(t, err)
@@ -197,7 +197,7 @@ func TestReplayedScriptsAfterLostReply(t *testing.T) {
 			t.Cleanup(func() { _ = rdb.Close() })
 			var scripter redis.Scripter = rdb
 			if pipelined {
-				ap, err := rdb.AutoPipeline()
+				ap, err := rdb.AsyncAutoPipeline()
 				require.NoError(t, err)
 				scripter = ap
 			}
@@ -214,4 +214,42 @@ func TestReplayedScriptsAfterLostReply(t *testing.T) {
 			assert.NoError(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, time.Minute), "the claim is usable")
 		})
 	}
+}
+
+// A Store call through the deferred AutoPipeliner ends with its context
+// even when Redis hangs (a paused redis-server: connections accepted,
+// nothing answered), with the context's error: the Handler's StoreTimeout
+// bounds it, not go-redis's retries of its own timeouts (the pipeliner runs
+// commands on a context of its own: 35 s and more with its defaults). After
+// the pause the claim made before it completes.
+func TestCallEndsWithContextWhenRedisHangs(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // go-redis's defaults
+	t.Cleanup(func() { _ = rdb.Close() })
+	ap, err := rdb.AsyncAutoPipeline()
+	require.NoError(t, err)
+	s, err := redisstore.New(ap, redisstore.Options{})
+	require.NoError(t, err)
+	c, err := s.Claim(context.Background(), "warm", "fp", time.Minute) // scripts loaded
+	require.NoError(t, err)
+
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = s.Claim(ctx, "k", "fp", time.Minute)
+	cancel()
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.False(t, idempotency.IsDefinite(err), "the claim may still be made: %v", err)
+	srv.Resume()
+
+	assert.NoError(t, s.Complete(context.Background(), c, idempotency.Response{Status: 202}, time.Minute))
+}
+
+// The blocking AutoPipeliner ignores each call's context; New refuses it.
+func TestNewRefusesBlockingAutoPipeline(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ap, err := rdb.AutoPipeline()
+	require.NoError(t, err)
+	_, err = redisstore.New(ap, redisstore.Options{})
+	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
 }
