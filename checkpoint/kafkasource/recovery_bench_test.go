@@ -325,8 +325,13 @@ func produceSteadily(b *testing.B, brokers []string, topic string, rate int) fun
 			select {
 			case <-ctx.Done():
 				return
-			case now := <-t.C:
-				due := int(float64(rate) * now.Sub(start).Seconds())
+			case <-t.C:
+				// time.Since, not the tick's time: its reading need not
+				// be monotonic, and due must never fall below sent.
+				due := int(float64(rate) * time.Since(start).Seconds())
+				if due <= sent {
+					continue
+				}
 				recs := make([]*kgo.Record, 0, due-sent)
 				for ; sent < due; sent++ {
 					recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, "%s-%d", topic, sent)})
