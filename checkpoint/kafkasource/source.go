@@ -130,7 +130,10 @@ type Options struct {
 	MaxBytes int
 	// Buffer is how many fetched records wait ahead of the chain; the chain
 	// takes all that wait at once, so it is also the largest fetched batch.
-	// Default: DefaultBuffer.
+	// The Source's own fetcher (see KafkaGoReader) adds a whole fetch at
+	// once when fewer than Buffer records wait, so that its next fetch is
+	// under way while the chain works: up to Buffer-1 records plus one
+	// fetch (MaxBytes) wait then. Default: DefaultBuffer.
 	Buffer int
 	// MaxBatch is the most records one Processor.ProcessBatch call gets. A
 	// barrier waits for the call in progress, so it bounds how long a
