@@ -93,7 +93,7 @@ chaos: deps
 # bench runs every benchmark BENCH_COUNT times (default 3), keeps the output
 # in docs/bench/bench.txt and writes docs/bench/REPORT.md with its SVG charts
 # (internal/cmd/benchreport: medians, [min-max], ratios to baselines). At the
-# default sizes it takes hours on 2 cores; the sizes are environment variables
+# default sizes it takes about 35 minutes on 2 cores; the sizes are environment variables
 # (E2E_EVENTS, default 2,000,000, E2E_ROUNDS; DEDUP_BENCH_KEYS; RECOVERY_KEYS,
 # default 1000000,10000000, RECOVERY_STORAGES; BENCH_BATCH_ROWS; see
 # BENCHMARKS.md), and the report lists those set. BENCH_PKGS and BENCH_RUN
@@ -109,7 +109,8 @@ LOADAVG      = $$(uptime | sed 's/.*load average/load average/')
 bench: deps
 	@mkdir -p $(BENCH_OUT)
 	@{ echo "# make bench, $$(date -u '+%Y-%m-%d %H:%M UTC'), commit $$(git rev-parse --short HEAD 2>/dev/null || echo unknown), -count $(BENCH_COUNT), packages $(BENCH_PKGS), -bench '$(BENCH_RUN)'"; \
-	  echo "# sizes set: $$(env | grep -E '^(E2E_|DEDUP_BENCH_|RECOVERY_|BENCH_BATCH_ROWS|CHSINK_POLICY_)' | sort | tr '\n' ' ')(others at their defaults)"; \
+	  sizes=$$(env | grep -E '^(E2E_|DEDUP_BENCH_|RECOVERY_|BENCH_BATCH_ROWS|CHSINK_POLICY_)' | sort | tr '\n' ' '); \
+	  echo "# sizes set: $${sizes:-none, all at their defaults} $${sizes:+(others at their defaults)}"; \
 	  echo "# machine: $$(nproc) cores, $$(free -g | awk '/^Mem:/{print $$2}') GiB; at the start: $(LOADAVG)"; } > $(BENCH_TXT)
 	@status=0; \
 	go test -run '^$$' -bench '$(BENCH_RUN)' -benchmem -count $(BENCH_COUNT) -timeout 300m $(BENCH_PKGS) 2>&1 | tee -a $(BENCH_TXT); \

@@ -63,7 +63,7 @@ func sections(r *Results) []Section {
 	share := func(v, desc string) Figure {
 		f := Figure{Label: desc + ", share of raw", Key: key(e2e, e2eB, v+"-%raw")}
 		if v == "chain" {
-			f.AtLeast, f.Target = 50, "≥ 50 % (issue 13)"
+			f.AtLeast, f.Target = 50, "≥ 50 % of raw in the same run (issue 13)"
 		}
 		return f
 	}
@@ -73,7 +73,9 @@ func sections(r *Results) []Section {
 			How:   "kafkasource → event decoder → dedup → one-minute windows → two chsinks, against Kafka (kfake) and ClickHouse each in its own process; " + e2eMB + ".",
 			Figures: []Figure{
 				{Label: "raw kafka-go (a)", Key: key(e2e, e2eB, "raw-ev/s")},
-				{Label: "chain, 1 s checkpoints", Key: key(e2e, e2eB, "chain-ev/s"), Base: ref(e2e, e2eB, "raw-ev/s"), BaseLabel: "raw kafka-go", MinRatio: 0.5, Target: "≥ 0.5 (issue 13)"},
+				// The issue's target is the share within a run (the next
+				// row): a ratio of medians pairs runs that met other loads.
+				{Label: "chain, 1 s checkpoints", Key: key(e2e, e2eB, "chain-ev/s"), Base: ref(e2e, e2eB, "raw-ev/s"), BaseLabel: "raw kafka-go"},
 				share("chain", "chain, 1 s checkpoints"),
 				{Label: "chain, checkpoints off (b)", Key: key(e2e, e2eB, "chain-nockpt-ev/s"), Base: ref(e2e, e2eB, "raw-ev/s"), BaseLabel: "raw kafka-go"},
 				{Label: "chain per record, 1 s checkpoints", Key: key(e2e, e2eB, "chain-record-ev/s"), Base: ref(e2e, e2eB, "raw-ev/s"), BaseLabel: "raw kafka-go"},
