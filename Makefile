@@ -1,5 +1,5 @@
-# Commands for a fresh machine: `make demo`, `make chaos` and `make test`
-# (`make bench` for the benchmarks). The three install what they need (Debian
+# Commands for a fresh machine: `make demo`, `make chaos`, `make test` and
+# `make bench` (the benchmarks and their report). All four install what they need (Debian
 # packages, the chdb npm tarball, Go modules). Set CLICKHOUSE_ADDR,
 # KAFKA_BROKERS or REDIS_ADDR to use external servers instead; see README.md.
 
