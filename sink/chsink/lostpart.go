@@ -85,11 +85,32 @@ func parseDedupLog(l ch.Log) (dedupHit, bool) {
 		return dedupHit{}, false
 	}
 	name, _, _ := strings.Cut(l.Source, " (")
-	db, table, ok := strings.Cut(name, ".")
-	if !ok {
+	db, rest, ok := cutIdent(name)
+	if !ok || !strings.HasPrefix(rest, ".") {
+		return dedupHit{}, false
+	}
+	table, rest, ok := cutIdent(rest[1:])
+	if !ok || rest != "" {
 		return dedupHit{}, false
 	}
 	return dedupHit{db: db, table: table, part: m[1]}, true
+}
+
+// cutIdent reads one identifier of a logger name, backquoted or not: a
+// view's inner table is logged as db.`.inner_id.<uuid>`, dots included.
+func cutIdent(s string) (ident, rest string, ok bool) {
+	if strings.HasPrefix(s, "`") {
+		end := strings.IndexByte(s[1:], '`')
+		if end < 0 {
+			return "", "", false
+		}
+		return s[1 : end+1], s[end+2:], true
+	}
+	i := strings.IndexByte(s, '.')
+	if i < 0 {
+		return s, "", s != ""
+	}
+	return s[:i], s[i:], i > 0
 }
 
 // partBlocks parses a part name, partition_min_max_level[_mutation].
