@@ -144,20 +144,35 @@ func TestParticipantRunErrorFailsChain(t *testing.T) {
 
 // TestHalfBuiltChainClosed proves a NewProcessor that fails after opening a
 // participant gets it closed when it returns what it built with the error.
+// The group may hand the partition over more than once before the error
+// stops Run (a generation that ends swallows its chain's error), so every
+// half-built chain is checked, not only the first.
 func TestHalfBuiltChainClosed(t *testing.T) {
 	errSecond := errors.New("second sink: table missing")
-	first := newLifecycled()
+	var (
+		mu    sync.Mutex
+		built []*lifecycled
+	)
 	src, _, _, _ := lifecycleSource(t, func(_ context.Context, _ checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+		first := newLifecycled()
+		mu.Lock()
+		built = append(built, first)
+		mu.Unlock()
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{"first": first}}
 		return proc, errSecond
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	require.ErrorIs(t, src.Run(ctx), errSecond)
-	assert.Equal(t, int32(1), first.closes.Load())
-	select {
-	case <-first.runStarted:
-		t.Fatal("a half-built chain's participant must not run")
-	default:
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, built)
+	for i, first := range built {
+		assert.Equal(t, int32(1), first.closes.Load(), "half-built chain %d", i)
+		select {
+		case <-first.runStarted:
+			t.Fatalf("half-built chain %d: a half-built chain's participant must not run", i)
+		default:
+		}
 	}
 }

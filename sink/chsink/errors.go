@@ -54,3 +54,21 @@ func (e *InsertError) Unwrap() error { return e.Err }
 // the retries ran out on a passing condition (IsRetryable), not on a
 // rejection. kafkasource's restart strategy reads it.
 func (e *InsertError) Retryable() bool { return !e.Permanent }
+
+// ServerError reports a query the sink makes on its own account (reading
+// the table's definition and its materialized views when New connects)
+// that failed. Nothing was written. Retryable says whether the server's
+// condition passes (a dropped connection, a server shutting down or
+// overloaded), so that kafkasource builds the chain again later instead of
+// stopping on a server that restarts.
+type ServerError struct {
+	Op  string // what the sink was doing, e.g. "inspect demo.events"
+	Err error
+}
+
+func (e *ServerError) Error() string { return "chsink: " + e.Op + ": " + e.Err.Error() }
+
+func (e *ServerError) Unwrap() error { return e.Err }
+
+// Retryable reports whether the same call can succeed later (IsRetryable).
+func (e *ServerError) Retryable() bool { return IsRetryable(e.Err) }

@@ -2,6 +2,7 @@ package chsink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -140,7 +141,11 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 	info, err := checkTable(ctx, conn, opts.Database, table.Name, names, opts.OnMismatch == MismatchReinsert)
 	if err != nil {
 		_ = conn.Close()
-		return nil, err
+		if _, wrong := errors.AsType[*TableCheckError](err); wrong {
+			return nil, err
+		}
+		// The server failed to answer, which a restart of it may cure.
+		return nil, &ServerError{Op: "inspect " + opts.Database + "." + table.Name, Err: err}
 	}
 	s.info = info
 	return s, nil

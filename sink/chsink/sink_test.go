@@ -3,13 +3,18 @@ package chsink_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
@@ -177,4 +182,32 @@ func TestOutOfOrderRowIsRejected(t *testing.T) {
 	err := s.Add(ctx, sink.Position{Offset: 5}, event{ID: 2})
 	require.ErrorIs(t, err, sink.ErrOutOfOrder)
 	require.NoError(t, s.Add(ctx, sink.Position{Offset: 5, Index: 1}, event{ID: 2}))
+}
+
+// TestServerErrorRetryable proves a server that fails New's own queries
+// because it is going away (ABORTED while it shuts down) gets the chain
+// built again by kafkasource, while a server that refuses the query for good
+// (no such table, no access) stops it.
+func TestServerErrorRetryable(t *testing.T) {
+	aborted := &chsink.ServerError{Op: "inspect db.events", Err: &ch.Exception{
+		Code: proto.ErrAborted, Name: "ABORTED", Message: "The server is shutting down due to a fatal error"}}
+	assert.True(t, kafkasource.IsRetryable(fmt.Errorf("new processor: %w", aborted)))
+	denied := &chsink.ServerError{Op: "inspect db.events", Err: &ch.Exception{
+		Code: proto.ErrAccessDenied, Name: "ACCESS_DENIED", Message: "not enough privileges"}}
+	assert.False(t, kafkasource.IsRetryable(fmt.Errorf("new processor: %w", denied)))
+	assert.Contains(t, aborted.Error(), "inspect db.events")
+}
+
+// TestNewOnUnreachableServerRetryable proves New's error on a server that
+// is not there says so to kafkasource, which then builds the chain again.
+func TestNewOnUnreachableServerRetryable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	_, err = chsink.New(t.Context(), chsink.Table{Name: "events", Addr: addr},
+		checkpoint.TopicPartition{Topic: "t", Partition: 0}, checkpoint.NewMemStorage(), eventSchema,
+		chsink.Options{Database: "default", DialTimeout: time.Second})
+	require.Error(t, err)
+	assert.True(t, kafkasource.IsRetryable(err), "%v", err)
 }
