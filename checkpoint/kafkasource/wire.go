@@ -111,7 +111,11 @@ func (f *wireFetcher) fetchBatch(ctx context.Context) ([]kafka.Message, error) {
 		}
 		f.closeConn()
 		f.failed++
-		f.log.Debug("kafkasource: fetch failed, retrying", "topic", f.topic, "partition", f.partition,
+		level := slog.LevelDebug // a broker restarting or moving is routine
+		if errors.Is(err, errMalformed) {
+			level = slog.LevelWarn // not routine: say so while retrying
+		}
+		f.log.Log(ctx, level, "kafkasource: fetch failed, retrying", "topic", f.topic, "partition", f.partition,
 			"offset", f.next, "failures", f.failed, "err", err)
 		backoff := min(100*time.Millisecond<<min(f.failed-1, 4), time.Second)
 		select {
@@ -180,6 +184,15 @@ func (f *wireFetcher) connect(ctx context.Context) error {
 	return fmt.Errorf("kafkasource: connect to the leader of %s/%d: %w", f.topic, f.partition, errors.Join(errs...))
 }
 
+// responseLimit is the largest response fetchOnce reads. A broker returns
+// the first record batch whole even when it exceeds the request's max
+// bytes, so that the consumer makes progress (KIP-74), and a topic's
+// max.message.bytes may allow batches of many megabytes: the limit only
+// guards against reading a length that is no Kafka response at all.
+func (f *wireFetcher) responseLimit() int64 {
+	return max(int64(f.maxBytes), 1<<30) + 1<<20
+}
+
 // fetchOnce sends one Fetch request (v4: isolation level, aborted
 // transactions) and decodes its response.
 func (f *wireFetcher) fetchOnce(ctx context.Context) ([]kafka.Message, error) {
@@ -203,7 +216,7 @@ func (f *wireFetcher) fetchOnce(ctx context.Context) ([]kafka.Message, error) {
 		return nil, err
 	}
 	size := int32(binary.BigEndian.Uint32(head[:4]))
-	if corr := int32(binary.BigEndian.Uint32(head[4:])); corr != f.corr || size < 4 || size > int32(f.maxBytes)+1<<20 {
+	if corr := int32(binary.BigEndian.Uint32(head[4:])); corr != f.corr || size < 4 || int64(size) > f.responseLimit() {
 		return nil, fmt.Errorf("%w: response of %d bytes for request %d (want %d)", errMalformed, size, corr, f.corr)
 	}
 	// A fresh buffer per response: the messages handed out are windows of

@@ -1,18 +1,22 @@
 package kafkasource
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
@@ -207,4 +211,50 @@ func TestWireFetcherRefusesCorruptBatches(t *testing.T) {
 	_, err = f.decodeResponse(response(cut))
 	require.ErrorIs(t, err, errMalformed)
 	require.Equal(t, int64(0), f.next)
+}
+
+// TestWireFetcherReadsBatchLargerThanMaxBytes: a broker returns a record
+// batch larger than the fetch's max bytes whole, so that the consumer makes
+// progress (KIP-74), and a topic may allow batches of many megabytes
+// (max.message.bytes). Such a response is read, not refused as malformed
+// and fetched again forever.
+func TestWireFetcherReadsBatchLargerThanMaxBytes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name(t, "big")
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(16<<20),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	require.NoError(t, err)
+	defer admin.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, 1
+	cfg := kmsg.NewCreateTopicsRequestTopicConfig()
+	cfg.Name, cfg.Value = "max.message.bytes", kmsg.StringPtr(strconv.Itoa(16<<20))
+	rt.Configs = append(rt.Configs, cfg)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, admin)
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+
+	big := bytes.Repeat([]byte("0123456789abcdef"), (5<<20)/16) // 5 MiB, sent uncompressed
+	require.NoError(t, admin.ProduceSync(ctx,
+		&kgo.Record{Topic: topic, Key: []byte("big"), Value: big},
+	).FirstErr())
+	require.NoError(t, admin.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("after"), Value: []byte("small")}).FirstErr())
+
+	src := &Source{group: Group{Brokers: brokers, ID: "wire", Topics: []string{topic}},
+		opts: Options{Dialer: kafka.DefaultDialer, MaxWait: 100 * time.Millisecond, MaxBytes: 1 << 20},
+		log:  slog.New(slog.DiscardHandler)}
+	f := src.newWireFetcher(checkpoint.TopicPartition{Topic: topic, Partition: 0}, 0)
+	defer f.Close()
+	m, err := f.FetchMessage(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "big", string(m.Key))
+	require.True(t, bytes.Equal(big, m.Value), "a value of %d bytes, want %d", len(m.Value), len(big))
+	m, err = f.FetchMessage(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "after", string(m.Key))
+	require.Equal(t, int64(1), m.Offset)
 }
