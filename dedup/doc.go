@@ -65,7 +65,9 @@
 // that expired while the partition was quiet go too (and leave the next
 // snapshot). Growing the table (when
 // it is 80% full) rehashes it in the calling Observe; presize with
-// Options.ExpectedKeys to avoid that.
+// Options.ExpectedKeys to avoid that. Restore leaves room for half as many
+// keys again as it restored, so a restarted chain does not rehash the whole
+// table on its first new key.
 //
 // An optional cap, Options.MaxKeys, makes Observe return ErrFull for new keys
 // once reached. Nothing is ever evicted to make room.

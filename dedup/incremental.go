@@ -810,7 +810,7 @@ func (d *Deduplicator) restoreIncremental(ctx context.Context, state []byte) err
 		total += in.count
 	}
 	exact := d.opts.ExactKeys
-	t := newTable(homesFor(max(int(min(total, MaxExpectedKeys)), d.opts.ExpectedKeys)), overflowSlots, exact)
+	t := newTable(restoreHomes(total, d.opts.ExpectedKeys), overflowSlots, exact)
 	last := -1
 	err = mergeEntries(inputs, uint32(m.clock/int64(time.Second)), func(s *slot, key []byte) error {
 		h := s.hash()

@@ -114,7 +114,7 @@ func decodeSnapshot(b []byte, exact bool, expected int) (table, int64, error) {
 		return table{}, 0, corrupt("%d entries do not fit in %d bytes", count, len(rest))
 	}
 
-	t := newTable(homesFor(max(int(count), expected)), overflowSlots, exact)
+	t := newTable(restoreHomes(count, expected), overflowSlots, exact)
 	if exact {
 		t.arena = make([]byte, 0, len(rest)-int(count)*entrySize)
 	}

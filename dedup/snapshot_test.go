@@ -7,14 +7,17 @@ import (
 	"flag"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/dedup"
 )
 
@@ -136,3 +139,64 @@ func checkRestore(t *testing.T, data []byte) {
 }
 
 func hasExactFlag(b []byte) bool { return len(b) > 10 && b[10]&1 != 0 }
+
+// rebuildLog counts the table rebuilds a deduplicator reports.
+type rebuildLog struct{ n atomic.Int32 }
+
+func (l *rebuildLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *rebuildLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "dedup: table rebuilt" {
+		l.n.Add(1)
+	}
+	return nil
+}
+func (l *rebuildLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *rebuildLog) WithGroup(string) slog.Handler      { return l }
+
+// TestRestoreLeavesRoomToGrow proves a restored table takes new keys
+// without a rebuild: sized for exactly its entries it sat at its load
+// limit, and the first new key after a restart rehashed the whole table (a
+// pause of seconds at ten million keys). Full and incremental restores.
+func TestRestoreLeavesRoomToGrow(t *testing.T) {
+	const keys = 40_000
+	ctx := context.Background()
+	fill := func(t *testing.T, d *dedup.Deduplicator, from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			first, err := d.Observe(fmt.Appendf(nil, "key-%d", i), time.Unix(1_000, 0))
+			require.NoError(t, err)
+			require.True(t, first)
+		}
+	}
+	// After a restore, a quarter more keys than the table held must fit.
+	more := keys / 4
+	t.Run("full", func(t *testing.T) {
+		src, err := dedup.New(time.Hour, dedup.Options{})
+		require.NoError(t, err)
+		fill(t, src, 0, keys)
+		state, err := src.Snapshot(ctx, 1)
+		require.NoError(t, err)
+
+		var log rebuildLog
+		d, err := dedup.New(time.Hour, dedup.Options{Logger: slog.New(&log)})
+		require.NoError(t, err)
+		require.NoError(t, d.Restore(ctx, state))
+		log.n.Store(0)
+		fill(t, d, keys, more)
+		assert.Zero(t, log.n.Load(), "table rebuilds after the restore")
+	})
+	t.Run("incremental", func(t *testing.T) {
+		storage := checkpoint.NewMemStorage()
+		c := attachInc(t, storage, dedup.Options{Incremental: true})
+		fill(t, c.d, 0, keys)
+		require.NoError(t, c.task.Checkpoint(ctx, nil, 1, checkpoint.Meta{}, nil))
+		c.close()
+
+		var log rebuildLog
+		c = attachInc(t, storage, dedup.Options{Incremental: true, Logger: slog.New(&log)})
+		require.NotNil(t, c.task.Restored())
+		log.n.Store(0)
+		fill(t, c.d, keys, more)
+		assert.Zero(t, log.n.Load(), "table rebuilds after the restore")
+	})
+}

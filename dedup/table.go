@@ -82,6 +82,17 @@ func homesFor(keys int) uint64 {
 	return max(n, minHomes)
 }
 
+// restoreHomes sizes a table restored with keys entries: with the room one
+// growth would give (growNum/growDen), since a table sized for exactly its
+// entries is at its load limit and the first new key would rebuild it, a
+// pause of seconds at ten million keys right after a restart. The room is
+// made while the table is filled anyway; expected (Options.ExpectedKeys)
+// still sets the least.
+func restoreHomes(keys uint64, expected int) uint64 {
+	room := min(keys/growDen*growNum+keys%growDen, MaxExpectedKeys)
+	return homesFor(max(int(room), expected))
+}
+
 func newTable(homes uint64, pad int, exact bool) table {
 	t := table{
 		slots:  make([]slot, homes+uint64(pad)),
