@@ -123,6 +123,12 @@
 // kafkasource runs it for every chain the sink is a participant of, and
 // closes the sink when the chain ends.
 //
+// New connects and reads the table's definition: a table that does not
+// meet the requirements above is a *TableCheckError (permanent); a server
+// that cannot answer is a *ServerError whose Retryable method tells
+// kafkasource to build the chain again later (a server restarting answers
+// ABORTED or drops the connection) or to stop (no access, say).
+//
 // # Guarantees
 //
 // Exactly once into the table and its dependent views, given what package
