@@ -125,9 +125,10 @@
 //
 // New connects and reads the table's definition: a table that does not
 // meet the requirements above is a *TableCheckError (permanent); a server
-// that cannot answer is a *ServerError whose Retryable method tells
+// that fails those queries is a *ServerError whose Retryable method tells
 // kafkasource to build the chain again later (a server restarting answers
-// ABORTED or drops the connection) or to stop (no access, say).
+// ABORTED or drops the connection) or to stop (no access, say); a server
+// that cannot be reached is a network error, which kafkasource retries.
 //
 // # Guarantees
 //
