@@ -89,7 +89,7 @@ func homesFor(keys int) uint64 {
 // made while the table is filled anyway; expected (Options.ExpectedKeys)
 // still sets the least.
 func restoreHomes(keys uint64, expected int) uint64 {
-	room := min(keys/growDen*growNum+keys%growDen, MaxExpectedKeys)
+	room := min(keys*growNum/growDen, MaxExpectedKeys)
 	return homesFor(max(int(room), expected))
 }
 
