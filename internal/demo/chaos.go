@@ -147,30 +147,56 @@ func (cfg *ChaosConfig) setDefaults() error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	external := os.Getenv("CLICKHOUSE_ADDR") != "" || os.Getenv("KAFKA_BROKERS") != "" || os.Getenv("REDIS_ADDR") != "" || os.Getenv("S3_ENDPOINT") != ""
-	if external {
-		return errors.New("chaos: runs on the embedded servers only (it kills them): unset CLICKHOUSE_ADDR, KAFKA_BROKERS, REDIS_ADDR and S3_ENDPOINT")
-	}
 	if len(cfg.Kinds) == 0 {
 		for _, k := range ChaosKinds() {
-			if (k == KindS3Kill && cfg.Checkpoints != "s3") || (k == KindProcessorKillCheckpoint && cfg.Checkpoints != "fs") {
-				continue
+			if cfg.refuse(k) == nil {
+				cfg.Kinds = append(cfg.Kinds, k)
 			}
-			cfg.Kinds = append(cfg.Kinds, k)
 		}
 	}
 	for _, k := range cfg.Kinds {
 		if !slices.Contains(ChaosKinds(), k) {
 			return fmt.Errorf("chaos: unknown fault kind %q (kinds: %s)", k, strings.Join(ChaosKinds(), ","))
 		}
-		if k == KindS3Kill && cfg.Checkpoints != "s3" {
-			return errors.New("chaos: s3-kill needs -checkpoints s3")
-		}
-		if k == KindProcessorKillCheckpoint && cfg.Checkpoints != "fs" {
-			return errors.New("chaos: processor-kill-checkpoint needs -checkpoints fs (it looks for the checkpoint's temporary file)")
+		if err := cfg.refuse(k); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// refuse says why fault kind k cannot run in this configuration: it kills
+// or instruments a server the run starts itself, and the environment names
+// the user's own instead (that server is used, never killed), or it needs
+// the other checkpoint store.
+func (cfg *ChaosConfig) refuse(k string) error {
+	if env := ownServerEnv(k); env != "" && os.Getenv(env) != "" {
+		return fmt.Errorf("chaos: %s kills or instruments the embedded server, and %s names your own (unset it, or leave %s out of -kinds)", k, env, k)
+	}
+	switch {
+	case k == KindS3Kill && cfg.Checkpoints != "s3":
+		return errors.New("chaos: s3-kill needs -checkpoints s3")
+	case k == KindProcessorKillCheckpoint && cfg.Checkpoints != "fs":
+		return errors.New("chaos: processor-kill-checkpoint needs -checkpoints fs (it looks for the checkpoint's temporary file)")
+	}
+	return nil
+}
+
+// ownServerEnv is the variable that points the run at the user's own
+// server which fault kind k would kill or instrument; "" for kinds that
+// only kill the pipeline's own processes.
+func ownServerEnv(k string) string {
+	switch {
+	case k == KindRedisRestart || k == KindRedisDown:
+		return "REDIS_ADDR"
+	case strings.HasPrefix(k, kafkaKindPrefix): // kafka-kill and the wire faults
+		return "KAFKA_BROKERS"
+	case k == KindClickHouseKill:
+		return "CLICKHOUSE_ADDR"
+	case k == KindS3Kill:
+		return "S3_ENDPOINT"
+	}
+	return ""
 }
 
 // chaos is one run.
@@ -272,19 +298,24 @@ func (c *chaos) run(ctx context.Context) error {
 // supervised processors in one consumer group.
 func (c *chaos) startPipeline(ctx context.Context) error {
 	d := c.d
-	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
-	if err != nil {
-		return fmt.Errorf("start Redis: %w", err)
+	redisAddr, redisSays := os.Getenv("REDIS_ADDR"), "your Redis"
+	if redisAddr == "" {
+		r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
+		if err != nil {
+			return fmt.Errorf("start Redis: %w", err)
+		}
+		c.redis = r
+		d.close = append(d.close, func() { _ = r.Stop() })
+		redisAddr, redisSays = r.Addr(), fmt.Sprintf("Redis (pid %d)", r.PID())
 	}
-	c.redis = r
-	d.close = append(d.close, func() { _ = r.Stop() })
 	d.gatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
-		"-retry-after=1s", "-pending-ttl=8s", d.logLevel(), "-store=redis", "-redis=" + r.Addr(), "-redis-prefix=chaos:"}
+		"-retry-after=1s", "-pending-ttl=8s", d.logLevel(), "-store=redis", "-redis=" + redisAddr,
+		"-redis-prefix=chaos:" + d.db + ":"} // this run's keys only, on a shared server too
 	d.gatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}
 	if err := d.startGateway(ctx, false); err != nil {
 		return err
 	}
-	c.say("gateway (examples/gateway, pid %d) on %s, idempotency keys in Redis (pid %d) at %s", d.gw.PID(), d.gw.URL(), r.PID(), r.Addr())
+	c.say("gateway (examples/gateway, pid %d) on %s, idempotency keys in %s at %s", d.gw.PID(), d.gw.URL(), redisSays, redisAddr)
 	d.prov = &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: d.gw.URL(), dupRate: 0.05}
 	if err := d.startGitHub(ctx); err != nil {
 		return err
@@ -298,7 +329,7 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 			// A killed instance is noticed within 2 s (the broker expires
 			// it, see StartServers), checkpoints are frequent so that
 			// kills land in them.
-			"-session-timeout=2s", "-rebalance-timeout=2s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
+			"-session-timeout=" + c.sessionTimeout(), "-rebalance-timeout=2s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
 			"-sink-max-delay=200ms", "-checkpoint-interval=300ms", d.logLevel()}}
 	s3Args, s3Env, err := d.startCheckpointStore(ctx)
 	if err != nil {
@@ -310,6 +341,16 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 	go func() { defer close(supDone); d.sup.Run(supCtx) }()
 	d.close = append(d.close, func() { stopSup(); <-supDone })
 	return nil
+}
+
+// sessionTimeout is the processors' consumer-group session: 2 s on the
+// embedded broker, which allows it; Kafka refuses less than its
+// group.min.session.timeout.ms, 6 s by default.
+func (c *chaos) sessionTimeout() string {
+	if c.d.srv.Kafka == nil {
+		return "6s"
+	}
+	return "2s"
 }
 
 func (c *chaos) stateDir() string { return filepath.Join(c.d.dir, "processor", "state") }

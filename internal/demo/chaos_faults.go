@@ -340,7 +340,9 @@ func (c *chaos) killGateway(ctx context.Context) (bool, string) {
 	c.gwMu.Lock()
 	defer c.gwMu.Unlock()
 	d := c.d
-	_ = d.srv.Kafka.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.Slow, Delay: time.Second, Duration: 3 * time.Second})
+	if d.srv.Kafka != nil { // your own Kafka answers at its pace: the kill may land between publishes
+		_ = d.srv.Kafka.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.Slow, Delay: time.Second, Duration: 3 * time.Second})
+	}
 	inFlight := 0.0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
 		claimed, err1 := d.gw.Counter(ctx, "exactlyonce_idempotency_claims_total", `outcome="claimed"`)
@@ -398,6 +400,9 @@ func (c *chaos) killClickHouse(ctx context.Context, down time.Duration) (bool, s
 // saveKafkaStats adds the broker's wire-fault hits to kafkaBase before a
 // kill takes them away.
 func (c *chaos) saveKafkaStats(ctx context.Context) {
+	if c.d.srv.Kafka == nil {
+		return // your own Kafka: no wire faults
+	}
 	s, err := c.d.srv.Kafka.FaultStats(ctx)
 	if err != nil {
 		return
@@ -416,18 +421,23 @@ func (c *chaos) saveKafkaStats(ctx context.Context) {
 // cleared, every server and the gateway run.
 func (c *chaos) heal(ctx context.Context) error {
 	d := c.d
-	if err := d.srv.Kafka.Start(ctx); err != nil {
-		return err
+	// Your own servers (nil here) were never killed.
+	if d.srv.Kafka != nil {
+		if err := d.srv.Kafka.Start(ctx); err != nil {
+			return err
+		}
+		if err := d.srv.Kafka.ClearFaults(ctx); err != nil {
+			return err
+		}
+		c.saveKafkaStats(ctx)
 	}
-	if err := d.srv.Kafka.ClearFaults(ctx); err != nil {
-		return err
-	}
-	c.saveKafkaStats(ctx)
-	if !bringUp(ctx, d.srv.ClickHouse, func(t time.Duration) bool { return sleep(ctx, nil, t) }, c.say) {
+	if d.srv.ClickHouse != nil && !bringUp(ctx, d.srv.ClickHouse, func(t time.Duration) bool { return sleep(ctx, nil, t) }, c.say) {
 		return ctx.Err()
 	}
-	if err := c.redis.Start(ctx); err != nil {
-		return err
+	if c.redis != nil {
+		if err := c.redis.Start(ctx); err != nil {
+			return err
+		}
 	}
 	if d.s3 != nil {
 		if err := d.s3.Start(ctx); err != nil {

@@ -2,12 +2,16 @@ package demo
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -25,6 +29,11 @@ import (
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end chaos runs of about a minute")
+	}
+	for _, env := range []string{"CLICKHOUSE_ADDR", "KAFKA_BROKERS", "REDIS_ADDR", "S3_ENDPOINT"} {
+		if os.Getenv(env) != "" {
+			t.Skipf("kills the embedded servers, and %s names your own (TestChaosOnYourServers runs on yours)", env)
+		}
 	}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("CHAOS_SEED"); s != "" {
@@ -89,4 +98,50 @@ func TestChaos(t *testing.T) {
 			assert.NoError(t, err, "the JSON result")
 		})
 	}
+}
+
+// TestChaosOnYourServers runs the chaos harness as a user with servers of
+// their own does: CLICKHOUSE_ADDR, KAFKA_BROKERS and REDIS_ADDR name them
+// (yours if set; else servers this test starts and the harness did not,
+// the broker made to behave like Kafka: dead members expire, sessions
+// under 6 s are refused). The run leaves those servers alone: only the
+// pipeline's own processes are killed, a kind that would kill a server is
+// refused by name, and the result is exact.
+func TestChaosOnYourServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an end-to-end chaos run of about a minute")
+	}
+	own := func(env string, start func() string) {
+		if os.Getenv(env) == "" {
+			t.Setenv(env, start())
+		}
+	}
+	own("CLICKHOUSE_ADDR", func() string { addr, _ := testenv.ClickHouse(t); return addr })
+	own("REDIS_ADDR", func() string { return testenv.Redis(t) })
+	own("KAFKA_BROKERS", func() string {
+		k := testenv.StartKafkaProcess(t, embedded.KafkaProcessOptions{ExpireMembers: true, MinSessionTimeout: 6 * time.Second})
+		return strings.Join(k.Brokers(), ",")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	_, err := RunChaos(ctx, ChaosConfig{Events: 10, Kinds: []string{KindProcessorKill, KindKafkaKill}, Stdout: io.Discard})
+	require.ErrorContains(t, err, "KAFKA_BROKERS", "a kind that kills your Kafka")
+	_, err = RunChaos(ctx, ChaosConfig{Events: 10, Kinds: []string{KindClickHouseKill}, Stdout: io.Discard})
+	require.ErrorContains(t, err, "CLICKHOUSE_ADDR")
+
+	cfg := ChaosConfig{Events: 1000, FaultsPerKind: 2, Seed: uint64(time.Now().UnixNano()),
+		Dir: t.TempDir(), Stdout: testWriter{t}, Binaries: binaries(t)}
+	res, err := RunChaos(ctx, cfg)
+	require.NoError(t, err, "seed %d", cfg.Seed)
+	assert.True(t, res.Pass)
+	assert.Zero(t, res.Lost, "lost events")
+	assert.Zero(t, res.Duplicated, "duplicated events")
+	assert.ElementsMatch(t, []string{KindProcessorKill, KindProcessorKillCheckpoint, KindProcessorKillReplay,
+		KindProcessorKillRebalance, KindGatewayKill}, res.Kinds, "the kinds that kill only the pipeline's processes")
+	for _, s := range []string{"kafka", "clickhouse", "redis", "s3"} {
+		assert.Zero(t, res.Kills[s], "your %s was killed", s)
+	}
+	assert.Positive(t, res.Kills["processor"])
+	assert.Positive(t, res.Kills["gateway"])
 }

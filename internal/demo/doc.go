@@ -69,6 +69,9 @@
 // p99); it writes the same as JSON and fails, printing the seed, on any
 // difference. The seed replays the events and the order of the faults,
 // not their exact timing. TestChaos is its short version in make test.
+// With a server of your own named in the environment (CLICKHOUSE_ADDR,
+// KAFKA_BROKERS, REDIS_ADDR, S3_ENDPOINT) the run uses it and leaves out
+// the kinds that would kill or instrument it; the other kinds still run.
 //
 // The broker runs with ExpireMembers: kfake alone keeps a processor killed
 // while its group rebalances as a member for good (see package
