@@ -6,6 +6,9 @@
 // requests. It prints a live progress line, the faults as they strike, and
 // a closing table; it exits 1 on any difference and prints the seed that
 // replays the schedule. See internal/demo (chaos.go); -h lists the flags.
+// CLICKHOUSE_ADDR, KAFKA_BROKERS, REDIS_ADDR and S3_ENDPOINT point it at
+// servers of your own, which it uses and never kills: the fault kinds
+// aimed at them are left out.
 //
 //	go run ./internal/cmd/chaos -events 20000 -faults-per-kind 10
 //	go run ./internal/cmd/chaos -events 1000000 -faults-per-kind 200 -json chaos.json
