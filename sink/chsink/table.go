@@ -38,6 +38,9 @@ type TableCheckError struct {
 }
 
 func (e *TableCheckError) Error() string {
+	if e.Engine == "" { // no such table
+		return fmt.Sprintf("chsink: table %s.%s: %s", e.Database, e.Table, e.Reason)
+	}
 	return fmt.Sprintf("chsink: table %s.%s (%s): %s", e.Database, e.Table, e.Engine, e.Reason)
 }
 
