@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -44,9 +45,24 @@ type fakeGitHub struct {
 
 	mu         sync.Mutex
 	deliveries []hookDelivery // by id, ascending
-	payloads   map[string]delivery
+	// payloads are every GUID's payload, as GitHub keeps them (for 3
+	// days): the delivery without its body, which is in bodies, a file,
+	// since a long chaos run sends gigabytes of them.
+	payloads   map[string]storedPayload
+	bodies     *os.File
+	bodiesEnd  int64
+	succeeded  map[string]bool // GUIDs with a 2xx delivery
+	open       map[string]int  // GUIDs without one whose last answer asks for a redelivery: that status
+	failed     map[string]bool // GUIDs with a delivery that failed (503 or no answer)
 	inflight   sync.WaitGroup
 	redelivers int
+}
+
+// storedPayload locates a delivery's body in fakeGitHub.bodies.
+type storedPayload struct {
+	d   delivery // without its Body
+	off int64
+	n   int
 }
 
 // hookDelivery is one entry of GitHub's "list deliveries for a repository
@@ -69,8 +85,15 @@ func startFakeGitHub(send func(ctx context.Context, d delivery) (int, error)) (*
 	if err != nil {
 		return nil, err
 	}
+	bodies, err := os.CreateTemp("", "fakegithub-payloads-")
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	_ = os.Remove(bodies.Name()) // gone with the process, whatever happens
 	ctx, stop := context.WithCancel(context.Background())
-	g := &fakeGitHub{ln: ln, done: make(chan error, 1), send: send, ctx: ctx, stop: stop, payloads: map[string]delivery{}}
+	g := &fakeGitHub{ln: ln, done: make(chan error, 1), send: send, ctx: ctx, stop: stop, bodies: bodies,
+		payloads: map[string]storedPayload{}, succeeded: map[string]bool{}, open: map[string]int{}, failed: map[string]bool{}}
 	mux := http.NewServeMux()
 	base := fmt.Sprintf("/repos/%s/%s/hooks/%d/deliveries", ghHookOwner, ghHookRepo, ghHookID)
 	mux.HandleFunc("GET "+base, g.list)
@@ -90,13 +113,22 @@ func (g *fakeGitHub) Close() error {
 		err = errors.Join(err, serr)
 	}
 	g.inflight.Wait()
-	return err
+	return errors.Join(err, g.bodies.Close())
 }
 
 // deliver sends d once and records the outcome, as GitHub does.
 func (g *fakeGitHub) deliver(ctx context.Context, d delivery, redelivery bool) int {
 	g.mu.Lock()
-	g.payloads[d.ID] = d
+	if _, ok := g.payloads[d.ID]; !ok {
+		if _, err := g.bodies.WriteAt(d.Body, g.bodiesEnd); err != nil {
+			g.mu.Unlock()
+			return 0 // as if GitHub failed to send it; nothing to redeliver from
+		}
+		sp := storedPayload{d: d, off: g.bodiesEnd, n: len(d.Body)}
+		sp.d.Body = nil
+		g.payloads[d.ID] = sp
+		g.bodiesEnd += int64(len(d.Body))
+	}
 	g.mu.Unlock()
 	start := time.Now()
 	status, err := g.send(ctx, d)
@@ -106,12 +138,20 @@ func (g *fakeGitHub) deliver(ctx context.Context, d delivery, redelivery bool) i
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	text := "OK"
-	if status/100 == 2 {
-		// GitHub keeps every payload for 3 days; this fake keeps only those
-		// that may be redelivered (githubredeliver never asks for a GUID
-		// that succeeded), or a long chaos run holds every body.
-		delete(g.payloads, d.ID)
-	} else {
+	switch {
+	case status/100 == 2:
+		g.succeeded[d.ID] = true
+		delete(g.open, d.ID)
+	case g.succeeded[d.ID]:
+	case status == 0 || retried(status):
+		g.open[d.ID] = status
+	default:
+		delete(g.open, d.ID) // a final 4xx: nothing to redeliver
+	}
+	if status == 0 || retried(status) {
+		g.failed[d.ID] = true
+	}
+	if status/100 != 2 {
 		text = "Invalid HTTP Response: " + strconv.Itoa(status)
 		if status == 0 {
 			text = "We couldn't deliver this payload: " + fmt.Sprint(err)
@@ -183,10 +223,10 @@ func (g *fakeGitHub) attempt(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	g.mu.Lock()
-	var d delivery
+	var sp storedPayload
 	ok := err == nil && id >= 1 && id <= int64(len(g.deliveries))
 	if ok {
-		d, ok = g.payloads[g.deliveries[id-1].GUID]
+		sp, ok = g.payloads[g.deliveries[id-1].GUID]
 	}
 	if ok {
 		g.redelivers++
@@ -199,6 +239,11 @@ func (g *fakeGitHub) attempt(w http.ResponseWriter, r *http.Request) {
 	}
 	go func() {
 		defer g.inflight.Done()
+		d := sp.d
+		d.Body = make([]byte, sp.n)
+		if _, err := g.bodies.ReadAt(d.Body, sp.off); err != nil {
+			return // the redelivery fails to start, as one of GitHub's can
+		}
 		g.deliver(g.ctx, d, true)
 	}()
 	w.Header().Set("Content-Type", "application/json")
@@ -212,24 +257,10 @@ func (g *fakeGitHub) attempt(w http.ResponseWriter, r *http.Request) {
 func (g *fakeGitHub) outstanding() (guids []string, failed, redelivers int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	last := map[string]int{}
-	ok := map[string]bool{}
-	failedGUIDs := map[string]bool{}
-	for _, d := range g.deliveries {
-		last[d.GUID] = d.StatusCode
-		switch {
-		case d.StatusCode/100 == 2:
-			ok[d.GUID] = true
-		case d.StatusCode == 0 || retried(d.StatusCode):
-			failedGUIDs[d.GUID] = true
-		}
+	for guid := range g.open {
+		guids = append(guids, guid)
 	}
-	for guid, code := range last {
-		if !ok[guid] && (code == 0 || retried(code)) {
-			guids = append(guids, guid)
-		}
-	}
-	return guids, len(failedGUIDs), g.redelivers
+	return guids, len(g.failed), g.redelivers
 }
 
 // startGitHub starts the fake GitHub and a githubredeliver.Redeliverer
