@@ -298,7 +298,10 @@ func (d delivery) ok() bool { return d.StatusCode >= 200 && d.StatusCode <= 299 
 // Pass lists the hook's deliveries newer than the state's cursor, requests
 // the redelivery of every GUID that failed and never succeeded, and saves
 // the state. A pass that fails part way saves what it did: GUIDs requested
-// before the failure are not requested again before their backoff.
+// before the failure are not requested again before their backoff. A
+// delivery GitHub answers 404 for does not stop the pass: it is asked for
+// again after its backoff, the others are requested meanwhile, and the
+// pass returns the 404s (*APIError) with its result.
 func (r *Redeliverer) Pass(ctx context.Context) (Result, error) {
 	snap, err := r.opts.State.Load(ctx)
 	if err != nil {
@@ -351,7 +354,7 @@ func (r *Redeliverer) Pass(ctx context.Context) (Result, error) {
 			}
 		}
 	})
-	var passErr error
+	var passErr, notFound error
 	for _, guid := range guids {
 		p := snap.Pending[guid]
 		switch {
@@ -372,8 +375,21 @@ func (r *Redeliverer) Pass(ctx context.Context) (Result, error) {
 			continue
 		}
 		if err := r.redeliver(ctx, p.DeliveryID); err != nil {
-			passErr = err
 			res.Waiting = append(res.Waiting, guid)
+			if apiErr, ok := errors.AsType[*APIError](err); ok && apiErr.Status == http.StatusNotFound {
+				// This delivery alone is missing (or hidden from the token):
+				// the others can still be redelivered, so the pass goes on.
+				// It is asked for again after its backoff, and expires
+				// with the window if it never comes back.
+				p.Requests++
+				p.RequestedAt = r.opts.Now()
+				snap.Pending[guid] = p
+				notFound = errors.Join(notFound, err)
+				r.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "githubredeliver: delivery not found; asking again after its backoff",
+					slog.String("guid", guid), slog.Int64("delivery_id", p.DeliveryID))
+				continue
+			}
+			passErr = err
 			continue
 		}
 		p.Requests++
@@ -392,6 +408,7 @@ func (r *Redeliverer) Pass(ctx context.Context) (Result, error) {
 			r.guids.Add(ctx, int64(c.n), metric.WithAttributes(attribute.String("outcome", c.outcome)))
 		}
 	}
+	passErr = errors.Join(passErr, notFound)
 	if err := r.opts.State.Save(context.WithoutCancel(ctx), snap); err != nil {
 		return res, errors.Join(passErr, err)
 	}

@@ -51,6 +51,8 @@ type fakeGitHub struct {
 	// limit, when set, answers the next request instead.
 	limit func(w http.ResponseWriter) bool
 	gets  int
+	// gone are delivery ids whose redelivery GitHub answers 404.
+	gone map[int64]bool
 }
 
 type delivery struct {
@@ -125,7 +127,7 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, f.hook+"/deliveries/") && strings.HasSuffix(r.URL.Path, "/attempts"):
 		id, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, f.hook+"/deliveries/"), "/attempts"), 10, 64)
 		i := slices.IndexFunc(f.deliveries, func(d delivery) bool { return d.ID == id })
-		if err != nil || i < 0 {
+		if err != nil || i < 0 || f.gone[id] {
 			w.WriteHeader(http.StatusNotFound)
 			_, _ = w.Write([]byte(`{"message":"Not Found"}`))
 			return
@@ -317,6 +319,46 @@ func TestPassWhileGatewayDown(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"g1"}, res.Redelivered, "backoff over: request again")
 	assert.Len(t, f.Posts(), 5)
+}
+
+// A delivery GitHub answers 404 for (gone, or hidden from the token) must
+// not hold back the others: the chaos run's fake GitHub once lost a payload,
+// and every later pass stopped at that GUID, leaving thousands of failed
+// deliveries unredelivered.
+func TestPassGoesOnPastADeliveryNotFound(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	f, srv := newFake(t, "/repos/octo-org/app/hooks/42", clk.Now)
+	gone := f.add("a-gone", clk.Now().Add(-3*time.Minute), 503, false)
+	b := f.add("b", clk.Now().Add(-2*time.Minute), 503, false)
+	c := f.add("c", clk.Now().Add(-time.Minute), 0, false)
+	f.gone = map[int64]bool{gone: true}
+	f.gatewayStatus = 202
+	r := newRedeliverer(t, srv, githubredeliver.RepoHook("octo-org", "app", 42), clk, githubredeliver.Options{Backoff: 10 * time.Minute})
+	ctx := context.Background()
+
+	res, err := r.Pass(ctx)
+	var apiErr *githubredeliver.APIError
+	require.ErrorAs(t, err, &apiErr, "the pass reports the 404")
+	assert.Equal(t, http.StatusNotFound, apiErr.Status)
+	assert.Equal(t, []string{"b", "c"}, res.Redelivered, "the others are redelivered")
+	assert.Equal(t, []string{"a-gone"}, res.Waiting)
+	assert.ElementsMatch(t, []int64{b, c}, f.Posts(), "the redeliveries GitHub accepted")
+
+	clk.Add(time.Minute)
+	res, err = r.Pass(ctx)
+	require.NoError(t, err, "within its backoff the missing delivery is not asked for")
+	assert.Equal(t, []string{"b", "c"}, res.Succeeded)
+	assert.Equal(t, []string{"a-gone"}, res.Waiting)
+	assert.Len(t, f.Posts(), 2)
+
+	clk.Add(10 * time.Minute)
+	f.mu.Lock()
+	delete(f.gone, gone) // back
+	f.mu.Unlock()
+	res, err = r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a-gone"}, res.Redelivered, "asked for again after its backoff")
+	assert.Contains(t, f.Posts(), gone)
 }
 
 func TestPassHonoursRateLimits(t *testing.T) {
