@@ -97,6 +97,9 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
 	}
 	c.rng = rand.New(rand.NewPCG(cfg.Seed, 0xc4a05))
 	err := c.run(ctx)
+	if res.Faults == nil {
+		c.collectFaults() // the run stopped before verify: say what it injected
+	}
 	res.Elapsed = time.Since(began)
 	if err == nil && !res.Pass {
 		err = fmt.Errorf("%w (seed %d)", ErrChaosMismatch, cfg.Seed)

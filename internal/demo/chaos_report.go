@@ -74,6 +74,9 @@ type ChaosResult struct {
 	LatencyP50 time.Duration `json:"latency_p50_ns"`
 	LatencyP99 time.Duration `json:"latency_p99_ns"`
 
+	// Verified says ClickHouse was compared with the ground truth: a run
+	// that stopped before (an error) reports no loss it did not look for.
+	Verified    bool          `json:"verified"`
 	Differences []string      `json:"differences,omitempty"`
 	Pass        bool          `json:"pass"`
 	Elapsed     time.Duration `json:"elapsed_ns"`
@@ -88,6 +91,17 @@ func (r *ChaosResult) totalFaults() int {
 	return n
 }
 
+// collectFaults copies the fault counts into the result.
+func (c *chaos) collectFaults() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.res.Faults = map[string]*FaultCount{}
+	for k, v := range c.log {
+		f := *v
+		c.res.Faults[k] = &f
+	}
+}
+
 // verify waits until every Kafka record is checkpointed and ClickHouse
 // holds exactly what was sent, or the convergence timeout passes, and
 // fills the result with what ClickHouse holds.
@@ -96,13 +110,7 @@ func (c *chaos) verify(ctx context.Context, events []delivery) error {
 	want := expect(events)
 	c.res.Counted, c.res.Accepted = want.events, c.delivered.Load()
 	c.res.ProcessorExits = d.sup.Failures()
-	c.mu.Lock()
-	c.res.Faults = map[string]*FaultCount{}
-	for k, v := range c.log {
-		f := *v
-		c.res.Faults[k] = &f
-	}
-	c.mu.Unlock()
+	c.collectFaults()
 	timeout := max(convergeTimeout(), time.Duration(c.cfg.Events/500)*time.Second)
 	deadline := time.Now().Add(timeout)
 	var (
@@ -133,6 +141,7 @@ func (c *chaos) verify(ctx context.Context, events []delivery) error {
 		time.Sleep(500 * time.Millisecond)
 	}
 	c.res.Differences = gap
+	c.res.Verified = true
 	c.res.Pass = len(gap) == 0
 	if !c.res.Pass {
 		c.res.Differences = append(append(c.diagnose(ctx), c.missing(ctx, events)), c.res.Differences...)
@@ -350,6 +359,11 @@ func (r *ChaosResult) printTable(out io.Writer) {
 	var rows []string
 	for _, t := range tables {
 		rows = append(rows, fmt.Sprintf("%s %d", t, r.Tables[t]))
+	}
+	if !r.Verified {
+		fmt.Fprintf(w, "NOT VERIFIED: the run stopped before ClickHouse was compared with what was sent\n")
+		fmt.Fprintf(w, "elapsed %v, seed %d\n", r.Elapsed.Round(time.Second), r.Seed)
+		return
 	}
 	fmt.Fprintf(w, "ClickHouse rows: %s\n", strings.Join(rows, ", "))
 	fmt.Fprintf(w, "lost: %d, duplicated: %d\n", r.Lost, r.Duplicated)

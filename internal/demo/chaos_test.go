@@ -145,3 +145,20 @@ func TestChaosOnYourServers(t *testing.T) {
 	assert.Positive(t, res.Kills["processor"])
 	assert.Positive(t, res.Kills["gateway"])
 }
+
+// TestChaosTableSaysWhatWasNotVerified: a run that stopped before the
+// comparison (the last 1 M-event run, on its GitHub deadline) printed
+// "lost: 0, duplicated: 0" and an empty fault table, which read as a pass.
+func TestChaosTableSaysWhatWasNotVerified(t *testing.T) {
+	var b strings.Builder
+	r := &ChaosResult{Seed: 7, Faults: map[string]*FaultCount{KindProcessorKill: {Injected: 200, Hit: 200}}}
+	r.printTable(&b)
+	assert.Contains(t, b.String(), "NOT VERIFIED")
+	assert.NotContains(t, b.String(), "lost: 0")
+	assert.Contains(t, b.String(), "processor-kill       200")
+
+	b.Reset()
+	r.Verified = true
+	r.printTable(&b)
+	assert.Contains(t, b.String(), "lost: 0, duplicated: 0")
+}

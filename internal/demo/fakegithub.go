@@ -301,7 +301,9 @@ func (d *demo) startGitHub(ctx context.Context) error {
 // awaitGitHubRecovered waits until every GitHub delivery that failed has
 // been redelivered successfully (or answered a final 4xx).
 func (d *demo) awaitGitHubRecovered(ctx context.Context) error {
-	deadline := time.Now().Add(convergeTimeout())
+	// Thousands of failed deliveries after a long run take a while.
+	timeout := max(convergeTimeout(), time.Duration(d.cfg.Events/500)*time.Second)
+	deadline := time.Now().Add(timeout)
 	for {
 		open, failed, redelivers := d.prov.github.outstanding()
 		if len(open) == 0 {
@@ -311,7 +313,7 @@ func (d *demo) awaitGitHubRecovered(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("GitHub: %d deliveries still failed after %v (the redeliverer requested %d redeliveries): %v",
-				len(open), convergeTimeout(), redelivers, open[:min(len(open), 5)])
+				len(open), timeout, redelivers, open[:min(len(open), 5)])
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
