@@ -116,7 +116,16 @@ func TestChaosOnYourServers(t *testing.T) {
 			t.Setenv(env, start())
 		}
 	}
-	own("CLICKHOUSE_ADDR", func() string { addr, _ := testenv.ClickHouse(t); return addr })
+	own("CLICKHOUSE_ADDR", func() string {
+		// Restarted when it exits on its own, as systemd would restart
+		// yours (the embedded server aborts itself now and then).
+		srv := testenv.StartClickHouse(t)
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); watchClickHouse(ctx, srv.Server(), t.Logf) }()
+		t.Cleanup(func() { stop(); <-done })
+		return srv.Addr()
+	})
 	own("REDIS_ADDR", func() string { return testenv.Redis(t) })
 	own("KAFKA_BROKERS", func() string {
 		k := testenv.StartKafkaProcess(t, embedded.KafkaProcessOptions{ExpireMembers: true, MinSessionTimeout: 6 * time.Second})

@@ -120,17 +120,26 @@ func newGenerator(rng *rand.Rand, tpl templates, orgs int) *generator {
 func (g *generator) nth(i, n int, span time.Duration) delivery {
 	step := span / time.Duration(n)
 	t := eventStart.Add(time.Duration(i)*step + time.Duration(g.rng.Int64N(int64(step))))
-	org := g.rng.IntN(g.orgs)
-	if last := n - i; last <= g.orgs {
-		// Every organisation's last event lands a second before the
-		// last hour ends. Event time moves only with events (and, once
-		// a partition is idle, with the clock from its newest event),
-		// so this closes every partition's last hourly windows a
-		// second after the idle timeout instead of up to an hour of
-		// wall time later.
-		org, t = last-1, eventStart.Add(span-time.Second)
+	if last := n - i; last <= 2*g.orgs {
+		// Every tenant's last event (each organisation's GitHub org and
+		// its Jira site, which Kafka partitions apart) is one the
+		// metrics count, a second before the last hour ends. Event time
+		// moves only with counted events (and, once a partition is idle,
+		// with the clock from its newest one), so this closes every
+		// partition's last hourly windows a second after the idle
+		// timeout instead of up to an hour of wall time later. (When
+		// the last event of a partition was a ping, its last hour stayed
+		// open past the verdict's deadline.)
+		org, t := (last-1)%g.orgs, eventStart.Add(span-time.Second)
+		g.seq++
+		emp := g.rng.IntN(employeesPerOrg)
+		other := (emp + 1 + g.rng.IntN(employeesPerOrg-1)) % employeesPerOrg
+		if last > g.orgs {
+			return g.github(devmetrics.TypePRMerged, org, emp, other, t)
+		}
+		return g.jira(devmetrics.TypeIncidentOpened, org, emp, other, t)
 	}
-	return g.next(org, t)
+	return g.next(g.rng.IntN(g.orgs), t)
 }
 
 func (g *generator) next(org int, t time.Time) delivery {

@@ -40,3 +40,29 @@ func TestGeneratedDeliveriesNormalize(t *testing.T) {
 		assert.Positive(t, kinds[k], k)
 	}
 }
+
+// TestEveryTenantEndsOnACountedEvent: each tenant (an organisation's
+// GitHub org and its Jira site, which Kafka may put on different
+// partitions) has a counted event a second before the last hour ends, so
+// every partition's event time reaches the end and its last windows close
+// (a seed whose last events on one partition were pings left them open past
+// the verdict's deadline). Several seeds, since which kinds come last is
+// drawn.
+func TestEveryTenantEndsOnACountedEvent(t *testing.T) {
+	tpl, err := pickTemplates(githubExamples(t))
+	require.NoError(t, err)
+	const orgs = 12
+	end := eventStart.Add(4*time.Hour - time.Second)
+	for seed := range uint64(20) {
+		newest := map[string]time.Time{}
+		for _, d := range generate(rand.New(rand.NewPCG(seed, 7)), tpl, 1000, orgs, 4*time.Hour) {
+			if d.Want != nil && d.Want.Time.After(newest[d.Want.OrgID]) {
+				newest[d.Want.OrgID] = d.Want.Time
+			}
+		}
+		require.Len(t, newest, 2*orgs, "seed %d: every tenant counts events", seed)
+		for tenant, at := range newest {
+			assert.Equal(t, end, at, "seed %d: tenant %s's newest counted event", seed, tenant)
+		}
+	}
+}
