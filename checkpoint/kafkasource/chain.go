@@ -155,9 +155,13 @@ func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next 
 		}
 	})
 	defer func() {
+		// Both fetchers return once fctx ends (the own fetch path sets its
+		// connection's deadline), so the fetcher is closed after its
+		// goroutine ended: the own fetch path's Close is not safe beside a
+		// fetch (the race detector caught one reconnecting meanwhile).
 		fcancel()
-		_ = r.Close()
 		wg.Wait()
+		_ = r.Close()
 	}()
 
 	var tick <-chan time.Time
