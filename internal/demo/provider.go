@@ -34,12 +34,22 @@ type provider struct {
 	client  *http.Client
 	dupRate float64
 	github  *fakeGitHub
+	// jiraWindow is how long Jira keeps retrying a delivery here.
+	// Default jiraRetryWindow.
+	jiraWindow time.Duration
 
 	mu      sync.Mutex
 	baseURL string // the gateway; it changes when the gateway restarts
 
 	requests, retries, duplicates, replayed atomic.Int64
 	ignored, rejected, githubFailed         atomic.Int64
+}
+
+func (p *provider) jiraRetryWindow() time.Duration {
+	if p.jiraWindow > 0 {
+		return p.jiraWindow
+	}
+	return jiraRetryWindow
 }
 
 func (p *provider) setBaseURL(u string) {
@@ -110,9 +120,9 @@ func (p *provider) deliverOne(ctx context.Context, d delivery, redelivery bool) 
 			return ctx.Err()
 		case err == nil && !retried(status):
 			return p.final(d, status, replayed)
-		case time.Since(start) > jiraRetryWindow:
+		case time.Since(start) > p.jiraRetryWindow():
 			return fmt.Errorf("delivery %s: Jira gave up after its retry window (30 minutes, %v here) of %d attempts (last status %d, err %v): the event is lost",
-				d.ID, jiraRetryWindow, attempt+1, status, err)
+				d.ID, p.jiraRetryWindow(), attempt+1, status, err)
 		}
 		// Providers wait Retry-After; the demo waits a fiftieth of it.
 		wait := max(retryAfter/50, 10*time.Millisecond) + time.Duration(rand.Int64N(int64(10*time.Millisecond)))
