@@ -177,9 +177,14 @@
 // Options.AllowFreshStart. With MismatchKeepFirst or MismatchReinsert, a
 // replay that comes up short (processing that is not byte-for-byte
 // deterministic) is finished by Run MaxDelay after its last row, with what
-// is buffered, so a quiet partition does not stay in replay; rows of that
-// batch that arrive later are dropped with a warning (the batch is settled
-// as the version ClickHouse holds). Under MismatchFail the sink waits for a
+// is buffered, so a quiet partition does not stay in replay. The replay may
+// only have stalled (a slow fetch, a broker restarting), so the batch's
+// other rows may still come: the batch is cut at its last buffered row (a
+// journal entry over that prefix supersedes it) and later rows are batches
+// of their own. Only when ClickHouse held the journaled batch already and
+// MismatchKeepFirst keeps it are its later rows dropped, being in it; a
+// replicated table does not say whether it held the batch, so there the
+// sink drops them with a warning. Under MismatchFail the sink waits for a
 // row past the batch, which reports the mismatch.
 //
 // Restore refuses a state that does not decode (ErrCorrupt), of another

@@ -66,7 +66,10 @@ func (s *Sink[T]) dropConn() {
 // too. An unsure attempt on a plain MergeTree reads the server's log and
 // settles the blocks it reports as duplicates (see settleLost): a token the
 // server kept for a part it lost would otherwise drop the batch silently.
-func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, unsure bool, hook func()) error {
+// It returns the parts of the table that the server dropped the block as a
+// duplicate of, and still holds (known only from an unsure attempt on a
+// plain MergeTree).
+func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, unsure bool, hook func()) ([]string, error) {
 	settings := []ch.Setting{
 		{Key: "insert_deduplication_token", Value: in.Token, Important: true},
 		ch.SettingInt("insert_deduplicate", 1),
@@ -106,8 +109,9 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 				}
 			}
 			err = conn.Do(actx, q)
+			var dups []string
 			if err == nil && len(hits) > 0 {
-				err = s.settleLost(actx, input, in, hits)
+				dups, err = s.settleLost(actx, input, in, hits)
 			}
 			stop()
 			// The attempt's own deadline, not the caller's: the outcome is
@@ -115,17 +119,17 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 			timedOut = err != nil && actx.Err() != nil && ctx.Err() == nil
 			cancel()
 			if err == nil {
-				return nil
+				return dups, nil
 			}
 			s.dropConn()
 		}
 		unsure = true
 		if errors.Is(err, sink.ErrFenced) || ctx.Err() != nil {
-			return &InsertError{Intent: in, Attempts: attempt + 1, Err: errors.Join(err, ctx.Err())}
+			return nil, &InsertError{Intent: in, Attempts: attempt + 1, Err: errors.Join(err, ctx.Err())}
 		}
 		retryable := timedOut || IsRetryable(err)
 		if !retryable || attempt >= s.opts.MaxRetries {
-			return &InsertError{Intent: in, Attempts: attempt + 1, Permanent: !retryable, Err: err}
+			return nil, &InsertError{Intent: in, Attempts: attempt + 1, Permanent: !retryable, Err: err}
 		}
 		s.m.retries.Add(ctx, 1, s.m.attrs)
 		ceil := s.opts.RetryBase << min(attempt, 20)

@@ -145,23 +145,29 @@ func partCovered(ctx context.Context, c *ch.Client, db, table, part string) (boo
 
 // settleLost checks the parts that the insert of in was deduplicated
 // against (hits) and repairs a lost part of the sink's own table; see the
-// top of this file.
-func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Intent, hits []dedupHit) error {
+// top of this file. It returns the parts of the sink's own table that hold
+// the batch.
+func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Intent, hits []dedupHit) ([]string, error) {
+	var held []string
 	for _, h := range hits {
+		own := h.db == s.opts.Database && h.table == s.table.Name
 		ok, err := partCovered(ctx, s.conn, h.db, h.table, h.part)
-		if err != nil || ok {
-			if err != nil {
-				return fmt.Errorf("chsink: check part %s of %s.%s: %w", h.part, h.db, h.table, err)
+		if err != nil {
+			return nil, fmt.Errorf("chsink: check part %s of %s.%s: %w", h.part, h.db, h.table, err)
+		}
+		if ok {
+			if own {
+				held = append(held, h.part)
 			}
 			continue
 		}
-		if h.db != s.opts.Database || h.table != s.table.Name {
+		if !own {
 			lost := &LostPartError{Intent: in, Table: h.db + "." + h.table, Part: h.part}
 			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
 				"table", s.table.Name, "target", lost.Table, "part", h.part, "token", in.Token)
 			if err := s.rederive(ctx, input, in, h.db, h.table); err != nil {
 				lost.Err = err
-				return lost
+				return nil, lost
 			}
 			s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
 			continue
@@ -169,11 +175,11 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 		s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; writing the batch's rows into the table again, without its views",
 			"table", s.table.Name, "part", h.part, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
 		if err := s.putBack(ctx, input, in); err != nil {
-			return err
+			return nil, err
 		}
 		s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
 	}
-	return nil
+	return held, nil
 }
 
 // stagingName is the staging table of in's repair: one per token, so a

@@ -82,7 +82,15 @@ func appendStep(head *sink.Intent, pos sink.Position) replayStep {
 // synchronously, after the batch in flight (rows buffered before pending[0])
 // is settled: replays are rare, and their order of acks and inserts then
 // stays the plain one.
-func (s *Sink[T]) finishReplay(ctx context.Context) error {
+//
+// stalled says Run's timer finishes a replay that came up short (see Run):
+// the batch's other rows may still come, because the replay was slow rather
+// than short, and they must not be lost. The batch is then cut at the last
+// row buffered, its journal entry superseded by one that ends there, so the
+// rows after it are a batch of their own; unless ClickHouse already held the
+// journaled batch and MismatchKeepFirst keeps it: then its later rows are
+// dropped as part of that version (see Sink.settled).
+func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 	if err := s.wait(); err != nil {
 		return err
 	}
@@ -102,11 +110,16 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 		case s.opts.OnMismatch == MismatchFail:
 			return mis
 		case s.opts.OnMismatch == MismatchReinsert && s.n > 0:
-			s.opts.Logger.Warn("chsink: replayed batch differs from the journal; inserting the new version under a fresh token", "err", mis)
-			return s.reinsert(ctx, p, h, start)
+			s.opts.Logger.Warn("chsink: replayed batch differs from the journal; inserting the new version under a fresh token", "err", mis, "stalled", stalled)
+			last := p.Last
+			if stalled {
+				last = s.last
+			}
+			return s.reinsert(ctx, p, h, last, start)
 		}
-		s.opts.Logger.Warn("chsink: replayed batch differs from the journal; keeping the first version", "err", mis)
+		s.opts.Logger.Warn("chsink: replayed batch differs from the journal; keeping the first version", "err", mis, "stalled", stalled)
 	}
+	held := p.Acked // ClickHouse holds the journaled version
 	switch {
 	case p.Acked:
 		// Already in ClickHouse: the replayed rows are dropped here.
@@ -117,14 +130,36 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		held = skip // skipped by the operator's WindowSkip: settled as it is
 		if !skip {
 			if err := s.journal.CheckOwner(ctx); err != nil {
 				return err
 			}
-			if err := s.insert(ctx, s.buf.sealed, p, true, s.beforeInsert); err != nil {
+			since := int64(-1)
+			if stalled {
+				// Parts after the table's last block so far are this
+				// insert's own, by an attempt whose answer was lost; the
+				// others hold the batch as inserted before the crash.
+				if since, err = s.blockNumber(ctx); err != nil {
+					since = -1
+				}
+			}
+			dups, err := s.insert(ctx, s.buf.sealed, p, true, s.beforeInsert)
+			if err != nil {
 				return err
 			}
+			held = heldBefore(dups, since)
+			if stalled && s.info.replicated {
+				// A replicated table logs no duplicate parts to tell by:
+				// keep the batch settled, as if it had landed.
+				s.opts.Logger.Warn("chsink: a stalled replay of a batch was finished on a replicated table, which cannot tell whether it held the batch; later rows of the batch are dropped",
+					"source", s.src.String(), "first", p.First.String(), "last", p.Last.String())
+				held = true
+			}
 		}
+	}
+	if stalled && !held && s.n > 0 {
+		return s.cutShort(ctx, p, h, start)
 	}
 	if !p.Acked {
 		if err := s.journal.Ack(ctx, &p); err != nil {
@@ -137,21 +172,67 @@ func (s *Sink[T]) finishReplay(ctx context.Context) error {
 	} else {
 		s.covered, s.hasCovered = p.Last, true
 	}
+	if stalled {
+		last := p.Last
+		s.settled = &last
+	}
+	s.resetBuffer()
+	return nil
+}
+
+// heldBefore reports whether ClickHouse dropped an insert as a duplicate of
+// a part of the table that begins at or before block since, the table's
+// last block before the insert (any part when since < 0, the counter being
+// unknown): the batch had landed before the crash. dups lists the parts; it
+// is empty when the table logs none (a replicated one).
+func heldBefore(dups []string, since int64) bool {
+	for _, part := range dups {
+		_, lo, _, ok := partBlocks(part)
+		if since < 0 || !ok || lo <= since {
+			return true
+		}
+	}
+	return false
+}
+
+// cutShort ends the journaled batch p, whose stalled replay was just
+// inserted under p's token as the first version ClickHouse holds of it, at
+// the last buffered row: an entry over p.First..s.last with the same token
+// supersedes p, so the rest of p's positions is free for the rows still to
+// come. A crash between the insert and this entry loses those rows: the
+// next replay finds p's token taken and keeps the short version.
+func (s *Sink[T]) cutShort(ctx context.Context, p sink.Intent, h uint64, start time.Time) error {
+	in := sink.Intent{
+		First: p.First, Last: s.last, Rows: s.n, Hash: h,
+		Token: p.Token, Supersedes: p.Token,
+		Created: s.opts.Now(),
+	}
+	var err error
+	if in.Block, err = s.blockLowerBound(ctx); err != nil {
+		return err
+	}
+	if err := s.journal.Record(ctx, &in); err != nil {
+		return err
+	}
+	s.journal.AckLater(&in)
+	s.pending = s.pending[1:]
+	s.written(in, time.Since(start))
 	s.resetBuffer()
 	return nil
 }
 
 // reinsert writes the buffered rows, replayed into pending[0]'s positions
-// with a different content hash h, as a new journaled batch that supersedes
-// it, under a token derived from the old token and h. The deduplication
-// window does not matter here: the token is new, unless this very content
-// was reinserted before, and then the superseding entry is what the journal
-// returns and what matched. The new batch is acknowledged like any other
-// (see flush); until then a replay re-inserts it with its token. Like
-// finishReplay, it inserts synchronously.
-func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, start time.Time) error {
+// with a different content hash h, as a new journaled batch through last
+// (p.Last, or the last buffered row when a stalled replay is cut short) that
+// supersedes it, under a token derived from the old token and h. The
+// deduplication window does not matter here: the token is new, unless this
+// very content was reinserted before, and then the superseding entry is what
+// the journal returns and what matched. The new batch is acknowledged like
+// any other (see flush); until then a replay re-inserts it with its token.
+// Like finishReplay, it inserts synchronously.
+func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, last sink.Position, start time.Time) error {
 	in := sink.Intent{
-		First: p.First, Last: p.Last, Rows: s.n, Hash: h,
+		First: p.First, Last: last, Rows: s.n, Hash: h,
 		Token: sink.ReinsertToken(p.Token, h), Supersedes: p.Token,
 		Created: s.opts.Now(),
 	}
@@ -162,7 +243,7 @@ func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, start t
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
-	if err := s.insert(ctx, s.buf.sealed, in, true, s.beforeInsert); err != nil {
+	if _, err := s.insert(ctx, s.buf.sealed, in, true, s.beforeInsert); err != nil {
 		return err
 	}
 	s.journal.AckLater(&in)

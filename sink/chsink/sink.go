@@ -63,7 +63,7 @@ type Sink[T any] struct {
 	snaps       map[checkpoint.ID]sink.Position
 	completed   []sink.Position // covered positions of the newest completed checkpoints, oldest first
 	lastRow     time.Time       // when the last row was added
-	settled     *sink.Position  // a short replay was finished through here: later rows up to it are dropped
+	settled     *sink.Position  // a short replay of a batch ClickHouse held was finished through here: later rows up to it are dropped
 	err         error           // sticky: the sink is broken until Restore
 
 	// Flushing ahead of the barrier (see Options.NoFlushAhead).
@@ -180,9 +180,9 @@ func (s *Sink[T]) addLocked(ctx context.Context, pos sink.Position, row *T) erro
 	if s.settled != nil {
 		if pos.Compare(*s.settled) <= 0 {
 			// Inside a journaled batch whose short replay was finished by
-			// the timer (see Run): the batch is settled as the version
-			// ClickHouse holds, so a late row of it is not inserted again.
-			s.opts.Logger.Warn("chsink: row inside a replayed batch already finished; dropped",
+			// the timer (see Run) while ClickHouse held the batch as first
+			// inserted, which MismatchKeepFirst keeps: the row is in it.
+			s.opts.Logger.Debug("chsink: row of a replayed batch ClickHouse holds; dropped",
 				"source", s.src.String(), "position", pos.String(), "batch_last", s.settled.String())
 			return nil
 		}
@@ -240,7 +240,7 @@ func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 			}
 			continue
 		case stepFinish:
-			if err := s.finishReplay(ctx); err != nil {
+			if err := s.finishReplay(ctx, false); err != nil {
 				return err
 			}
 			continue
@@ -253,7 +253,7 @@ func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 			s.replaying = true
 			s.appendRow(pos, row)
 			if step == stepAppendFinish {
-				return s.finishReplay(ctx)
+				return s.finishReplay(ctx, false)
 			}
 			return nil
 		}
@@ -330,16 +330,16 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 			// byte-for-byte deterministic produced fewer rows in the
 			// journaled batch's positions, and on a quiet partition no row
 			// past it comes to finish it. MaxDelay after the last row, the
-			// replay is finished with what is buffered, as the policy says.
+			// replay is finished with what is buffered, as the policy says;
+			// should it only have stalled, the rest of its rows still land
+			// (see finishReplay).
 			wait = s.opts.MaxDelay - time.Since(s.lastRow)
 			if wait <= 0 {
-				last := s.pending[0].Last
-				if err := s.finishReplay(ctx); err != nil {
+				if err := s.finishReplay(ctx, true); err != nil {
 					s.err = err
 					s.mu.Unlock()
 					return err
 				}
-				s.settled = &last
 				wait = time.Hour
 			}
 		} else if s.n > 0 && !s.replaying && ctx.Err() == nil {

@@ -296,8 +296,9 @@ func (j *Journal) Ack(ctx context.Context, in *sink.Intent) error {
 
 // Load returns the entries whose last position is after `after` (all
 // entries when after is nil), ordered by position. Overlapping entries are
-// reconciled: an entry that supersedes another (same positions, Supersedes
-// naming its token, newer epoch) replaces it, unless the superseded entry was
+// reconciled: an entry that supersedes another (same first position and
+// the same or an earlier last one, Supersedes naming its token, newer
+// epoch) replaces it, unless the superseded entry was
 // acknowledged by a still newer epoch (then the superseding one was written
 // by a fenced owner and never inserted); an unacknowledged entry of an older
 // epoch that overlaps a newer epoch's entry was written by a fenced owner
@@ -378,6 +379,18 @@ func (j *Journal) Load(ctx context.Context, after *sink.Position) ([]sink.Intent
 			}
 		}
 	}
+	// A superseded entry goes before the filter by position: an entry that
+	// cut it short may end before the restore point while it spans it.
+	superseded := make([]bool, len(all))
+	for i, prev := range all {
+		for _, in := range all {
+			if supersedes(in, prev) && !(prev.Acked && prev.AckEpoch > in.Epoch) {
+				superseded[i] = true
+			}
+		}
+	}
+	i := 0
+	all = slices.DeleteFunc(all, func(sink.Intent) bool { i++; return superseded[i-1] })
 	all = slices.DeleteFunc(all, func(in sink.Intent) bool {
 		if after == nil {
 			return false
@@ -424,7 +437,11 @@ func (j *Journal) Load(ctx context.Context, after *sink.Position) ([]sink.Intent
 	return out, nil
 }
 
+// supersedes reports whether in replaces prev: a newer epoch's entry naming
+// prev's token, over prev's positions or a prefix of them (a replay that
+// stalled was cut short at its last row; the rest of prev's positions then
+// belong to the batches after in).
 func supersedes(in, prev sink.Intent) bool {
 	return in.Supersedes != "" && in.Supersedes == prev.Token && in.Epoch > prev.Epoch &&
-		in.First == prev.First && in.Last == prev.Last
+		in.First == prev.First && in.Last.Compare(prev.Last) <= 0
 }

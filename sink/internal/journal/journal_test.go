@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -297,4 +298,53 @@ func TestJournalDropsFencedIntentAcrossRestorePoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	assert.Equal(t, late.Token, got[0].Token)
+}
+
+// A replay that stalled is cut short: an entry over a prefix of the batch's
+// positions supersedes it, and the rows after the prefix are journaled as a
+// batch of their own, inside the old batch's range. A later load returns
+// the prefix and that batch, not the old one, and not an overlap error,
+// whether or not the old batch had been acknowledged and wherever the
+// restore point lies.
+func TestJournalSupersedeByPrefix(t *testing.T) {
+	for _, acked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old batch acked %v", acked), func(t *testing.T) {
+			ctx := context.Background()
+			store := checkpoint.NewMemStorage()
+			a, _ := journal.Open(store, "db.t", src)
+			require.NoError(t, a.Claim(ctx))
+			old := record(t, a, pos(0, 0), pos(9, 0))
+			if acked {
+				require.NoError(t, a.Ack(ctx, &old))
+			}
+
+			b, _ := journal.Open(store, "db.t", src)
+			require.NoError(t, b.Claim(ctx))
+			cut := sink.Intent{First: old.First, Last: pos(3, 0), Rows: 2, Hash: 7, Token: sink.ReinsertToken(old.Token, 7), Supersedes: old.Token}
+			require.NoError(t, b.Record(ctx, &cut))
+			b.AckLater(&cut)
+			rest := record(t, b, pos(5, 0), pos(12, 0))
+
+			for _, after := range []*sink.Position{nil, new(pos(2, 0)), new(pos(3, 0)), new(pos(6, 0))} {
+				d, _ := journal.Open(store, "db.t", src)
+				require.NoError(t, d.Claim(ctx))
+				got, err := d.Load(ctx, after)
+				require.NoError(t, err, "after %v", after)
+				var firsts []sink.Position
+				for _, in := range got {
+					firsts = append(firsts, in.First)
+				}
+				switch {
+				case after != nil && after.Compare(rest.First) >= 0:
+					assert.Empty(t, firsts, "after %v: the batch across the restore point is unacknowledged", after)
+				case after != nil && after.Compare(cut.Last) >= 0:
+					assert.Equal(t, []sink.Position{rest.First}, firsts, "after %v", after)
+				default:
+					require.Equal(t, []sink.Position{cut.First, rest.First}, firsts, "after %v", after)
+					assert.Equal(t, cut.Last, got[0].Last)
+					assert.True(t, got[0].Acked, "the cut prefix is acknowledged by the batch after it")
+				}
+			}
+		})
+	}
 }
