@@ -22,6 +22,7 @@ import (
 type batchCounters struct {
 	counters
 	calls, records, largest atomic.Int64
+	pause                   time.Duration // per call: keeps records flowing over many checkpoint intervals
 }
 
 func (bc *batchCounters) newProcessor(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
@@ -39,6 +40,7 @@ func (bc *batchCounters) newProcessor(ctx context.Context, p checkpoint.TopicPar
 				return i, kafkasource.Poison(err)
 			}
 		}
+		time.Sleep(bc.pause)
 		return len(ms), nil
 	}
 	return proc, err
@@ -65,7 +67,11 @@ func TestProcessBatchCheckpointsAtRecordBoundaries(t *testing.T) {
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 3 * time.Millisecond})
 	require.NoError(t, err)
 	defer coord.Close()
-	var bc batchCounters
+	// A call takes at least a millisecond, so the records flow for over a
+	// second and the store is seen at many checkpoints in between, however
+	// loaded the machine (CI saw only 2 when 40,000 records took less time
+	// than the polling got to run).
+	bc := batchCounters{pause: time.Millisecond}
 	opts := fastGroup
 	opts.MaxBatch = 16
 	opts.Buffer = 512
@@ -92,6 +98,7 @@ func TestProcessBatchCheckpointsAtRecordBoundaries(t *testing.T) {
 	}, 60*time.Second, time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
+	t.Logf("%d checkpoints seen while records flowed", len(seen))
 	assert.Greater(t, len(seen), 3, "checkpoints taken while records flowed")
 	assert.Equal(t, int64(partitions*perPart), bc.records.Load())
 	assert.LessOrEqual(t, bc.largest.Load(), int64(16), "MaxBatch bounds a call")

@@ -131,11 +131,13 @@ func TestExpireMembers(t *testing.T) {
 	for round := range rounds {
 		joinAndDie(t, addr, "g", session)
 		// The rebalance completes with both members; then the dead one
-		// must go within its session timeout (plus a look or two).
+		// must go after its session timeout. The bound is generous: on a
+		// loaded machine (CI beside a chaos run) the live member's own
+		// heartbeats can be late too, and the group rebalances again first.
 		require.Eventually(t, func() bool {
 			state, n := groupMembers(t, addr, "g")
 			return state == "Stable" && n == 1 && live.partitions() == partitions
-		}, 10*session, 50*time.Millisecond, "round %d: the member killed while joining is still in the group", round)
+		}, 60*session, 50*time.Millisecond, "round %d: the member killed while joining is still in the group", round)
 	}
 	t.Logf("%d of %d dead joiners needed ExpireMembers; the live consumer went through %d generations", inj.Expired(), rounds, live.gens)
 	state, n := groupMembers(t, addr, "g")
