@@ -203,23 +203,7 @@ func heldBefore(dups []string, since int64) bool {
 // come. A crash between the insert and this entry loses those rows: the
 // next replay finds p's token taken and keeps the short version.
 func (s *Sink[T]) cutShort(ctx context.Context, p sink.Intent, h uint64, start time.Time) error {
-	in := sink.Intent{
-		First: p.First, Last: s.last, Rows: s.n, Hash: h,
-		Token: p.Token, Supersedes: p.Token,
-		Created: s.opts.Now(),
-	}
-	var err error
-	if in.Block, err = s.blockLowerBound(ctx); err != nil {
-		return err
-	}
-	if err := s.journal.Record(ctx, &in); err != nil {
-		return err
-	}
-	s.journal.AckLater(&in)
-	s.pending = s.pending[1:]
-	s.written(in, time.Since(start))
-	s.resetBuffer()
-	return nil
+	return s.supersede(ctx, p, p.Token, s.last, h, false, start)
 }
 
 // reinsert writes the buffered rows, replayed into pending[0]'s positions
@@ -232,9 +216,16 @@ func (s *Sink[T]) cutShort(ctx context.Context, p sink.Intent, h uint64, start t
 // any other (see flush); until then a replay re-inserts it with its token.
 // Like finishReplay, it inserts synchronously.
 func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, last sink.Position, start time.Time) error {
+	return s.supersede(ctx, p, sink.ReinsertToken(p.Token, h), last, h, true, start)
+}
+
+// supersede journals the buffered rows, content hash h, as the batch
+// p.First..last under token, superseding p; inserts them first if insert
+// (after the entry, so a crash replays it); and moves past p.
+func (s *Sink[T]) supersede(ctx context.Context, p sink.Intent, token string, last sink.Position, h uint64, insert bool, start time.Time) error {
 	in := sink.Intent{
 		First: p.First, Last: last, Rows: s.n, Hash: h,
-		Token: sink.ReinsertToken(p.Token, h), Supersedes: p.Token,
+		Token: token, Supersedes: p.Token,
 		Created: s.opts.Now(),
 	}
 	var err error
@@ -244,8 +235,10 @@ func (s *Sink[T]) reinsert(ctx context.Context, p sink.Intent, h uint64, last si
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
-	if _, err := s.insert(ctx, s.buf.sealed, in, true, s.beforeInsert); err != nil {
-		return err
+	if insert {
+		if _, err := s.insert(ctx, s.buf.sealed, in, true, s.beforeInsert); err != nil {
+			return err
+		}
 	}
 	s.journal.AckLater(&in)
 	s.pending = s.pending[1:]
