@@ -159,7 +159,15 @@
 // target). An insert attempt that may repeat an earlier one (a retry, or a
 // replay after a crash) therefore reads the server's log
 // (send_logs_level = information) and checks that an active part covers
-// every part it was deduplicated against. A lost part of the table is put
+// every part it was deduplicated against. A name is not enough: the
+// restarted server numbers blocks on from its highest surviving part, so the
+// next insert (another partition's, typically) takes the lost part's name.
+// When the server restarted after the batch was journaled and the covering
+// parts are younger than that start, the sink stages the batch and checks
+// that those parts hold each of its rows' sorting keys (the view's rows', for
+// a target), and takes a missing key for a lost part. The check is exact
+// where the key identifies a row; on an aggregating target it only sees a key
+// no other batch has. A lost part of the table is put
 // back through a staging table created AS the table and moved in, so no view
 // fires twice; a lost part of a view's target is derived again by that
 // view's query over the batch alone, under a derived token. Both survive a

@@ -11,7 +11,10 @@ package chsink
 // The sink settles it where it can see it: every insert attempt that may
 // repeat an earlier one asks for the server's log, which names the part each
 // dropped block was a duplicate of; the sink then checks that an active part
-// still covers that part's blocks. If the table itself lost the part, the
+// still covers that part's blocks and, if the server restarted since the
+// batch was journaled, that those parts hold the batch's keys: the restarted
+// server gives the lost part's name to the next insert, whoever's it is.
+// If the table itself lost the part, the
 // sink puts the batch's rows back without firing the views (whose targets
 // got their own rows from this retry, or still hold them): it fills a
 // staging table created AS the table, renames it into place (the marker
@@ -30,8 +33,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
@@ -127,59 +132,210 @@ func partBlocks(part string) (partition string, lo, hi int64, ok bool) {
 	return f[0], lo, hi, true
 }
 
-// partCovered reports whether an active part of db.table covers part's
-// blocks: the part itself, or what merges or mutations made of it.
-func partCovered(ctx context.Context, c *ch.Client, db, table, part string) (bool, error) {
-	q := fmt.Sprintf("SELECT toString(count()) AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
-		quote(db), quote(table), quote(part))
+// covering lists the active parts of db.table that cover part's blocks:
+// the part itself, or what merges or mutations made of it. old says every
+// one of them is older than the server's last start.
+func covering(ctx context.Context, c *ch.Client, db, table, part string) (parts []string, old bool, err error) {
+	where := "name = " + quote(part)
 	if p, lo, hi, ok := partBlocks(part); ok {
-		q = fmt.Sprintf("SELECT toString(count()) AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND partition_id = %s AND min_block_number <= %d AND max_block_number >= %d",
-			quote(db), quote(table), quote(p), lo, hi)
+		where = fmt.Sprintf("partition_id = %s AND min_block_number <= %d AND max_block_number >= %d", quote(p), lo, hi)
 	}
-	rows, err := queryStrings(ctx, c, q, 1)
+	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT name AS c0, toString(modification_time < now() - uptime()) AS c1 FROM system.parts WHERE active AND database = %s AND table = %s AND %s",
+		quote(db), quote(table), where), 2)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	return len(rows) == 1 && rows[0][0] != "0", nil
+	old = true
+	for _, r := range rows {
+		parts = append(parts, r[0])
+		old = old && r[1] == "1"
+	}
+	return parts, old, nil
 }
 
 // settleLost checks the parts that the insert of in was deduplicated
-// against (hits) and repairs a lost part of the sink's own table; see the
-// top of this file. It returns the parts of the sink's own table that hold
-// the batch.
+// against (hits) and repairs what the tables lost; see the top of this
+// file. It returns the parts of the sink's own table that hold the batch.
+//
+// A part's name is no proof: the server numbers blocks on from its highest
+// active part when it starts, so the next insert after the kill (another
+// partition's, say) takes the lost part's name, and a merge may span its
+// number. When the server restarted since the batch was journaled and the
+// covering parts are younger than that start, the sink checks that they
+// hold every key of the batch (see lacks).
 func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Intent, hits []dedupHit) ([]string, error) {
-	var held []string
+	type target struct {
+		db, table string
+		hits      []string // parts the log named
+		parts     []string // active parts covering them
+		lost      bool     // a named part is covered by none
+		young     bool     // some covering part is younger than the server's start
+	}
+	var targets []*target
 	for _, h := range hits {
-		own := h.db == s.opts.Database && h.table == s.table.Name
-		ok, err := partCovered(ctx, s.conn, h.db, h.table, h.part)
+		i := slices.IndexFunc(targets, func(t *target) bool { return t.db == h.db && t.table == h.table })
+		if i < 0 {
+			i = len(targets)
+			targets = append(targets, &target{db: h.db, table: h.table})
+		}
+		t := targets[i]
+		parts, old, err := covering(ctx, s.conn, h.db, h.table, h.part)
 		if err != nil {
 			return nil, fmt.Errorf("chsink: check part %s of %s.%s: %w", h.part, h.db, h.table, err)
 		}
-		if ok {
-			if own {
-				held = append(held, h.part)
+		t.hits = append(t.hits, h.part)
+		t.parts = append(t.parts, parts...)
+		t.lost = t.lost || len(parts) == 0
+		t.young = t.young || !old
+	}
+	restarted, err := s.restartedSince(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	v := &verifier[T]{s: s, input: input, in: in}
+	defer v.drop(ctx)
+	var held []string
+	for _, t := range targets {
+		own := t.db == s.opts.Database && t.table == s.table.Name
+		if !t.lost && restarted && t.young {
+			var err error
+			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.parts); err != nil {
+				return nil, fmt.Errorf("chsink: check that %s.%s holds batch %s..%s: %w", t.db, t.table, in.First, in.Last, err)
 			}
-			continue
 		}
-		if !own {
-			lost := &LostPartError{Intent: in, Table: h.db + "." + h.table, Part: h.part}
+		switch {
+		case !t.lost && own:
+			held = append(held, t.hits...)
+		case !t.lost:
+		case own:
+			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; writing the batch's rows into the table again, without its views",
+				"table", s.table.Name, "parts", t.hits, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
+			if err := s.putBack(ctx, input, in); err != nil {
+				return nil, err
+			}
+			s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+		default:
+			lost := &LostPartError{Intent: in, Table: t.db + "." + t.table, Part: t.hits[0]}
 			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
-				"table", s.table.Name, "target", lost.Table, "part", h.part, "token", in.Token)
-			if err := s.rederive(ctx, input, in, h.db, h.table); err != nil {
+				"table", s.table.Name, "target", lost.Table, "parts", t.hits, "token", in.Token)
+			if err := s.rederive(ctx, input, in, t.db, t.table); err != nil {
 				lost.Err = err
 				return nil, lost
 			}
 			s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
-			continue
 		}
-		s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; writing the batch's rows into the table again, without its views",
-			"table", s.table.Name, "part", h.part, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
-		if err := s.putBack(ctx, input, in); err != nil {
-			return nil, err
-		}
-		s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
 	}
 	return held, nil
+}
+
+// restartedSince reports whether the server may have restarted since in
+// was journaled: a part can be lost only by a kill while the batch was
+// being inserted, so a server up since before that holds what its log
+// names. It compares durations (the server's uptime, the time since the
+// journal entry) so that the two clocks need not agree; the margin covers
+// a skewed rate and the entry's own write.
+func (s *Sink[T]) restartedSince(ctx context.Context, in sink.Intent) (bool, error) {
+	if in.Created.IsZero() {
+		return true, nil
+	}
+	rows, err := queryStrings(ctx, s.conn, "SELECT toString(uptime()) AS c0", 1)
+	if err != nil {
+		return false, fmt.Errorf("chsink: read server uptime: %w", err)
+	}
+	if len(rows) != 1 {
+		return true, nil
+	}
+	up, err := strconv.ParseInt(rows[0][0], 10, 64)
+	if err != nil {
+		return true, nil
+	}
+	const margin = 10 * time.Second
+	return time.Duration(up)*time.Second < s.opts.Now().Sub(in.Created)+margin, nil
+}
+
+// verifier checks a batch's rows against the parts that supposedly hold
+// them, through a staging copy of the table holding the batch alone (made
+// on first use, dropped by drop).
+type verifier[T any] struct {
+	s      *Sink[T]
+	input  proto.Input
+	in     sink.Intent
+	staged string
+}
+
+// lacks reports whether parts of db.table miss a row of the batch (own:
+// the sink's table) or of what the views writing to db.table derive from
+// it. A row is there if a row with its sorting key is (a ReplacingMergeTree
+// may have replaced it with a newer version; an aggregating target summed
+// it with others of its key), or all its columns for a table without one.
+// So the check is exact where keys identify rows, and only a filter on an
+// aggregating target: rows of other batches with the same keys pass it.
+func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, parts []string) (bool, error) {
+	c, sdb := v.s.conn, v.s.opts.Database
+	if v.staged == "" {
+		h := fnv.New64a()
+		h.Write([]byte(v.s.table.Name + "\x00" + v.in.Token))
+		name := fmt.Sprintf("eo_verify_%016x", h.Sum64())
+		if err := v.s.stage(ctx, v.input, name); err != nil {
+			return false, err
+		}
+		v.staged = name
+	}
+	rows := []string{"SELECT * FROM " + ident(sdb) + "." + ident(v.staged)}
+	if !own {
+		views, err := v.s.viewQueries(ctx, db, table, v.staged)
+		if err != nil {
+			return false, err
+		}
+		rows = rows[:0]
+		for _, q := range views {
+			rows = append(rows, q.sel)
+		}
+		if len(rows) == 0 {
+			return false, fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", sdb, v.s.table.Name, db, table)
+		}
+	}
+	keys, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT sorting_key AS c0 FROM system.tables WHERE database = %s AND name = %s", quote(db), quote(table)), 1)
+	if err != nil {
+		return false, err
+	}
+	in := make([]string, len(parts))
+	for i, p := range parts {
+		in[i] = quote(p)
+	}
+	for _, q := range rows {
+		key := ""
+		if len(keys) == 1 {
+			key = keys[0][0]
+		}
+		if key == "" {
+			names, err := outputColumns(ctx, c, q)
+			if err != nil {
+				return false, err
+			}
+			key = joinIdents(names)
+		}
+		n, err := queryStrings(ctx, c, fmt.Sprintf(
+			"SELECT toString(count()) AS c0 FROM (%s) WHERE (%s) NOT IN (SELECT %s FROM %s.%s WHERE _part IN (%s))",
+			q, key, key, ident(db), ident(table), strings.Join(in, ", ")), 1)
+		if err != nil {
+			return false, err
+		}
+		if len(n) != 1 || n[0][0] != "0" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// drop removes the staging table, if one was made.
+func (v *verifier[T]) drop(ctx context.Context) {
+	if v.staged == "" {
+		return
+	}
+	_ = v.s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: "DROP TABLE IF EXISTS " + ident(v.s.opts.Database) + "." + ident(v.staged) + " SYNC"})
 }
 
 // stagingName is the staging table of in's repair: one per token, so a
@@ -283,66 +439,79 @@ func (s *Sink[T]) dropStaging(ctx context.Context, through sink.Position) {
 // deduplication drops if a crash repeats the repair. A query that reads
 // other tables too (a JOIN) reads them as they are now.
 func (s *Sink[T]) rederive(ctx context.Context, input proto.Input, in sink.Intent, db, target string) error {
+	h := fnv.New64a()
+	h.Write([]byte(s.table.Name + "\x00" + in.Token + "\x00" + db + "." + target))
+	stage := fmt.Sprintf("eo_rederive_%016x", h.Sum64())
+	views, err := s.viewQueries(ctx, db, target, stage)
+	if err != nil {
+		return err
+	}
+	if len(views) == 0 {
+		return fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", s.opts.Database, s.table.Name, db, target)
+	}
+	defer func() {
+		_ = s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: "DROP TABLE IF EXISTS " + ident(s.opts.Database) + "." + ident(stage) + " SYNC"})
+	}()
+	if err := s.stage(ctx, input, stage); err != nil {
+		return err
+	}
+	for _, v := range views {
+		names, err := outputColumns(ctx, s.conn, v.sel)
+		if err != nil {
+			return fmt.Errorf("view %s: %w", v.name, err)
+		}
+		body := "INSERT INTO " + ident(db) + "." + ident(target) + " (" + joinIdents(names) + ") SELECT " + joinIdents(names) + " FROM (" + v.sel + ")"
+		err = s.conn.Do(ctx, ch.Query{Body: body, Settings: []ch.Setting{
+			{Key: "insert_deduplication_token", Value: in.Token + ":rederive:" + v.name, Important: true},
+			ch.SettingInt("insert_deduplicate", 1),
+			ch.SettingInt("deduplicate_blocks_in_dependent_materialized_views", 1),
+		}})
+		if err != nil {
+			return fmt.Errorf("view %s: %w", v.name, err)
+		}
+	}
+	return nil
+}
+
+// viewQuery is a materialized view's query, made to read another table.
+type viewQuery struct {
+	name string // database.view
+	sel  string
+}
+
+// viewQueries returns the queries of the materialized views that read the
+// sink's table and write to db.target directly, each made to read the
+// table from instead (a staging copy in the sink's database).
+func (s *Sink[T]) viewQueries(ctx context.Context, db, target, from string) ([]viewQuery, error) {
 	deps, err := queryStrings(ctx, s.conn, fmt.Sprintf(
 		"SELECT d.1 AS c0, d.2 AS c1 FROM system.tables ARRAY JOIN arrayZip(dependencies_database, dependencies_table) AS d WHERE database = %s AND name = %s",
 		quote(s.opts.Database), quote(s.table.Name)), 2)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	src := []string{s.opts.Database + "." + s.table.Name, ident(s.opts.Database) + "." + ident(s.table.Name)}
 	to := regexp.MustCompile(`\sTO\s+(` + regexp.QuoteMeta(db+"."+target) + `|` + regexp.QuoteMeta(ident(db)+"."+ident(target)) + `)[\s(]`)
-	h := fnv.New64a()
-	h.Write([]byte(s.table.Name + "\x00" + in.Token + "\x00" + db + "." + target))
-	stage := fmt.Sprintf("eo_rederive_%016x", h.Sum64())
-	staged := false
-	defer func() {
-		if staged {
-			_ = s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: "DROP TABLE IF EXISTS " + ident(s.opts.Database) + "." + ident(stage) + " SYNC"})
-		}
-	}()
-	found := 0
+	var views []viewQuery
 	for _, d := range deps {
 		q, err := queryStrings(ctx, s.conn, fmt.Sprintf(
 			"SELECT as_select AS c0, create_table_query AS c1 FROM system.tables WHERE database = %s AND name = %s AND engine = 'MaterializedView'",
 			quote(d[0]), quote(d[1])), 2)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(q) != 1 || !to.MatchString(q[0][1]) {
 			continue
 		}
 		sel := q[0][0]
-		for _, from := range src {
-			sel = strings.ReplaceAll(sel, from, ident(s.opts.Database)+"."+ident(stage))
+		for _, name := range src {
+			sel = strings.ReplaceAll(sel, name, ident(s.opts.Database)+"."+ident(from))
 		}
 		if sel == q[0][0] {
-			return fmt.Errorf("view %s.%s: its query does not name %s.%s", d[0], d[1], s.opts.Database, s.table.Name)
+			return nil, fmt.Errorf("view %s.%s: its query does not name %s.%s", d[0], d[1], s.opts.Database, s.table.Name)
 		}
-		if !staged {
-			if err := s.stage(ctx, input, stage); err != nil {
-				return err
-			}
-			staged = true
-		}
-		names, err := outputColumns(ctx, s.conn, sel)
-		if err != nil {
-			return fmt.Errorf("view %s.%s: %w", d[0], d[1], err)
-		}
-		body := "INSERT INTO " + ident(db) + "." + ident(target) + " (" + joinIdents(names) + ") SELECT " + joinIdents(names) + " FROM (" + sel + ")"
-		err = s.conn.Do(ctx, ch.Query{Body: body, Settings: []ch.Setting{
-			{Key: "insert_deduplication_token", Value: in.Token + ":rederive:" + d[0] + "." + d[1], Important: true},
-			ch.SettingInt("insert_deduplicate", 1),
-			ch.SettingInt("deduplicate_blocks_in_dependent_materialized_views", 1),
-		}})
-		if err != nil {
-			return fmt.Errorf("view %s.%s: %w", d[0], d[1], err)
-		}
-		found++
+		views = append(views, viewQuery{name: d[0] + "." + d[1], sel: sel})
 	}
-	if found == 0 {
-		return fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", s.opts.Database, s.table.Name, db, target)
-	}
-	return nil
+	return views, nil
 }
 
 // stage creates the table name AS the sink's table, without its views,
