@@ -91,7 +91,7 @@ func (s *Sink[T]) launch(ctx context.Context, in sink.Intent, start time.Time) {
 	s.n = 0
 	go func() {
 		defer close(f.done)
-		_, f.err = s.insert(ictx, f.cols.sealed, in, false, hook)
+		_, f.err = s.insert(ictx, f.cols.sealed, in, false, asJournaled, hook)
 		f.took = time.Since(start)
 	}()
 }

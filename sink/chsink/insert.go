@@ -56,6 +56,17 @@ func (s *Sink[T]) dropConn() {
 	}
 }
 
+// content says how an insert's rows relate to the batch journaled under
+// its token: what a check of the parts that hold the batch can expect to
+// find there (see settleLost).
+type content uint8
+
+const (
+	asJournaled content = iota // the batch itself
+	prefixOf                   // its first rows: a replay that stalled
+	differsFrom                // another version: processing is not deterministic
+)
+
 // insert sends input with in's token, retrying retryable errors with
 // exponential backoff and full jitter; hook, if set, runs before each
 // attempt. It runs in the flight's goroutine, or in the sink's with no batch
@@ -66,10 +77,12 @@ func (s *Sink[T]) dropConn() {
 // too. An unsure attempt on a plain MergeTree reads the server's log and
 // settles the blocks it reports as duplicates (see settleLost): a token the
 // server kept for a part it lost would otherwise drop the batch silently.
+// rows says how input relates to the batch journaled as in.
+//
 // It returns the parts of the table that the server dropped the block as a
 // duplicate of, and still holds (known only from an unsure attempt on a
 // plain MergeTree).
-func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, unsure bool, hook func()) ([]string, error) {
+func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, unsure bool, rows content, hook func()) ([]string, error) {
 	settings := []ch.Setting{
 		{Key: "insert_deduplication_token", Value: in.Token, Important: true},
 		ch.SettingInt("insert_deduplicate", 1),
@@ -111,7 +124,7 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 			err = conn.Do(actx, q)
 			var dups []string
 			if err == nil && len(hits) > 0 {
-				dups, err = s.settleLost(actx, input, in, hits)
+				dups, err = s.settleLost(actx, input, in, rows, hits)
 			}
 			stop()
 			// The attempt's own deadline, not the caller's: the outcome is

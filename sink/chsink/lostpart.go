@@ -163,8 +163,11 @@ func covering(ctx context.Context, c *ch.Client, db, table, part string) (parts 
 // partition's, say) takes the lost part's name, and a merge may span its
 // number. When the server restarted since the batch was journaled and the
 // covering parts are younger than that start, the sink checks that they
-// hold every key of the batch (see lacks).
-func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Intent, hits []dedupHit) ([]string, error) {
+// hold every key of the batch (see lacks). Only input as journaled can be
+// checked both ways; a stalled replay's rows are checked to be there, and
+// another version's not at all (its keys may differ: the name is all there
+// is to go on).
+func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Intent, rows content, hits []dedupHit) ([]string, error) {
 	type target struct {
 		db, table string
 		hits      []string // parts the log named
@@ -198,9 +201,13 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 	var held []string
 	for _, t := range targets {
 		own := t.db == s.opts.Database && t.table == s.table.Name
-		if !t.lost && restarted && t.young {
+		if !t.lost && restarted && t.young && rows != differsFrom {
 			var err error
-			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.parts); err != nil {
+			var named []string // unmerged parts the log named, to hold nothing but the batch
+			if rows == asJournaled {
+				named = slices.DeleteFunc(slices.Clone(t.hits), func(p string) bool { return !slices.Contains(t.parts, p) })
+			}
+			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.parts, named); err != nil {
 				return nil, fmt.Errorf("chsink: check that %s.%s holds batch %s..%s: %w", t.db, t.table, in.First, in.Last, err)
 			}
 		}
@@ -209,12 +216,15 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 			held = append(held, t.hits...)
 		case !t.lost:
 		case own:
-			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; writing the batch's rows into the table again, without its views",
-				"table", s.table.Name, "parts", t.hits, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
-			if err := s.putBack(ctx, input, in); err != nil {
+			moved, err := s.putBack(ctx, input, in)
+			if err != nil {
 				return nil, err
 			}
-			s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+			if moved {
+				s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; wrote the batch's rows into the table again, without its views",
+					"table", s.table.Name, "parts", t.hits, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
+				s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+			}
 		default:
 			lost := &LostPartError{Intent: in, Table: t.db + "." + t.table, Part: t.hits[0]}
 			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
@@ -264,14 +274,18 @@ type verifier[T any] struct {
 	staged string
 }
 
-// lacks reports whether parts of db.table miss a row of the batch (own:
-// the sink's table) or of what the views writing to db.table derive from
-// it. A row is there if a row with its sorting key is (a ReplacingMergeTree
-// may have replaced it with a newer version; an aggregating target summed
-// it with others of its key), or all its columns for a table without one.
-// So the check is exact where keys identify rows, and only a filter on an
-// aggregating target: rows of other batches with the same keys pass it.
-func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, parts []string) (bool, error) {
+// lacks reports whether the parts of db.table that cover the log's hits do
+// not hold the batch (own: the sink's table) or what the views writing to
+// db.table derive from it. They do not if they miss a row's sorting key (all
+// its columns for a table without one), or if a part the log named, still
+// unmerged, holds a key the batch has not: one insert makes one part per
+// partition, so that part is another insert's under the lost part's name.
+// A row's key is enough because a ReplacingMergeTree may have replaced the
+// row with a newer version and an aggregating target summed it with others
+// of its key; so the check is exact where keys identify rows, and on an
+// aggregating target whose parts merged it only sees keys no other batch
+// has.
+func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, parts, named []string) (bool, error) {
 	c, sdb := v.s.conn, v.s.opts.Database
 	if v.staged == "" {
 		h := fnv.New64a()
@@ -301,15 +315,17 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, par
 	if err != nil {
 		return false, err
 	}
-	in := make([]string, len(parts))
-	for i, p := range parts {
-		in[i] = quote(p)
+	sortingKey := ""
+	if len(keys) == 1 {
+		sortingKey = keys[0][0]
 	}
+	count := func(q string) (bool, error) {
+		n, err := queryStrings(ctx, c, q, 1)
+		return err == nil && (len(n) != 1 || n[0][0] != "0"), err
+	}
+	var batchKeys []string
 	for _, q := range rows {
-		key := ""
-		if len(keys) == 1 {
-			key = keys[0][0]
-		}
+		key := sortingKey
 		if key == "" {
 			names, err := outputColumns(ctx, c, q)
 			if err != nil {
@@ -317,17 +333,37 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, par
 			}
 			key = joinIdents(names)
 		}
-		n, err := queryStrings(ctx, c, fmt.Sprintf(
+		batchKeys = append(batchKeys, "SELECT "+key+" FROM ("+q+")")
+		missing, err := count(fmt.Sprintf(
 			"SELECT toString(count()) AS c0 FROM (%s) WHERE (%s) NOT IN (SELECT %s FROM %s.%s WHERE _part IN (%s))",
-			q, key, key, ident(db), ident(table), strings.Join(in, ", ")), 1)
+			q, key, key, ident(db), ident(table), quoteAll(parts)))
+		if missing || err != nil {
+			return missing, err
+		}
+	}
+	if len(named) == 0 || (sortingKey == "" && len(rows) > 1) {
+		return false, nil
+	}
+	key := sortingKey
+	if key == "" {
+		names, err := outputColumns(ctx, c, rows[0])
 		if err != nil {
 			return false, err
 		}
-		if len(n) != 1 || n[0][0] != "0" {
-			return true, nil
-		}
+		key = joinIdents(names)
 	}
-	return false, nil
+	return count(fmt.Sprintf(
+		"SELECT toString(count()) AS c0 FROM %s.%s WHERE _part IN (%s) AND (%s) NOT IN (%s)",
+		ident(db), ident(table), quoteAll(named), key, strings.Join(batchKeys, " UNION ALL ")))
+}
+
+// quoteAll quotes each string and joins them with commas.
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = quote(s)
+	}
+	return strings.Join(q, ", ")
 }
 
 // drop removes the staging table, if one was made.
@@ -351,40 +387,41 @@ func (s *Sink[T]) stagingName(in sink.Intent) string {
 // temporary name and renamed when complete, so that its existence proves
 // it holds the whole batch), whose partitions then move into the table.
 // Moving empties the staging table, which tells a repeated repair that the
-// rows are in. The empty staging table is dropped once a completed
+// rows are in: moved says whether this call moved any. The empty staging table is dropped once a completed
 // checkpoint covers the batch (dropStaging).
-func (s *Sink[T]) putBack(ctx context.Context, input proto.Input, in sink.Intent) error {
+func (s *Sink[T]) putBack(ctx context.Context, input proto.Input, in sink.Intent) (moved bool, err error) {
 	db, stage := ident(s.opts.Database), s.stagingName(in)
 	exists, err := queryStrings(ctx, s.conn, fmt.Sprintf(
 		"SELECT name AS c0 FROM system.tables WHERE database = %s AND name = %s", quote(s.opts.Database), quote(stage)), 1)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(exists) == 0 {
 		tmp := stage + "_tmp"
 		if err := s.stage(ctx, input, tmp); err != nil {
-			return fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
+			return false, fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
 		}
 		if err := s.conn.Do(ctx, ch.Query{Body: "RENAME TABLE " + db + "." + ident(tmp) + " TO " + db + "." + ident(stage)}); err != nil {
-			return fmt.Errorf("chsink: repair %s: rename staging table: %w", s.table.Name, err)
+			return false, fmt.Errorf("chsink: repair %s: rename staging table: %w", s.table.Name, err)
 		}
 	}
 	parts, err := queryStrings(ctx, s.conn, fmt.Sprintf(
 		"SELECT DISTINCT partition_id AS c0 FROM system.parts WHERE active AND database = %s AND table = %s",
 		quote(s.opts.Database), quote(stage)), 1)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, p := range parts {
 		q := "ALTER TABLE " + db + "." + ident(stage) + " MOVE PARTITION ID " + quote(p[0]) + " TO TABLE " + db + "." + ident(s.table.Name)
 		if err := s.conn.Do(ctx, ch.Query{Body: q}); err != nil {
-			return fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
+			return false, fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
 		}
+		moved = true
 	}
 	s.staged.Lock()
 	s.staging = append(s.staging, stagedRepair{table: stage, last: in.Last})
 	s.staged.Unlock()
-	return nil
+	return moved, nil
 }
 
 // stagedRepair is an emptied staging table and the last position of its

@@ -145,7 +145,14 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 					since = -1
 				}
 			}
-			dups, err := s.insert(ctx, s.buf.sealed, p, true, s.beforeInsert)
+			rows := asJournaled
+			switch {
+			case stalled && !match:
+				rows = prefixOf
+			case !match:
+				rows = differsFrom
+			}
+			dups, err := s.insert(ctx, s.buf.sealed, p, true, rows, s.beforeInsert)
 			if err != nil {
 				return err
 			}
@@ -236,7 +243,7 @@ func (s *Sink[T]) supersede(ctx context.Context, p sink.Intent, token string, la
 		return err
 	}
 	if insert {
-		if _, err := s.insert(ctx, s.buf.sealed, in, true, s.beforeInsert); err != nil {
+		if _, err := s.insert(ctx, s.buf.sealed, in, true, asJournaled, s.beforeInsert); err != nil {
 			return err
 		}
 	}
