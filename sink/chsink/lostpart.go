@@ -171,7 +171,7 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 	type target struct {
 		db, table string
 		hits      []string // parts the log named
-		parts     []string // active parts covering them
+		parts     []string // active parts covering them when looked up
 		lost      bool     // a named part is covered by none
 		young     bool     // some covering part is younger than the server's start
 	}
@@ -207,7 +207,7 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 			if rows == asJournaled {
 				named = slices.DeleteFunc(slices.Clone(t.hits), func(p string) bool { return !slices.Contains(t.parts, p) })
 			}
-			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.parts, named); err != nil {
+			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.hits, named); err != nil {
 				return nil, fmt.Errorf("chsink: check that %s.%s holds batch %s..%s: %w", t.db, t.table, in.First, in.Last, err)
 			}
 		}
@@ -285,7 +285,7 @@ type verifier[T any] struct {
 // of its key; so the check is exact where keys identify rows, and on an
 // aggregating target whose parts merged it only sees keys no other batch
 // has.
-func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, parts, named []string) (bool, error) {
+func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hits, named []string) (bool, error) {
 	c, sdb := v.s.conn, v.s.opts.Database
 	if v.staged == "" {
 		h := fnv.New64a()
@@ -335,8 +335,8 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, par
 		}
 		batchKeys = append(batchKeys, "SELECT "+key+" FROM ("+q+")")
 		missing, err := count(fmt.Sprintf(
-			"SELECT toString(count()) AS c0 FROM (%s) WHERE (%s) NOT IN (SELECT %s FROM %s.%s WHERE _part IN (%s))",
-			q, key, key, ident(db), ident(table), quoteAll(parts)))
+			"SELECT toString(count()) AS c0 FROM (%s) WHERE (%s) NOT IN (SELECT %s FROM %s.%s WHERE %s)",
+			q, key, key, ident(db), ident(table), coveringRows(hits)))
 		if missing || err != nil {
 			return missing, err
 		}
@@ -355,6 +355,24 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, par
 	return count(fmt.Sprintf(
 		"SELECT toString(count()) AS c0 FROM %s.%s WHERE _part IN (%s) AND (%s) NOT IN (%s)",
 		ident(db), ident(table), quoteAll(named), key, strings.Join(batchKeys, " UNION ALL ")))
+}
+
+// coveringRows is a condition on a table's rows: they are in a part that
+// covers one of the parts named. It reads the range from each row's part
+// name rather than naming the parts that cover them now, because a merge
+// may replace those before the query runs (and a query reads active parts
+// only: it would find none of the batch's rows).
+func coveringRows(named []string) string {
+	var or []string
+	for _, part := range named {
+		p, lo, hi, ok := partBlocks(part)
+		if !ok {
+			or = append(or, "_part = "+quote(part))
+			continue
+		}
+		or = append(or, fmt.Sprintf("(_partition_id = %s AND toInt64(splitByChar('_', _part)[2]) <= %d AND toInt64(splitByChar('_', _part)[3]) >= %d)", quote(p), lo, hi))
+	}
+	return strings.Join(or, " OR ")
 }
 
 // quoteAll quotes each string and joins them with commas.

@@ -106,38 +106,57 @@ func TestServerLostPart(t *testing.T) {
 }
 
 // TestServerRestartKeepsHeldBatch is the other side of the "number
-// reused" cases: the batch did land, the server restarted, another writer
-// inserted, and merges folded every part into one younger than the start.
-// The sink checks the batch's keys in that part and finds them: it repairs
-// nothing and adds nothing twice.
+// reused" cases: the batch did land, the server restarted and another
+// writer inserted. With the parts as they were, or merged into parts
+// younger than the start, the sink finds the batch in the table and in each
+// view's target (an aggregating one, a filtered ReplacingMergeTree, a
+// SummingMergeTree: the shapes of examples/devmetrics): it repairs nothing
+// and adds nothing twice.
 func TestServerRestartKeepsHeldBatch(t *testing.T) {
-	ctx := context.Background()
-	srv := testenv.StartClickHouse(t)
-	db := testenv.NewDatabase(t, srv.Addr())
-	env := chEnv{addr: srv.Addr(), db: db, conn: testenv.DialClickHouse(t, srv.Addr(), db)}
-	env.exec(t, fmt.Sprintf(eventsDDL, db))
-	env.withRollup(t)
-	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
-	state := crashAfterUnackedInsert(t, env, store) // records [100, 150) inserted, not acknowledged
-	srv.Kill()
-	srv.Restart()
-	env.conn = testenv.DialClickHouse(t, srv.Addr(), db)
-	env.exec(t, "INSERT INTO "+db+".events SELECT 1000000000 + number, 'other', 'other', toDateTime64('2026-01-01 00:00:00', 3), 0, [], NULL FROM numbers(5)")
-	time.Sleep(1100 * time.Millisecond) // parts' times have seconds: the merged part is then younger than the start
-	env.exec(t, "OPTIMIZE TABLE "+db+".events FINAL")
-	env.exec(t, "OPTIMIZE TABLE "+db+".kind_counts FINAL")
-	require.Equal(t, uint64(1), env.count(t, "SELECT count() FROM system.parts WHERE active AND database = '"+db+"' AND table = 'events'"))
+	for _, merged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("merged=%v", merged), func(t *testing.T) {
+			ctx := context.Background()
+			srv := testenv.StartClickHouse(t)
+			db := testenv.NewDatabase(t, srv.Addr())
+			env := chEnv{addr: srv.Addr(), db: db, conn: testenv.DialClickHouse(t, srv.Addr(), db)}
+			env.exec(t, fmt.Sprintf(eventsDDL, db))
+			env.withRollup(t)
+			env.exec(t, "CREATE TABLE "+db+".hourly (org String, hour DateTime, n AggregateFunction(sum, UInt64)) ENGINE = AggregatingMergeTree ORDER BY (org, hour) SETTINGS non_replicated_deduplication_window = 1000")
+			env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_hourly TO "+db+".hourly AS SELECT org, toStartOfHour(at) AS hour, sumState(toUInt64(1)) AS n FROM "+db+".events GROUP BY org, hour")
+			env.exec(t, "CREATE TABLE "+db+".merged (org LowCardinality(String), id String, version UInt64) ENGINE = ReplacingMergeTree(version) ORDER BY (org, id) SETTINGS non_replicated_deduplication_window = 1000")
+			env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_merged TO "+db+".merged AS SELECT org, toString(intDiv(id, 100)) AS id, id AS version FROM "+db+".events WHERE kind = 'pr.merged'")
+			store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+			state := crashAfterUnackedInsert(t, env, store) // records [100, 150) inserted, not acknowledged
+			srv.Kill()
+			srv.Restart()
+			env.conn = testenv.DialClickHouse(t, srv.Addr(), db)
+			env.exec(t, "INSERT INTO "+db+".events SELECT 1000000000 + number, 'other', 'pr.merged', toDateTime64('2026-01-01 00:00:00', 3), 0, [], NULL FROM numbers(5)")
+			if merged {
+				time.Sleep(1100 * time.Millisecond) // parts' times have seconds: the merged parts are then younger than the start
+				for _, table := range []string{"events", "kind_counts", "hourly", "merged"} {
+					env.exec(t, "OPTIMIZE TABLE "+db+"."+table+" FINAL")
+				}
+				require.Equal(t, uint64(1), env.count(t, "SELECT count() FROM system.parts WHERE active AND database = '"+db+"' AND table = 'events'"))
+			}
+			before := func(q string) uint64 { return env.count(t, q) }
+			hourly := "SELECT toUInt64(sumMerge(n)) FROM " + db + ".hourly WHERE org != 'other'"
+			prs := "SELECT count() FROM " + db + ".merged FINAL WHERE org != 'other'"
+			wantPRs := before(prs)
 
-	s := env.newSink(t, store, chsink.Options{})
-	require.NoError(t, s.Restore(ctx, state))
-	require.NoError(t, feed(ctx, t, s, 100, 160))
-	_, err := s.Snapshot(ctx, 3)
-	require.NoError(t, err)
-	want := uint64(expectedRows(0, 160))
-	assert.Equal(t, want, env.count(t, "SELECT count() FROM "+db+".events WHERE org != 'other'"), "rows")
-	assert.Equal(t, want, env.count(t, "SELECT toUInt64(sum(n)) FROM "+db+".kind_counts WHERE kind != 'other'"), "rollup total")
-	assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_%'"),
-		"no repair, and the check's staging table is gone")
+			s := env.newSink(t, store, chsink.Options{})
+			require.NoError(t, s.Restore(ctx, state))
+			require.NoError(t, feed(ctx, t, s, 100, 160))
+			_, err := s.Snapshot(ctx, 3)
+			require.NoError(t, err)
+			want := uint64(expectedRows(0, 160))
+			assert.Equal(t, want, env.count(t, "SELECT count() FROM "+db+".events WHERE org != 'other'"), "rows")
+			assert.Equal(t, want+5, env.count(t, "SELECT toUInt64(sum(n)) FROM "+db+".kind_counts"), "rollup total, the other writer's 5 rows included")
+			assert.Equal(t, want, env.count(t, hourly), "aggregating target")
+			assert.GreaterOrEqual(t, env.count(t, prs), wantPRs, "filtered target")
+			assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_%'"),
+				"no repair, and the check's staging table is gone")
+		})
+	}
 }
 
 // newestPart returns the directory of table's active part with the highest
