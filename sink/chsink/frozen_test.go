@@ -366,19 +366,24 @@ func frozenRun(t *testing.T, addr string, brokers []string, s3 testenv.S3Config,
 
 	// Freeze a while records keep coming, so it holds buffered rows and
 	// batches in flight; b takes its partitions once its session expires.
+	// Records keep coming until a has frozen (at least 20 rounds): on a
+	// loaded machine a may see the freeze file only after a fixed number
+	// of rounds is over, and then has no batch left to freeze at.
 	bChains := len(b.lines("chain "))
 	var prod sync.WaitGroup
+	var frozen atomic.Bool
 	prod.Go(func() {
-		for range 20 {
+		for i := 0; i < 20 || (!frozen.Load() && i < 800); i++ {
 			produce(20)
 			time.Sleep(25 * time.Millisecond)
 		}
 	})
 	freezeAt := []string{"record", "insert"}[run%2]
 	require.NoError(t, os.WriteFile(a.freezeFile, []byte(freezeAt), 0o644))
-	waitFor("a to freeze itself before journaling a batch", 10*time.Second, func() bool {
+	waitFor("a to freeze itself before journaling a batch", 20*time.Second, func() bool {
 		return len(a.lines("freezing ")) > 0
 	})
+	frozen.Store(true)
 	prod.Wait()
 	waitFor("b to take a's partitions and insert everything", 30*time.Second, func() bool {
 		return len(b.lines("chain ")) > bChains && rows() == uint64(sentN.Load())
