@@ -234,7 +234,7 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 			lost := &LostPartError{Intent: in, Table: t.db + "." + t.table, Part: t.hits[0]}
 			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
 				"table", s.table.Name, "target", lost.Table, "parts", t.hits, "token", in.Token)
-			if err := s.rederive(ctx, input, in, t.db, t.table); err != nil {
+			if err := s.rederive(ctx, input, in, t.db, t.table, v.staged); err != nil {
 				lost.Err = err
 				return nil, lost
 			}
@@ -497,11 +497,16 @@ func (s *Sink[T]) dropStaging(ctx context.Context, through sink.Position) {
 // view's query runs over a staging copy of the table that holds the batch
 // alone, under the token in.Token + ":rederive:" + view, which the target's
 // deduplication drops if a crash repeats the repair. A query that reads
-// other tables too (a JOIN) reads them as they are now.
-func (s *Sink[T]) rederive(ctx context.Context, input proto.Input, in sink.Intent, db, target string) error {
-	h := fnv.New64a()
-	h.Write([]byte(s.table.Name + "\x00" + in.Token + "\x00" + db + "." + target))
-	stage := fmt.Sprintf("eo_rederive_%016x", h.Sum64())
+// other tables too (a JOIN) reads them as they are now. staged, if not
+// empty, is a staging copy that already holds the batch (the lost-part
+// check's), used instead of making another.
+func (s *Sink[T]) rederive(ctx context.Context, input proto.Input, in sink.Intent, db, target, staged string) error {
+	stage := staged
+	if stage == "" {
+		h := fnv.New64a()
+		h.Write([]byte(s.table.Name + "\x00" + in.Token + "\x00" + db + "." + target))
+		stage = fmt.Sprintf("eo_rederive_%016x", h.Sum64())
+	}
 	views, err := s.viewQueries(ctx, db, target, stage)
 	if err != nil {
 		return err
@@ -509,11 +514,13 @@ func (s *Sink[T]) rederive(ctx context.Context, input proto.Input, in sink.Inten
 	if len(views) == 0 {
 		return fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", s.opts.Database, s.table.Name, db, target)
 	}
-	defer func() {
-		_ = s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: "DROP TABLE IF EXISTS " + ident(s.opts.Database) + "." + ident(stage) + " SYNC"})
-	}()
-	if err := s.stage(ctx, input, stage); err != nil {
-		return err
+	if staged == "" {
+		defer func() {
+			_ = s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: "DROP TABLE IF EXISTS " + ident(s.opts.Database) + "." + ident(stage) + " SYNC"})
+		}()
+		if err := s.stage(ctx, input, stage); err != nil {
+			return err
+		}
 	}
 	for _, v := range views {
 		names, err := outputColumns(ctx, s.conn, v.sel)
