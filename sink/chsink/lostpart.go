@@ -234,7 +234,11 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 			lost := &LostPartError{Intent: in, Table: t.db + "." + t.table, Part: t.hits[0]}
 			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
 				"table", s.table.Name, "target", lost.Table, "parts", t.hits, "token", in.Token)
-			if err := s.rederive(ctx, input, in, t.db, t.table, v.staged); err != nil {
+			stage, err := v.table(ctx)
+			if err == nil {
+				err = s.rederive(ctx, in, t.db, t.table, stage)
+			}
+			if err != nil {
 				lost.Err = err
 				return nil, lost
 			}
@@ -271,7 +275,7 @@ func (s *Sink[T]) restartedSince(ctx context.Context, in sink.Intent) (bool, err
 
 // verifier checks a batch's rows against the parts that supposedly hold
 // them, through a staging copy of the table holding the batch alone (made
-// on first use, dropped by drop).
+// on first use by table, dropped by drop), which rederive reads too.
 type verifier[T any] struct {
 	s      *Sink[T]
 	input  proto.Input
@@ -292,18 +296,13 @@ type verifier[T any] struct {
 // has.
 func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hits, named []string) (bool, error) {
 	c, sdb := v.s.conn, v.s.opts.Database
-	if v.staged == "" {
-		h := fnv.New64a()
-		h.Write([]byte(v.s.table.Name + "\x00" + v.in.Token))
-		name := fmt.Sprintf("eo_verify_%016x", h.Sum64())
-		if err := v.s.stage(ctx, v.input, name); err != nil {
-			return false, err
-		}
-		v.staged = name
+	staged, err := v.table(ctx)
+	if err != nil {
+		return false, err
 	}
-	rows := []string{"SELECT * FROM " + ident(sdb) + "." + ident(v.staged)}
+	rows := []string{"SELECT * FROM " + ident(sdb) + "." + ident(staged)}
 	if !own {
-		views, err := v.s.viewQueries(ctx, db, table, v.staged)
+		views, err := v.s.viewQueries(ctx, db, table, staged)
 		if err != nil {
 			return false, err
 		}
@@ -389,20 +388,37 @@ func quoteAll(ss []string) string {
 	return strings.Join(q, ", ")
 }
 
-// drop removes the staging table, if one was made.
-func (v *verifier[T]) drop(ctx context.Context) {
+// table returns the staging copy of the table that holds the batch alone,
+// made on first use.
+func (v *verifier[T]) table(ctx context.Context) (string, error) {
 	if v.staged == "" {
-		return
+		name := v.s.scratchName("eo_verify_", v.in)
+		if err := v.s.stage(ctx, v.input, name); err != nil {
+			return "", err
+		}
+		v.staged = name
 	}
-	_ = v.s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: "DROP TABLE IF EXISTS " + ident(v.s.opts.Database) + "." + ident(v.staged) + " SYNC"})
+	return v.staged, nil
 }
 
-// stagingName is the staging table of in's repair: one per token, so a
-// repair interrupted by a crash finds its own.
-func (s *Sink[T]) stagingName(in sink.Intent) string {
+// drop removes the staging table, if one was made.
+func (v *verifier[T]) drop(ctx context.Context) {
+	if v.staged != "" {
+		_ = v.s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: dropTable(v.s.opts.Database, v.staged)})
+	}
+}
+
+// scratchName names a table of the sink's own for in's batch: one per table
+// and token, so that work a crash interrupted finds its table again.
+func (s *Sink[T]) scratchName(prefix string, in sink.Intent) string {
 	h := fnv.New64a()
 	h.Write([]byte(s.table.Name + "\x00" + in.Token))
-	return fmt.Sprintf("eo_repair_%016x", h.Sum64())
+	return fmt.Sprintf("%s%016x", prefix, h.Sum64())
+}
+
+// dropTable is the statement that drops db.table if it exists.
+func dropTable(db, table string) string {
+	return "DROP TABLE IF EXISTS " + ident(db) + "." + ident(table) + " SYNC"
 }
 
 // putBack writes input into the table without firing its materialized
@@ -413,7 +429,7 @@ func (s *Sink[T]) stagingName(in sink.Intent) string {
 // rows are in: moved says whether this call moved any. The empty staging table is dropped once a completed
 // checkpoint covers the batch (dropStaging).
 func (s *Sink[T]) putBack(ctx context.Context, input proto.Input, in sink.Intent) (moved bool, err error) {
-	db, stage := ident(s.opts.Database), s.stagingName(in)
+	db, stage := ident(s.opts.Database), s.scratchName("eo_repair_", in)
 	exists, err := queryStrings(ctx, s.conn, fmt.Sprintf(
 		"SELECT name AS c0 FROM system.tables WHERE database = %s AND name = %s", quote(s.opts.Database), quote(stage)), 1)
 	if err != nil {
@@ -480,7 +496,7 @@ func (s *Sink[T]) dropStaging(ctx context.Context, through sink.Position) {
 	}
 	for i, r := range drop {
 		if err == nil {
-			err = c.Do(ctx, ch.Query{Body: "DROP TABLE IF EXISTS " + ident(s.opts.Database) + "." + ident(r.table) + " SYNC"})
+			err = c.Do(ctx, ch.Query{Body: dropTable(s.opts.Database, r.table)})
 		}
 		if err != nil {
 			s.opts.Logger.Warn("chsink: drop an emptied repair table; retried at the next checkpoint", "table", r.table, "err", err)
@@ -497,30 +513,15 @@ func (s *Sink[T]) dropStaging(ctx context.Context, through sink.Position) {
 // view's query runs over a staging copy of the table that holds the batch
 // alone, under the token in.Token + ":rederive:" + view, which the target's
 // deduplication drops if a crash repeats the repair. A query that reads
-// other tables too (a JOIN) reads them as they are now. staged, if not
-// empty, is a staging copy that already holds the batch (the lost-part
-// check's), used instead of making another.
-func (s *Sink[T]) rederive(ctx context.Context, input proto.Input, in sink.Intent, db, target, staged string) error {
-	stage := staged
-	if stage == "" {
-		h := fnv.New64a()
-		h.Write([]byte(s.table.Name + "\x00" + in.Token + "\x00" + db + "." + target))
-		stage = fmt.Sprintf("eo_rederive_%016x", h.Sum64())
-	}
+// other tables too (a JOIN) reads them as they are now. stage is the
+// staging copy holding the batch (the verifier's).
+func (s *Sink[T]) rederive(ctx context.Context, in sink.Intent, db, target, stage string) error {
 	views, err := s.viewQueries(ctx, db, target, stage)
 	if err != nil {
 		return err
 	}
 	if len(views) == 0 {
 		return fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", s.opts.Database, s.table.Name, db, target)
-	}
-	if staged == "" {
-		defer func() {
-			_ = s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: "DROP TABLE IF EXISTS " + ident(s.opts.Database) + "." + ident(stage) + " SYNC"})
-		}()
-		if err := s.stage(ctx, input, stage); err != nil {
-			return err
-		}
 	}
 	for _, v := range views {
 		names, err := outputColumns(ctx, s.conn, v.sel)
@@ -586,7 +587,7 @@ func (s *Sink[T]) viewQueries(ctx context.Context, db, target, from string) ([]v
 func (s *Sink[T]) stage(ctx context.Context, input proto.Input, name string) error {
 	db, t := ident(s.opts.Database), ident(name)
 	for _, q := range []string{
-		"DROP TABLE IF EXISTS " + db + "." + t + " SYNC",
+		dropTable(s.opts.Database, name),
 		"CREATE TABLE " + db + "." + t + " AS " + db + "." + ident(s.table.Name),
 	} {
 		if err := s.conn.Do(ctx, ch.Query{Body: q}); err != nil {
