@@ -14,7 +14,7 @@ CHDB_TGZ     := $(CACHE_DIR)/chdb/chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz
 VGW_VERSION  := v1.8.0
 VGW_DIR      := $(CACHE_DIR)/versitygw/$(VGW_VERSION)
 # GitHub's maintained example payloads and its signer, the test data of
-# idempotency (internal/testenv/octokit.go reads them from the same place).
+# idempotency (testkit/webhookkit/github.go reads them from the same place).
 OCTOKIT_DIR  := $(CACHE_DIR)/octokit
 OCTOKIT_PKGS := @octokit/webhooks-examples@7.6.1 @octokit/webhooks-methods@6.0.0
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -9,8 +9,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 const benchBatch = 100
@@ -30,12 +30,12 @@ func benchRecords() ([]kafkatxn.Record, []kafka.Message) {
 // (acks=all, the baseline) on the same batches of 100 records of 200 bytes
 // to one partition of an in-process kfake broker.
 func BenchmarkProduce(b *testing.B) {
-	brokers := testenv.StartKafka(b).Brokers()
+	brokers := testkit.StartKafka(b).Brokers()
 	ctx := context.Background()
 	recs, msgs := benchRecords()
 	b.Run("idempotent", func(b *testing.B) {
-		topic := testenv.Name(b, "bi")
-		testenv.CreateTopic(b, brokers, topic, 1)
+		topic := testkit.Name(b, "bi")
+		testkit.CreateTopic(b, brokers, topic, 1)
 		p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{})
 		require.NoError(b, err)
 		defer p.Close()
@@ -48,8 +48,8 @@ func BenchmarkProduce(b *testing.B) {
 		}
 	})
 	b.Run("kafka-go-writer", func(b *testing.B) {
-		topic := testenv.Name(b, "bw")
-		testenv.CreateTopic(b, brokers, topic, 1)
+		topic := testkit.Name(b, "bw")
+		testkit.CreateTopic(b, brokers, topic, 1)
 		w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll,
 			BatchSize: benchBatch, BatchTimeout: time.Millisecond, Balancer: &kafka.LeastBytes{}, Transport: &kafka.Transport{}}
 		defer w.Close()
@@ -71,7 +71,7 @@ func BenchmarkProduce(b *testing.B) {
 // One op is one batch of 100 or 1000 records of 200 bytes to one partition
 // of an in-process kfake broker.
 func BenchmarkTransactional(b *testing.B) {
-	brokers := testenv.StartKafka(b).Brokers()
+	brokers := testkit.StartKafka(b).Brokers()
 	ctx := context.Background()
 	for _, size := range []int{100, 1000} {
 		recs := make([]kafkatxn.Record, size)
@@ -82,8 +82,8 @@ func BenchmarkTransactional(b *testing.B) {
 			msgs[i] = kafka.Message{Key: []byte("org-1"), Value: v}
 		}
 		b.Run(fmt.Sprintf("batch=%d/kafka-go-writer", size), func(b *testing.B) {
-			topic := testenv.Name(b, "tw")
-			testenv.CreateTopic(b, brokers, topic, 1)
+			topic := testkit.Name(b, "tw")
+			testkit.CreateTopic(b, brokers, topic, 1)
 			w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll,
 				BatchSize: size, BatchBytes: 1 << 30, BatchTimeout: time.Millisecond, Balancer: &kafka.LeastBytes{}, Transport: &kafka.Transport{}}
 			defer w.Close()
@@ -96,8 +96,8 @@ func BenchmarkTransactional(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("batch=%d/idempotent", size), func(b *testing.B) {
-			topic := testenv.Name(b, "ti")
-			testenv.CreateTopic(b, brokers, topic, 1)
+			topic := testkit.Name(b, "ti")
+			testkit.CreateTopic(b, brokers, topic, 1)
 			p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{})
 			require.NoError(b, err)
 			defer p.Close()
@@ -111,8 +111,8 @@ func BenchmarkTransactional(b *testing.B) {
 		})
 		for _, every := range []int{1, 10, 100} {
 			b.Run(fmt.Sprintf("batch=%d/txn-commit-every=%d", size, every), func(b *testing.B) {
-				topic := testenv.Name(b, "tt")
-				testenv.CreateTopic(b, brokers, topic, 1)
+				topic := testkit.Name(b, "tt")
+				testkit.CreateTopic(b, brokers, topic, 1)
 				p, err := kafkatxn.NewTxProducer(ctx, brokers, topic, kafkatxn.TxOptions{})
 				require.NoError(b, err)
 				defer p.Close()

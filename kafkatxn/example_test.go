@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
 )
 
@@ -14,10 +15,9 @@ import (
 // restore does. A read_committed Reader sees the committed records only.
 func ExampleTxProducer() {
 	ctx := context.Background()
-	k, _ := embedded.StartKafka(embedded.KafkaOptions{}) // your brokers in production
+	k, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out")) // your brokers in production
 	defer k.Close()
-	brokers := k.Brokers()
-	_ = embedded.CreateTopic(ctx, brokers, "out", 1)
+	brokers := k.ListenAddrs()
 
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, "example-tx", kafkatxn.TxOptions{})
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // readAll reads every record of topic's partitions (read_uncommitted, so
@@ -63,10 +63,10 @@ func loseAcks(c *kfake.Cluster, n int) {
 // duplicates, which shows the faults do hit written batches.
 func TestProducerLostAcks(t *testing.T) {
 	const n, partitions = 200, 2
-	k := testenv.StartKafka(t)
+	k := testkit.StartKafka(t)
 	brokers := k.Brokers()
-	topic := testenv.Name(t, "idem")
-	testenv.CreateTopic(t, brokers, topic, partitions)
+	topic := testkit.Name(t, "idem")
+	testkit.CreateTopic(t, brokers, topic, partitions)
 	loseAcks(k.Cluster(), 3)
 	ctx := context.Background()
 
@@ -92,7 +92,7 @@ func TestProducerLostAcks(t *testing.T) {
 
 	// Baseline: kafka-go's Writer with retries duplicates.
 	base := topic + "-baseline"
-	testenv.CreateTopic(t, brokers, base, 1)
+	testkit.CreateTopic(t, brokers, base, 1)
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: base, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: time.Millisecond, MaxAttempts: 5, Balancer: &kafka.LeastBytes{}, Transport: &kafka.Transport{}}
 	defer w.Close()
@@ -117,10 +117,10 @@ func TestProducerBrokerKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a broker process")
 	}
-	srv := testenv.StartKafkaProcess(t)
+	srv := testkit.StartKafkaProcess(t)
 	brokers := srv.Brokers()
 	topic := "idemkill"
-	testenv.CreateTopic(t, brokers, topic, 1)
+	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
 	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond})
 	require.NoError(t, err)

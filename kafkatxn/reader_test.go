@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestReaderSkipsAbortedTransactions writes, with franz-go's transactional
@@ -22,9 +22,9 @@ import (
 // plain record appears once, no aborted one, no control marker.
 func TestReaderSkipsAbortedTransactions(t *testing.T) {
 	const partitions, txns, perTxn = 3, 12, 5
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "txn")
-	testenv.CreateTopic(t, brokers, topic, partitions)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "txn")
+	testkit.CreateTopic(t, brokers, topic, partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 

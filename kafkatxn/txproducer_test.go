@@ -16,9 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // readCommitted reads topic's partitions to their end with a Reader
@@ -63,9 +62,9 @@ func assertExactly(t *testing.T, want []string, got map[string]int) {
 // commit and abort in turn: a read_committed Reader sees each committed
 // record once and no aborted one, and every transaction has its own epoch.
 func TestTxProducerCommitAbort(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "txc")
-	testenv.CreateTopic(t, brokers, topic, 2)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "txc")
+	testkit.CreateTopic(t, brokers, topic, 2)
 	ctx := context.Background()
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{})
 	require.NoError(t, err)
@@ -101,9 +100,9 @@ func TestTxProducerCommitAbort(t *testing.T) {
 // zombie) gets ErrFenced on its next produce and commit, an error no
 // classifier takes for a retriable one, and its records are never visible.
 func TestTxProducerZombieFenced(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "txz")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "txz")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
 	txid := topic + "-tx"
 
@@ -139,9 +138,9 @@ func TestTxProducerZombieFenced(t *testing.T) {
 // current), returns nil without committing anything else; one that was
 // aborted (its id fenced before the commit) returns ErrAborted.
 func TestCommitPrepared(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "txp")
-	testenv.CreateTopic(t, brokers, topic, 2)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "txp")
+	testkit.CreateTopic(t, brokers, topic, 2)
 	ctx := context.Background()
 	txid := topic + "-tx"
 
@@ -192,10 +191,10 @@ func TestCommitPrepared(t *testing.T) {
 // CONCURRENT_TRANSACTIONS, and while produce acknowledgements are lost:
 // every committed record is read once.
 func TestTxProducerCoordinatorFaults(t *testing.T) {
-	k := testenv.StartKafka(t, embedded.KafkaOptions{Extra: []kfake.Opt{kfake.NumBrokers(3)}})
+	k := testkit.StartKafka(t, []kfake.Opt{kfake.NumBrokers(3)}...)
 	brokers := k.Brokers()
-	topic := testenv.Name(t, "txf")
-	testenv.CreateTopic(t, brokers, topic, 2)
+	topic := testkit.Name(t, "txf")
+	testkit.CreateTopic(t, brokers, topic, 2)
 	c := k.Cluster()
 	c.Fault(
 		kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ConcurrentTransactions, Count: 2},
@@ -243,10 +242,10 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a broker process")
 	}
-	srv := testenv.StartKafkaProcess(t)
+	srv := testkit.StartKafkaProcess(t)
 	brokers := srv.Brokers()
 	topic := "txkill"
-	testenv.CreateTopic(t, brokers, topic, 1)
+	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
 	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond}}
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, "txkill-tx", opts)
@@ -312,9 +311,9 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 // transactions: an aborted transaction's offsets are not committed, a
 // committed one's are, with its records.
 func TestTxProducerSendOffsets(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "txo")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "txo")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	group := topic + "-group"
 	ctx := context.Background()
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{})

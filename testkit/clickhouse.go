@@ -155,6 +155,18 @@ func (s *ClickHouseServer) Dir() string { return s.srv.Dir() }
 // PID returns the server's process id, 0 while it is down.
 func (s *ClickHouseServer) PID() int { return s.srv.PID() }
 
+// Crashed returns the error of a server process that exited on its own
+// (not by Kill, Restart or Stop), nil while it runs. Safe to call from any
+// goroutine.
+func (s *ClickHouseServer) Crashed() error { return s.srv.Crashed() }
+
+// EnsureRunning starts the server again on the same directory and port if
+// it is down, and reports whether it did. Unlike Restart it returns its
+// error instead of failing the test, so a watchdog goroutine may call it.
+func (s *ClickHouseServer) EnsureRunning(ctx context.Context) (started bool, err error) {
+	return s.srv.EnsureRunning(ctx)
+}
+
 // Kill kills the server with SIGKILL and waits until the process is gone.
 func (s *ClickHouseServer) Kill() {
 	s.t.Helper()

@@ -9,15 +9,21 @@
 //		chAddr, db := testkit.ClickHouse(t)   // shared server, fresh database per test
 //		brokers := testkit.Kafka(t)           // in-process Kafka (franz-go kfake) per test
 //		redisAddr := testkit.Redis(t)         // redis-server per test
-//		s3 := testkit.S3(t)                   // a fresh bucket (versitygw) for checkpoint/s3storage
 //		topic := testkit.Name(t, "events")    // unique, so shared servers never collide
 //		testkit.CreateTopic(t, brokers, topic, 3)
 //		// ... run the pipeline ...
 //		rows := testkit.Table(t, chAddr, db, "org_minute", testkit.Final)
 //	}
 //
-// StartClickHouse, StartRedis and StartS3 give a test a dedicated server it
-// may kill and restart (Kill, Restart, Stop, Start), for failure tests.
+// StartClickHouse, StartRedis and StartKafkaProcess give a test a
+// dedicated server it may kill and restart (Kill, Restart, Stop, Start),
+// for failure tests; StartKafka gives it an in-process kfake cluster whose
+// requests it may intercept (Cluster().ControlKey). StandaloneClickHouse
+// and StandaloneRedis start a server without a test, for runnable examples.
+//
+// Two subpackages keep this one light: testkit/s3kit gives a test an S3
+// bucket (versitygw) and imports the AWS SDK; testkit/webhookkit hands out
+// GitHub's own example webhooks and signatures and Jira issue events.
 //
 // # What it needs
 //

@@ -2,11 +2,8 @@ package testkit_test
 
 import (
 	"context"
-	"io"
-	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/assert"
@@ -50,19 +47,4 @@ func TestKafkaAndRedis(t *testing.T) {
 	defer rdb.Close()
 	require.NoError(t, rdb.Set(context.Background(), "k", "v", 0).Err())
 	assert.Equal(t, "v", rdb.Get(context.Background(), "k").Val())
-}
-
-// TestS3 proves the bucket the kit hands out takes and returns objects.
-func TestS3(t *testing.T) {
-	c := testkit.S3(t)
-	cl := c.Client()
-	key := c.Prefix + "k"
-	_, err := cl.PutObject(t.Context(), &s3.PutObjectInput{Bucket: &c.Bucket, Key: &key, Body: strings.NewReader("v")})
-	require.NoError(t, err)
-	out, err := cl.GetObject(t.Context(), &s3.GetObjectInput{Bucket: &c.Bucket, Key: &key})
-	require.NoError(t, err)
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	require.NoError(t, err)
-	assert.Equal(t, "v", string(b))
 }

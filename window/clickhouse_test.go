@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
@@ -48,8 +48,8 @@ func (r reviewLatency) Add(acc window.Mean, a activity) window.Mean {
 // ReplacingMergeTree(version) twice over and read with FINAL, are exact and
 // NULL where there is nothing to average.
 func TestClickHouseAveragesExactWherePlaceholderDilutes(t *testing.T) {
-	addr, db := testenv.ClickHouse(t)
-	c := testenv.DialClickHouse(t, addr, db)
+	addr, db := testkit.ClickHouse(t)
+	c := testkit.DialClickHouse(t, addr, db)
 	ctx := t.Context()
 	exec := func(q string) { require.NoError(t, c.Do(ctx, ch.Query{Body: q}), q) }
 
@@ -234,8 +234,8 @@ func TestClickHouseAveragesExactWherePlaceholderDilutes(t *testing.T) {
 // appear before the window closes), and once it closes FINAL holds exactly
 // the final result, with every row inserted twice (at-least-once).
 func TestClickHouseEarlyFiringsThenFinal(t *testing.T) {
-	addr, db := testenv.ClickHouse(t)
-	c := testenv.DialClickHouse(t, addr, db)
+	addr, db := testkit.ClickHouse(t)
+	c := testkit.DialClickHouse(t, addr, db)
 	ctx := t.Context()
 	require.NoError(t, c.Do(ctx, ch.Query{Body: `CREATE TABLE merged_hourly (employee_id String, window_start DateTime,
 		window_end DateTime, version UInt64, merged UInt64)
@@ -326,8 +326,8 @@ func TestClickHouseEarlyFiringsThenFinal(t *testing.T) {
 // sessions of the sorted events, although late events bridged sessions
 // already in the table.
 func TestClickHouseSessionsFinal(t *testing.T) {
-	addr, db := testenv.ClickHouse(t)
-	c := testenv.DialClickHouse(t, addr, db)
+	addr, db := testkit.ClickHouse(t)
+	c := testkit.DialClickHouse(t, addr, db)
 	ctx := t.Context()
 	require.NoError(t, c.Do(ctx, ch.Query{Body: `CREATE TABLE sessions (employee_id String, session_start DateTime,
 		session_end DateTime, version UInt64, deleted UInt8, events UInt64)

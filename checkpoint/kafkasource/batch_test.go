@@ -14,7 +14,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // batchCounters is counters with ProcessBatch instead of Process. A record
@@ -58,8 +58,8 @@ func TestProcessBatchCheckpointsAtRecordBoundaries(t *testing.T) {
 		partitions = 2
 		perPart    = 20_000
 	)
-	brokers := testenv.Kafka(t)
-	testenv.CreateTopic(t, brokers, topic, partitions)
+	brokers := testkit.Kafka(t)
+	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, perPart)
 
 	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
@@ -109,9 +109,9 @@ func TestProcessBatchCheckpointsAtRecordBoundaries(t *testing.T) {
 // chain at its own offset (ProcessBatch returned its index with the error),
 // and the checkpoints before it agree with their offsets.
 func TestProcessBatchPoison(t *testing.T) {
-	brokers := testenv.Kafka(t)
+	brokers := testkit.Kafka(t)
 	const topic = "batch-poison"
-	testenv.CreateTopic(t, brokers, topic, 1)
+	testkit.CreateTopic(t, brokers, topic, 1)
 	produce(t, brokers, topic, 1, 0, 1000)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	require.NoError(t, err)
@@ -150,9 +150,9 @@ func TestProcessBatchDeadLetter(t *testing.T) {
 		topic = "batch-dl"
 		dlq   = "batch-dl-dlq"
 	)
-	brokers := testenv.Kafka(t)
-	testenv.CreateTopic(t, brokers, topic, 1)
-	testenv.CreateTopic(t, brokers, dlq, 1)
+	brokers := testkit.Kafka(t)
+	testkit.CreateTopic(t, brokers, topic, 1)
+	testkit.CreateTopic(t, brokers, dlq, 1)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	require.NoError(t, err)
 	var recs []*kgo.Record

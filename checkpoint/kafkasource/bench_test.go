@@ -14,7 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/dedup"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // BenchmarkThroughput consumes a topic of 4 × 250,000 records through chains
@@ -26,8 +26,8 @@ func BenchmarkThroughput(b *testing.B) {
 		partitions = 4
 		perPart    = 250_000
 	)
-	brokers := testenv.Kafka(b)
-	testenv.CreateTopic(b, brokers, topic, partitions)
+	brokers := testkit.Kafka(b)
+	testkit.CreateTopic(b, brokers, topic, partitions)
 	produce(b, brokers, topic, partitions, 0, perPart)
 
 	for _, tt := range []struct {

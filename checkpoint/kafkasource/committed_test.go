@@ -14,7 +14,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestFilterAborted reads a topic where franz-go's transactional producer
@@ -23,9 +23,9 @@ import (
 // aborted one; without it (kafka-go's ReadCommitted), it sees aborted ones.
 func TestFilterAborted(t *testing.T) {
 	const partitions, txns, perTxn = 2, 9, 4
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "txnin")
-	testenv.CreateTopic(t, brokers, topic, partitions)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "txnin")
+	testkit.CreateTopic(t, brokers, topic, partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(topic),
@@ -57,7 +57,7 @@ func TestFilterAborted(t *testing.T) {
 		require.NoError(t, err)
 		opts := fastGroup
 		opts.FilterAborted = filter
-		src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "g"), Topics: []string{topic}}, coord,
+		src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "g"), Topics: []string{topic}}, coord,
 			func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 				return &kafkasource.Processor{Process: func(_ context.Context, m kafka.Message) error {
 					mu.Lock()

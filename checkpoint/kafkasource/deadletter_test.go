@@ -24,7 +24,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 const (
@@ -168,9 +168,9 @@ func TestDeadLetterKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}
-	brokers := testenv.Kafka(t)
-	testenv.CreateTopic(t, brokers, poisonTopic, poisonParts)
-	testenv.CreateTopic(t, brokers, poisonDLQ, 1)
+	brokers := testkit.Kafka(t)
+	testkit.CreateTopic(t, brokers, poisonTopic, poisonParts)
+	testkit.CreateTopic(t, brokers, poisonDLQ, 1)
 	producePoison(t, brokers)
 	dir := t.TempDir()
 
@@ -265,9 +265,9 @@ func TestDeadLetterKill9(t *testing.T) {
 // stops the chain with a *PoisonError at its offset, counted as stopped;
 // the offset is not committed past it.
 func TestPoisonStopsByDefault(t *testing.T) {
-	brokers := testenv.Kafka(t)
+	brokers := testkit.Kafka(t)
 	const topic = "poison-stop"
-	testenv.CreateTopic(t, brokers, topic, 1)
+	testkit.CreateTopic(t, brokers, topic, 1)
 	produce(t, brokers, topic, 1, 0, 10)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	require.NoError(t, err)

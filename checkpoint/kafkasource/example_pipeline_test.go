@@ -9,14 +9,15 @@ import (
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/dedup"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
@@ -44,14 +45,14 @@ var pipelineDDL = []string{
 func Example_pipeline() {
 	ctx := context.Background()
 	// Servers: yours in production; testkit starts these in tests.
-	k, _ := embedded.StartKafka(embedded.KafkaOptions{})
+	k, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "pushes"))
 	defer k.Close()
-	chSrv, err := embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{})
+	chSrv, err := testkit.StandaloneClickHouse(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer chSrv.Stop()
+	defer chSrv.Close()
 	conn, _ := ch.Dial(ctx, ch.Options{Address: chSrv.Addr()})
 	defer conn.Close()
 	for _, q := range pipelineDDL {
@@ -60,8 +61,7 @@ func Example_pipeline() {
 			return
 		}
 	}
-	_ = embedded.CreateTopic(ctx, k.Brokers(), "pushes", 1)
-	cl, _ := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...))
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(k.ListenAddrs()...))
 	base := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for i := range 7 { // push-3 arrives twice: a redelivery
 		id := []int{0, 1, 2, 3, 3, 4, 5}[i]
@@ -144,7 +144,7 @@ func Example_pipeline() {
 		}
 		return proc, nil
 	}
-	src, _ := kafkasource.New(kafkasource.Group{Brokers: k.Brokers(), ID: "pushes", Topics: []string{"pushes"}},
+	src, _ := kafkasource.New(kafkasource.Group{Brokers: k.ListenAddrs(), ID: "pushes", Topics: []string{"pushes"}},
 		coord, newChain, kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
 // total is a participant summing record values.
@@ -29,10 +29,9 @@ func (s *total) CheckpointCompleted(context.Context, checkpoint.ID) error { retu
 
 func Example() {
 	ctx := context.Background()
-	k, _ := embedded.StartKafka(embedded.KafkaOptions{}) // a real Kafka in production
+	k, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "numbers")) // a real Kafka in production
 	defer k.Close()
-	_ = embedded.CreateTopic(ctx, k.Brokers(), "numbers", 1)
-	cl, _ := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...))
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(k.ListenAddrs()...))
 	for i := 1; i <= 10; i++ {
 		cl.ProduceSync(ctx, &kgo.Record{Topic: "numbers", Value: []byte(strconv.Itoa(i))})
 	}
@@ -43,7 +42,7 @@ func Example() {
 	defer coord.Close()
 	var processed atomic.Int64
 	src, _ := kafkasource.New(
-		kafkasource.Group{Brokers: k.Brokers(), ID: "example", Topics: []string{"numbers"}},
+		kafkasource.Group{Brokers: k.ListenAddrs(), ID: "example", Topics: []string{"numbers"}},
 		coord,
 		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			sum := &total{}

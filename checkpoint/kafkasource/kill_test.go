@@ -21,7 +21,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 const (
@@ -137,8 +137,8 @@ func TestKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes for ~20s")
 	}
-	brokers := testenv.Kafka(t)
-	testenv.CreateTopic(t, brokers, killTopic, killPartitions)
+	brokers := testkit.Kafka(t)
+	testkit.CreateTopic(t, brokers, killTopic, killPartitions)
 	dir := t.TempDir()
 	storage, err := checkpoint.NewFSStorage(filepath.Join(dir, "store"))
 	require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // lifecycled is a participant with the Runner and io.Closer capabilities
@@ -50,9 +50,9 @@ func (l *lifecycled) Close() error {
 
 func lifecycleSource(t *testing.T, newProc kafkasource.NewProcessor) (*kafkasource.Source, []string, string, *checkpoint.Store) {
 	t.Helper()
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "topic")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "topic")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	// One checkpoint first, so a chain has something to restore.
@@ -61,7 +61,7 @@ func lifecycleSource(t *testing.T, newProc kafkasource.NewProcessor) (*kafkasour
 	t.Cleanup(func() { _ = coord.Close() })
 	opts := fastGroup
 	opts.Logger = testLogger(t)
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
 		coord, newProc, opts)
 	require.NoError(t, err)
 	return src, brokers, topic, store

@@ -14,7 +14,6 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
@@ -51,17 +50,17 @@ func TestClickHouseOutage(t *testing.T) {
 		require.NoError(t, err, envOutage)
 	}
 	const partitions, n = 3, 200
-	down := testenv.StartClickHouse(t)
-	downDB := testenv.NewDatabase(t, down.Addr())
-	upAddr, upDB := testenv.ClickHouse(t)
+	down := testkit.StartClickHouse(t)
+	downDB := testkit.NewDatabase(t, down.Addr())
+	upAddr, upDB := testkit.ClickHouse(t)
 	ctx := t.Context()
 	require.NoError(t, testkit.Exec(ctx, down.Addr(), "", fmt.Sprintf(offsetsDDL, downDB)))
 	require.NoError(t, testkit.Exec(ctx, upAddr, "", fmt.Sprintf(offsetsDDL, upDB)))
 	// Partitions 1 and 2 share the table on the other server: their total
 	// is what shows they go on.
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "topic")
-	testenv.CreateTopic(t, brokers, topic, partitions)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "topic")
+	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, n)
 
 	storage := checkpoint.NewMemStorage()
@@ -75,7 +74,7 @@ func TestClickHouseOutage(t *testing.T) {
 	opts.Logger = testLogger(t)
 	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	opts.Restart = kafkasource.Restart{InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
 		coord, func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			addr, db := upAddr, upDB
 			if p.Partition == 0 {

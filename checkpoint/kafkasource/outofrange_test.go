@@ -12,7 +12,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // A checkpoint whose offset is past the log (the topic was recreated) is
@@ -21,8 +21,8 @@ import (
 // keeping the restored state.
 func TestOffsetOutOfRangePolicy(t *testing.T) {
 	const topic = "oor"
-	brokers := testenv.Kafka(t)
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	testkit.CreateTopic(t, brokers, topic, 1)
 	produce(t, brokers, topic, 1, 0, 50)
 
 	tests := []struct {

@@ -30,7 +30,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
 	"github.com/exactlyonce/exactlyonce/dedup"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
+	"github.com/exactlyonce/exactlyonce/testkit/s3kit"
 )
 
 // Environment of BenchmarkRecovery.
@@ -52,7 +53,7 @@ type recoveryConfig struct {
 	Group       string
 	Storage     string // "fs" or "s3"
 	Dir         string // FSStorage's directory
-	S3          testenv.S3Config
+	S3          s3kit.Config
 	Incremental bool
 }
 
@@ -119,11 +120,11 @@ func BenchmarkRecovery(b *testing.B) {
 	storages := envList(b, envRecoveryStorages, "fs,s3")
 	rate := envIntOr(b, envRecoveryRate, 10_000)
 	ckpts := envIntOr(b, envRecoveryCkpts, 5)
-	brokers := testenv.Kafka(b)
-	var s3srv *testenv.S3Server
+	brokers := testkit.Kafka(b)
+	var s3srv *s3kit.Server
 	for _, st := range storages {
-		if st == "s3" && os.Getenv(testenv.EnvS3Endpoint) == "" && s3srv == nil {
-			s3srv = testenv.StartS3(b)
+		if st == "s3" && os.Getenv(s3kit.EnvEndpoint) == "" && s3srv == nil {
+			s3srv = s3kit.Start(b)
 		}
 	}
 	seq := 0
@@ -150,7 +151,7 @@ func BenchmarkRecovery(b *testing.B) {
 							if s3srv != nil {
 								cfg.S3 = s3srv.NewBucket(b)
 							} else {
-								cfg.S3 = testenv.S3(b)
+								cfg.S3 = s3kit.Bucket(b)
 							}
 						}
 						r := recoverOnce(b, cfg, keys, rate, ckpts)
@@ -200,7 +201,7 @@ func BenchmarkRecovery(b *testing.B) {
 func recoverOnce(b *testing.B, cfg recoveryConfig, keys, rate, ckpts int) recoveryResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	testenv.CreateTopic(b, cfg.Brokers, cfg.Topic, 1)
+	testkit.CreateTopic(b, cfg.Brokers, cfg.Topic, 1)
 	var res recoveryResult
 	res.seed, res.seedBytes = seedRecoveryState(b, cfg, keys)
 

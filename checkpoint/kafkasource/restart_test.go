@@ -20,8 +20,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 func TestIsRetryable(t *testing.T) {
@@ -73,9 +73,9 @@ func (f *flaky) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) 
 // record counted exactly once.
 func TestRestartKeepsOtherPartitions(t *testing.T) {
 	const partitions, n = 3, 50
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "topic")
-	testenv.CreateTopic(t, brokers, topic, partitions)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "topic")
+	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, n)
 
 	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
@@ -93,7 +93,7 @@ func TestRestartKeepsOtherPartitions(t *testing.T) {
 	opts.Logger = testLogger(t)
 	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	opts.Restart = kafkasource.Restart{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
 		coord, func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			f := &flaky{down: &atomic.Bool{}}
 			if p.Partition == 0 {
@@ -159,9 +159,9 @@ func TestRestartDisabled(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			brokers := testenv.Kafka(t)
-			topic := testenv.Name(t, "topic")
-			testenv.CreateTopic(t, brokers, topic, 1)
+			brokers := testkit.Kafka(t)
+			topic := testkit.Name(t, "topic")
+			testkit.CreateTopic(t, brokers, topic, 1)
 			produce(t, brokers, topic, 1, 0, 5)
 			store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
 			require.NoError(t, err)
@@ -173,7 +173,7 @@ func TestRestartDisabled(t *testing.T) {
 			var builds atomic.Int32
 			opts := fastGroup
 			opts.Restart = tt.restart
-			src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
+			src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
 				coord, func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 					builds.Add(1)
 					f := &flaky{down: &down}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -122,8 +122,8 @@ func TestSourceCheckpointThenSnapshotFailure(t *testing.T) {
 		partitions = 3
 		n          = 500
 	)
-	brokers := testenv.Kafka(t)
-	testenv.CreateTopic(t, brokers, topic, partitions)
+	brokers := testkit.Kafka(t)
+	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, n)
 	dir := filepath.Join(t.TempDir(), "cp")
 	in := startInstance(t, brokers, "g1", topic, dir, -1)
@@ -177,8 +177,8 @@ func TestSourceTwoInstancesSplitAndTakeOver(t *testing.T) {
 		partitions = 4
 		n          = 300
 	)
-	brokers := testenv.Kafka(t)
-	testenv.CreateTopic(t, brokers, topic, partitions)
+	brokers := testkit.Kafka(t)
+	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, n)
 	dir := filepath.Join(t.TempDir(), "shared")
 	a := startInstance(t, brokers, "g2", topic, dir, 50*time.Millisecond)

@@ -16,16 +16,16 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestTickRunsWhileIdleAndStopsRun shows that Tick is called on a partition
 // that receives no record at all (a quiet stream still makes progress), that
 // it is never called concurrently with Process, and that its error stops Run.
 func TestTickRunsWhileIdleAndStopsRun(t *testing.T) {
-	brokers := testenv.Kafka(t)
+	brokers := testkit.Kafka(t)
 	const topic = "tick"
-	testenv.CreateTopic(t, brokers, topic, 2)
+	testkit.CreateTopic(t, brokers, topic, 2)
 	produce(t, brokers, topic, 1, 0, 200) // partition 1 stays idle
 
 	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
@@ -109,9 +109,9 @@ func (d *decliner) CheckpointCompleted(context.Context, checkpoint.ID) error { r
 // barrier skips that checkpoint (nothing written) without stopping Run, and
 // that a later barrier completes.
 func TestDeclinedCheckpointKeepsRunning(t *testing.T) {
-	brokers := testenv.Kafka(t)
+	brokers := testkit.Kafka(t)
 	const topic = "decline"
-	testenv.CreateTopic(t, brokers, topic, 1)
+	testkit.CreateTopic(t, brokers, topic, 1)
 	storage := checkpoint.NewMemStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)

@@ -18,8 +18,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -47,10 +45,10 @@ func TestTLSAndSASL(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			serverTLS, clientTLS := testkit.TLS(t)
 			topic := "secure"
-			k := testenv.StartKafka(t, embedded.KafkaOptions{Extra: []kfake.Opt{
+			k := testkit.StartKafka(t, []kfake.Opt{
 				kfake.TLS(serverTLS), kfake.EnableSASL(), kfake.Superuser(tt.method, "svc", "s3cret"),
 				kfake.SeedTopics(2, topic),
-			}})
+			}...)
 			brokers := k.Brokers()
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()

@@ -13,7 +13,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 func topicSource(t *testing.T, brokers []string, topic string, missing kafkasource.MissingTopic) (*kafkasource.Source, *checkpoint.Store) {
@@ -28,7 +28,7 @@ func topicSource(t *testing.T, brokers []string, topic string, missing kafkasour
 	opts.MissingTopic = missing
 	opts.TopicPollInterval = 100 * time.Millisecond
 	cs := &counters{}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testenv.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
 		coord, cs.newProcessor, opts)
 	require.NoError(t, err)
 	return src, store
@@ -38,8 +38,8 @@ func topicSource(t *testing.T, brokers []string, topic string, missing kafkasour
 // topic that does not exist yet waits for it and processes it once created,
 // and that a partition added later gets a chain too.
 func TestMissingTopicWaitThenNewPartition(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "topic")
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "topic")
 	src, store := topicSource(t, brokers, topic, kafkasource.MissingTopicWait)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -55,7 +55,7 @@ func TestMissingTopicWaitThenNewPartition(t *testing.T) {
 		t.Fatalf("Run returned while waiting for the topic: %v", err)
 	default:
 	}
-	testenv.CreateTopic(t, brokers, topic, 2)
+	testkit.CreateTopic(t, brokers, topic, 2)
 	produce(t, brokers, topic, 2, 0, 20)
 	waitCounts(t, store, topic, map[int]int64{0: 20, 1: 20})
 
@@ -75,8 +75,8 @@ func TestMissingTopicWaitThenNewPartition(t *testing.T) {
 // TestMissingTopicFail proves MissingTopicFail makes Run return a typed
 // error at once instead of waiting.
 func TestMissingTopicFail(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "topic")
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "topic")
 	src, _ := topicSource(t, brokers, topic, kafkasource.MissingTopicFail)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestWireFetcherMatchesKafkaGo writes a partition the way producers do
@@ -31,9 +31,9 @@ import (
 // from the start and from offsets inside compressed batches, with small and
 // large fetches. Both must hand out the same messages, field for field.
 func TestWireFetcherMatchesKafkaGo(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "wire")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "wire")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -221,8 +221,8 @@ func TestWireFetcherRefusesCorruptBatches(t *testing.T) {
 func TestWireFetcherReadsBatchLargerThanMaxBytes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "big")
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "big")
 	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(16<<20),
 		kgo.ProducerBatchCompression(kgo.NoCompression()))
 	require.NoError(t, err)

@@ -21,7 +21,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit/s3kit"
 )
 
 // The whole suite again with every non-empty blob uploaded in parts, so
@@ -125,7 +125,7 @@ func TestServerKillRestart(t *testing.T) {
 		t.Skip("needs a server it may kill: runs on the embedded versitygw only")
 	}
 	ctx := context.Background()
-	srv := testenv.StartS3(t)
+	srv := s3kit.Start(t)
 	c := srv.NewBucket(t)
 	opts := s3storage.Options{MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 		MultipartThreshold: s3storage.MinPartSize, PartSize: s3storage.MinPartSize}

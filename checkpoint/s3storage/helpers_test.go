@@ -3,7 +3,7 @@ package s3storage_test
 import (
 	"os"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit/s3kit"
 )
 
-func testenvExternal() bool { return os.Getenv(testenv.EnvS3Endpoint) != "" }
+func testenvExternal() bool { return os.Getenv(s3kit.EnvEndpoint) != "" }

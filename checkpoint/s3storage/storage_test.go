@@ -9,10 +9,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit/s3kit"
 )
 
-func newStorage(t testing.TB, c testenv.S3Config, opts s3storage.Options) *s3storage.Storage {
+func newStorage(t testing.TB, c s3kit.Config, opts s3storage.Options) *s3storage.Storage {
 	t.Helper()
 	opts.Prefix = c.Prefix + opts.Prefix
 	s, err := s3storage.New(c.Client(), c.Bucket, opts)
@@ -37,7 +37,7 @@ func TestProcessRace(t *testing.T) {
 			return string(b)
 		},
 		func(shared string) (checkpoint.Storage, error) {
-			var c testenv.S3Config
+			var c s3kit.Config
 			if err := json.Unmarshal([]byte(shared), &c); err != nil {
 				return nil, err
 			}
@@ -47,11 +47,11 @@ func TestProcessRace(t *testing.T) {
 
 // s3Server returns a function giving a fresh bucket per (sub)test: on
 // $S3_ENDPOINT, or on one versitygw started for t.
-func s3Server(t *testing.T) func(t testing.TB) testenv.S3Config {
+func s3Server(t *testing.T) func(t testing.TB) s3kit.Config {
 	t.Helper()
 	if testenvExternal() {
-		return func(t testing.TB) testenv.S3Config { return testenv.S3(t) }
+		return func(t testing.TB) s3kit.Config { return s3kit.Bucket(t) }
 	}
-	srv := testenv.StartS3(t)
-	return func(t testing.TB) testenv.S3Config { return srv.NewBucket(t) }
+	srv := s3kit.Start(t)
+	return func(t testing.TB) s3kit.Config { return srv.NewBucket(t) }
 }

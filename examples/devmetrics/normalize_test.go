@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit/webhookkit"
 )
 
 // githubExample is one of GitHub's example payloads and its action.
@@ -24,7 +24,7 @@ type githubExample struct {
 func githubExamples(t *testing.T) map[string][]githubExample {
 	t.Helper()
 	out := map[string][]githubExample{}
-	for _, ex := range testenv.GitHubExamples(t) {
+	for _, ex := range webhookkit.GitHubExamples(t) {
 		var a struct {
 			Action string `json:"action"`
 		}
@@ -110,7 +110,7 @@ func TestNormalizeGitHubExamples(t *testing.T) {
 // jiraBody builds a Jira Cloud issue webhook as Atlassian documents it.
 func jiraBody(t testing.TB, event, issueType string, transition bool, mutate func(map[string]any)) []byte {
 	t.Helper()
-	return testenv.JiraIssueBody(t, event, issueType, transition, mutate)
+	return webhookkit.JiraIssueBody(t, event, issueType, transition, mutate)
 }
 
 func TestNormalizeJira(t *testing.T) {

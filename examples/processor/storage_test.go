@@ -13,14 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/testkit"
+	"github.com/exactlyonce/exactlyonce/testkit/s3kit"
 )
 
 // TestStateOnS3 checks that -s3-bucket puts the processor's checkpoints in
 // the bucket, with the conditional writes that fence a stale owner, and that
 // without it they stay in -state-dir.
 func TestStateOnS3(t *testing.T) {
-	s3 := testkit.S3(t)
+	s3 := s3kit.Bucket(t)
 	env := map[string]string{
 		"S3_ENDPOINT":          s3.Endpoint,
 		"S3_REGION":            s3.Region,

@@ -20,7 +20,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // BenchmarkGateway serves signed webhooks over loopback HTTP to two handlers
@@ -38,19 +38,19 @@ import (
 //
 //	go test -run XXX -bench Gateway -benchtime 4000x ./idempotency/kafkapub/
 func BenchmarkGateway(b *testing.B) {
-	k := testenv.StartKafka(b)
-	topic := testenv.Name(b, "bench")
-	testenv.CreateTopic(b, k.Brokers(), topic, 3)
+	k := testkit.StartKafka(b)
+	topic := testkit.Name(b, "bench")
+	testkit.CreateTopic(b, k.Brokers(), topic, 3)
 	pub, err := kafkapub.New(context.Background(), k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = pub.Close() })
 
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b), PoolSize: 128})
+	rdb := redis.NewClient(&redis.Options{Addr: testkit.Redis(b), PoolSize: 128})
 	b.Cleanup(func() { _ = rdb.Close() })
 	ap, err := rdb.AsyncAutoPipeline()
 	require.NoError(b, err)
 	handler := func(rdb redis.Scripter) http.Handler {
-		store, err := redisstore.New(rdb, redisstore.Options{Prefix: testenv.Name(b, "idem") + ":"})
+		store, err := redisstore.New(rdb, redisstore.Options{Prefix: testkit.Name(b, "idem") + ":"})
 		require.NoError(b, err)
 		h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{
 			Provider: idempotency.GitHub(),

@@ -24,7 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 var secret = []byte("gateway-secret")
@@ -47,8 +47,8 @@ func newGateway(t *testing.T, redisAddr string, brokers []string, opts idempoten
 // (closed at cleanup).
 func newGatewayOn(t *testing.T, rdb *redis.Client, scripter redis.Scripter, brokers []string, opts idempotency.Options) *gateway {
 	t.Helper()
-	g := &gateway{brokers: brokers, topic: testenv.Name(t, "webhooks"), prefix: testenv.Name(t, "idem") + ":"}
-	testenv.CreateTopic(t, brokers, g.topic, 3)
+	g := &gateway{brokers: brokers, topic: testkit.Name(t, "webhooks"), prefix: testkit.Name(t, "idem") + ":"}
+	testkit.CreateTopic(t, brokers, g.topic, 3)
 	g.rdb = rdb
 	t.Cleanup(func() { _ = g.rdb.Close() })
 	store, err := redisstore.New(scripter, redisstore.Options{Prefix: g.prefix})
@@ -115,8 +115,8 @@ func (g *gateway) keys(t *testing.T) int {
 // The seed's bug, reproduced and fixed: Kafka fails after the key is claimed.
 // The gateway must answer 5xx, release the key, and publish the retry.
 func TestGatewayKafkaFailsAfterClaim(t *testing.T) {
-	k := testenv.StartKafka(t)
-	g := newGateway(t, testenv.Redis(t), k.Brokers(), idempotency.Options{})
+	k := testkit.StartKafka(t)
+	g := newGateway(t, testkit.Redis(t), k.Brokers(), idempotency.Options{})
 
 	var failing atomic.Bool
 	failing.Store(true)
@@ -148,7 +148,7 @@ func TestGatewayKafkaFailsAfterClaim(t *testing.T) {
 }
 
 func TestGatewayConcurrentDuplicates(t *testing.T) {
-	g := newGateway(t, testenv.Redis(t), testenv.Kafka(t), idempotency.Options{})
+	g := newGateway(t, testkit.Redis(t), testkit.Kafka(t), idempotency.Options{})
 	const n = 50
 	const body = `{"action":"closed"}`
 	replies := make([]reply, n)
@@ -186,7 +186,7 @@ func TestGatewayConcurrentDuplicates(t *testing.T) {
 // retry within the pending TTL is asked to retry later; one after it is
 // published.
 func TestGatewayCrashBetweenClaimAndComplete(t *testing.T) {
-	g := newGateway(t, testenv.Redis(t), testenv.Kafka(t), idempotency.Options{})
+	g := newGateway(t, testkit.Redis(t), testkit.Kafka(t), idempotency.Options{})
 	const body = `{"action":"opened"}`
 
 	// The dead gateway's claim, made as the Handler makes it.
@@ -214,11 +214,11 @@ func TestGatewayCrashBetweenClaimAndComplete(t *testing.T) {
 // StoreTimeout hung, against 1.8 to 3.8 s and 35 s and more with go-redis's
 // defaults and the blocking AutoPipeliner; measured, not asserted.)
 func TestGatewayRedisDownAsDeployed(t *testing.T) {
-	srv := testenv.StartRedis(t)
+	srv := testkit.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1, DialTimeout: time.Second})
 	ap, err := rdb.AsyncAutoPipeline()
 	require.NoError(t, err)
-	g := newGatewayOn(t, rdb, ap, testenv.Kafka(t), idempotency.Options{
+	g := newGatewayOn(t, rdb, ap, testkit.Kafka(t), idempotency.Options{
 		StoreTimeout: 300 * time.Millisecond, SideEffectTimeout: 200 * time.Millisecond, PendingTTL: time.Second,
 	})
 	const body = `{"action":"opened"}`
@@ -248,8 +248,8 @@ func TestGatewayRedisDownAsDeployed(t *testing.T) {
 }
 
 func TestGatewayRedisDown(t *testing.T) {
-	srv := testenv.StartRedis(t)
-	g := newGateway(t, srv.Addr(), testenv.Kafka(t), idempotency.Options{StoreTimeout: time.Second})
+	srv := testkit.StartRedis(t)
+	g := newGateway(t, srv.Addr(), testkit.Kafka(t), idempotency.Options{StoreTimeout: time.Second})
 	const body = `{"action":"opened"}`
 
 	srv.Stop()
@@ -265,7 +265,7 @@ func TestGatewayRedisDown(t *testing.T) {
 }
 
 func TestGatewayRejectsBadRequests(t *testing.T) {
-	g := newGateway(t, testenv.Redis(t), testenv.Kafka(t), idempotency.Options{MaxBodyBytes: 1024})
+	g := newGateway(t, testkit.Redis(t), testkit.Kafka(t), idempotency.Options{MaxBodyBytes: 1024})
 	big := `{"pad":"` + strings.Repeat("x", 2000) + `"}`
 	tests := []struct {
 		name string

@@ -20,8 +20,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestIdempotentPublisherLostAcks publishes concurrently while the broker
@@ -30,10 +30,10 @@ import (
 // exactly once, on its key's partition, with its headers.
 func TestIdempotentPublisherLostAcks(t *testing.T) {
 	const n = 150
-	k := testenv.StartKafka(t)
+	k := testkit.StartKafka(t)
 	brokers := k.Brokers()
-	topic := testenv.Name(t, "idem")
-	testenv.CreateTopic(t, brokers, topic, 3)
+	topic := testkit.Name(t, "idem")
+	testkit.CreateTopic(t, brokers, topic, 3)
 	var mu sync.Mutex
 	count := 0
 	k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.RequestTimedOut, Count: -1,
@@ -91,10 +91,10 @@ func TestIdempotentPublisherLostAcks(t *testing.T) {
 // does: the durability warning at start-up, and one count per Publish by
 // result with its duration on Options.Now's clock.
 func TestIdempotentPublisherObservability(t *testing.T) {
-	k := testenv.StartKafka(t) // one broker: acks=all is acks=1 in disguise
+	k := testkit.StartKafka(t) // one broker: acks=all is acks=1 in disguise
 	brokers := k.Brokers()
-	topic := testenv.Name(t, "idem")
-	testenv.CreateTopic(t, brokers, topic, 2)
+	topic := testkit.Name(t, "idem")
+	testkit.CreateTopic(t, brokers, topic, 2)
 
 	var logs bytes.Buffer
 	reader := sdkmetric.NewManualReader()

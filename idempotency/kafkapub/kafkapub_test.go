@@ -19,8 +19,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // partitionEnd returns the end offset of one partition.
@@ -64,9 +63,9 @@ func newPublisher(t *testing.T, brokers []string, topic string, opts kafkapub.Op
 }
 
 func TestPublishWritesKeyedMessageWithEventID(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "events")
-	testenv.CreateTopic(t, brokers, topic, 4)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "events")
+	testkit.CreateTopic(t, brokers, topic, 4)
 	p := newPublisher(t, brokers, topic, kafkapub.Options{
 		PartitionKey: func(d idempotency.Delivery) ([]byte, error) { return []byte("org-7"), nil },
 	})
@@ -136,9 +135,9 @@ func TestDurabilityCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := testenv.StartKafka(t, embedded.KafkaOptions{Extra: tt.extra})
-			topic := testenv.Name(t, "events")
-			testenv.CreateTopic(t, k.Brokers(), topic, 2)
+			k := testkit.StartKafka(t, tt.extra...)
+			topic := testkit.Name(t, "events")
+			testkit.CreateTopic(t, k.Brokers(), topic, 2)
 			var logs bytes.Buffer
 			p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{
 				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
@@ -180,7 +179,7 @@ func TestPublishFailsWhenKafkaIsGone(t *testing.T) {
 }
 
 func TestCloseTwice(t *testing.T) {
-	brokers := testenv.Kafka(t)
+	brokers := testkit.Kafka(t)
 	p, err := kafkapub.New(context.Background(), brokers, "events", kafkapub.Options{SkipDurabilityCheck: true})
 	require.NoError(t, err)
 	assert.NoError(t, p.Close())
@@ -239,9 +238,9 @@ func closedAddr(t *testing.T) string {
 // kafka-go: the message lands twice although Publish returned nil. This is
 // the duplicate the package docs promise and the event-id header absorbs.
 func TestPublishRetryWritesTwice(t *testing.T) {
-	k := testenv.StartKafka(t)
-	topic := testenv.Name(t, "events")
-	testenv.CreateTopic(t, k.Brokers(), topic, 1)
+	k := testkit.StartKafka(t)
+	topic := testkit.Name(t, "events")
+	testkit.CreateTopic(t, k.Brokers(), topic, 1)
 	p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})
 	k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.RequestTimedOut})
 
@@ -294,9 +293,9 @@ func TestPublishOutcomeAfterRetries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := testenv.StartKafka(t)
-			topic := testenv.Name(t, "events")
-			testenv.CreateTopic(t, k.Brokers(), topic, 1)
+			k := testkit.StartKafka(t)
+			topic := testkit.Name(t, "events")
+			testkit.CreateTopic(t, k.Brokers(), topic, 1)
 			p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true, MaxAttempts: tt.maxAttempts})
 			for _, f := range tt.faults {
 				f.Keys, f.Topic = []kmsg.Key{kmsg.Produce}, topic
@@ -365,9 +364,9 @@ func TestDurabilityCheckBounded(t *testing.T) {
 // acks=all must be on the wire: kafka-go's zero value is acks=none, and
 // acks=1 lets the leader alone acknowledge.
 func TestPublishRequiresAllAcks(t *testing.T) {
-	k := testenv.StartKafka(t)
-	topic := testenv.Name(t, "events")
-	testenv.CreateTopic(t, k.Brokers(), topic, 1)
+	k := testkit.StartKafka(t)
+	topic := testkit.Name(t, "events")
+	testkit.CreateTopic(t, k.Brokers(), topic, 1)
 	p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})
 	acks := make(chan int16, 16)
 	k.Cluster().ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {

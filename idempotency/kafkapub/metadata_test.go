@@ -11,7 +11,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 func TestReadMetadata(t *testing.T) {
@@ -41,7 +41,7 @@ func TestReadMetadata(t *testing.T) {
 // their windows); a consumer reads them back from the record with
 // ReadMetadata. Both publishers agree.
 func TestPublishMetadataAndPartitionKey(t *testing.T) {
-	brokers := testenv.Kafka(t)
+	brokers := testkit.Kafka(t)
 	tests := []struct {
 		name string
 		give func(t *testing.T, topic string) func(context.Context, idempotency.Delivery) error
@@ -58,8 +58,8 @@ func TestPublishMetadataAndPartitionKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			topic := testenv.Name(t, "meta")
-			testenv.CreateTopic(t, brokers, topic, 3)
+			topic := testkit.Name(t, "meta")
+			testkit.CreateTopic(t, brokers, topic, 3)
 			publish := tt.give(t, topic)
 			d := idempotency.Delivery{Key: "d1", Source: "github", Event: "pull_request", HookID: "42", Partition: "github/acme", Body: []byte(`{}`)}
 			require.NoError(t, publish(context.Background(), d))

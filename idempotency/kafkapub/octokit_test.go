@@ -19,7 +19,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
+	"github.com/exactlyonce/exactlyonce/testkit/webhookkit"
 )
 
 // Every example payload of every event type of GitHub's maintained
@@ -37,7 +38,7 @@ import (
 //   - a payload the Check hook rejects gets its 4xx and reason, and nothing
 //     is published.
 func TestGatewayEveryOctokitExample(t *testing.T) {
-	examples := testenv.GitHubExamples(t)
+	examples := webhookkit.GitHubExamples(t)
 	const secretStr = "It's a Secret to Everybody"
 
 	type post struct {
@@ -57,14 +58,14 @@ func TestGatewayEveryOctokitExample(t *testing.T) {
 	for i, p := range posts {
 		bodies[i] = p.body
 	}
-	sigs := testenv.OctokitSign(t, secretStr, bodies)
+	sigs := webhookkit.OctokitSign(t, secretStr, bodies)
 
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "octokit")
-	testenv.CreateTopic(t, brokers, topic, 3)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "octokit")
+	testkit.CreateTopic(t, brokers, topic, 3)
+	rdb := redis.NewClient(&redis.Options{Addr: testkit.Redis(t)})
 	t.Cleanup(func() { _ = rdb.Close() })
-	store, err := redisstore.New(rdb, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+	store, err := redisstore.New(rdb, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
 	require.NoError(t, err)
 	pub := newPublisher(t, brokers, topic, kafkapub.Options{SkipDurabilityCheck: true})
 	h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{
@@ -127,7 +128,7 @@ func TestGatewayEveryOctokitExample(t *testing.T) {
 		assert.True(t, replayed, posts[i].key)
 	}
 	// A wrong secret is refused.
-	wrong := testenv.OctokitSign(t, "not the secret", []string{posts[1].body})
+	wrong := webhookkit.OctokitSign(t, "not the secret", []string{posts[1].body})
 	status, _, _ := send(post{key: "guid-wrong", event: posts[1].event, contentType: posts[1].contentType, body: posts[1].body}, wrong[0])
 	assert.Equal(t, http.StatusUnauthorized, status)
 

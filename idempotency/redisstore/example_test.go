@@ -10,19 +10,19 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // Two gateway instances share one Redis: the second sees the first's claim,
 // then its stored response.
 func Example() {
 	ctx := context.Background()
-	srv, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
+	srv, err := testkit.StandaloneRedis(ctx) // your Redis in production
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer srv.Stop()
+	defer srv.Close()
 
 	newInstance := func() (*redisstore.Store, func() error) {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})

@@ -18,7 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/idempotencytest"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 func newClient(t *testing.T, addr string) *redis.Client {
@@ -29,9 +29,9 @@ func newClient(t *testing.T, addr string) *redis.Client {
 }
 
 func TestConformance(t *testing.T) {
-	addr := testenv.Redis(t)
+	addr := testkit.Redis(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
-		s, err := redisstore.New(newClient(t, addr), redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+		s, err := redisstore.New(newClient(t, addr), redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
 		require.NoError(t, err)
 		return s
 	})
@@ -41,11 +41,11 @@ func TestConformance(t *testing.T) {
 // AutoPipeliner, the client the package doc recommends for a busy gateway:
 // scripts of concurrent callers share pipelines, and every guarantee holds.
 func TestConformanceAutoPipelined(t *testing.T) {
-	addr := testenv.Redis(t)
+	addr := testkit.Redis(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
 		ap, err := newClient(t, addr).AsyncAutoPipeline()
 		require.NoError(t, err)
-		s, err := redisstore.New(ap, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+		s, err := redisstore.New(ap, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
 		require.NoError(t, err)
 		return s
 	})
@@ -56,10 +56,10 @@ func TestConformanceAutoPipelined(t *testing.T) {
 // exactly one claim per key wins, and the scripts reload after SCRIPT FLUSH.
 func TestAutoPipelinedRace(t *testing.T) {
 	ctx := context.Background()
-	rdb := newClient(t, testenv.Redis(t))
+	rdb := newClient(t, testkit.Redis(t))
 	ap, err := rdb.AsyncAutoPipeline()
 	require.NoError(t, err)
-	s, err := redisstore.New(ap, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+	s, err := redisstore.New(ap, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
 	require.NoError(t, err)
 	for round := range 3 {
 		require.NoError(t, rdb.ScriptFlush(ctx).Err(), "scripts must reload on NOSCRIPT")
@@ -88,8 +88,8 @@ func TestAutoPipelinedRace(t *testing.T) {
 
 func TestLayout(t *testing.T) {
 	ctx := context.Background()
-	rdb := newClient(t, testenv.Redis(t))
-	prefix := testenv.Name(t, "idem") + ":"
+	rdb := newClient(t, testkit.Redis(t))
+	prefix := testkit.Name(t, "idem") + ":"
 	s, err := redisstore.New(rdb, redisstore.Options{Prefix: prefix})
 	require.NoError(t, err)
 
@@ -113,7 +113,7 @@ func TestLayout(t *testing.T) {
 
 func TestRedisDownAndBack(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartRedis(t)
+	srv := testkit.StartRedis(t)
 	s, err := redisstore.New(newClient(t, srv.Addr()), redisstore.Options{})
 	require.NoError(t, err)
 
@@ -192,7 +192,7 @@ func TestReplayedScriptsAfterLostReply(t *testing.T) {
 	for _, pipelined := range []bool{false, true} {
 		t.Run(fmt.Sprintf("autopipelined=%v", pipelined), func(t *testing.T) {
 			ctx := context.Background()
-			proxy := newDropProxy(t, testenv.Redis(t))
+			proxy := newDropProxy(t, testkit.Redis(t))
 			rdb := redis.NewClient(&redis.Options{Addr: proxy.l.Addr().String(), MaxRetries: 2, PoolSize: 1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			var scripter redis.Scripter = rdb
@@ -201,7 +201,7 @@ func TestReplayedScriptsAfterLostReply(t *testing.T) {
 				require.NoError(t, err)
 				scripter = ap
 			}
-			s, err := redisstore.New(scripter, redisstore.Options{Prefix: testenv.Name(t, "idem") + ":"})
+			s, err := redisstore.New(scripter, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
 			require.NoError(t, err)
 			warm, err := s.Claim(ctx, "warm", "fp", time.Minute) // loads the scripts into Redis
 			require.NoError(t, err)
@@ -223,7 +223,7 @@ func TestReplayedScriptsAfterLostReply(t *testing.T) {
 // commands on a context of its own: 35 s and more with its defaults). After
 // the pause the claim made before it completes.
 func TestCallEndsWithContextWhenRedisHangs(t *testing.T) {
-	srv := testenv.StartRedis(t)
+	srv := testkit.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // go-redis's defaults
 	t.Cleanup(func() { _ = rdb.Close() })
 	ap, err := rdb.AsyncAutoPipeline()

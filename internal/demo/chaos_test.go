@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -119,16 +119,20 @@ func TestChaosOnYourServers(t *testing.T) {
 	own("CLICKHOUSE_ADDR", func() string {
 		// Restarted when it exits on its own, as systemd would restart
 		// yours (the embedded server aborts itself now and then).
-		srv := testenv.StartClickHouse(t)
+		srv, err := embedded.StartClickHouse(context.Background(), embedded.ClickHouseOptions{Progress: os.Stderr})
+		if err != nil {
+			testkit.Unavailable(t, "clickhouse", err)
+		}
+		t.Cleanup(func() { _ = srv.Stop() })
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); watchClickHouse(ctx, srv.Server(), t.Logf) }()
+		go func() { defer close(done); watchClickHouse(ctx, srv, t.Logf) }()
 		t.Cleanup(func() { stop(); <-done })
 		return srv.Addr()
 	})
-	own("REDIS_ADDR", func() string { return testenv.Redis(t) })
+	own("REDIS_ADDR", func() string { return testkit.Redis(t) })
 	own("KAFKA_BROKERS", func() string {
-		k := testenv.StartKafkaProcess(t, embedded.KafkaProcessOptions{ExpireMembers: true, MinSessionTimeout: 6 * time.Second})
+		k := testkit.StartKafkaProcess(t, testkit.KafkaProcessOptions{ExpireMembers: true, MinSessionTimeout: 6 * time.Second})
 		return strings.Join(k.Brokers(), ",")
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -19,7 +19,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestGatewayRealPayloads posts GitHub's example payloads of the event
@@ -33,9 +33,9 @@ import (
 // is answered 422 with its reason and not published.
 func TestGatewayRealPayloads(t *testing.T) {
 	examples := githubExamples(t)
-	brokers := testenv.Kafka(t)
+	brokers := testkit.Kafka(t)
 	const topic = "gateway-real"
-	testenv.CreateTopic(t, brokers, topic, 4)
+	testkit.CreateTopic(t, brokers, topic, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	gw, err := StartGateway(ctx, binaries(t).Gateway,

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit/webhookkit"
 )
 
 // githubExamples loads GitHub's maintained examples (npm pack into the cache
@@ -68,5 +68,5 @@ func mergedVariant(t *testing.T, body []byte, mergedAt string) []byte {
 // jiraBody builds a Jira Cloud issue webhook as Atlassian documents it.
 func jiraBody(t testing.TB, event, issueType string, transition bool, mutate func(map[string]any)) []byte {
 	t.Helper()
-	return testenv.JiraIssueBody(t, event, issueType, transition, mutate)
+	return webhookkit.JiraIssueBody(t, event, issueType, transition, mutate)
 }

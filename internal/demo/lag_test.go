@@ -8,7 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestCheckpointLagCountsUnknownGroupAsNoCommits shows the verdict's lag
@@ -19,9 +19,9 @@ import (
 func TestCheckpointLagCountsUnknownGroupAsNoCommits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "lag")
-	testenv.CreateTopic(t, brokers, topic, 2)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "lag")
+	testkit.CreateTopic(t, brokers, topic, 2)
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.RoundRobin{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
@@ -31,11 +31,11 @@ func TestCheckpointLagCountsUnknownGroupAsNoCommits(t *testing.T) {
 	}
 	require.NoError(t, w.WriteMessages(ctx, msgs...))
 
-	lag, err := checkpointLag(ctx, brokers, topic, 2, []string{testenv.Name(t, "never-joined")})
+	lag, err := checkpointLag(ctx, brokers, topic, 2, []string{testkit.Name(t, "never-joined")})
 	require.NoError(t, err)
 	require.EqualValues(t, 6, lag)
 
-	group := testenv.Name(t, "committed")
+	group := testkit.Name(t, "committed")
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
 	resp, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1,
 		Topics: map[string][]kafka.OffsetCommit{topic: {{Partition: 0, Offset: 2}}}})
@@ -45,7 +45,7 @@ func TestCheckpointLagCountsUnknownGroupAsNoCommits(t *testing.T) {
 			require.NoError(t, p.Error)
 		}
 	}
-	lag, err = checkpointLag(ctx, brokers, topic, 2, []string{testenv.Name(t, "never-joined"), group})
+	lag, err = checkpointLag(ctx, brokers, topic, 2, []string{testkit.Name(t, "never-joined"), group})
 	require.NoError(t, err)
 	require.EqualValues(t, 4, lag)
 }

@@ -11,7 +11,7 @@ import (
 // GitHub's maintained webhook examples: the payloads the demo's simulated
 // GitHub sends are built from them, and the normalizer is tested on every
 // one. `make deps` fetches them with npm pack into the cache (the same file
-// internal/testenv reads for the library's tests); without it this does so
+// testkit/webhookkit reads for the library's tests); without it this does so
 // once, under the same lock. Never committed.
 const (
 	octokitPackage = "@octokit/webhooks-examples"

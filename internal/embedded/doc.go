@@ -2,7 +2,7 @@
 // nothing installed by hand: ClickHouse (clickhouse-local from libchdb.so,
 // serving the native TCP protocol), Kafka (franz-go's kfake, in process),
 // Redis (Debian's redis-server) and S3 (versitygw over a directory). The demo uses it directly; tests use it
-// through internal/testenv.
+// through testkit.
 //
 // A tour:
 //
@@ -74,6 +74,6 @@
 // 40 kills, even into a plain MergeTree of String columns); a server would
 // log the broken connection and go on. Crashed reports it and EnsureRunning
 // starts the server again on the same data, which is what the demo's
-// watchdog and testenv do. Tests that kill clients mid-insert must expect
+// watchdog and testkit do. Tests that kill clients mid-insert must expect
 // it.
 package embedded

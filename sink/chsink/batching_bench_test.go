@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // Environment of BenchmarkFlushPolicy.
@@ -39,9 +39,9 @@ const (
 func BenchmarkFlushPolicy(b *testing.B) {
 	seconds := envInt(b, envPolicySeconds, 8)
 	rate := envInt(b, envPolicyRate, 40_000)
-	srv := testenv.StartClickHouse(b)
-	db := testenv.NewDatabase(b, srv.Addr())
-	env := chEnv{addr: srv.Addr(), db: db, conn: testenv.DialClickHouse(b, srv.Addr(), db)}
+	srv := testkit.StartClickHouse(b)
+	db := testkit.NewDatabase(b, srv.Addr())
+	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(b, srv.Addr(), db)}
 	policies := []struct {
 		name string
 		opts chsink.Options
@@ -59,7 +59,7 @@ func BenchmarkFlushPolicy(b *testing.B) {
 	for i, p := range policies {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {
-				runPolicy(b, env, srv.Server().PID(), fmt.Sprintf("p%d", i), p.opts, rate, time.Duration(seconds)*time.Second)
+				runPolicy(b, env, srv.PID(), fmt.Sprintf("p%d", i), p.opts, rate, time.Duration(seconds)*time.Second)
 			}
 		})
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 const benchBatch = 50_000
@@ -42,9 +42,9 @@ func benchRows() []event {
 // Each variant writes a table of its own, dropped when it ends, so that the
 // background merges of one variant's parts do not slow the next one down.
 func BenchmarkInsert(b *testing.B) {
-	addr, db := testenv.ClickHouse(b)
+	addr, db := testkit.ClickHouse(b)
 	ctx := context.Background()
-	c := testenv.DialClickHouse(b, addr, db)
+	c := testkit.DialClickHouse(b, addr, db)
 	tables := 0
 	newTable := func(b *testing.B) string {
 		tables++

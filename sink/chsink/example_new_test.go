@@ -10,9 +10,9 @@ import (
 	"github.com/ClickHouse/ch-go/proto"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // Deployment is the row type of the example's sink.
@@ -58,12 +58,12 @@ func deploymentSchema() []chsink.Column[Deployment] {
 // refuses a table that cannot deduplicate a replayed batch.
 func ExampleNew() {
 	ctx := context.Background()
-	srv, err := embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{}) // your ClickHouse in production
+	srv, err := testkit.StandaloneClickHouse(ctx) // your ClickHouse in production
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer srv.Stop()
+	defer srv.Close()
 	conn, err := ch.Dial(ctx, ch.Options{Address: srv.Addr()})
 	if err != nil {
 		fmt.Println(err)

@@ -14,15 +14,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 func TestServerKilledAndRestarted(t *testing.T) {
-	srv := testenv.StartClickHouse(t)
-	db := testenv.NewDatabase(t, srv.Addr())
-	c := testenv.DialClickHouse(t, srv.Addr(), db)
+	srv := testkit.StartClickHouse(t)
+	db := testkit.NewDatabase(t, srv.Addr())
+	c := testkit.DialClickHouse(t, srv.Addr(), db)
 	env := chEnv{addr: srv.Addr(), db: db, conn: c}
 	env.exec(t, fmt.Sprintf(eventsDDL, db))
 	ctx := context.Background()
@@ -43,7 +43,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	assert.Equal(t, 4, ie.Attempts)
 	assert.Less(t, time.Since(start), 10*time.Second)
 	srv.Restart()
-	env.conn = testenv.DialClickHouse(t, srv.Addr(), db)
+	env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
 
 	s2 := env.newSink(t, store, chsink.Options{MaxRetries: 20, RetryBase: 50 * time.Millisecond, RetryMax: 300 * time.Millisecond})
 	require.NoError(t, s2.Restore(ctx, state1))
@@ -61,7 +61,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	_, err = s2.Snapshot(ctx, 3)
 	wg.Wait()
 	require.NoError(t, err)
-	env.conn = testenv.DialClickHouse(t, srv.Addr(), db)
+	env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
 	env.assertExact(t, 300, false)
 }
 

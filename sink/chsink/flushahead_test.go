@@ -23,8 +23,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // envAheadChild, set to a JSON aheadConfig, makes TestFlushAheadChild a
@@ -299,9 +299,9 @@ func TestFlushAheadKilled(t *testing.T) {
 	// dies in the middle of an insert (see internal/embedded), and is then
 	// restarted here as a service manager would, without disturbing the
 	// package's other tests.
-	srv := testenv.StartClickHouse(t)
-	db := testenv.NewDatabase(t, srv.Addr())
-	env := chEnv{addr: srv.Addr(), db: db, conn: testenv.DialClickHouse(t, srv.Addr(), db)}
+	srv := testkit.StartClickHouse(t)
+	db := testkit.NewDatabase(t, srv.Addr())
+	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
 	env.exec(t, fmt.Sprintf(eventsDDL, db))
 	env.withRollup(t)
 	// The supervisor: it restarts the server when it exits on its own.
@@ -310,9 +310,9 @@ func TestFlushAheadKilled(t *testing.T) {
 	go func() {
 		defer close(superDone)
 		for superCtx.Err() == nil {
-			if err := srv.Server().Crashed(); err != nil {
+			if err := srv.Crashed(); err != nil {
 				t.Logf("clickhouse exited on its own; restarting it: %v", err)
-				if _, err := srv.Server().EnsureRunning(superCtx); err != nil {
+				if _, err := srv.EnsureRunning(superCtx); err != nil {
 					t.Logf("clickhouse restart: %v", err)
 				}
 			}

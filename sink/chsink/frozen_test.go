@@ -27,10 +27,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
+	"github.com/exactlyonce/exactlyonce/testkit/s3kit"
 )
 
 // envFrozenRuns sets how many times TestFrozenOwnerIsFenced runs its
@@ -50,7 +50,7 @@ type frozenConfig struct {
 	Brokers            []string
 	Topic, Group       string
 	CHAddr, Database   string
-	S3                 testenv.S3Config
+	S3                 s3kit.Config
 	CheckpointInterval time.Duration
 	FreezeFile         string // see runFrozenProcessor
 }
@@ -297,9 +297,9 @@ func TestFrozenOwnerIsFenced(t *testing.T) {
 		runs, err = strconv.Atoi(v)
 		require.NoError(t, err, envFrozenRuns)
 	}
-	addr, _ := testenv.ClickHouse(t)
-	kfk := testenv.StartKafkaProcess(t, embedded.KafkaProcessOptions{MinSessionTimeout: 200 * time.Millisecond})
-	bucket := testenv.S3(t)
+	addr, _ := testkit.ClickHouse(t)
+	kfk := testkit.StartKafkaProcess(t, testkit.KafkaProcessOptions{MinSessionTimeout: 200 * time.Millisecond})
+	bucket := s3kit.Bucket(t)
 	for run := range runs {
 		t.Run(fmt.Sprintf("run%02d", run), func(t *testing.T) {
 			s3 := bucket
@@ -309,15 +309,15 @@ func TestFrozenOwnerIsFenced(t *testing.T) {
 	}
 }
 
-func frozenRun(t *testing.T, addr string, brokers []string, s3 testenv.S3Config, run int) {
+func frozenRun(t *testing.T, addr string, brokers []string, s3 s3kit.Config, run int) {
 	ctx := context.Background()
-	db := testenv.NewDatabase(t, addr)
-	env := chEnv{addr: addr, db: db, conn: testenv.DialClickHouse(t, addr, db)}
+	db := testkit.NewDatabase(t, addr)
+	env := chEnv{addr: addr, db: db, conn: testkit.DialClickHouse(t, addr, db)}
 	env.exec(t, "CREATE TABLE "+db+".events (id UInt64, partition Int32, offset Int64) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000")
 	env.exec(t, "CREATE TABLE "+db+".per_partition (partition Int32, n UInt64) ENGINE = SummingMergeTree ORDER BY partition SETTINGS non_replicated_deduplication_window = 1000")
 	env.exec(t, "CREATE MATERIALIZED VIEW "+db+".per_partition_mv TO "+db+".per_partition AS SELECT partition, count() AS n FROM "+db+".events GROUP BY partition")
 	topic := fmt.Sprintf("frozen-%d-%d", run, time.Now().UnixNano())
-	testenv.CreateTopic(t, brokers, topic, frozenPartitions)
+	testkit.CreateTopic(t, brokers, topic, frozenPartitions)
 	cfg := frozenConfig{Brokers: brokers, Topic: topic, Group: topic + "-g", CHAddr: addr, Database: db,
 		S3: s3, CheckpointInterval: 200 * time.Millisecond}
 

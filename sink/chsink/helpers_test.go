@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // event is the row type of the tests.
@@ -96,7 +96,7 @@ type chEnv struct {
 
 func setup(t *testing.T, ddl ...string) chEnv {
 	t.Helper()
-	addr, db := testenv.ClickHouse(t)
+	addr, db := testkit.ClickHouse(t)
 	ctx := context.Background()
 	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: db})
 	require.NoError(t, err)

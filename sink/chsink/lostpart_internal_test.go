@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ClickHouse/ch-go"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -36,7 +36,7 @@ func TestParseDedupLog(t *testing.T) {
 // its aggregating target counted them twice).
 func TestCoveringRowsFollowsMerges(t *testing.T) {
 	ctx := context.Background()
-	addr, db := testenv.ClickHouse(t)
+	addr, db := testkit.ClickHouse(t)
 	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: db})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestServerLostPart puts ClickHouse in the state a kill -9 between writing
@@ -46,9 +46,9 @@ func TestServerLostPart(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			srv := testenv.StartClickHouse(t)
-			db := testenv.NewDatabase(t, srv.Addr())
-			env := chEnv{addr: srv.Addr(), db: db, conn: testenv.DialClickHouse(t, srv.Addr(), db)}
+			srv := testkit.StartClickHouse(t)
+			db := testkit.NewDatabase(t, srv.Addr())
+			env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
 			env.exec(t, fmt.Sprintf(eventsDDL, db))
 			env.exec(t, "CREATE TABLE "+db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = 1000")
 			env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_kind_counts TO "+db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+db+".events GROUP BY kind")
@@ -63,7 +63,7 @@ func TestServerLostPart(t *testing.T) {
 			srv.Kill()
 			require.NoError(t, os.RemoveAll(part))
 			srv.Restart()
-			env.conn = testenv.DialClickHouse(t, srv.Addr(), db)
+			env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
 			if lose == "events" {
 				require.Equal(t, uint64(expectedRows(0, 100)), env.count(t, "SELECT count() FROM "+db+".events"), "the batch's part is gone")
 			}
@@ -116,9 +116,9 @@ func TestServerRestartKeepsHeldBatch(t *testing.T) {
 	for _, merged := range []bool{false, true} {
 		t.Run(fmt.Sprintf("merged=%v", merged), func(t *testing.T) {
 			ctx := context.Background()
-			srv := testenv.StartClickHouse(t)
-			db := testenv.NewDatabase(t, srv.Addr())
-			env := chEnv{addr: srv.Addr(), db: db, conn: testenv.DialClickHouse(t, srv.Addr(), db)}
+			srv := testkit.StartClickHouse(t)
+			db := testkit.NewDatabase(t, srv.Addr())
+			env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
 			env.exec(t, fmt.Sprintf(eventsDDL, db))
 			env.withRollup(t)
 			env.exec(t, "CREATE TABLE "+db+".hourly (org String, hour DateTime, n AggregateFunction(sum, UInt64)) ENGINE = AggregatingMergeTree ORDER BY (org, hour) SETTINGS non_replicated_deduplication_window = 1000")
@@ -129,7 +129,7 @@ func TestServerRestartKeepsHeldBatch(t *testing.T) {
 			state := crashAfterUnackedInsert(t, env, store) // records [100, 150) inserted, not acknowledged
 			srv.Kill()
 			srv.Restart()
-			env.conn = testenv.DialClickHouse(t, srv.Addr(), db)
+			env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
 			env.exec(t, "INSERT INTO "+db+".events SELECT 1000000000 + number, 'other', 'pr.merged', toDateTime64('2026-01-01 00:00:00', 3), 0, [], NULL FROM numbers(5)")
 			if merged {
 				time.Sleep(1100 * time.Millisecond) // parts' times have seconds: the merged parts are then younger than the start
@@ -181,9 +181,9 @@ func newestPart(t *testing.T, env chEnv, dir, table string) string {
 // permanent *LostPartError instead of dropping the batch.
 func TestServerLostPartOfCascade(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartClickHouse(t)
-	db := testenv.NewDatabase(t, srv.Addr())
-	env := chEnv{addr: srv.Addr(), db: db, conn: testenv.DialClickHouse(t, srv.Addr(), db)}
+	srv := testkit.StartClickHouse(t)
+	db := testkit.NewDatabase(t, srv.Addr())
+	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
 	env.exec(t, fmt.Sprintf(eventsDDL, db))
 	env.exec(t, "CREATE TABLE "+db+".kinds (kind String) ENGINE = MergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = 1000")
 	env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_kinds TO "+db+".kinds AS SELECT toString(kind) AS kind FROM "+db+".events")
@@ -196,7 +196,7 @@ func TestServerLostPartOfCascade(t *testing.T) {
 	srv.Kill()
 	require.NoError(t, os.RemoveAll(part))
 	srv.Restart()
-	env.conn = testenv.DialClickHouse(t, srv.Addr(), db)
+	env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
 
 	s := env.newSink(t, store, chsink.Options{})
 	require.NoError(t, s.Restore(ctx, state))

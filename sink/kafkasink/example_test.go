@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
 )
@@ -16,10 +17,9 @@ import (
 // read_committed reader sees the records only after the commit.
 func Example() {
 	ctx := context.Background()
-	k, _ := embedded.StartKafka(embedded.KafkaOptions{}) // your brokers in production
+	k, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out")) // your brokers in production
 	defer k.Close()
-	brokers := k.Brokers()
-	_ = embedded.CreateTopic(ctx, brokers, "out", 1)
+	brokers := k.ListenAddrs()
 
 	src := checkpoint.TopicPartition{Topic: "events", Partition: 0}
 	s, err := kafkasink.New(brokers, "example", src, kafkasink.Options{})

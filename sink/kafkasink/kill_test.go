@@ -22,9 +22,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/dedup"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 const (
@@ -258,9 +258,9 @@ func TestKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
 	}
-	brokers := testenv.Kafka(t)
-	testenv.CreateTopic(t, brokers, inTopic, partitions)
-	testenv.CreateTopic(t, brokers, outTopic, partitions)
+	brokers := testkit.Kafka(t)
+	testkit.CreateTopic(t, brokers, inTopic, partitions)
+	testkit.CreateTopic(t, brokers, outTopic, partitions)
 	dir := t.TempDir()
 	rounds := len(schedule)
 	total := int64(rounds * perRound * 2)
@@ -350,10 +350,10 @@ func TestBrokerRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a broker process")
 	}
-	srv := testenv.StartKafkaProcess(t)
+	srv := testkit.StartKafkaProcess(t)
 	brokers := srv.Brokers()
-	testenv.CreateTopic(t, brokers, inTopic, partitions)
-	testenv.CreateTopic(t, brokers, outTopic, partitions)
+	testkit.CreateTopic(t, brokers, inTopic, partitions)
+	testkit.CreateTopic(t, brokers, outTopic, partitions)
 	const rounds = 4
 	for round := range rounds {
 		produceRound(t, brokers, round)

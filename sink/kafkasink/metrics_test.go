@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestSinkMetrics: what an operator watches moves with the protocol:
@@ -21,9 +21,9 @@ import (
 // CheckpointCompleted or Restore, found aborted, failed, and a fenced
 // zombie. Every series carries the chain's source partition.
 func TestSinkMetrics(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "out")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "out")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

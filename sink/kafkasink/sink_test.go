@@ -9,9 +9,9 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 func write(t *testing.T, s *kafkasink.Sink, topic string, vals ...string) {
@@ -34,9 +34,9 @@ func newSink(t *testing.T, brokers []string, prefix string) *kafkasink.Sink {
 // second barrier before the first one's completion fails with
 // ErrUnconfirmed instead of guessing.
 func TestSinkBarrier(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "out")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "out")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
 	s := newSink(t, brokers, topic)
 
@@ -69,9 +69,9 @@ func TestSinkBarrier(t *testing.T) {
 // is harmless), the dead one's late commit is fenced, and a transaction
 // that was aborted before the restore makes Restore fail with ErrAborted.
 func TestSinkRestore(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "out")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "out")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
 
 	old := newSink(t, brokers, topic)

@@ -1,4 +1,4 @@
-package testenv_test
+package testkit_test
 
 import (
 	"testing"
@@ -8,16 +8,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestRedisSmoke proves the server is a real Redis: SET NX with a TTL claims
 // a key once, and the TTL is set.
 func TestRedisSmoke(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	rdb := redis.NewClient(&redis.Options{Addr: testkit.Redis(t)})
 	defer rdb.Close()
 	ctx := t.Context()
-	key := testenv.Name(t, "key")
+	key := testkit.Name(t, "key")
 
 	ok, err := rdb.SetNX(ctx, key, "first", time.Minute).Result()
 	require.NoError(t, err)
@@ -40,7 +40,7 @@ func TestRedisSmoke(t *testing.T) {
 // TestRedisStopStart proves a dedicated server restarts on the same address
 // and, having no persistence, comes back empty.
 func TestRedisStopStart(t *testing.T) {
-	srv := testenv.StartRedis(t)
+	srv := testkit.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	defer rdb.Close()
 	ctx := t.Context()

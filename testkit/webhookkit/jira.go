@@ -1,10 +1,8 @@
-package testenv
+package webhookkit
 
 import (
 	"encoding/json"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 )
 
 // JiraIssueBody builds a Jira Cloud issue webhook (event "jira:issue_created"
@@ -47,6 +45,8 @@ func JiraIssueBody(t testing.TB, event, issueType string, transition bool, mutat
 		mutate(p)
 	}
 	b, err := json.Marshal(p)
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("webhookkit: jira payload: %v", err)
+	}
 	return b
 }

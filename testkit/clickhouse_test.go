@@ -1,4 +1,4 @@
-package testenv_test
+package testkit_test
 
 import (
 	"context"
@@ -17,14 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestClickHouseVersion proves the server is ClickHouse 26 or later,
 // reached through ch-go.
 func TestClickHouseVersion(t *testing.T) {
-	addr, db := testenv.ClickHouse(t)
-	c := testenv.DialClickHouse(t, addr, db)
+	addr, db := testkit.ClickHouse(t)
+	c := testkit.DialClickHouse(t, addr, db)
 
 	var col proto.ColStr
 	require.NoError(t, c.Do(t.Context(), ch.Query{
@@ -42,7 +42,7 @@ func TestClickHouseVersion(t *testing.T) {
 func TestClickHouseDatabaseDropped(t *testing.T) {
 	var addr, db string
 	t.Run("inner", func(t *testing.T) {
-		addr, db = testenv.ClickHouse(t)
+		addr, db = testkit.ClickHouse(t)
 		assert.Equal(t, 1, countRows(t, addr, "", "SELECT count() FROM system.databases WHERE name = '"+db+"'"))
 	})
 	if t.Failed() || addr == "" {
@@ -55,8 +55,8 @@ func TestClickHouseDatabaseDropped(t *testing.T) {
 // non_replicated_deduplication_window drops a repeated insert that carries
 // the same insert_deduplication_token: the sink's retries rely on it.
 func TestClickHouseInsertDeduplicationToken(t *testing.T) {
-	addr, db := testenv.ClickHouse(t)
-	c := testenv.DialClickHouse(t, addr, db)
+	addr, db := testkit.ClickHouse(t)
+	c := testkit.DialClickHouse(t, addr, db)
 	createEvents(t, c)
 
 	insertEvents(t, c, "token-1", 1, 2, 3)
@@ -71,23 +71,23 @@ func TestClickHouseInsertDeduplicationToken(t *testing.T) {
 // TestClickHouseKillRestartKeepsData proves kill -9 and a restart on the same
 // directory keep inserted data and the deduplication log.
 func TestClickHouseKillRestartKeepsData(t *testing.T) {
-	srv := testenv.StartClickHouse(t)
+	srv := testkit.StartClickHouse(t)
 	addr := srv.Addr()
-	db := testenv.NewDatabase(t, addr)
-	c := testenv.DialClickHouse(t, addr, db)
+	db := testkit.NewDatabase(t, addr)
+	c := testkit.DialClickHouse(t, addr, db)
 	createEvents(t, c)
 	insertEvents(t, c, "token-1", 1, 2, 3)
-	pid := srv.Server().PID()
+	pid := srv.PID()
 
 	srv.Kill()
-	assert.Equal(t, 0, srv.Server().PID())
+	assert.Equal(t, 0, srv.PID())
 	_, err := ch.Dial(t.Context(), ch.Options{Address: addr})
 	require.Error(t, err, "server is down after Kill")
 
 	srv.Restart()
 	assert.Equal(t, addr, srv.Addr())
-	assert.NotEqual(t, pid, srv.Server().PID())
-	c = testenv.DialClickHouse(t, addr, db)
+	assert.NotEqual(t, pid, srv.PID())
+	c = testkit.DialClickHouse(t, addr, db)
 	assert.Equal(t, 3, countRows(t, addr, db, "SELECT count() FROM events"), "data survives kill -9")
 
 	insertEvents(t, c, "token-1", 1, 2, 3) // a retry after the crash: still dropped
@@ -133,7 +133,7 @@ func countRows(t *testing.T, addr, db, query string) int {
 // waits for readiness wins: the restart fails and no server is left running
 // behind the stopped handle.
 func TestClickHouseStopDuringRestart(t *testing.T) {
-	testenv.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
+	testkit.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
 	srv, err := embedded.StartClickHouse(t.Context(), embedded.ClickHouseOptions{Dir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Stop() })
@@ -155,14 +155,14 @@ func TestClickHouseStopDuringRestart(t *testing.T) {
 // watchdog do: at the end one EnsureRunning leaves exactly one server
 // process on the directory, and it keeps the data.
 func TestClickHouseConcurrentKillRestart(t *testing.T) {
-	testenv.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
+	testkit.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
 	dir := t.TempDir()
 	srv, err := embedded.StartClickHouse(t.Context(), embedded.ClickHouseOptions{Dir: dir})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Stop() })
-	db := testenv.NewDatabase(t, srv.Addr())
-	createEvents(t, testenv.DialClickHouse(t, srv.Addr(), db))
-	insertEvents(t, testenv.DialClickHouse(t, srv.Addr(), db), "token-1", 1, 2, 3)
+	db := testkit.NewDatabase(t, srv.Addr())
+	createEvents(t, testkit.DialClickHouse(t, srv.Addr(), db))
+	insertEvents(t, testkit.DialClickHouse(t, srv.Addr(), db), "token-1", 1, 2, 3)
 
 	ctx := context.WithoutCancel(t.Context())
 	var wg sync.WaitGroup
@@ -211,13 +211,13 @@ func serversOn(t *testing.T, dir string) int {
 // own (a signal from outside, as its abort looks): Crashed reports it, and
 // EnsureRunning starts it again on the same data.
 func TestClickHouseCrashedThenEnsureRunning(t *testing.T) {
-	testenv.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
+	testkit.StartClickHouse(t) // skips or fails as the environment says, and warms the cache
 	srv, err := embedded.StartClickHouse(t.Context(), embedded.ClickHouseOptions{Dir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Stop() })
-	db := testenv.NewDatabase(t, srv.Addr())
-	createEvents(t, testenv.DialClickHouse(t, srv.Addr(), db))
-	insertEvents(t, testenv.DialClickHouse(t, srv.Addr(), db), "token-1", 1, 2)
+	db := testkit.NewDatabase(t, srv.Addr())
+	createEvents(t, testkit.DialClickHouse(t, srv.Addr(), db))
+	insertEvents(t, testkit.DialClickHouse(t, srv.Addr(), db), "token-1", 1, 2)
 
 	require.NoError(t, syscall.Kill(srv.PID(), syscall.SIGABRT))
 	require.Eventually(t, func() bool { return srv.Crashed() != nil }, 30*time.Second, 10*time.Millisecond)

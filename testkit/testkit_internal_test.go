@@ -1,4 +1,4 @@
-package testenv
+package testkit
 
 import (
 	"errors"
@@ -42,7 +42,7 @@ func TestUnavailable(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(EnvCI, tt.give)
 			r := &recorder{TB: t}
-			unavailable(r, "redis", errors.New("no redis-server"))
+			Unavailable(r, "redis", errors.New("no redis-server"))
 			assert.Equal(t, tt.wantFatal, r.fataled)
 			assert.Equal(t, tt.wantSkipped, r.skipped)
 			assert.Contains(t, r.msg, "no redis-server")

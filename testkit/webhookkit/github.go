@@ -1,15 +1,32 @@
-package testenv
+// Package webhookkit hands tests real webhook payloads: GitHub's own
+// example deliveries and signatures (from @octokit/webhooks-examples and
+// @octokit/webhooks-methods, fetched with npm into the cache) and Jira
+// Cloud issue events as Atlassian documents them.
+//
+//	for _, ex := range webhookkit.GitHubExamples(t) { ... ex.Event, ex.Body ... }
+//	sigs := webhookkit.OctokitSign(t, secret, payloads) // X-Hub-Signature-256 values
+//	body := webhookkit.JiraIssueBody(t, "jira:issue_updated", "Bug", true, nil)
+//
+// # Guarantees
+//
+// The payloads are the upstream packages' at pinned versions, never
+// committed here. Without npm (or node, for OctokitSign) the test is
+// skipped, or fails when CI=true, as with every server testkit starts.
+package webhookkit
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // GitHub's own test data and signer, from npm, fetched into the cache by
@@ -38,7 +55,7 @@ func GitHubExamples(t testing.TB) []GitHubExample {
 	defer cancel()
 	tgz, err := embedded.NpmPack(ctx, embedded.OctokitDir, OctokitExamplesPackage, OctokitExamplesVersion)
 	if err != nil {
-		unavailable(t, OctokitExamplesPackage, err)
+		testkit.Unavailable(t, OctokitExamplesPackage, err)
 	}
 	var index []struct {
 		Name     string            `json:"name"`
@@ -77,11 +94,11 @@ func OctokitSign(t testing.TB, secret string, payloads []string) []string {
 	defer cancel()
 	tgz, err := embedded.NpmPack(ctx, embedded.OctokitDir, OctokitMethodsPackage, OctokitMethodsVersion)
 	if err != nil {
-		unavailable(t, OctokitMethodsPackage, err)
+		testkit.Unavailable(t, OctokitMethodsPackage, err)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		unavailable(t, "node", fmt.Errorf("node runs %s (make deps installs it): %w", OctokitMethodsPackage, err))
+		testkit.Unavailable(t, "node", fmt.Errorf("node runs %s (make deps installs it): %w", OctokitMethodsPackage, err))
 	}
 	index, err := embedded.ReadTarFile(tgz, "package/dist-node/index.js")
 	if err != nil {
@@ -124,4 +141,14 @@ process.stdout.write(JSON.stringify(out));`
 func jsString(s string) string {
 	b, _ := json.Marshal(s) // a JSON string is a JS string literal
 	return string(b)
+}
+
+// setupContext returns a context for set-up work bounded by three minutes
+// (as testkit's) and by the test's own context.
+func setupContext(t testing.TB) (context.Context, context.CancelFunc) {
+	ctx := context.Background()
+	if tt, ok := t.(interface{ Context() context.Context }); ok {
+		ctx = tt.Context()
+	}
+	return context.WithTimeout(ctx, 3*time.Minute)
 }

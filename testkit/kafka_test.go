@@ -1,4 +1,4 @@
-package testenv_test
+package testkit_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestKafkaSmoke proves the cluster is a real Kafka protocol endpoint for
@@ -18,10 +18,10 @@ import (
 // consumer group, commits, and the commit is visible to the group
 // coordinator.
 func TestKafkaSmoke(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "topic")
-	group := testenv.Name(t, "group")
-	testenv.CreateTopic(t, brokers, topic, 3)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "topic")
+	group := testkit.Name(t, "group")
+	testkit.CreateTopic(t, brokers, topic, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
@@ -78,10 +78,10 @@ func TestKafkaSmoke(t *testing.T) {
 }
 
 func TestCreateTopicIdempotent(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "topic")
-	testenv.CreateTopic(t, brokers, topic, 4)
-	testenv.CreateTopic(t, brokers, topic, 4) // same count: no-op
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "topic")
+	testkit.CreateTopic(t, brokers, topic, 4)
+	testkit.CreateTopic(t, brokers, topic, 4) // same count: no-op
 
 	conn, err := kafka.DialContext(t.Context(), "tcp", brokers[0])
 	require.NoError(t, err)
@@ -94,9 +94,9 @@ func TestCreateTopicIdempotent(t *testing.T) {
 // TestKafkaProcessKill proves a broker process comes back after kill -9 with
 // the records it acknowledged.
 func TestKafkaProcessKill(t *testing.T) {
-	srv := testenv.StartKafkaProcess(t)
+	srv := testkit.StartKafkaProcess(t)
 	brokers := srv.Brokers()
-	testenv.CreateTopic(t, brokers, "events", 1)
+	testkit.CreateTopic(t, brokers, "events", 1)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 

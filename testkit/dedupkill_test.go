@@ -1,4 +1,4 @@
-package testenv_test
+package testkit_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/ClickHouse/ch-go/proto"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestDedupLogOutlivesPart reproduces, with real kills, what chsink's
@@ -36,10 +36,10 @@ func TestDedupLogOutlivesPart(t *testing.T) {
 	if kills <= 0 {
 		t.Skip("a reproduction of a ClickHouse server behaviour, not a test of this module; CLICKHOUSE_KILL_REPRO=200 runs it")
 	}
-	srv := testenv.StartClickHouse(t)
+	srv := testkit.StartClickHouse(t)
 	addr := srv.Addr()
-	db := testenv.NewDatabase(t, addr)
-	c := testenv.DialClickHouse(t, addr, db)
+	db := testkit.NewDatabase(t, addr)
+	c := testkit.DialClickHouse(t, addr, db)
 	for _, q := range []string{
 		`CREATE TABLE base (w UInt32, b UInt32, i UInt32) ENGINE = MergeTree ORDER BY (w, b, i) SETTINGS non_replicated_deduplication_window = 100000`,
 		`CREATE TABLE tgt (w UInt32, b UInt32, n UInt64) ENGINE = SummingMergeTree ORDER BY (w, b) SETTINGS non_replicated_deduplication_window = 100000`,
@@ -89,7 +89,7 @@ func TestDedupLogOutlivesPart(t *testing.T) {
 	type key struct{ w, b uint32 }
 	baseRows := map[key]uint64{}
 	tgtRows := map[key]uint64{}
-	c = testenv.DialClickHouse(t, addr, db)
+	c = testkit.DialClickHouse(t, addr, db)
 	read := func(q string, into map[key]uint64) {
 		var w, b proto.ColUInt32
 		var n proto.ColUInt64
