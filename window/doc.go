@@ -40,35 +40,84 @@
 //
 // # Session windows
 //
-// Session(gap) groups each key's events into sessions: events less than
-// gap apart are in one session [first event, last event + gap), so a
-// session ends after gap without events. It fires when the watermark
-// reaches its End, and stays open for AllowedLateness after that, like a
-// window. A session's row is keyed by (Key, Start), with End as a column:
-// write session rows to a ReplacingMergeTree(Version, Deleted) ordered by
-// (Key, Start).
+// Session(gap) groups each key's events into sessions: events at most gap
+// apart are in one session [first event, last event + gap), so a session
+// ends after gap without events; two events exactly gap apart are in one
+// session, as Flink merges windows that touch. A session fires when the
+// watermark reaches its End, and stays open for AllowedLateness after
+// that, like a window. A session's row is keyed by (Key, Start), with End
+// as a column: write session rows to a ReplacingMergeTree(Version,
+// Deleted) ordered by (Key, Start).
 //
 // An event that arrives out of order may extend a session, or bridge two
-// (its [t, t+gap) overlaps both): they merge into one, with the
+// (its [t, t+gap] reaches both): they merge into one, with the
 // aggregator's Merge, and the merged session's Version is its number of
 // events. When a merged session had been emitted (fired, or an early row)
 // under a Start that is no longer a session's start, the operator emits a
 // Row with Deleted set for that (Key, Start), whose Version beats every
 // row written there; the merged session is emitted at once (a final row
 // when the watermark is past its End, else an early row). A table read
-// with FINAL so holds exactly the current sessions.
+// with FINAL so holds exactly the current sessions. With Early.Every, a
+// session gets an early row whenever its count reaches or passes a
+// multiple of Every, by one event or by a merge (3 + 3 + 1 events under
+// Every 4).
 //
-// Lateness differs from windows in one way: an event is late when its
-// time is more than AllowedLateness behind the watermark, even when the
-// session it would open ends after the watermark. Every session the
-// operator has closed and forgotten ends at or before that point, so an
-// accepted event never overlaps one, and the table never holds two
-// overlapping sessions of a key. Late events go to Output.Late (Start and
-// End are the session [t, t+gap) the event would have opened).
+// Lateness is judged on the merged session, as Flink does: an event is
+// late when the session it would make, merged with the sessions it
+// reaches, ends more than AllowedLateness behind the watermark; so an
+// event whose own [t, t+gap) is behind the watermark but which joins an
+// open session is kept. One rule more keeps the table exact: an event is
+// also late when the merged session would reach a session of its key that
+// has closed (its row can no longer be retracted), so the table never
+// holds two overlapping sessions of a key. Late events go to Output.Late
+// (Start and End are the event's own [t, t+gap)).
 //
-// A session operator's snapshot is format version 2 (the gap, and each
-// session's end and whether it has a row); window operators still write
-// version 1, and a snapshot of one kind is refused by the other with
+// Differences from Flink's EventTimeSessionWindows with its
+// EventTimeTrigger, CountTrigger and ContinuousProcessingTimeTrigger, each
+// for a reason:
+//
+//   - An event that would make a session overlap or touch one already
+//     closed is late; Flink keeps it and emits a second session over the
+//     same time. Reason: the closed session's row can no longer be
+//     retracted, and the table must hold each key's sessions once.
+//   - A key is forgotten gap + AllowedLateness of watermark after its last
+//     session closed. A session that opens while the operator holds
+//     nothing of its key, at watermark W, cannot be extended back to W -
+//     AllowedLateness - gap or before: an event that would is late.
+//     Reason: memory bounded by the open sessions, not by every key ever
+//     seen; only an event more than gap + AllowedLateness behind the
+//     watermark can be refused this way.
+//   - Every refused event is in Output.Late; Flink's late-data side output
+//     gets only events whose own time is behind the watermark by more than
+//     the lateness, and drops the others silently. Reason: nothing is
+//     lost without a trace.
+//   - A merge retracts the rows of the sessions it replaced (Deleted rows)
+//     and emits the merged session at once when one of them had a row;
+//     Flink emits the merged window when it next fires and leaves the
+//     parts' results standing downstream. Reason: the table read with
+//     FINAL holds only current sessions, never a part beside the whole.
+//   - Early.Every fires at multiples of the session's total count (4, 8,
+//     12 under Every 4; 7 then 8 after a 3 + 3 + 1 merge); Flink's
+//     CountTrigger counts since its last firing (7, then 11). Reason: a
+//     row's Version is its count, so each row is determined by the input
+//     and replays write the same rows. Early firings come in addition to
+//     the final one, not instead of it.
+//   - Early.Interval emits, on one processing-time timer for the
+//     operator, only the sessions that changed since their last row;
+//     Flink's ContinuousProcessingTimeTrigger fires every window on its
+//     own timer, changed or not. Reason: an unchanged row is the same
+//     bytes again. There is no event-time interval
+//     (ContinuousEventTimeTrigger): use Every, or the final row.
+//   - A restored operator emits its open sessions' early rows again at
+//     the first interval, changed or not (Flink's trigger state is in its
+//     checkpoint). Reason: what was shown is processing-time state, kept
+//     out of the snapshot so equal states give equal bytes; the rows
+//     written again are the same.
+//
+// A session operator's snapshot is format version 3 (the gap, each
+// session's end and whether it has a row, and each key's floor: where its
+// closed sessions end); it reads version 2 too. Window operators still
+// write version 1, and a snapshot of one kind is refused by the other with
 // ErrIncompatible.
 //
 // # Inputs, partitions and RemoveInput

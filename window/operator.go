@@ -45,11 +45,19 @@ type Operator[In, Acc, Out any] struct {
 	open   int // windows held
 
 	// Session windows (spec.Gap > 0): each key's sessions, sorted by start
-	// and disjoint; due holds, for every session, an entry at or before
+	// and apart; due holds, for every session, an entry at or before
 	// the watermark at which it fires or closes (and stale entries, which
-	// cost a look at their key), so firing visits only the keys due.
-	sessions map[string][]*session[Acc]
+	// cost a look at their key), so firing visits only the keys due;
+	// forget holds when a key without sessions can be dropped (its floor
+	// refuses nothing any more), apart from due so that NextTick does not
+	// wake the owner for it. floor0 is the floor of every key not held
+	// (noWatermark but after restoring a version 2 snapshot). unfired
+	// counts the sessions that have not fired.
+	sessions map[string]keySessions[Acc]
 	due      dueHeap
+	forget   dueHeap
+	floor0   int64
+	unfired  int
 
 	// Early firings: every > 0 emits a pane at every multiple of every
 	// events; interval > 0 emits changed panes every interval of processing
@@ -127,7 +135,8 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 		log:      opts.Logger,
 		wm:       noWatermark,
 		groups:   make(map[int64]*group[Acc]),
-		sessions: make(map[string][]*session[Acc]),
+		sessions: make(map[string]keySessions[Acc]),
+		floor0:   noWatermark,
 		every:    opts.Early.Every,
 		interval: int64(opts.Early.Interval),
 	}

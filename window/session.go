@@ -10,11 +10,28 @@ import (
 	"time"
 )
 
-// Session returns session windows with the given gap: per key, events less
-// than gap apart belong to one session [first event, last event + gap),
+// Session returns session windows with the given gap: per key, events at
+// most gap apart belong to one session [first event, last event + gap),
 // which fires when the watermark reaches its End (gap of inactivity
-// passed). See the package documentation for merges and their rows.
+// passed). Two events exactly gap apart are in one session, as Flink
+// merges windows that touch. See the package documentation for merges and
+// their rows.
 func Session(gap time.Duration) Spec { return Spec{Gap: gap} }
+
+// keySessions holds the sessions of one key.
+type keySessions[Acc any] struct {
+	// ss is sorted by start; its sessions neither overlap nor touch (each
+	// ends before the next starts).
+	ss []*session[Acc]
+	// floor is at or after the end of every session of the key that closed
+	// and was forgotten: a session may not start at or before it, or it
+	// would overlap (or touch) a session whose row can no longer be
+	// retracted. A key without sessions stays (a tombstone) while its floor
+	// can still refuse an event: until the watermark passes floor +
+	// lateness + gap, after which the check that the merged session is not
+	// late refuses every event the floor would.
+	floor int64
+}
 
 // session is one session of one key.
 type session[Acc any] struct {
@@ -26,15 +43,44 @@ type session[Acc any] struct {
 	acc        Acc
 }
 
+// newKeyFloor returns the floor of a key the operator holds nothing of:
+// its forgotten sessions, if any, end at or before the floor its
+// tombstone had when dropped, which is at most wm - lateness - gap (or at
+// floor0 after restoring a version 2 snapshot, which kept no floors).
+func (o *Operator[In, Acc, Out]) newKeyFloor() int64 {
+	if o.wm == noWatermark {
+		return noWatermark
+	}
+	return max(o.floor0, o.wm-o.lateness-int64(o.spec.Gap))
+}
+
 // addSession places an event at t in the sessions of its key, merging the
-// sessions it overlaps or bridges.
+// sessions it overlaps, touches or bridges.
 func (o *Operator[In, Acc, Out]) addSession(ev Event[In], t int64, out *Output[In, Out]) {
 	gap := int64(o.spec.Gap)
-	// Late when more than the lateness behind the watermark: such an event
-	// could bridge to a session already closed (forgotten), whose row
-	// could then not be retracted. Every closed session ends at or before
-	// wm - lateness, so an accepted event never overlaps one.
-	if o.wm != noWatermark && t+o.lateness < o.wm {
+	ks, ok := o.sessions[ev.Key]
+	if !ok {
+		ks.floor = o.newKeyFloor()
+	}
+	ss := ks.ss
+	// Sessions are sorted and apart: those that [t, t+gap] overlaps or
+	// touches are contiguous, from i to j (exclusive).
+	i := firstWhere(ss, func(s *session[Acc]) bool { return s.end >= t })
+	j := i
+	for j < len(ss) && ss[j].start <= t+gap {
+		j++
+	}
+	// Lateness is judged on the merged session, as Flink does: an event
+	// behind the watermark that joins an open session is kept. It is late
+	// when the merged session would have closed already, or when it would
+	// start at or before the floor (reach a session closed and forgotten,
+	// whose row could then not be retracted: Flink keeps such an event and
+	// emits a session overlapping the old one).
+	start, end := t, t+gap
+	if j > i {
+		start, end = min(t, ss[i].start), max(end, ss[j-1].end)
+	}
+	if o.wm != noWatermark && (end+o.lateness <= o.wm || start <= ks.floor) {
 		o.late++
 		o.inst.late.Add(context.Background(), 1, o.inst.add...)
 		out.Late = append(out.Late, LateEvent[In]{
@@ -45,30 +91,30 @@ func (o *Operator[In, Acc, Out]) addSession(ev Event[In], t int64, out *Output[I
 		})
 		return
 	}
-	ss := o.sessions[ev.Key]
-	// Sessions are sorted and disjoint: those overlapping [t, t+gap) are
-	// contiguous, from i to j (exclusive).
-	i := firstWhere(ss, func(s *session[Acc]) bool { return s.end > t })
-	j := i
-	for j < len(ss) && ss[j].start < t+gap {
-		j++
-	}
 	// The merged session: the event's own [t, t+gap) and the sessions it
-	// overlaps, folded into the first of them when there is one (in place:
+	// reaches, folded into the first of them when there is one (in place:
 	// the common case, an event extending a session, allocates nothing).
 	var m *session[Acc]
+	var most uint64 // the most events of a session merged, before the event
 	if j > i {
 		m = ss[i]
+		most = m.n
 	} else {
 		m = &session[Acc]{start: t, end: t + gap, acc: o.agg.Identity()}
 	}
 	first := *m // before the merge; its acc may be reused by Merge and Add
+	unfired := 0
+	for _, s := range ss[i:j] {
+		if !s.fired {
+			unfired++
+		}
+	}
 	for _, s := range ss[min(i+1, j):j] {
-		m.end = max(m.end, s.end)
 		m.acc = o.agg.Merge(m.acc, s.acc)
 		m.n += s.n
+		most = max(most, s.n)
 	}
-	m.start, m.end = min(m.start, t), max(m.end, t+gap)
+	m.start, m.end = start, end
 	m.acc = o.agg.Add(m.acc, ev.Value)
 	m.n++
 	// Retract the rows of merged sessions whose start moved: their (Key,
@@ -100,15 +146,22 @@ func (o *Operator[In, Acc, Out]) addSession(ev Event[In], t int64, out *Output[I
 		o.open -= j - i - 1
 		o.inst.open.Add(context.Background(), -int64(j-i-1), o.inst.add...)
 	}
-	o.sessions[ev.Key] = ss
+	ks.ss = ss
+	o.sessions[ev.Key] = ks
 	fired := m.fired
 	m.fired = o.wm != noWatermark && m.end <= o.wm
+	o.unfired -= unfired
+	if !m.fired {
+		o.unfired++
+	}
 	switch {
 	case m.fired:
 		o.emitSession(ev.Key, m, m.n, rowFinal, out) // late but allowed: re-emit
 	case show || fired:
 		o.emitSession(ev.Key, m, m.n, rowEarly, out)
-	case o.every > 0 && m.n%o.every == 0:
+	case o.every > 0 && m.n/o.every > most/o.every:
+		// The count reached a multiple of Every, by this event or by a
+		// merge that jumped past one (3 + 3 + 1 under Every 4).
 		o.emitSession(ev.Key, m, m.n, rowEarly, out)
 	default:
 		o.pending = true
@@ -211,7 +264,7 @@ func (o *Operator[In, Acc, Out]) emitSession(key string, s *session[Acc], versio
 }
 
 // fireSessions emits the sessions whose end the watermark reached, by key
-// then start, and drops those past their allowed lateness.
+// then start, and forgets those past their allowed lateness.
 func (o *Operator[In, Acc, Out]) fireSessions(out *Output[In, Out]) {
 	keys := o.keys[:0]
 	for len(o.due) > 0 && o.due[0].at <= o.wm {
@@ -219,18 +272,26 @@ func (o *Operator[In, Acc, Out]) fireSessions(out *Output[In, Out]) {
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
+	gap := int64(o.spec.Gap)
 	for ki, k := range keys {
-		ss := o.sessions[k]
+		keys[ki] = ""
+		ks, ok := o.sessions[k]
+		if !ok {
+			continue // a stale entry
+		}
+		ss := ks.ss
 		n := 0 // kept
 		for _, s := range ss {
 			if !s.fired && s.end <= o.wm {
 				s.fired = true
+				o.unfired--
 				o.emitSession(k, s, s.n, rowFinal, out)
 				if s.end+o.lateness > o.wm {
 					o.due.push(dueEntry{at: s.end + o.lateness, key: k})
 				}
 			}
 			if s.end+o.lateness <= o.wm {
+				ks.floor = max(ks.floor, s.end)
 				continue
 			}
 			ss[n] = s
@@ -239,14 +300,27 @@ func (o *Operator[In, Acc, Out]) fireSessions(out *Output[In, Out]) {
 		o.open -= len(ss) - n
 		o.inst.open.Add(context.Background(), -int64(len(ss)-n), o.inst.add...)
 		clear(ss[n:])
+		ks.ss = ss[:n]
 		if n == 0 {
-			delete(o.sessions, k)
-		} else {
-			o.sessions[k] = ss[:n]
+			ks.ss = nil
+			o.forget.push(dueEntry{at: min(satAdd(ks.floor, o.lateness+gap), maxAbsTime), key: k})
 		}
-		keys[ki] = ""
+		o.sessions[k] = ks
 	}
 	o.keys = keys[:0]
+	// Drop the tombstones whose floor refuses nothing any more.
+	for len(o.forget) > 0 && o.forget[0].at <= o.wm {
+		k := o.forget.pop().key
+		if ks, ok := o.sessions[k]; ok && len(ks.ss) == 0 && (satAdd(ks.floor, o.lateness+gap) <= o.wm || o.wm >= maxAbsTime) {
+			delete(o.sessions, k)
+		}
+	}
+	if o.floor0 != noWatermark && (satAdd(o.floor0, o.lateness+gap) <= o.wm || o.wm >= maxAbsTime) {
+		o.floor0 = noWatermark
+	}
+	if o.unfired == 0 {
+		o.pending = false // every session fired: nothing to emit early
+	}
 }
 
 // earlySessions emits the partial result of every unfired session that
@@ -258,7 +332,7 @@ func (o *Operator[In, Acc, Out]) earlySessions(out *Output[In, Out]) {
 	}
 	slices.Sort(keys)
 	for i, k := range keys {
-		for _, s := range o.sessions[k] {
+		for _, s := range o.sessions[k].ss {
 			if !s.fired && s.n != s.shown {
 				o.emitSession(k, s, s.n, rowEarly, out)
 			}
@@ -278,16 +352,17 @@ func (s Spec) validateSession() error {
 	return nil
 }
 
-// restoreSessions reads the sessions of a version 2 snapshot, after its
-// inputs, and loads the whole state when it is valid.
+// restoreSessions reads the sessions of a version 2 or 3 snapshot, after
+// its inputs, and loads the whole state when it is valid.
 func (o *Operator[In, Acc, Out]) restoreSessions(d *decoder, version byte, wm int64, inputs []input, now int64) error {
 	if version < 2 {
 		d.fail("a version 1 snapshot holds no sessions")
 	}
 	gap := int64(o.spec.Gap)
 	n := d.count(6)
-	sessions := make(map[string][]*session[Acc])
+	sessions := make(map[string]keySessions[Acc])
 	prevKey, prevEnd := "", int64(0)
+	unfired := 0
 	for i := 0; i < n && d.err == nil; i++ {
 		key, start, end := string(d.bytes()), d.varint(), d.varint()
 		flags := d.byte()
@@ -296,7 +371,8 @@ func (o *Operator[In, Acc, Out]) restoreSessions(d *decoder, version byte, wm in
 		if d.err != nil {
 			break
 		}
-		ss := sessions[key]
+		// Version 2 kept sessions that touch apart; version 3 merges them.
+		apart := start < prevEnd || version >= 3 && start == prevEnd
 		switch {
 		case start > maxAbsTime || start < -maxAbsTime || end > maxAbsTime || end < start+gap:
 			d.fail("session bounds out of range")
@@ -304,8 +380,8 @@ func (o *Operator[In, Acc, Out]) restoreSessions(d *decoder, version byte, wm in
 			d.fail("bad session flags")
 		case cnt == 0:
 			d.fail("session without events")
-		case i > 0 && (key < prevKey || key == prevKey && start < prevEnd):
-			d.fail("sessions not ascending and disjoint")
+		case i > 0 && (key < prevKey || key == prevKey && apart):
+			d.fail("sessions not ascending and apart")
 		}
 		acc, err := o.agg.ParseState(raw)
 		if err != nil && d.err == nil {
@@ -314,11 +390,58 @@ func (o *Operator[In, Acc, Out]) restoreSessions(d *decoder, version byte, wm in
 		if d.err != nil {
 			break
 		}
-		sessions[key] = append(ss, &session[Acc]{
+		s := &session[Acc]{
 			start: start, end: end, n: cnt, acc: acc, emitted: flags == 1,
 			fired: wm != noWatermark && end <= wm,
-		})
+		}
+		if !s.fired {
+			unfired++
+		}
+		ks := sessions[key]
+		ks.ss = append(ks.ss, s)
+		sessions[key] = ks
 		prevKey, prevEnd = key, end
+	}
+	floor0 := int64(noWatermark)
+	if version >= 3 {
+		floor0 = d.varint()
+		nf := d.count(2)
+		prevKey = ""
+		for i := 0; i < nf && d.err == nil; i++ {
+			key, floor := string(d.bytes()), d.varint()
+			ks, ok := sessions[key]
+			switch {
+			case d.err != nil:
+			case i > 0 && key <= prevKey:
+				d.fail("floors not ascending")
+			case floor != noWatermark && (floor > maxAbsTime || floor < -maxAbsTime):
+				d.fail("floor out of range")
+			case ok && floor >= ks.ss[0].start:
+				d.fail("a session starts at or before its key's floor")
+			}
+			ks.floor = floor // a key without sessions is a tombstone
+			sessions[key] = ks
+			prevKey = key
+		}
+		if d.err == nil && len(sessions) != nf {
+			d.fail("a key with sessions has no floor")
+		}
+		if d.err == nil && floor0 != noWatermark && (floor0 > maxAbsTime || floor0 < -maxAbsTime) {
+			d.fail("floor out of range")
+		}
+	} else if wm != noWatermark {
+		// Version 2 kept no floors: every session it forgot ended at or
+		// before wm - lateness, and before its key's first session.
+		floor0 = wm - o.lateness
+		for k, ks := range sessions {
+			ks.floor = min(floor0, ks.ss[0].start-1)
+			sessions[k] = ks
+		}
+	} else {
+		for k, ks := range sessions {
+			ks.floor = noWatermark
+			sessions[k] = ks
+		}
 	}
 	if d.err == nil && d.off != len(d.b) {
 		d.fail("trailing bytes")
@@ -328,14 +451,20 @@ func (o *Operator[In, Acc, Out]) restoreSessions(d *decoder, version byte, wm in
 	}
 	o.inst.open.Add(context.Background(), int64(n-o.open), o.inst.add...)
 	o.inputs = declaredInputs(o.declared, inputs, now)
-	o.wm, o.sessions, o.open = wm, sessions, n
-	o.pending, o.nextEarly = n > 0, satAdd(now, o.interval)
-	// Rebuild due and drop sessions past their lateness (possible when
-	// AllowedLateness shrank); they fired before the snapshot.
-	o.due = o.due[:0]
-	for k, ss := range sessions {
-		for _, s := range ss {
+	o.wm, o.sessions, o.open, o.unfired, o.floor0 = wm, sessions, n, unfired, floor0
+	// What early firings emitted is not in the snapshot: the next one
+	// emits every unfired session again (the same rows, if it was shown).
+	o.pending, o.nextEarly = unfired > 0, satAdd(now, o.interval)
+	// Rebuild due and forget, and drop sessions past their lateness
+	// (possible when AllowedLateness shrank); they fired before the
+	// snapshot.
+	o.due, o.forget = o.due[:0], o.forget[:0]
+	for k, ks := range sessions {
+		for _, s := range ks.ss {
 			o.due.push(dueEntry{at: s.nextDue(o.lateness), key: k})
+		}
+		if len(ks.ss) == 0 {
+			o.forget.push(dueEntry{at: min(satAdd(ks.floor, o.lateness+gap), maxAbsTime), key: k})
 		}
 	}
 	var discard Output[In, Out]

@@ -2,7 +2,9 @@ package window
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -47,7 +49,7 @@ func table(rows []Row[Summary]) map[rowKey]Row[Summary] {
 }
 
 // bruteSessions computes the sessions of events from scratch: per key,
-// sorted by time, split where two neighbours are gap or more apart.
+// sorted by time, split where two neighbours are more than gap apart.
 func bruteSessions(evs []Event[float64], gap time.Duration) map[rowKey]Row[Summary] {
 	byKey := map[string][]Event[float64]{}
 	for _, e := range evs {
@@ -58,7 +60,7 @@ func bruteSessions(evs []Event[float64], gap time.Duration) map[rowKey]Row[Summa
 		slices.SortFunc(es, func(a, b Event[float64]) int { return a.Time.Compare(b.Time) })
 		for i := 0; i < len(es); {
 			j, s := i+1, Summary{Count: 1, Sum: es[i].Value, Min: es[i].Value, Max: es[i].Value}
-			for j < len(es) && es[j].Time.Sub(es[j-1].Time) < gap {
+			for j < len(es) && es[j].Time.Sub(es[j-1].Time) <= gap {
 				s.Count++
 				s.Sum += es[j].Value
 				s.Min, s.Max = min(s.Min, es[j].Value), max(s.Max, es[j].Value)
@@ -131,6 +133,8 @@ func TestSessionsMatchBruteForce(t *testing.T) {
 			}
 		}
 		assert.Zero(t, op.open, "every session closed")
+		assert.Zero(t, op.unfired, "every session fired")
+		assert.Empty(t, op.sessions, "every key forgotten")
 	}
 	assert.NotZero(t, merges, "the streams make late events bridge emitted sessions")
 }
@@ -269,9 +273,11 @@ func TestSessionSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
-// The version 2 (session) snapshot format does not change silently, and a
-// session snapshot refuses to load into a window operator and vice versa.
-func TestRestoreVersion2SessionSnapshot(t *testing.T) {
+// The version 3 (session) snapshot format does not change silently, a
+// version 2 snapshot (before touching sessions merged and floors were kept)
+// still loads, and a session snapshot refuses to load into a window
+// operator and vice versa.
+func TestRestoreSessionSnapshotVersions(t *testing.T) {
 	ctx := context.Background()
 	opts := Options{MaxOutOfOrderness: 5 * time.Second, AllowedLateness: 20 * time.Second}
 	evs := sessionStream(11, 200, 40*time.Second)
@@ -283,36 +289,43 @@ func TestRestoreVersion2SessionSnapshot(t *testing.T) {
 	snap, err := fresh.Snapshot(ctx, 1)
 	require.NoError(t, err)
 	if *update {
-		require.NoError(t, os.WriteFile("testdata/v2-session-stats.snap", snap, 0o644))
+		require.NoError(t, os.WriteFile("testdata/v3-session-stats.snap", snap, 0o644))
 	}
+	v3, err := os.ReadFile("testdata/v3-session-stats.snap")
+	require.NoError(t, err)
+	assert.Equal(t, v3, snap, "the format did not change")
 	v2, err := os.ReadFile("testdata/v2-session-stats.snap")
 	require.NoError(t, err)
-	assert.Equal(t, v2, snap, "the format did not change")
 
-	restored := newSession(t, 10*time.Second, opts)
-	require.NoError(t, restored.Restore(ctx, v2))
-	var a, b Output[float64, Summary]
+	fromV3 := newSession(t, 10*time.Second, opts)
+	require.NoError(t, fromV3.Restore(ctx, v3))
+	fromV2 := newSession(t, 10*time.Second, opts)
+	require.NoError(t, fromV2.Restore(ctx, v2))
+	var a, b, c Output[float64, Summary]
 	for _, e := range evs[100:] {
-		require.NoError(t, restored.Add(e, &a))
+		require.NoError(t, fromV3.Add(e, &a))
 		require.NoError(t, fresh.Add(e, &b))
+		require.NoError(t, fromV2.Add(e, &c))
 	}
 	assert.Equal(t, b, a)
 	assert.NotEmpty(t, a.Rows)
+	assert.Equal(t, b, c, "this stream has no sessions gap apart and no event the floors decide")
 
-	assert.ErrorIs(t, newStats(t).Restore(ctx, v2), ErrIncompatible)
+	for _, snap := range [][]byte{v2, v3} {
+		assert.ErrorIs(t, newStats(t).Restore(ctx, snap), ErrIncompatible)
+		assert.ErrorIs(t, newSession(t, 11*time.Second, opts).Restore(ctx, snap), ErrIncompatible)
+		// Every truncation is refused as corrupt and loads nothing.
+		for n := range len(snap) {
+			op := newSession(t, 10*time.Second, opts)
+			err := op.Restore(ctx, snap[:n])
+			require.Error(t, err, "prefix %d", n)
+			_, ok := op.Watermark()
+			require.False(t, ok)
+		}
+	}
 	v1, err := os.ReadFile("testdata/v1-hopping-stats.snap")
 	require.NoError(t, err)
 	assert.ErrorIs(t, newSession(t, 10*time.Second, opts).Restore(ctx, v1), ErrIncompatible)
-	assert.ErrorIs(t, newSession(t, 11*time.Second, opts).Restore(ctx, v2), ErrIncompatible)
-
-	// Every truncation is refused as corrupt and loads nothing.
-	for n := range len(v2) {
-		op := newSession(t, 10*time.Second, opts)
-		err := op.Restore(ctx, v2[:n])
-		require.Error(t, err, "prefix %d", n)
-		_, ok := op.Watermark()
-		require.False(t, ok)
-	}
 }
 
 func TestSessionSpecValidation(t *testing.T) {
@@ -355,4 +368,41 @@ func TestSessionRetractionComesWithMergedRow(t *testing.T) {
 		{Key: "a", Start: at(2 * time.Second), End: at(16 * time.Second), Version: 3, Valid: true, Result: Summary{3, 3, 1, 1, 1}, Early: true},
 	}, out.Rows)
 	assert.Len(t, table(out.Rows), 1)
+}
+
+func FuzzRestoreSession(f *testing.F) {
+	ctx := context.Background()
+	opts := Options{MaxOutOfOrderness: 2 * time.Second, AllowedLateness: 5 * time.Second}
+	op := newSession(f, 10*time.Second, opts)
+	var out Output[float64, Summary]
+	for _, e := range sessionStream(3, 100, 40*time.Second) {
+		_ = op.Add(e, &out)
+	}
+	snap, _ := op.Snapshot(ctx, 1)
+	f.Add(snap)
+	f.Add(snap[:len(snap)-4])
+	if v2, err := os.ReadFile("testdata/v2-session-stats.snap"); err == nil {
+		f.Add(v2)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sealed := binary.BigEndian.AppendUint32(append([]byte(nil), data...), crc32.Checksum(data, castagnoli))
+		for _, give := range [][]byte{data, sealed} {
+			op := newSession(t, 10*time.Second, opts)
+			if err := op.Restore(ctx, give); err != nil {
+				continue
+			}
+			// Whatever restores snapshots, restores and snapshots again
+			// to the same bytes, and keeps working.
+			again, err := op.Snapshot(ctx, 1)
+			require.NoError(t, err)
+			op2 := newSession(t, 10*time.Second, opts)
+			require.NoError(t, op2.Restore(ctx, again))
+			third, err := op2.Snapshot(ctx, 1)
+			require.NoError(t, err)
+			require.Equal(t, again, third)
+			var out Output[float64, Summary]
+			require.NoError(t, op.Add(ev("k", time.Hour, 1), &out))
+			op.EndInput(&out)
+		}
+	})
 }

@@ -34,14 +34,24 @@ import (
 //	    | uvarint events | uvarint len | accumulator
 //	CRC-32C
 //
-// Window operators still write version 1, byte for byte as before.
+// Version 3, written by session operators since touching sessions merge,
+// is version 2 (in which no two sessions of a key touch) followed by the
+// floors, before the CRC:
+//
+//	floor0                                    the floor of keys not listed
+//	uvarint #keys, ascending:                 every key held, tombstones too
+//	    uvarint len | key | floor             math.MinInt64: none
+//
+// A key's floor is at or after the end of every session of it that closed
+// (see keySessions); a version 2 snapshot is read with floor0 = watermark -
+// lateness. Window operators still write version 1, byte for byte as before.
 //
 // Processing-time state (when an input last spoke, whether it is idle) is
 // not saved: a restored operator treats every input as having just spoken,
 // so the same state always gives the same bytes.
 const (
 	snapshotMagic   = "EOWN"
-	snapshotVersion = 2 // the newest this build reads
+	snapshotVersion = 3 // the newest this build reads
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -54,7 +64,11 @@ func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([
 	b := make([]byte, 0, 64+o.open*48)
 	b = append(b, snapshotMagic...)
 	session := o.spec.Gap > 0
-	b = append(b, 1+boolByte(session))
+	if session {
+		b = append(b, 3)
+	} else {
+		b = append(b, 1)
+	}
 	b = binary.AppendVarint(b, int64(o.spec.Size))
 	b = binary.AppendVarint(b, int64(o.spec.Slide))
 	b = binary.AppendVarint(b, int64(o.spec.Offset))
@@ -82,8 +96,8 @@ func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		for i, k := range keys {
-			for _, s := range o.sessions[k] {
+		for _, k := range keys {
+			for _, s := range o.sessions[k].ss {
 				b = binary.AppendUvarint(b, uint64(len(k)))
 				b = append(b, k...)
 				b = binary.AppendVarint(b, s.start)
@@ -94,6 +108,13 @@ func (o *Operator[In, Acc, Out]) Snapshot(_ context.Context, _ checkpoint.ID) ([
 				b = binary.AppendUvarint(b, uint64(len(acc)))
 				b = append(b, acc...)
 			}
+		}
+		b = binary.AppendVarint(b, o.floor0)
+		b = binary.AppendUvarint(b, uint64(len(keys)))
+		for i, k := range keys {
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+			b = binary.AppendVarint(b, o.sessions[k].floor)
 			keys[i] = ""
 		}
 		o.keys = keys[:0]
@@ -135,7 +156,7 @@ func (o *Operator[In, Acc, Out]) Restore(_ context.Context, state []byte) error 
 		return &CorruptError{Offset: 0, Reason: "not a window snapshot"}
 	}
 	version := state[len(snapshotMagic)]
-	if version != 1 && version != 2 {
+	if version < 1 || version > snapshotVersion {
 		return fmt.Errorf("%w: version %d, this build reads %d", ErrUnsupportedVersion, version, snapshotVersion)
 	}
 	body := state[:len(state)-4]
