@@ -1,7 +1,6 @@
 package checkpoint_test
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,9 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // goldenCheckpoint is the checkpoint pinned by testdata/checkpoint_v1.golden.
 func goldenCheckpoint() *checkpoint.Checkpoint {
@@ -36,13 +34,7 @@ func goldenCheckpoint() *checkpoint.Checkpoint {
 func TestFormatGolden(t *testing.T) {
 	got, err := checkpoint.Encode(goldenCheckpoint())
 	require.NoError(t, err)
-	path := filepath.Join("testdata", "checkpoint_v1.golden")
-	if *update {
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err)
-	assert.Equal(t, want, got, "checkpoint bytes changed: a format change needs a new version")
+	want := golden.Check(t, "checkpoint_v1.golden", got)
 
 	cp, err := checkpoint.Decode(want)
 	require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/dedup"
+	"github.com/exactlyonce/exactlyonce/internal/golden"
 )
 
 var pInc = checkpoint.TopicPartition{Topic: "events", Partition: 1}
@@ -479,13 +480,7 @@ func TestCheckpointsDoNotWaitForCompaction(t *testing.T) {
 // a deliberate format change, which needs a new version.
 func TestManifestGolden(t *testing.T) {
 	_, got := buildChain(t, false)
-	path := filepath.Join("testdata", "manifest_v2.golden")
-	if *update {
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err)
-	assert.Equal(t, want, got, "manifest bytes changed: a format change needs a new version")
+	want := golden.Check(t, "manifest_v2.golden", got)
 	d, err := dedup.New(time.Hour, dedup.Options{})
 	require.NoError(t, err)
 	defer d.Close()

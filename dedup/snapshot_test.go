@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -19,9 +18,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/dedup"
+	"github.com/exactlyonce/exactlyonce/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // goldenState builds the state pinned by the golden files: five keys at
 // different times, one of them expired, with a 24-hour TTL.
@@ -58,13 +56,7 @@ func TestSnapshotGolden(t *testing.T) {
 			ctx := context.Background()
 			got, err := goldenState(t, exact).Snapshot(ctx, 1)
 			require.NoError(t, err)
-			path := filepath.Join("testdata", name)
-			if *update {
-				require.NoError(t, os.WriteFile(path, got, 0o644))
-			}
-			want, err := os.ReadFile(path)
-			require.NoError(t, err)
-			assert.Equal(t, want, got, "snapshot bytes changed: a format change needs a new version")
+			want := golden.Check(t, name, got)
 
 			d := newDedup(t, time.Hour, dedup.Options{ExactKeys: exact})
 			require.NoError(t, d.Restore(ctx, want))

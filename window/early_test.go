@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/golden"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -245,10 +246,7 @@ func TestRestoreVersion1Snapshot(t *testing.T) {
 	}
 	snap, err := fresh.Snapshot(ctx, 1)
 	require.NoError(t, err)
-	if *update {
-		require.NoError(t, os.WriteFile("testdata/v1-hopping-stats.snap", snap, 0o644))
-	}
-	assert.Equal(t, v1, snap, "the format did not change")
+	golden.Check(t, "v1-hopping-stats.snap", snap)
 
 	// The same bytes with a later version number are refused as such, and
 	// load nothing.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/golden"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -288,12 +289,7 @@ func TestRestoreSessionSnapshotVersions(t *testing.T) {
 	}
 	snap, err := fresh.Snapshot(ctx, 1)
 	require.NoError(t, err)
-	if *update {
-		require.NoError(t, os.WriteFile("testdata/v3-session-stats.snap", snap, 0o644))
-	}
-	v3, err := os.ReadFile("testdata/v3-session-stats.snap")
-	require.NoError(t, err)
-	assert.Equal(t, v3, snap, "the format did not change")
+	v3 := golden.Check(t, "v3-session-stats.snap", snap)
 	v2, err := os.ReadFile("testdata/v2-session-stats.snap")
 	require.NoError(t, err)
 

@@ -2,7 +2,6 @@ package chsink
 
 import (
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,10 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/exactlyonce/exactlyonce/internal/golden"
 	"github.com/exactlyonce/exactlyonce/sink"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 var goldenState = snapshotState{
 	Version: snapshotVersion, Table: "analytics.events", Topic: "webhooks", Partition: 3,
@@ -30,13 +28,7 @@ var goldenState = snapshotState{
 func TestStateGolden(t *testing.T) {
 	got, err := json.Marshal(goldenState)
 	require.NoError(t, err)
-	path := filepath.Join("testdata", "state_v1.golden")
-	if *update {
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err)
-	assert.Equal(t, string(want), string(got), "state bytes changed: a format change needs a new version")
+	want := golden.Check(t, "state_v1.golden", got)
 
 	st, err := decodeState(want)
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package journal
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,10 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/golden"
 	"github.com/exactlyonce/exactlyonce/sink"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 var goldenIntent = sink.Intent{
 	Version: sink.IntentVersion, Table: "analytics.events", Topic: "webhooks", Partition: 3,
@@ -34,13 +32,7 @@ var goldenIntent = sink.Intent{
 func TestIntentGolden(t *testing.T) {
 	got, err := json.Marshal(goldenIntent)
 	require.NoError(t, err)
-	path := filepath.Join("testdata", "intent_v1.golden")
-	if *update {
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err)
-	assert.Equal(t, string(want), string(got), "intent bytes changed: a format change needs a new version")
+	want := golden.Check(t, "intent_v1.golden", got)
 
 	loaded, err := loadOne(t, want)
 	require.NoError(t, err)
