@@ -76,14 +76,15 @@ deps:
 test: deps
 	go vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l found unformatted files:"; echo "$$out"; exit 1; fi
-	go test -race -count=1 -timeout 25m ./...
+	@# .ci/unchanged-tree fails the run if the tests left a file in the checkout.
+	.ci/unchanged-tree go test -race -count=1 -timeout 25m ./...
 
 # make demo NAIVE=gateway|sink|merge|mv|avg (a comma-separated list, or all)
 # runs that joint the naive way
 # beside the correct pipeline and prints both figures; DEMO_FLAGS passes more
 # flags (go run ./internal/cmd/demo -h).
 demo: deps
-	go run ./internal/cmd/demo $(if $(NAIVE),-naive=$(NAIVE)) $(DEMO_FLAGS)
+	.ci/unchanged-tree go run ./internal/cmd/demo $(if $(NAIVE),-naive=$(NAIVE)) $(DEMO_FLAGS)
 
 # chaos: the pipeline under a long randomized fault schedule (internal/cmd/chaos);
 # CHAOS_FLAGS passes flags, e.g. make chaos CHAOS_FLAGS="-events 1000000 -faults-per-kind 200 -json chaos.json".

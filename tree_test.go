@@ -1,0 +1,79 @@
+package exactlyonce_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestUnchangedTree proves the guard `make test` and `make demo` run
+// through (.ci/unchanged-tree) fails a command that leaves a file in the
+// work tree or modifies a tracked one, and passes one that writes only
+// ignored files, in a checkout that was dirty before it ran.
+func TestUnchangedTree(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("no git")
+	}
+	script, err := filepath.Abs(filepath.Join(".ci", "unchanged-tree"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	run := func(name string, args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(t.Context(), name, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+			"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		return cmd.CombinedOutput()
+	}
+	for _, c := range [][]string{{"init", "-q"}} {
+		out, err := run(git, c...)
+		require.NoError(t, err, "%s", out)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".gitignore"), []byte("/bin/\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tracked"), []byte("a"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edited"), []byte("a"), 0o644))
+	out, err := run(git, "add", ".")
+	require.NoError(t, err, "%s", out)
+	out, err = run(git, "commit", "-q", "-m", "init")
+	require.NoError(t, err, "%s", out)
+	// The developer's own work: an edit and a new file, before the run.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edited"), []byte("b"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644))
+
+	tests := []struct {
+		name    string
+		give    string
+		wantErr bool
+	}{
+		{name: "writes only ignored files", give: "mkdir -p bin && echo x > bin/gateway", wantErr: false},
+		{name: "touches the developer's own files", give: "echo c > edited && echo more >> notes.txt", wantErr: false},
+		{name: "leaves a new file", give: "echo x > gateway", wantErr: true},
+		{name: "leaves a new file in a new directory", give: "mkdir -p out && echo x > out/report.txt", wantErr: true},
+		{name: "modifies a tracked file", give: "echo b > tracked", wantErr: true},
+		{name: "deletes a tracked file", give: "rm tracked", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := run("bash", script, "bash", "-c", tt.give)
+			if tt.wantErr {
+				assert.Error(t, err, "%s", out)
+				assert.Contains(t, string(out), "unchanged-tree:")
+			} else {
+				assert.NoError(t, err, "%s", out)
+			}
+			out, err = run(git, "checkout", "-q", "--", "tracked")
+			require.NoError(t, err, "%s", out)
+			out, err = run(git, "clean", "-q", "-f", "-d", "--", "gateway", "out")
+			require.NoError(t, err, "%s", out)
+		})
+	}
+
+	out, err = run("bash", script, "bash", "-c", "exit 3")
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Equal(t, 3, exit.ExitCode(), "the command's own failure is kept")
+}
