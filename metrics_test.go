@@ -3,6 +3,7 @@ package exactlyonce_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,7 +28,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
-// instrument is one registered metric as README.md's table lists it.
+// instrument is one registered metric as docs/metrics.md's table lists it.
 type instrument struct {
 	Name, Kind, Unit string
 }
@@ -156,10 +157,10 @@ func registered(t *testing.T) []instrument {
 	return slices.Compact(got)
 }
 
-// readmeMetrics parses the metric table of README.md: rows
+// readmeMetrics parses the metric table of docs/metrics.md: rows
 // | `name` | kind | unit | attributes | description |.
 func readmeMetrics(t *testing.T) []instrument {
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile(filepath.Join("docs", "metrics.md"))
 	require.NoError(t, err)
 	rowRE := regexp.MustCompile("^\\| `([^`]+)` \\| ([a-z]+) \\| `([^`]*)` \\|")
 	var rows []instrument
@@ -172,7 +173,7 @@ func readmeMetrics(t *testing.T) []instrument {
 	return rows
 }
 
-// TestMetricsTable keeps README.md's metric table and the instruments the
+// TestMetricsTable keeps docs/metrics.md's metric table and the instruments the
 // packages register the same: a metric added, renamed or given another
 // unit without the table (or the other way round) fails here.
 func TestMetricsTable(t *testing.T) {
@@ -182,5 +183,5 @@ func TestMetricsTable(t *testing.T) {
 		assert.True(t, strings.HasPrefix(in.Name, "exactlyonce."), "%s lacks the exactlyonce. prefix", in.Name)
 		assert.NotEmpty(t, in.Unit, "%s has no unit", in.Name)
 	}
-	assert.Equal(t, got, readmeMetrics(t), "README.md's metric table (want) differs from what the code registers (got first)")
+	assert.Equal(t, got, readmeMetrics(t), "docs/metrics.md's metric table (want) differs from what the code registers (got first)")
 }

@@ -170,5 +170,5 @@
 // .size (By), .failures, .declines, .offset_commit.failures,
 // .last_completed.age (s) and .consumer.lag (records), each with the
 // OpenTelemetry topic and partition attributes (messaging.destination.name,
-// messaging.destination.partition.id). README.md lists every metric.
+// messaging.destination.partition.id). docs/metrics.md lists every metric.
 package checkpoint

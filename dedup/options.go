@@ -171,7 +171,7 @@ type Options struct {
 
 	// MeterProvider provides the instruments exactlyonce.dedup.first_seen,
 	// exactlyonce.dedup.dropped, exactlyonce.dedup.keys and
-	// exactlyonce.dedup.expired (see the table in README.md). The
+	// exactlyonce.dedup.expired (see the table in docs/metrics.md). The
 	// values are published every 256 Observe calls and at every Snapshot
 	// and Cleanup, so a collection may lag by up to 255 calls. Default: a
 	// no-op provider.

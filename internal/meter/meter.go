@@ -6,7 +6,7 @@
 //
 // A Meter keeps the first error and returns a working no-op instrument in
 // its place, so a package creates all its instruments and checks Err once.
-// README.md lists every metric; a test in the module root compares that
+// docs/metrics.md lists every metric; a test in the module root compares that
 // table with what the packages register.
 package meter
 
