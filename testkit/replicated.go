@@ -22,7 +22,7 @@ var sharedReplicated struct {
 // knows a ZooKeeper, with macros {shard} = s1 and {replica} = r1, and a
 // fresh database on it, dropped at cleanup: one embedded ZooKeeper and one
 // clickhouse-local per test binary, started on first use. ZooKeeper's jars
-// come from Maven the first time (about 9 MB; java and mvn are needed).
+// come from Maven the first time (about 13 MB; java and mvn are needed).
 //
 // ReplicatedMergeTree tables can be created there, with their znodes, and
 // show their engine and settings (system.tables, merge_tree_settings) as

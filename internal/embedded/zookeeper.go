@@ -53,7 +53,7 @@ var DefaultZooKeeperJVMOptions = []string{
 }
 
 // EnsureZooKeeper returns the directory holding the jars of
-// ZooKeeperVersion with its dependencies (about 9 MB), fetching them with
+// ZooKeeperVersion with its dependencies (about 13 MB), fetching them with
 // Maven into $cacheDir/maven/zookeeper-version the first time (see
 // EnsureMaven).
 func EnsureZooKeeper(ctx context.Context, cacheDir string, progress io.Writer) (string, error) {
