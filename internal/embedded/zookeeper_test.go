@@ -89,7 +89,8 @@ func TestZooKeeperKillStart(t *testing.T) {
 // 'interserver_http(s)_port' required for replication is not specified":
 // only clickhouse-server sets the interserver address, and clickhouse-local
 // cannot listen on an interserver port), so the table stays read-only and
-// every insert fails with TABLE_IS_READ_ONLY. The day this test fails, a
+// every insert fails with TABLE_IS_READ_ONLY, on a second replica r2 of the
+// same table as well. The day this test fails, a
 // new libchdb can be a replica and the replicated tests of the SDK can
 // insert for real.
 func TestClickHouseLocalIsNoReplica(t *testing.T) {
@@ -120,4 +121,18 @@ func TestClickHouseLocalIsNoReplica(t *testing.T) {
 
 	err := do(ctx, c.Addr(), "INSERT INTO default.t SETTINGS insert_keeper_max_retries = 0 VALUES (1)", nil)
 	assert.True(t, ch.IsErr(err, proto.ErrTableIsReadOnly), "want TABLE_IS_READ_ONLY, got %v", err)
+
+	// A second replica of the same table, r2 in another process: both are
+	// registered in ZooKeeper, neither is active, r2 cannot insert either.
+	c2 := startReplica(t, z, "r2")
+	require.NoError(t, do(ctx, c2.Addr(), "CREATE TABLE default.t (k UInt64) "+
+		"ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY k", nil))
+	var total, active2 proto.ColUInt8
+	require.NoError(t, do(ctx, c2.Addr(), "SELECT toUInt8(total_replicas) AS total, toUInt8(active_replicas) AS active FROM system.replicas WHERE table = 't'",
+		proto.Results{{Name: "total", Data: &total}, {Name: "active", Data: &active2}}))
+	require.Equal(t, 1, total.Rows())
+	assert.Equal(t, uint8(2), total.Row(0), "r2 sees r1 in ZooKeeper")
+	assert.Equal(t, uint8(0), active2.Row(0))
+	err = do(ctx, c2.Addr(), "INSERT INTO default.t SETTINGS insert_keeper_max_retries = 0 VALUES (1)", nil)
+	assert.True(t, ch.IsErr(err, proto.ErrTableIsReadOnly), "want TABLE_IS_READ_ONLY on r2, got %v", err)
 }
