@@ -95,3 +95,24 @@ func TestClickHouseTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestKafkaWrongCA: with -kafka-ca naming another authority than the
+// broker's, the processor stops at once with an error that says so.
+func TestKafkaWrongCA(t *testing.T) {
+	chAddr, db := testkit.ClickHouse(t)
+	server, _ := testkit.TLS(t)
+	other, _ := testkit.TLS(t)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(server), kfake.SeedTopics(1, "webhooks"))
+	require.NoError(t, err)
+	t.Cleanup(kc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out syncBuffer
+	err = run(ctx, []string{"-listen", "127.0.0.1:0", "-brokers", kc.ListenAddrs()[0], "-topic", "webhooks",
+		"-group", testkit.Name(t, "g"), "-clickhouse", chAddr, "-database", db, "-state-dir", t.TempDir(),
+		"-kafka-tls", "-kafka-ca", testkit.WriteCA(t, other)}, func(string) string { return "" }, &out)
+	require.Error(t, err, "%s", out.String())
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "stopped at once, not at the test's deadline")
+	assert.Contains(t, err.Error(), "certificate signed by unknown authority")
+	t.Logf("stopped: %v", err)
+}
