@@ -23,8 +23,10 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # deps installs only what is missing: redis-server, npm and a C compiler (for
 # the cgo ClickHouse launcher) from Debian, the chdb tarball (178 MB, under
-# the same lock the Go code takes), versitygw (unless S3_ENDPOINT is set), and
-# Go modules.
+# the same lock the Go code takes), versitygw (unless S3_ENDPOINT is set), Go
+# modules, and Apache ZooKeeper's jars (about 13 MB, with Maven, for the
+# replicated ClickHouse tests; java and maven from Debian if missing; unless
+# CLICKHOUSE_ADDR is set).
 deps:
 	@pkgs=""; \
 	if [ -z "$${REDIS_ADDR:-}" ] && [ ! -x /usr/bin/redis-server ] && ! command -v redis-server >/dev/null; then pkgs="$$pkgs redis-server"; fi; \
@@ -71,7 +73,12 @@ deps:
 				mv "$$tmp/versitygw" "$(VGW_DIR)/versitygw"; \
 			fi'; \
 	fi
+	@if [ -z "$${CLICKHOUSE_ADDR:-}" ] && { ! command -v java >/dev/null || ! command -v mvn >/dev/null; }; then \
+		echo "deps: apt-get install default-jre-headless maven (for ZooKeeper)"; \
+		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y default-jre-headless maven; \
+	fi
 	go mod download
+	@if [ -z "$${CLICKHOUSE_ADDR:-}" ]; then go run ./internal/cmd/fetchzookeeper; fi
 
 test: deps
 	go vet ./...

@@ -21,6 +21,14 @@
 // requests it may intercept (Cluster().ControlKey). StandaloneClickHouse
 // and StandaloneRedis start a server without a test, for runnable examples.
 //
+// ReplicatedClickHouse gives a test a server that knows a ZooKeeper (one
+// embedded Apache ZooKeeper per test binary), where ReplicatedMergeTree
+// tables can be created and checked; clickhouse-local keeps them
+// read-only (docs/replicated.md says why). TLS and TLSFor make a
+// certificate that is its own CA, TLSProxy puts a TLS terminator in front
+// of any server the kit started (clickhouse-local listens in plaintext
+// only), and WriteCA writes the CA file a -clickhouse-ca flag reads.
+//
 // Two subpackages keep this one light: testkit/s3kit gives a test an S3
 // bucket (versitygw) and imports the AWS SDK; testkit/webhookkit hands out
 // GitHub's own example webhooks and signatures and Jira issue events.
@@ -39,6 +47,8 @@
 // /usr/bin/redis-server (Debian: apt-get install redis-server). Kafka needs
 // nothing: franz-go's kfake runs inside the test binary and speaks the
 // broker protocol (acks=all produce, consumer groups, offset commits).
+// ZooKeeper (for ReplicatedClickHouse) needs java and mvn: its jars come
+// from Maven into the same cache on first use (about 13 MB).
 //
 // # Servers you already run
 //

@@ -22,6 +22,23 @@ import (
 //	// kfake.TLS(server) for the broker; kafka.Dialer{TLS: client} for the clients
 func TLS(t testing.TB) (server, client *tls.Config) {
 	t.Helper()
+	return TLSFor(t, "127.0.0.1", "::1", "localhost")
+}
+
+// TLSFor is TLS with a certificate for hosts only (IP addresses and DNS
+// names): a client that connects to any other name or address fails its
+// handshake, as with a certificate issued for another server.
+func TLSFor(t testing.TB, hosts ...string) (server, client *tls.Config) {
+	t.Helper()
+	var ips []net.IP
+	var names []string
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			names = append(names, h)
+		}
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatalf("testkit: tls key: %v", err)
@@ -35,8 +52,8 @@ func TLS(t testing.TB) (server, client *tls.Config) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		DNSNames:              []string{"localhost"},
+		IPAddresses:           ips,
+		DNSNames:              names,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

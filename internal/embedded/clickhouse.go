@@ -2,13 +2,17 @@ package embedded
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +61,16 @@ type ClickHouseOptions struct {
 	// Progress, if set, receives a line when the library is downloaded or
 	// extracted on first use, and one every few seconds while that runs.
 	Progress io.Writer
+	// ZooKeeper, host:port, puts a <zookeeper> section naming it into the
+	// server's configuration, so ReplicatedMergeTree tables can be
+	// created. Such a table stays read-only in clickhouse-local (see
+	// docs/replicated.md: it never activates as a replica, having no
+	// interserver port); it still shows its engine and settings as a
+	// server's does. Default: none.
+	ZooKeeper string
+	// Macros are the configuration's <macros> ({shard}, {replica}, ...),
+	// written with ZooKeeper. Default: none.
+	Macros map[string]string
 }
 
 // ClickHouse is a clickhouse-local process serving the native protocol on
@@ -291,6 +305,13 @@ func (c *ClickHouse) start(ctx context.Context) error {
 		"--multiquery",
 		"--query=" + serveQuery,
 	}
+	if c.opts.ZooKeeper != "" {
+		cfg, err := c.writeConfig()
+		if err != nil {
+			return err
+		}
+		args = append(args, "--config-file="+cfg)
+	}
 	p, err := startProcess(c.launcher, args, os.Environ(), c.opts.Dir)
 	if err != nil {
 		return fmt.Errorf("embedded: start clickhouse launcher: %w", err)
@@ -320,6 +341,49 @@ func (c *ClickHouse) start(ctx context.Context) error {
 	}
 	c.proc, c.version = p, version
 	return nil
+}
+
+// configFile is the name of the configuration StartClickHouse writes into
+// Dir when ClickHouseOptions.ZooKeeper is set.
+const configFile = ".exactlyonce-config.xml"
+
+// writeConfig writes the <zookeeper> and <macros> configuration into Dir
+// and returns its path.
+func (c *ClickHouse) writeConfig() (string, error) {
+	host, port, err := net.SplitHostPort(c.opts.ZooKeeper)
+	if err != nil {
+		return "", fmt.Errorf("embedded: clickhouse: zookeeper address %q: %w", c.opts.ZooKeeper, err)
+	}
+	var b strings.Builder
+	b.WriteString("<clickhouse>\n  <zookeeper>\n")
+	fmt.Fprintf(&b, "    <node><host>%s</host><port>%s</port></node>\n", xmlText(host), xmlText(port))
+	b.WriteString("    <session_timeout_ms>10000</session_timeout_ms>\n  </zookeeper>\n")
+	if len(c.opts.Macros) > 0 {
+		b.WriteString("  <macros>\n")
+		for _, k := range slices.Sorted(maps.Keys(c.opts.Macros)) {
+			if !macroName.MatchString(k) {
+				return "", fmt.Errorf("embedded: clickhouse: macro name %q: want letters, digits and _", k)
+			}
+			fmt.Fprintf(&b, "    <%s>%s</%s>\n", k, xmlText(c.opts.Macros[k]), k)
+		}
+		b.WriteString("  </macros>\n")
+	}
+	b.WriteString("</clickhouse>\n")
+	path := filepath.Join(c.opts.Dir, configFile)
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return "", fmt.Errorf("embedded: clickhouse: %w", err)
+	}
+	return path, nil
+}
+
+// macroName is what a macro's name may be: it becomes an XML element.
+var macroName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// xmlText escapes s for an XML text node.
+func xmlText(s string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(s))
+	return b.String()
 }
 
 // chVersion connects with ch-go, pings, and reads version().

@@ -2,6 +2,8 @@ package chsink
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -33,11 +35,27 @@ var retryableCodes = []proto.Error{
 	proto.ErrQueryWasCancelled,
 }
 
+// tlsMisconfigured reports whether err is a TLS handshake that no new
+// connection would pass: the server's certificate does not verify against
+// the client's CAs or names another host, or the server does not speak TLS
+// at that address.
+func tlsMisconfigured(err error) bool {
+	var cve *tls.CertificateVerificationError
+	var rhe tls.RecordHeaderError
+	var uae x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var cie x509.CertificateInvalidError
+	return errors.As(err, &cve) || errors.As(err, &rhe) || errors.As(err, &uae) ||
+		errors.As(err, &he) || errors.As(err, &cie)
+}
+
 // IsRetryable classifies an insert error. Server exceptions are retryable
 // only when they describe a passing condition (TOO_MANY_PARTS, timeouts,
 // memory limits, Keeper and network trouble); any other exception (unknown
 // table, missing column, type mismatch, syntax) is permanent: retrying sends
-// the same block and fails the same way. Transport errors (refused or reset
+// the same block and fails the same way. So is a TLS handshake that fails
+// on the configuration (a certificate of an unknown authority or another
+// host, a server that does not speak TLS there). Transport errors (refused or reset
 // connections, EOF, timeouts) are retryable. Context cancellation is not:
 // the caller gave up. (The sink itself retries an attempt that ran out of
 // Options.InsertTimeout while the caller's context is still live.)
@@ -50,6 +68,9 @@ func IsRetryable(err error) bool {
 	}
 	if exc, ok := ch.AsException(err); ok {
 		return exc.IsCode(retryableCodes...)
+	}
+	if tlsMisconfigured(err) {
+		return false
 	}
 	var ne net.Error
 	switch {

@@ -98,10 +98,13 @@
 // batches a sink may re-insert. Before
 // re-inserting a batch whose outcome is unknown, the sink compares the
 // table's block counter (system.parts) with the one journaled with the
-// intent and, for replicated tables, the intent's age with
-// replicated_deduplication_window_seconds; outside the window it follows
-// Options.OnOutsideWindow (default: fail loudly with
-// *sink.OutsideWindowError).
+// intent and, where the table or a view target it feeds is replicated, the
+// intent's age with the smallest replicated_deduplication_window_seconds
+// among them (a target forgets a token on its own clock); outside the
+// window it follows Options.OnOutsideWindow (default: fail loudly with
+// *sink.OutsideWindowError). What clickhouse-local, the tests' server, can
+// do as a replica, and so what of this is tested, is in docs/replicated.md
+// of the repository.
 //
 // Every materialized view target fed by the table, recursively, needs a
 // window too, at least the table's window times the number of views that

@@ -113,9 +113,14 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 			Reason: "MismatchReinsert needs a Replacing-, Aggregating- or Collapsing-family MergeTree: " +
 				"re-inserted rows of a replayed batch would be counted twice", Err: ErrNotIdempotent}
 	}
-	if err := checkViews(ctx, c, db, table, info.windowBlocks, 0, reinsert); err != nil {
+	targetSeconds, err := checkViews(ctx, c, db, table, info.windowBlocks, 0, reinsert)
+	if err != nil {
 		return info, err
 	}
+	// A view target with a time bound forgets a token when its own bound
+	// has passed, whatever the table's: the window guard holds a replay to
+	// the tightest bound of the table and its targets.
+	info.windowSeconds = tighterSeconds(info.windowSeconds, targetSeconds)
 	have, err := queryStrings(ctx, c, fmt.Sprintf(
 		"SELECT name AS c0, type AS c1 FROM system.columns WHERE database = %s AND table = %s", quote(db), quote(table)), 2)
 	if err != nil {
@@ -255,17 +260,27 @@ func dedupWindow(ctx context.Context, c *ch.Client, db, table string) (tableInfo
 	return info, nil
 }
 
+// tighterSeconds returns the smaller of two time bounds in seconds, where 0
+// means none.
+func tighterSeconds(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
 // checkViews checks the target tables of the materialized views that read
-// db.table, recursively. depthBlocks is the replay depth in blocks of
+// db.table, recursively, and returns the tightest time bound among their
+// windows (replicated_deduplication_window_seconds; 0 if none has one). depthBlocks is the replay depth in blocks of
 // db.table: the window guard lets a journaled batch be re-inserted while
 // fewer blocks than that went into db.table since, and each of them may
 // give the target a block through the view. A target fed by n views (from
 // this table and others) takes blocks n times as fast, so its window must
 // hold n times the depth, or a replayed block that the source table drops
 // as a duplicate would be counted again by a target that forgot its token.
-func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks int64, depth int, reinsert bool) error {
+func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks int64, depth int, reinsert bool) (int64, error) {
 	if depth > 8 {
-		return nil
+		return 0, nil
 	}
 	rows, err := queryStrings(ctx, c, fmt.Sprintf(
 		"SELECT database AS c0, name AS c1, target_database AS c2, target_table AS c3 FROM system.tables "+
@@ -273,8 +288,9 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks
 			"(SELECT arrayJoin(arrayZip(dependencies_database, dependencies_table)) FROM system.tables WHERE database = %s AND name = %s)",
 		quote(db), quote(table)), 4)
 	if err != nil {
-		return fmt.Errorf("chsink: list materialized views of %s.%s: %w", db, table, err)
+		return 0, fmt.Errorf("chsink: list materialized views of %s.%s: %w", db, table, err)
 	}
+	var seconds int64
 	for _, r := range rows {
 		tdb, tt := r[2], r[3]
 		if tt == "" {
@@ -305,13 +321,15 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks
 			if errors.As(err, &tce) {
 				tce.Reason = fmt.Sprintf("target of materialized view %s.%s over %s.%s: %s", r[0], r[1], db, table, tce.Reason)
 			}
-			return err
+			return 0, err
 		}
-		if err := checkViews(ctx, c, tdb, tt, need, depth+1, reinsert); err != nil {
-			return err
+		below, err := checkViews(ctx, c, tdb, tt, need, depth+1, reinsert)
+		if err != nil {
+			return 0, err
 		}
+		seconds = tighterSeconds(seconds, tighterSeconds(info.windowSeconds, below))
 	}
-	return nil
+	return seconds, nil
 }
 
 // idempotentEngine reports whether engine keeps one row per key however
