@@ -503,3 +503,6 @@ func (o *Operator[In, Acc, Out]) Watermark() (time.Time, bool) {
 	}
 	return time.Unix(0, o.wm).UTC(), true
 }
+
+// Spec returns the windows the operator computes.
+func (o *Operator[In, Acc, Out]) Spec() Spec { return o.spec }
