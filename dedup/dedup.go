@@ -89,7 +89,7 @@ func (d *Deduplicator) tick() {
 // recommended value for webhook sources.
 func New(ttl time.Duration, opts Options) (*Deduplicator, error) {
 	if ttl < time.Second || ttl > MaxTTL {
-		return nil, fmt.Errorf("%w: TTL %v must be between 1s and %v", ErrInvalidOptions, ttl, MaxTTL)
+		return nil, fmt.Errorf("%w: ttl is %v: want 1s to %v (dedup.DefaultTTL is %v)", ErrInvalidOptions, ttl, MaxTTL, DefaultTTL)
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err

@@ -12,7 +12,7 @@
 //	d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 //	...
 //	key = dedup.AppendKey(key[:0], orgID, source, eventID)
-//	first, err := d.Observe(key, record.Timestamp)
+//	first, err := d.Observe(key, m.Time) // the Kafka record's timestamp
 //	if err != nil {
 //		return err // nothing recorded: fail the partition, never drop
 //	}
@@ -20,6 +20,17 @@
 //		return nil // duplicate: drop it (counted in exactlyonce.dedup.dropped)
 //	}
 //	// pass the event on
+//
+// Which time to pass: the Kafka record's timestamp (kafka.Message.Time, set
+// when the gateway published the delivery), not the event's own time from
+// its payload. The TTL has to outlast the gap between two deliveries of one
+// event (a provider's retries, a redelivery by hand), and record timestamps
+// measure exactly that gap; an event's own time says when something
+// happened at the provider, which may be long before its delivery (a push
+// of week-old commits, a redelivered old event), and an entry stamped with
+// it expires as soon as newer events move the clock past it, so its
+// duplicates pass. Record timestamps are in Kafka, so a replay decides the
+// same.
 //
 // A consumer that handles records in batches (a Kafka fetch) decides a whole
 // batch with ObserveBatch: same answers and same state as one Observe per

@@ -188,34 +188,34 @@ func (o *Options) setDefaults() error {
 	switch o.UpdateType {
 	case OnCreateAndWrite, OnReadAndWrite:
 	default:
-		return fmt.Errorf("%w: unknown %v", ErrInvalidOptions, o.UpdateType)
+		return fmt.Errorf("%w: Options.UpdateType is %v: want OnCreateAndWrite (the zero value) or OnReadAndWrite", ErrInvalidOptions, o.UpdateType)
 	}
 	switch o.TimeCharacteristic {
 	case EventTime:
 		if o.Now != nil {
-			return fmt.Errorf("%w: Now is set but TimeCharacteristic is EventTime", ErrInvalidOptions)
+			return fmt.Errorf("%w: Options.Now is set but Options.TimeCharacteristic is EventTime, which ignores it: unset Now, or set TimeCharacteristic to ProcessingTime", ErrInvalidOptions)
 		}
 	case ProcessingTime:
 		if o.Now == nil {
 			o.Now = time.Now
 		}
 	default:
-		return fmt.Errorf("%w: unknown %v", ErrInvalidOptions, o.TimeCharacteristic)
+		return fmt.Errorf("%w: Options.TimeCharacteristic is %v: want EventTime (the zero value) or ProcessingTime", ErrInvalidOptions, o.TimeCharacteristic)
 	}
 	if o.MaxKeys < 0 {
-		return fmt.Errorf("%w: MaxKeys %d is negative", ErrInvalidOptions, o.MaxKeys)
+		return fmt.Errorf("%w: Options.MaxKeys is %d: want 0 (no limit) or more", ErrInvalidOptions, o.MaxKeys)
 	}
 	if o.ExpectedKeys < 0 || o.ExpectedKeys > MaxExpectedKeys {
-		return fmt.Errorf("%w: ExpectedKeys %d is not between 0 and %d", ErrInvalidOptions, o.ExpectedKeys, MaxExpectedKeys)
+		return fmt.Errorf("%w: Options.ExpectedKeys is %d: want 0 (the default) to %d", ErrInvalidOptions, o.ExpectedKeys, MaxExpectedKeys)
 	}
 	if o.CleanupBudget < 0 {
-		return fmt.Errorf("%w: CleanupBudget %d is negative", ErrInvalidOptions, o.CleanupBudget)
+		return fmt.Errorf("%w: Options.CleanupBudget is %d: want 0 (DefaultCleanupBudget) or more", ErrInvalidOptions, o.CleanupBudget)
 	}
 	if o.CleanupBudget == 0 {
 		o.CleanupBudget = DefaultCleanupBudget
 	}
 	if o.MaxDeltas < 0 {
-		return fmt.Errorf("%w: MaxDeltas %d is negative", ErrInvalidOptions, o.MaxDeltas)
+		return fmt.Errorf("%w: Options.MaxDeltas is %d: want 0 (DefaultMaxDeltas) or more", ErrInvalidOptions, o.MaxDeltas)
 	}
 	if o.MaxDeltas == 0 {
 		o.MaxDeltas = DefaultMaxDeltas

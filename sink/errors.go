@@ -74,7 +74,10 @@ type ContentMismatchError struct {
 }
 
 func (e *ContentMismatchError) Error() string {
-	return fmt.Sprintf("sink: %s table %s: journaled batch %s..%s (%d rows, hash %016x) replayed as %d rows ending %s, hash %016x: processing is not deterministic",
+	return fmt.Sprintf("sink: %s table %s: journaled batch %s..%s (%d rows, hash %016x) replayed as %d rows ending %s, hash %016x: "+
+		"processing is not deterministic (rows that depend on the clock, such as a window's Tick, early firings by interval or idleness, "+
+		"differ on replay); for rows that replace themselves by version (window rows in a ReplacingMergeTree) set the sink's "+
+		"OnMismatch to MismatchReinsert (windowsink does), else make the rows depend on the input only",
 		checkpoint.TopicPartition{Topic: e.Intent.Topic, Partition: e.Intent.Partition}, e.Intent.Table, e.Intent.First, e.Intent.Last,
 		e.Intent.Rows, e.Intent.Hash, e.Rows, e.Last, e.Hash)
 }

@@ -8,7 +8,8 @@
 // A Spec says which windows an event belongs to: Tumbling(time.Minute),
 // Hopping(time.Hour, 10*time.Minute) or Session(30*time.Minute). An aggregator says what a window
 // computes: Count, Sum, Min, Max, Avg, Stats (count, sum, avg, min, max in
-// one), Distinct (exact), ApproxDistinct (HyperLogLog), or any type
+// one), Sums (several counts and sums in one row), Distinct (exact),
+// ApproxDistinct (HyperLogLog), or any type
 // implementing Aggregator and Codec. New combines them:
 //
 //	op, err := window.New(window.Tumbling(time.Minute), window.Stats{}, window.Options{

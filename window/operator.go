@@ -112,17 +112,20 @@ func New[In, Acc, Out any](spec Spec, agg Checkpointable[In, Acc, Out], opts Opt
 		return nil, err
 	}
 	if agg == nil {
-		return nil, fmt.Errorf("%w: nil aggregator", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: agg is nil: pass an aggregator such as window.Count, window.Sum or window.Stats", ErrInvalidOptions)
 	}
 	if opts.AllowedLateness < 0 {
-		return nil, fmt.Errorf("%w: negative allowed lateness %v", ErrInvalidOptions, opts.AllowedLateness)
+		return nil, fmt.Errorf("%w: Options.AllowedLateness is %v: want 0 (no lateness) or a positive duration up to %v", ErrInvalidOptions, opts.AllowedLateness, time.Duration(maxSize))
 	}
 	if opts.Early.Interval < 0 {
-		return nil, fmt.Errorf("%w: negative early-firing interval %v", ErrInvalidOptions, opts.Early.Interval)
+		return nil, fmt.Errorf("%w: Options.Early.Interval is %v: want 0 (no early firings by time) or a positive duration up to %v", ErrInvalidOptions, opts.Early.Interval, time.Duration(maxSize))
 	}
-	for _, d := range []time.Duration{opts.MaxOutOfOrderness, opts.AllowedLateness, opts.IdleTimeout, opts.Early.Interval} {
-		if d > maxSize {
-			return nil, fmt.Errorf("%w: duration %v above %v", ErrInvalidOptions, d, time.Duration(maxSize))
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"MaxOutOfOrderness", opts.MaxOutOfOrderness}, {"AllowedLateness", opts.AllowedLateness}, {"IdleTimeout", opts.IdleTimeout}, {"Early.Interval", opts.Early.Interval}} {
+		if d.d > maxSize {
+			return nil, fmt.Errorf("%w: Options.%s is %v: the largest accepted is %v", ErrInvalidOptions, d.name, d.d, time.Duration(maxSize))
 		}
 	}
 	o := &Operator[In, Acc, Out]{
@@ -503,3 +506,6 @@ func (o *Operator[In, Acc, Out]) Watermark() (time.Time, bool) {
 	}
 	return time.Unix(0, o.wm).UTC(), true
 }
+
+// Spec returns the windows the operator computes.
+func (o *Operator[In, Acc, Out]) Spec() Spec { return o.spec }

@@ -345,9 +345,9 @@ func (o *Operator[In, Acc, Out]) earlySessions(out *Output[In, Out]) {
 func (s Spec) validateSession() error {
 	switch {
 	case s.Size != 0 || s.Slide != 0 || s.Offset != 0:
-		return fmt.Errorf("%w: a session spec has a gap and no size, slide or offset", ErrInvalidOptions)
+		return fmt.Errorf("%w: Spec has a Gap and a Size, Slide or Offset: a session spec is window.Session(gap) alone", ErrInvalidOptions)
 	case s.Gap > maxSize:
-		return fmt.Errorf("%w: session gap %v above %v", ErrInvalidOptions, s.Gap, time.Duration(maxSize))
+		return fmt.Errorf("%w: Spec.Gap is %v: the largest session gap accepted is %v", ErrInvalidOptions, s.Gap, time.Duration(maxSize))
 	}
 	return nil
 }

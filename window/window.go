@@ -72,21 +72,21 @@ func Hopping(size, slide time.Duration) Spec { return Spec{Size: size, Slide: sl
 func (s Spec) validate() error {
 	if s.Gap != 0 {
 		if s.Gap < 0 {
-			return fmt.Errorf("%w: session gap %v must be positive", ErrInvalidOptions, s.Gap)
+			return fmt.Errorf("%w: Spec.Gap is %v: a session gap must be positive", ErrInvalidOptions, s.Gap)
 		}
 		return s.validateSession()
 	}
 	switch {
 	case s.Size <= 0:
-		return fmt.Errorf("%w: window size %v must be positive", ErrInvalidOptions, s.Size)
+		return fmt.Errorf("%w: Spec.Size is %v: a window size must be positive (window.Tumbling(size), window.Hopping(size, slide))", ErrInvalidOptions, s.Size)
 	case s.Slide <= 0 || s.Slide > s.Size:
-		return fmt.Errorf("%w: slide %v must be in (0, size %v]", ErrInvalidOptions, s.Slide, s.Size)
+		return fmt.Errorf("%w: Spec.Slide is %v: want more than 0 and at most Size (%v)", ErrInvalidOptions, s.Slide, s.Size)
 	case s.Offset < 0 || s.Offset >= s.Slide:
-		return fmt.Errorf("%w: offset %v must be in [0, slide %v)", ErrInvalidOptions, s.Offset, s.Slide)
+		return fmt.Errorf("%w: Spec.Offset is %v: want 0 or more and less than Slide (%v)", ErrInvalidOptions, s.Offset, s.Slide)
 	case s.Size > maxSize:
-		return fmt.Errorf("%w: window size %v above %v", ErrInvalidOptions, s.Size, time.Duration(maxSize))
+		return fmt.Errorf("%w: Spec.Size is %v: the largest window accepted is %v", ErrInvalidOptions, s.Size, time.Duration(maxSize))
 	case s.Size/s.Slide > maxWindowsPerEvent:
-		return fmt.Errorf("%w: size/slide above %d", ErrInvalidOptions, maxWindowsPerEvent)
+		return fmt.Errorf("%w: Spec.Size / Spec.Slide is above %d: each event would be in that many windows; use a longer Slide", ErrInvalidOptions, maxWindowsPerEvent)
 	}
 	return nil
 }

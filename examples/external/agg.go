@@ -140,7 +140,7 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			}
 			cursor.At(m.Offset)
 			key = dedup.AppendKey(key[:0], ev.Org, ev.ID)
-			if first, err := d.Observe(key, ev.At); err != nil || !first {
+			if first, err := d.Observe(key, m.Time); err != nil || !first { // the record's timestamp: see package dedup
 				return err
 			}
 			if err := events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {

@@ -232,15 +232,24 @@ func (o *Options) setDefaults() error {
 	}
 	switch {
 	case o.MaxRows < 0 || o.MaxRows > 1_000_000:
-		return fmt.Errorf("%w: MaxRows %d out of range (1..1000000)", ErrInvalidOptions, o.MaxRows)
+		return fmt.Errorf("%w: Options.MaxRows is %d: want 0 (DefaultMaxRows) or 1 to 1000000, below the server's max_insert_block_size", ErrInvalidOptions, o.MaxRows)
 	case o.KeepCheckpoints < 0:
-		return fmt.Errorf("%w: KeepCheckpoints %d is negative", ErrInvalidOptions, o.KeepCheckpoints)
-	case o.MaxBytes < 0, o.MaxDelay < 0, o.FlushAheadMinRows < 0, o.RetryBase < 0, o.RetryMax < o.RetryBase, o.InsertTimeout < 0, o.DialTimeout < 0:
-		return fmt.Errorf("%w: negative or inconsistent durations or sizes", ErrInvalidOptions)
+		return fmt.Errorf("%w: Options.KeepCheckpoints is %d: want 0 (checkpoint.DefaultKeep) or the checkpoint store's Keep", ErrInvalidOptions, o.KeepCheckpoints)
+	case o.RetryMax < o.RetryBase:
+		return fmt.Errorf("%w: Options.RetryMax (%v) is below RetryBase (%v): want RetryMax >= RetryBase", ErrInvalidOptions, o.RetryMax, o.RetryBase)
 	case o.OnMismatch < MismatchFail || o.OnMismatch > MismatchReinsert:
-		return fmt.Errorf("%w: unknown MismatchPolicy %d", ErrInvalidOptions, o.OnMismatch)
+		return fmt.Errorf("%w: Options.OnMismatch is %d: want MismatchFail (the zero value), MismatchKeepFirst or MismatchReinsert", ErrInvalidOptions, o.OnMismatch)
 	case o.OnOutsideWindow < WindowFail || o.OnOutsideWindow > WindowSkip:
-		return fmt.Errorf("%w: unknown WindowPolicy %d", ErrInvalidOptions, o.OnOutsideWindow)
+		return fmt.Errorf("%w: Options.OnOutsideWindow is %d: want WindowFail (the zero value), WindowReinsert or WindowSkip", ErrInvalidOptions, o.OnOutsideWindow)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"MaxBytes", int64(o.MaxBytes)}, {"MaxDelay", int64(o.MaxDelay)}, {"FlushAheadMinRows", int64(o.FlushAheadMinRows)},
+		{"RetryBase", int64(o.RetryBase)}, {"InsertTimeout", int64(o.InsertTimeout)}, {"DialTimeout", int64(o.DialTimeout)}} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: Options.%s is negative: want 0 (its default) or more", ErrInvalidOptions, f.name)
+		}
 	}
 	return nil
 }

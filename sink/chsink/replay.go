@@ -118,7 +118,14 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 			}
 			return s.reinsert(ctx, p, h, last, start)
 		}
-		s.opts.Logger.Warn("chsink: replayed batch differs from the journal; keeping the first version", "err", mis, "stalled", stalled)
+		if s.opts.OnMismatch == MismatchReinsert {
+			// Nothing replayed where the journal has rows: nothing to insert.
+			s.opts.Logger.Warn("chsink: replayed batch has no rows where the journal has some; under MismatchReinsert the journaled version stands",
+				"policy", "MismatchReinsert", "err", mis, "stalled", stalled)
+		} else {
+			s.opts.Logger.Warn("chsink: replayed batch differs from the journal; keeping the first version, as MismatchKeepFirst says",
+				"policy", "MismatchKeepFirst", "err", mis, "stalled", stalled)
+		}
 	}
 	held := p.Acked // ClickHouse holds the journaled version
 	switch {

@@ -1,0 +1,48 @@
+// Package windowsink writes the rows of a window.Operator into a ClickHouse
+// ReplacingMergeTree, exactly once, with what a window sink needs set for
+// you: the positions of the rows (a sink.Cursor), the rows a Tick emits,
+// the mismatch policy (chsink.MismatchReinsert), and the version and
+// deleted columns.
+//
+// # Tour
+//
+// Build the operator, then the sink over it; register the sink as the
+// chain's participant and feed it events:
+//
+//	op, err := window.New(window.Session(30*time.Minute), window.Count[string]{}, window.Options{Inputs: []int{p.Partition}})
+//	ws, err := windowsink.New(ctx, chsink.Table{Addr: addr, Name: "sessions"}, p, storage, op, columns,
+//		windowsink.Options{Sink: chsink.Options{Database: db}})
+//	proc.Participants["sessions"] = ws
+//	// Process: ws.Add(ctx, m.Offset, window.Event[string]{...})
+//	// Tick:    ws.Tick(ctx)
+//
+// columns maps a window.Row to the table's key, start (and end) and result
+// columns; the sink adds the version column (Row.Version, UInt64) and the
+// deleted column (Row.Deleted, UInt8) itself. The table:
+//
+//	CREATE TABLE sessions (key String, start DateTime64(3), end DateTime64(3),
+//	    events UInt64, version UInt64, deleted UInt8)
+//	ENGINE = ReplacingMergeTree(version, deleted) ORDER BY (key, start)
+//	SETTINGS non_replicated_deduplication_window = 1000
+//
+// Tumbling and hopping windows need ReplacingMergeTree(version), ordered by
+// key and start (their deleted column is optional); sessions need the
+// deleted column, since a merge retracts a session's row. New checks this
+// at start-up and refuses any other table with a *chsink.TableCheckError
+// matching ErrNotReplacing whose message says what to change.
+//
+// # Guarantees
+//
+// The table read with FINAL holds exactly the operator's windows (or
+// sessions) with their results, after any number of crashes and replays,
+// given chsink's assumptions (a deduplication window, shared checkpoint
+// storage) and the operator's (events once and in offset order). Replays
+// may emit other rows than the first run at the same positions: a Tick, an
+// early firing by interval or idleness depend on the clock. The sink
+// inserts those under a fresh token (MismatchReinsert), and since every row
+// of a window carries its number of events as its version, the
+// ReplacingMergeTree keeps the most complete one whichever run wrote it.
+// TestKillDuringEarlyFiringsAndMerges kills a chain with early firings and
+// session merges five times and compares FINAL with the sessions of its
+// input.
+package windowsink

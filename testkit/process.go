@@ -1,0 +1,226 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnvFunc names, in a child started by Func, the function it runs.
+const EnvFunc = "EXACTLYONCE_TESTKIT_FUNC"
+
+// Process is a user's service running under a test's supervision: a binary
+// (Command) or a func(ctx) error in a process of its own (Func). The test
+// can kill it with SIGKILL, freeze and thaw it (SIGSTOP, SIGCONT), restart
+// it, and learn when it exits on its own. Its stdout and stderr are kept
+// (Logs) and written to the test log when the test fails. It is killed at
+// the test's cleanup.
+//
+// Its methods fail the test on error; call them from the test's goroutine.
+type Process struct {
+	t    testing.TB
+	name string
+	argv []string
+	env  []string
+
+	mu     sync.Mutex
+	logs   bytes.Buffer
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the current run ended
+	err    error         // how it ended
+}
+
+// Command returns the binary at path with args as a Process, started.
+// env is added to the test's environment.
+func Command(t testing.TB, path string, args []string, env ...string) *Process {
+	t.Helper()
+	p := &Process{t: t, name: path, argv: append([]string{path}, args...), env: env}
+	p.Start()
+	return p
+}
+
+// Func runs fn in a process of its own, so that it can be killed: the test
+// binary is started again, running only this test, with EnvFunc naming
+// fn. Call it first in the test: in the child it runs fn with a context
+// that ends on SIGTERM or SIGINT, and exits (status 0 if fn returned nil,
+// else 1, its error on stderr), never returning; in the test it returns the
+// started Process. name tells apart the funcs of one test.
+func Func(t *testing.T, name string, fn func(ctx context.Context) error) *Process {
+	t.Helper()
+	if os.Getenv(EnvFunc) == t.Name()+"/"+name {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		err := fn(ctx)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if os.Getenv(EnvFunc) != "" {
+		t.Skipf("testkit: a child running %s", os.Getenv(EnvFunc))
+	}
+	p := &Process{t: t, name: name, argv: []string{os.Args[0], "-test.run=^" + t.Name() + "$", "-test.count=1"},
+		env: []string{EnvFunc + "=" + t.Name() + "/" + name}}
+	p.Start()
+	return p
+}
+
+// Start starts the process; it must not be running.
+func (p *Process) Start() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && !closed(p.exited) {
+		p.t.Fatalf("testkit: %s is already running", p.name)
+	}
+	cmd := exec.Command(p.argv[0], p.argv[1:]...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = (*logWriter)(p), (*logWriter)(p)
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("testkit: start %s: %v", p.name, err)
+	}
+	if p.cmd == nil { // the first start: clean up once
+		p.t.Cleanup(p.cleanup)
+	}
+	p.cmd, p.exited, p.err = cmd, make(chan struct{}), nil
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(exited)
+	}(cmd, p.exited)
+}
+
+// Exited returns a channel closed when the current run ends, by a kill or
+// on its own.
+func (p *Process) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}
+
+// Err returns how the last run ended (nil for exit status 0, an
+// *exec.ExitError otherwise), and nil while it runs.
+func (p *Process) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// Running reports whether the process runs (or is stopped by SIGSTOP).
+func (p *Process) Running() bool {
+	select {
+	case <-p.Exited():
+		return false
+	default:
+		return true
+	}
+}
+
+// Wait waits for the current run to end, at most d, and returns how it
+// ended; the test fails if it is still running then.
+func (p *Process) Wait(d time.Duration) error {
+	p.t.Helper()
+	select {
+	case <-p.Exited():
+		return p.Err()
+	case <-time.After(d):
+		p.t.Fatalf("testkit: %s still running after %v", p.name, d)
+		return nil
+	}
+}
+
+// Kill sends SIGKILL and waits until the process is gone.
+func (p *Process) Kill() { p.t.Helper(); p.signal(syscall.SIGKILL, true) }
+
+// Stop freezes the process with SIGSTOP (a machine that stalls).
+func (p *Process) Stop() { p.t.Helper(); p.signal(syscall.SIGSTOP, false) }
+
+// Continue thaws a process frozen by Stop with SIGCONT.
+func (p *Process) Continue() { p.t.Helper(); p.signal(syscall.SIGCONT, false) }
+
+// Terminate sends SIGTERM (a graceful stop: Func's context ends) and waits
+// for the process to exit, at most d.
+func (p *Process) Terminate(d time.Duration) error {
+	p.t.Helper()
+	p.signal(syscall.SIGTERM, false)
+	return p.Wait(d)
+}
+
+// Restart kills the process if it runs and starts it again.
+func (p *Process) Restart() {
+	p.t.Helper()
+	if p.Running() {
+		p.Kill()
+	}
+	p.Start()
+}
+
+// Logs returns what the process wrote to stdout and stderr, over all its
+// runs.
+func (p *Process) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+func (p *Process) signal(sig syscall.Signal, wait bool) {
+	p.t.Helper()
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || closed(exited) {
+		if sig == syscall.SIGKILL {
+			return // already gone
+		}
+		p.t.Fatalf("testkit: %s is not running", p.name)
+	}
+	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		p.t.Fatalf("testkit: signal %v to %s: %v", sig, p.name, err)
+	}
+	if wait {
+		<-exited
+	}
+}
+
+func (p *Process) cleanup() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if !closed(exited) {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies of SIGKILL too, but be plain
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	if p.t.Failed() {
+		p.t.Logf("testkit: output of %s:\n%s", p.name, p.Logs())
+	}
+}
+
+func closed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// logWriter appends to a Process's logs under its lock.
+type logWriter Process
+
+func (w *logWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.logs.Write(b)
+}
