@@ -85,7 +85,8 @@ func TestAnswerWithinAnswerTimeout(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second)
 	close(release)
 	require.Eventually(t, func() bool {
-		_, err := store.Claim(context.Background(), "k1", "x", time.Minute)
+		fp := idempotency.BodyFingerprint(idempotency.Delivery{Body: []byte(`{"a":1}`)})
+		_, err := store.Claim(context.Background(), "k1", fp, time.Minute)
 		return errors.Is(err, idempotency.ErrDone)
 	}, 5*time.Second, 10*time.Millisecond)
 	r, _ = post(t, srv.URL, "k1", `{"a":1}`)
