@@ -176,7 +176,7 @@ func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, 
 	s.String(&c.compression, "compression", "KAFKA_COMPRESSION", kafkapub.DefaultCompression,
 		"compression of Kafka batches: none, gzip, snappy, lz4 or zstd (a delivery too large for the topic uncompressed is sent alone with zstd)")
 	s.String(&c.claimCheck.bucket, "claim-check-bucket", "CLAIM_CHECK_BUCKET", "",
-		"S3 bucket for payloads too large for a Kafka record even compressed: stored under <source>/<delivery id> before the record that refers to it (kafkapub.Payload reads them back); without it they are answered 413")
+		"S3 bucket for payloads too large for a Kafka record even compressed: stored under source/delivery-id before the record that refers to it (kafkapub.Payload reads them back); without it they are answered 413")
 	s.String(&c.claimCheck.prefix, "claim-check-prefix", "CLAIM_CHECK_PREFIX", "", "object name prefix in -claim-check-bucket")
 	s.String(&c.claimCheck.endpoint, "s3-endpoint", "S3_ENDPOINT", "", "S3-compatible server URL for -claim-check-bucket; empty for AWS")
 	s.String(&c.claimCheck.region, "s3-region", "S3_REGION", "us-east-1", "S3 region of -claim-check-bucket")
