@@ -380,10 +380,11 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 	rc := http.NewResponseController(a.w)
 	deadlines := rc.SetReadDeadline(start.Add(h.opts.ReadTimeout)) == nil
 	d, err := h.parser.parse(r.Header, http.MaxBytesReader(a.w, body, h.opts.MaxBodyBytes))
-	if deadlines {
+	if deadlines && err == nil {
 		// The body is read: lift the deadline, or the server's check for
 		// a client that hangs up would fail on it while the side effect
-		// runs.
+		// runs. After an error it stays: net/http reads what is left of
+		// the body before closing, and a slow client must not hold that.
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
