@@ -180,14 +180,14 @@ func (l limits) place(ctx context.Context, d idempotency.Delivery, msg kafka.Mes
 func (l limits) tooLarge(d idempotency.Delivery, size, compressed int, refused error) error {
 	how := ""
 	if compressed >= 0 {
-		how = " (" + strconv.Itoa(compressed) + " compressed with " + compressionName(l.large) + ")"
+		how = ", " + strconv.Itoa(compressed) + " compressed with " + compressionName(l.large)
 	}
 	by := fmt.Sprintf("does not fit in a record of topic %s (max.message.bytes %d)", l.topic, l.maxMessage)
 	if refused != nil {
 		by = fmt.Sprintf("was refused as too large by topic %s (%v)", l.topic, refused)
 	}
 	rej := idempotency.Reject(http.StatusRequestEntityTooLarge,
-		fmt.Sprintf("payload of %d bytes%s %s; the gateway stores no such payloads", size, how, by))
+		fmt.Sprintf("payload of %d bytes (a record of %d%s) %s; the gateway stores no such payloads", len(d.Body), size, how, by))
 	if refused != nil {
 		return fmt.Errorf("kafkapub: publish %q: %w: %w", d.Key, rej, refused)
 	}
