@@ -6,12 +6,20 @@
 //	gateway -brokers kafka:9092 -topic webhooks -store redis -redis redis:6379 \
 //		-github-secret "$GITHUB_WEBHOOK_SECRET" -jira-secret "$JIRA_WEBHOOK_SECRET"
 //
-// Endpoints: POST /webhooks/github, POST /webhooks/jira, GET /healthz
-// (the process runs), GET /readyz (it accepts deliveries), GET /metrics
-// (the SDK's OpenTelemetry metrics in the Prometheus format). Its settings
-// have environment variables (-h lists them). It refuses to start without
-// a webhook secret for each provider unless -accept-unsigned is given, and
-// then warns at start and on every unsigned delivery's provider.
+// Endpoints: POST /webhooks/github, POST /webhooks/jira (those of
+// -providers), GET /healthz (the process runs), GET /readyz (it can
+// publish: Kafka and Redis answer a probe each second), GET /metrics (the
+// SDK's OpenTelemetry metrics in the Prometheus format). Every setting has
+// an environment variable (-h lists both, and the README's table). It
+// refuses to start without a webhook secret for each provider it serves
+// unless -accept-unsigned is given, and then warns at start.
+//
+// Under real traffic: a body is read within -read-timeout (408 and the
+// connection closed after it), every delivery is answered within
+// -answer-timeout whatever Kafka and the store do, beyond -max-in-flight
+// deliveries a new one is answered 503 at once, and a body that fits no
+// Kafka record even compressed goes to -claim-check-bucket or is answered
+// 413 with the reason (githubredeliver does not redeliver it).
 //
 // -pipeline says what it publishes. tenant-minute (the default) publishes
 // every signed delivery, keyed by the provider's tenant: a gateway you can
@@ -31,9 +39,9 @@
 // uses them); the gateway warns loudly when they are set.
 //
 // On SIGTERM or SIGINT it stops being ready, stops accepting connections,
-// finishes the deliveries in flight (bounded by -shutdown-timeout) and
-// closes the Kafka writer; a delivery cut short is answered 503 or not at
-// all, so the provider retries it.
+// cuts the clients still sending a request (answered 408, so they retry),
+// finishes the deliveries in flight (bounded by -shutdown-timeout), exits 0
+// and closes the Kafka writer.
 package main
 
 import (
