@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 const testSecret = "gateway-test-secret"
@@ -192,9 +192,9 @@ func TestProvidersGitHubOnly(t *testing.T) {
 	_, err = parse([]string{"-providers", "github,gitlab"}, env(nil), io.Discard)
 	assert.ErrorContains(t, err, `unknown provider "gitlab"`)
 
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "webhooks")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "webhooks")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	g := startGateway(t, "-providers", "github", "-github-secret", testSecret,
 		"-brokers", strings.Join(brokers, ","), "-topic", topic)
 	status, body := g.deliver(t, http.DefaultClient, "d1", pushBody("octo"))

@@ -28,8 +28,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/internal/embedded/kafkafault"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -58,9 +58,9 @@ func openFDs(t *testing.T) int {
 // were held as long as they kept sending (5 minutes in the run,
 // 1,015 file descriptors for 1,000 clients).
 func TestSlowClientsAreCut(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "webhooks")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "webhooks")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	g := startGateway(t, "-providers", "github", "-github-secret", testSecret,
 		"-brokers", strings.Join(brokers, ","), "-topic", topic, "-read-timeout", "1s")
 	addr := strings.TrimPrefix(g.url, "http://")
@@ -166,12 +166,12 @@ func TestOutageAnsweredInTime(t *testing.T) {
 	for _, producer := range []string{"plain", "idempotent"} {
 		for _, fault := range []string{"kill", "sigstop"} {
 			t.Run(producer+"/"+fault, func(t *testing.T) {
-				k := testenv.StartKafkaProcess(t)
-				topic := testenv.Name(t, "webhooks")
-				testenv.CreateTopic(t, k.Brokers(), topic, 2)
+				k := testkit.StartKafkaProcess(t)
+				topic := testkit.Name(t, "webhooks")
+				testkit.CreateTopic(t, k.Brokers(), topic, 2)
 				args := []string{"-providers", "github", "-github-secret", testSecret,
 					"-brokers", strings.Join(k.Brokers(), ","), "-topic", topic,
-					"-store", "redis", "-redis", redisAddr, "-redis-prefix", testenv.Name(t, "idem") + ":"}
+					"-store", "redis", "-redis", redisAddr, "-redis-prefix", testkit.Name(t, "idem") + ":"}
 				if producer == "idempotent" {
 					args = append(args, "-idempotent-producer")
 				}
@@ -180,7 +180,7 @@ func TestOutageAnsweredInTime(t *testing.T) {
 				status, body := g.deliver(t, client, "first", pushBody("octo"))
 				require.Equal(t, http.StatusAccepted, status, body)
 
-				pid := k.Process().PID()
+				pid := k.PID()
 				switch fault {
 				case "kill":
 					k.Kill()
@@ -287,9 +287,11 @@ func TestSIGTERMDrains(t *testing.T) {
 	require.NoError(t, err, "-h exits 0")
 	assert.Contains(t, string(out), "GATEWAY_SHUTDOWN_TIMEOUT")
 
-	k := testenv.StartKafka(t)
-	topic := testenv.Name(t, "webhooks")
-	testenv.CreateTopic(t, k.Brokers(), topic, 1)
+	k, err := embedded.StartKafka(embedded.KafkaOptions{}) // with fault injection
+	require.NoError(t, err)
+	t.Cleanup(k.Close)
+	topic := testkit.Name(t, "webhooks")
+	testkit.CreateTopic(t, k.Brokers(), topic, 1)
 	addr := freeAddr(t)
 	cmd := exec.Command(bin, "-providers", "github", "-github-secret", testSecret, "-listen", addr,
 		"-brokers", strings.Join(k.Brokers(), ","), "-topic", topic, "-shutdown-timeout", "15s")

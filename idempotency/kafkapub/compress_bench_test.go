@@ -8,7 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/testkit/webhookkit"
 )
 
 // BenchmarkCompression compresses every example payload of GitHub's
@@ -22,7 +22,7 @@ import (
 // what a large push or pull request looks like to the codec (long repeated
 // field names, URLs and SHAs).
 func BenchmarkCompression(b *testing.B) {
-	examples := testenv.GitHubExamples(b)
+	examples := webhookkit.GitHubExamples(b)
 	var small [][]byte
 	var total int
 	for _, ex := range examples {

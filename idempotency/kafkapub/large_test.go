@@ -18,15 +18,16 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/exactlyonce/exactlyonce/testkit"
+	"github.com/exactlyonce/exactlyonce/testkit/s3kit"
+	"github.com/exactlyonce/exactlyonce/testkit/webhookkit"
 )
 
 // largePush is a GitHub-shaped delivery of about size bytes: GitHub's own
 // example payloads as its commits, the repetition a large push has.
 func largePush(t *testing.T, size int) []byte {
 	t.Helper()
-	examples := testenv.GitHubExamples(t)
+	examples := webhookkit.GitHubExamples(t)
 	var b bytes.Buffer
 	b.WriteString(`{"ref":"refs/heads/main","commits":[`)
 	for i := 0; b.Len() < size; i++ {
@@ -89,8 +90,8 @@ func postDelivery(t *testing.T, url, key string, body []byte) (int, string) {
 // On main every body over 1 MiB was answered 503 on every delivery and
 // redelivery.
 func TestLargeDeliveries(t *testing.T) {
-	k := testenv.StartKafka(t)
-	s3c := testkit.S3(t)
+	k := testkit.StartKafka(t)
+	s3c := s3kit.Bucket(t)
 	payloads, err := s3storage.New(s3c.Client(), s3c.Bucket, s3storage.Options{Prefix: s3c.Prefix})
 	require.NoError(t, err)
 
@@ -125,15 +126,15 @@ func TestLargeDeliveries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			topic := testenv.Name(t, "webhooks")
-			testenv.CreateTopic(t, k.Brokers(), topic, 1)
+			topic := testkit.Name(t, "webhooks")
+			testkit.CreateTopic(t, k.Brokers(), topic, 1)
 			opts := kafkapub.Options{}
 			if tt.claimCheck {
 				opts.Payloads = payloads
 			}
 			pub := newPub(t, topic, tt.idempotent, opts)
 			body := tt.body(t)
-			key := testenv.Name(t, "guid")
+			key := testkit.Name(t, "guid")
 
 			// Delivered twice to two gateways that share nothing (a
 			// redelivery after the key was forgotten): the worst case
