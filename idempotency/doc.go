@@ -48,7 +48,8 @@
 //
 // [Handler] is the webhook endpoint, configured with a [Provider] preset,
 // [GitHub] or [JiraCloud] (there is no default provider: a Jira endpoint
-// must not read GitHub's headers). It checks the body size (413), the
+// must not read GitHub's headers). It reads the body within
+// Options.ReadTimeout (408 after it), checks the body size (413), the
 // signature over the body as sent (401), the key, the event type and that
 // the payload is a JSON object (400, after decoding GitHub's form-encoded
 // bodies); answers 200 without publishing an event type it ignores (GitHub's
@@ -58,6 +59,13 @@
 // as kafkapub's Publisher.Publish, which carries the delivery id, event
 // type, source, hook id and retry count as Kafka headers), and either
 // completes and answers 202, or releases and answers 503 with Retry-After.
+// A side effect's [*RejectError] (kafkapub's 413 for a payload too large
+// for the topic) is answered as that permanent 4xx. Every answer comes
+// within Options.AnswerTimeout (8 s, under GitHub's 10 s), whatever the
+// store and the side effect do: one still running then is answered 503 and
+// its key settled when it ends. Beyond Options.MaxInFlight deliveries a new
+// one is answered 503 at once. The key is completed or released after the
+// answer is sent.
 // Duplicates of a done key replay the stored 202 with Idempotent-Replayed:
 // true; duplicates of a pending key get 503 with Retry-After (see [Handler]
 // for why not 409); a reused key with another payload gets 422, as Stripe's

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -36,6 +39,18 @@ const (
 	DefaultStoreTimeout = 2 * time.Second
 	// DefaultRetryAfter is the Retry-After of 503 answers.
 	DefaultRetryAfter = 5 * time.Second
+	// DefaultReadTimeout bounds reading the whole body, counted from the
+	// start of ServeHTTP: a client slower than that is answered 408 and
+	// its connection closed, so slow clients cannot hold the gateway. At
+	// 4 s a 25 MB payload (GitHub's largest) needs about 6 MB/s.
+	DefaultReadTimeout = 4 * time.Second
+	// DefaultAnswerTimeout bounds the time from the start of ServeHTTP to
+	// the answer: GitHub records a delivery as failed when no answer came
+	// within 10 s, and the request's headers took some of that already.
+	DefaultAnswerTimeout = 8 * time.Second
+	// DefaultMaxInFlight bounds the deliveries claimed and published at
+	// once; each holds its body in memory.
+	DefaultMaxInFlight = 256
 )
 
 // HeaderReplayed is set to "true" on a response replayed from a done key.
@@ -97,6 +112,26 @@ type Options struct {
 
 	// MaxBodyBytes bounds the body (413 above). Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// ReadTimeout bounds reading the whole body, from the start of
+	// ServeHTTP (408 and the connection closed after it). It needs the
+	// ResponseWriter of net/http's server, which supports read deadlines
+	// (http.ResponseController); in process, with another ResponseWriter,
+	// the body is read without a deadline. Default DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// AnswerTimeout bounds the time from the start of ServeHTTP to the
+	// answer, whatever the store and the side effect do: the claim and
+	// the side effect get what is left of it, and a side effect still
+	// running at the deadline is answered 503 with Retry-After while it
+	// goes on (bounded by SideEffectTimeout); its key is then completed or
+	// released as the side effect ends. It must exceed ReadTimeout.
+	// Default DefaultAnswerTimeout.
+	AnswerTimeout time.Duration
+	// MaxInFlight bounds the deliveries past their body read (checked,
+	// claimed, published, settled) at once. One more is answered 503 with
+	// Retry-After at once, claims nothing and is counted in
+	// idempotency.rejected (reason=busy). Clients still sending their body
+	// do not count: ReadTimeout bounds them. Default DefaultMaxInFlight.
+	MaxInFlight int
 	// PendingTTL is the life of a claim. It must exceed SideEffectTimeout
 	// plus StoreTimeout, or a slow side effect could lose its claim and a
 	// concurrent retry publish a second copy. Default DefaultPendingTTL.
@@ -150,6 +185,8 @@ func (o *Options) setDefaults() error {
 		{"SideEffectTimeout", &o.SideEffectTimeout, DefaultSideEffectTimeout},
 		{"StoreTimeout", &o.StoreTimeout, DefaultStoreTimeout},
 		{"RetryAfter", &o.RetryAfter, DefaultRetryAfter},
+		{"ReadTimeout", &o.ReadTimeout, DefaultReadTimeout},
+		{"AnswerTimeout", &o.AnswerTimeout, DefaultAnswerTimeout},
 	} {
 		if *d.v < 0 {
 			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
@@ -163,6 +200,15 @@ func (o *Options) setDefaults() error {
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxInFlight < 0 {
+		return fmt.Errorf("%w: MaxInFlight %d is negative", ErrInvalidOptions, o.MaxInFlight)
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.AnswerTimeout <= o.ReadTimeout {
+		return fmt.Errorf("%w: AnswerTimeout %v must exceed ReadTimeout %v", ErrInvalidOptions, o.AnswerTimeout, o.ReadTimeout)
 	}
 	if o.PendingTTL <= o.SideEffectTimeout+o.StoreTimeout {
 		return fmt.Errorf("%w: PendingTTL %v must exceed SideEffectTimeout %v + StoreTimeout %v",
@@ -188,21 +234,36 @@ func (o *Options) setDefaults() error {
 // answers 2xx only after the side effect is durable.
 //
 // For each POST it:
-//  1. limits the body (413), verifies the signature over the body as sent
-//     (401), reads the key, decodes a form-encoded payload, checks the
-//     payload is a JSON object and reads the event type (400). A rejected
-//     request claims nothing and publishes nothing.
+//  1. reads the body within Options.ReadTimeout (408 after it, the
+//     connection closed), limits it (413), verifies the signature over the
+//     body as sent (401), reads the key, decodes a form-encoded payload,
+//     checks the payload is a JSON object and reads the event type (400).
+//     A rejected request claims nothing and publishes nothing.
 //  2. answers 200 without publishing an event type it ignores (GitHub's
-//     "ping", Options.Ignore), finds the partition key (422 without one)
-//     and runs Options.Check: a Reject answers its 4xx, ErrIgnored 200,
-//     any other error 503. None of these claims or publishes anything.
+//     "ping", Options.Ignore), finds the partition key (422 without one),
+//     answers 503 at once when Options.MaxInFlight deliveries are in
+//     flight already, and runs Options.Check: a Reject answers its 4xx,
+//     ErrIgnored 200, any other error 503. None of these claims or
+//     publishes anything.
 //  3. claims the key ([Do]). A done key replays its stored 2xx with the
 //     header Idempotent-Replayed: true; a pending key is answered 503 with
 //     Retry-After; a key reused with another payload, 422; a store error,
 //     503 with Retry-After.
-//  4. runs the side effect. On success it completes the key with the 202
-//     response and sends that response; on failure it releases the key and
-//     answers 503 with Retry-After.
+//  4. runs the side effect. On success it answers 202 and then completes
+//     the key with that response; on failure it answers 503 with
+//     Retry-After (or, for a *RejectError, that permanent 4xx with its
+//     reason) and then releases the key.
+//
+// Every answer comes within Options.AnswerTimeout of the start: a side
+// effect still running then is answered 503 while it goes on, and its key
+// is completed or released when it ends, so a redelivery after a late
+// success replays the 202.
+//
+// Writing "done" after the answer costs nothing in safety: a 2xx is sent
+// only once the side effect is durable, and a complete that is lost (the
+// process dies, the store fails) leaves the key pending until its TTL; a
+// redelivery then runs the side effect again, a duplicate that downstream
+// deduplication drops. The handler returns only once the key is settled.
 //
 // Only transient failures answer 5xx. Jira Cloud retries them (and 408,
 // 409, 425, 429) for about 30 minutes; GitHub never retries on its own, so a
@@ -222,6 +283,7 @@ type Handler struct {
 	do     DoOptions
 	ignore map[string]bool
 	parser parser
+	slots  chan struct{} // one per delivery in flight, MaxInFlight
 	m      handlerMetrics
 }
 
@@ -257,6 +319,7 @@ func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 		},
 		ignore: ignore,
 		parser: parser{maxBody: opts.MaxBodyBytes, key: opts.Key, verify: opts.Verify, source: opts.Source, provider: opts.Provider},
+		slots:  make(chan struct{}, opts.MaxInFlight),
 		m:      m,
 	}, nil
 }
@@ -264,65 +327,126 @@ func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.opts.Now()
-	status := h.serve(w, r)
-	h.m.duration.Record(r.Context(), h.opts.Now().Sub(start).Seconds(), h.m.statusOpt(status))
+	a := &answer{w: w, now: h.opts.Now}
+	h.serve(a, r, time.Now())
+	if a.status == 0 { // every path answers; this keeps the promise if one did not
+		h.retryLater(a, "delivery not answered, retry later")
+	}
+	h.m.duration.Record(r.Context(), a.at.Sub(start).Seconds(), h.m.statusOpt(a.status))
 }
 
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
+// answer is the one response of a request, which may be sent before the
+// handler is done with the key.
+type answer struct {
+	w      http.ResponseWriter
+	mu     sync.Mutex // the deadline's timer and the side effect may race to answer
+	now    func() time.Time
+	status int // 0 until answered
+	at     time.Time
+}
+
+// send writes resp unless the request was answered already, and flushes it
+// so the client has it while the key is settled. It reports whether it
+// answered.
+func (a *answer) send(resp Response, header ...string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.status != 0 {
+		return false
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		a.w.Header().Set(header[i], header[i+1])
+	}
+	a.status = writeResponse(a.w, resp)
+	a.at = a.now()
+	_ = http.NewResponseController(a.w).Flush() // unsupported by some test writers: sent on return
+	return true
+}
+
+func (a *answer) text(status int, msg string, header ...string) bool {
+	return a.send(textResponse(status, msg), header...)
+}
+
+func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
 		h.m.reject(r.Context(), "method")
-		return writeText(w, http.StatusMethodNotAllowed, "method not allowed")
+		a.text(http.StatusMethodNotAllowed, "method not allowed", "Allow", http.MethodPost)
+		return
 	}
 	body := r.Body
 	if body == nil { // a client-style request handed to ServeHTTP in process
 		body = http.NoBody
 	}
-	d, err := h.parser.parse(r.Header, http.MaxBytesReader(w, body, h.opts.MaxBodyBytes))
+	rc := http.NewResponseController(a.w)
+	deadlines := rc.SetReadDeadline(start.Add(h.opts.ReadTimeout)) == nil
+	d, err := h.parser.parse(r.Header, http.MaxBytesReader(a.w, body, h.opts.MaxBodyBytes))
+	if deadlines && err == nil {
+		// The body is read: lift the deadline, or the server's check for
+		// a client that hangs up would fail on it while the side effect
+		// runs. After an error it stays: net/http reads what is left of
+		// the body before closing, and a slow client must not hold that.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		status, reason := rejectStatus(err)
 		h.m.reject(r.Context(), reason)
-		return writeText(w, status, err.Error())
+		if status == http.StatusRequestTimeout {
+			a.text(status, fmt.Sprintf("body not received within %v", h.opts.ReadTimeout), "Connection", "close")
+			return
+		}
+		a.text(status, err.Error())
+		return
 	}
 	if h.ignore[d.Event] {
 		h.m.ignored.Add(r.Context(), 1, h.m.opt("reason", "event"))
-		return writeText(w, http.StatusOK, "event "+d.Event+" ignored")
+		a.text(http.StatusOK, "event "+d.Event+" ignored")
+		return
 	}
 	if p := h.opts.Provider.Partition; p != nil {
 		if d.Partition, err = p(d.Event, d.Body); err != nil {
 			h.m.reject(r.Context(), "partition")
-			return writeText(w, http.StatusUnprocessableEntity, err.Error())
+			a.text(http.StatusUnprocessableEntity, err.Error())
+			return
 		}
+	}
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		h.m.reject(r.Context(), "busy")
+		h.retryLater(a, "gateway busy, retry later")
+		return
 	}
 
 	// Store calls and the side effect outlive a client that hangs up: a
-	// claim must be completed or released, never left to its TTL.
-	ctx := context.WithoutCancel(r.Context())
+	// claim must be completed or released, never left to its TTL. They are
+	// bounded by the answer's deadline; settling the key comes after the
+	// answer and has StoreTimeout of its own ([Do]).
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), start.Add(h.opts.AnswerTimeout))
+	defer cancel()
 	if h.opts.Check != nil {
 		if err := h.opts.Check(ctx, d); err != nil {
 			var rej *RejectError
 			switch {
 			case errors.As(err, &rej):
 				h.m.reject(ctx, "check")
-				return writeText(w, rej.Status, rej.Reason)
+				a.text(rej.Status, rej.Reason)
 			case errors.Is(err, ErrIgnored):
 				h.m.ignored.Add(ctx, 1, h.m.opt("reason", "check"))
-				return writeText(w, http.StatusOK, err.Error())
+				a.text(http.StatusOK, err.Error())
 			default:
 				h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: check failed; answering 503",
 					slog.String("key", d.Key), slog.Any("error", err))
 				h.m.reject(ctx, "check_transient")
-				return h.retryLater(w, "check failed, retry later")
+				h.retryLater(a, "check failed, retry later")
 			}
+			return
 		}
 	}
 
 	out, err := Do(ctx, h.store, d.Key, h.opts.Fingerprint(d), func(ctx context.Context) (Response, error) {
 		h.m.claim(ctx, "claimed")
-		if err := h.run(ctx, d); err != nil {
-			return Response{}, err
-		}
-		return acceptedResponse(d.Key), nil
+		return h.runAndAnswer(ctx, a, d)
 	}, h.do)
 	var effErr *EffectError
 	switch {
@@ -337,35 +461,74 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) int {
 				slog.String("key", d.Key), slog.Int("status", resp.Status))
 			resp = acceptedResponse(d.Key)
 		}
-		w.Header().Set(HeaderReplayed, "true")
-		return writeResponse(w, resp)
+		a.send(resp, HeaderReplayed, "true")
 	case err == nil:
 		if out.CompleteErr != nil {
-			// The side effect is durable: answer 2xx whatever the store
-			// says. A later duplicate runs the side effect again, which
-			// downstream deduplication absorbs. Nothing is lost.
+			// The side effect is durable and was answered 2xx (or 503 at
+			// the deadline) already. A later duplicate runs the side
+			// effect again, which downstream deduplication absorbs.
+			// Nothing is lost.
 			if errors.Is(out.CompleteErr, ErrClaimLost) {
 				h.m.lost(ctx, "complete")
 			}
 			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: complete failed after the side effect; a retry may duplicate",
 				slog.String("key", d.Key), slog.Any("error", out.CompleteErr))
 		}
-		return writeResponse(w, out.Response)
 	case errors.As(err, &effErr):
-		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: side effect failed; releasing", slog.String("key", d.Key), slog.Any("error", effErr.Err))
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: side effect failed; released", slog.String("key", d.Key), slog.Any("error", effErr.Err))
 		h.released(ctx, d.Key, effErr.ReleaseErr)
-		return h.retryLater(w, "delivery failed, retry later")
 	case errors.Is(err, ErrFingerprintMismatch):
 		h.m.claim(ctx, "mismatch")
-		return writeText(w, http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
+		a.text(http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
 	case errors.Is(err, ErrPending):
 		h.m.claim(ctx, "pending")
-		return h.retryLater(w, "delivery in progress")
+		h.retryLater(a, "delivery in progress")
 	default:
 		h.m.claim(ctx, "error")
 		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: claim failed", slog.String("key", d.Key), slog.Any("error", err))
-		return h.retryLater(w, "idempotency store unavailable")
+		h.retryLater(a, "idempotency store unavailable")
 	}
+}
+
+// runAndAnswer runs the side effect and answers the request as soon as its
+// outcome is known, or at ctx's deadline (the answer's) if it is still
+// running then; it returns the side effect's outcome for Do to complete or
+// release the key.
+func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery) (Response, error) {
+	// The side effect runs beside the deadline's timer, not under it: a
+	// Func may overrun its ctx (an idempotent producer waits for a batch
+	// in flight), and the answer must not wait for it.
+	done := make(chan error, 1)
+	go func() { done <- h.run(ctx, d) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		if a.text(http.StatusServiceUnavailable, "delivery timed out, retry later", "Retry-After", h.retryAfterSecs()) {
+			h.m.timeouts.Add(ctx, 1)
+		}
+		err = <-done // the goroutine is ours: wait for it before the key is settled
+	}
+	var rej *RejectError
+	switch {
+	case err == nil:
+		resp := acceptedResponse(d.Key)
+		a.send(resp)
+		return resp, nil
+	case errors.As(err, &rej):
+		// Permanent: the side effect can never take this delivery (too
+		// large for the topic, say). Released, so a fixed pipeline can
+		// take a redelivery.
+		reason := "effect"
+		if rej.Status == http.StatusRequestEntityTooLarge {
+			reason = "too_large"
+		}
+		h.m.reject(ctx, reason)
+		a.text(rej.Status, rej.Reason)
+	default:
+		h.retryLater(a, "delivery failed, retry later")
+	}
+	return Response{}, err
 }
 
 func (h *Handler) run(ctx context.Context, d Delivery) error {
@@ -396,14 +559,19 @@ func (h *Handler) released(ctx context.Context, key string, err error) {
 	h.m.releases.Add(ctx, 1, h.m.opt("result", result))
 }
 
-func (h *Handler) retryLater(w http.ResponseWriter, msg string) int {
-	secs := int((h.opts.RetryAfter + time.Second - 1) / time.Second)
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	return writeText(w, http.StatusServiceUnavailable, msg)
+func (h *Handler) retryLater(a *answer, msg string) {
+	a.text(http.StatusServiceUnavailable, msg, "Retry-After", h.retryAfterSecs())
+}
+
+func (h *Handler) retryAfterSecs() string {
+	return strconv.Itoa(int((h.opts.RetryAfter + time.Second - 1) / time.Second))
 }
 
 func rejectStatus(err error) (int, string) {
+	var ne net.Error
 	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return http.StatusRequestTimeout, "read_timeout"
 	case errors.Is(err, ErrBodyTooLarge):
 		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, ErrSignature):
@@ -436,6 +604,6 @@ func writeResponse(w http.ResponseWriter, r Response) int {
 	return r.Status
 }
 
-func writeText(w http.ResponseWriter, status int, msg string) int {
-	return writeResponse(w, Response{Status: status, ContentType: "text/plain; charset=utf-8", Body: []byte(msg + "\n")})
+func textResponse(status int, msg string) Response {
+	return Response{Status: status, ContentType: "text/plain; charset=utf-8", Body: []byte(msg + "\n")}
 }

@@ -23,6 +23,7 @@ type handlerMetrics struct {
 	ignored  metric.Int64Counter
 	duration metric.Float64Histogram
 	effect   metric.Float64Histogram
+	timeouts metric.Int64Counter
 }
 
 func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
@@ -34,6 +35,7 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 	hm.rejected = m.Counter("exactlyonce.idempotency.rejected", "{request}", "Requests rejected before claiming, by reason.")
 	hm.ignored = m.Counter("exactlyonce.idempotency.ignored", "{delivery}", "Deliveries answered 200 and not published: an ignored event type (reason=event) or a Check that returned ErrIgnored (reason=check).")
 	hm.duration = m.Histogram("exactlyonce.idempotency.request.duration", "s", "Time to answer a webhook.")
+	hm.timeouts = m.Counter("exactlyonce.idempotency.answer.timeouts", "{delivery}", "Deliveries answered 503 at Options.AnswerTimeout while their side effect still ran.")
 	hm.effect = m.Histogram("exactlyonce.idempotency.side_effect.duration", "s", "Time the side effect took.")
 	if err := m.Err(); err != nil {
 		return handlerMetrics{}, fmt.Errorf("idempotency: metrics: %w", err)
@@ -43,14 +45,14 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 		"outcome": {"claimed", "done", "pending", "mismatch", "error"},
 		"result":  {"ok", "lost", "error"},
 		"step":    {"complete", "release"},
-		"reason":  {"method", "too_large", "signature", "key", "malformed", "read", "partition", "check", "check_transient", "event"},
+		"reason":  {"method", "too_large", "signature", "key", "malformed", "read", "partition", "check", "check_transient", "event", "read_timeout", "busy", "effect"},
 	} {
 		for _, v := range values {
 			hm.opts[key+"="+v] = metric.WithAttributes(attribute.String(key, v))
 		}
 	}
 	hm.statuses = make(map[int]metric.MeasurementOption)
-	for _, code := range []int{200, 202, 204, 400, 401, 404, 405, 409, 410, 413, 422, 503} {
+	for _, code := range []int{200, 202, 204, 400, 401, 404, 405, 408, 409, 410, 413, 422, 503} {
 		hm.statuses[code] = statusAttr(code)
 	}
 	return hm, nil

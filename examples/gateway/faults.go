@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -22,12 +21,12 @@ type faultRates struct {
 	seed          uint64
 }
 
-func (f *faultRates) flags(fs *flag.FlagSet) {
-	fs.Float64Var(&f.before, "inject-publish-failures", 0,
+func (f *faultRates) flags(s *settings) {
+	s.Float64(&f.before, "inject-publish-failures", "GATEWAY_INJECT_PUBLISH_FAILURES", 0,
 		"FOR DEMOS AND TESTS: fail this fraction of Kafka publishes before the write, as an unreachable broker would (the delivery is answered 503)")
-	fs.Float64Var(&f.after, "inject-lost-acks", 0,
+	s.Float64(&f.after, "inject-lost-acks", "GATEWAY_INJECT_LOST_ACKS", 0,
 		"FOR DEMOS AND TESTS: fail this fraction of Kafka publishes after the write, as a lost acknowledgement would (answered 503: the retry writes the event again)")
-	fs.Uint64Var(&f.seed, "inject-seed", 1, "seed of the injected faults")
+	s.Uint64(&f.seed, "inject-seed", "GATEWAY_INJECT_SEED", 1, "seed of the injected faults")
 }
 
 func (f faultRates) on() bool { return f.before > 0 || f.after > 0 }

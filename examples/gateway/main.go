@@ -6,12 +6,20 @@
 //	gateway -brokers kafka:9092 -topic webhooks -store redis -redis redis:6379 \
 //		-github-secret "$GITHUB_WEBHOOK_SECRET" -jira-secret "$JIRA_WEBHOOK_SECRET"
 //
-// Endpoints: POST /webhooks/github, POST /webhooks/jira, GET /healthz
-// (the process runs), GET /readyz (it accepts deliveries), GET /metrics
-// (the SDK's OpenTelemetry metrics in the Prometheus format). Its settings
-// have environment variables (-h lists them). It refuses to start without
-// a webhook secret for each provider unless -accept-unsigned is given, and
-// then warns at start and on every unsigned delivery's provider.
+// Endpoints: POST /webhooks/github, POST /webhooks/jira (those of
+// -providers), GET /healthz (the process runs), GET /readyz (it can
+// publish: Kafka and Redis answer a probe each second), GET /metrics (the
+// SDK's OpenTelemetry metrics in the Prometheus format). Every setting has
+// an environment variable (-h lists both, and the README's table). It
+// refuses to start without a webhook secret for each provider it serves
+// unless -accept-unsigned is given, and then warns at start.
+//
+// Under real traffic: a body is read within -read-timeout (408 and the
+// connection closed after it), every delivery is answered within
+// -answer-timeout whatever Kafka and the store do, beyond -max-in-flight
+// deliveries a new one is answered 503 at once, and a body that fits no
+// Kafka record even compressed goes to -claim-check-bucket or is answered
+// 413 with the reason (githubredeliver does not redeliver it).
 //
 // -pipeline says what it publishes. tenant-minute (the default) publishes
 // every signed delivery, keyed by the provider's tenant: a gateway you can
@@ -31,9 +39,9 @@
 // uses them); the gateway warns loudly when they are set.
 //
 // On SIGTERM or SIGINT it stops being ready, stops accepting connections,
-// finishes the deliveries in flight (bounded by -shutdown-timeout) and
-// closes the Kafka writer; a delivery cut short is answered 503 or not at
-// all, so the provider retries it.
+// cuts the clients still sending a request (answered 408, so they retry),
+// finishes the deliveries in flight (bounded by -shutdown-timeout), exits 0
+// and closes the Kafka writer.
 package main
 
 import (
@@ -49,8 +57,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,6 +72,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
 	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
@@ -73,24 +82,35 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h: the usage is printed, nothing went wrong
+	}
+	if err != nil {
 		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("gateway stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-// levelFlag is a flag's default log level; an unknown name is reported by
-// the flag package when it parses it.
-func levelFlag(name string) *slog.Level {
-	l := new(slog.Level)
-	_ = l.UnmarshalText([]byte(name))
-	return l
-}
+// Defaults of the binary that differ from the library's.
+const (
+	// defaultMaxBodyBytes is GitHub's largest payload, 25 MB: a delivery
+	// that large still reaches Kafka compressed or through the claim
+	// check, or is answered 413 with the reason, never cut short here.
+	defaultMaxBodyBytes = 25 << 20
+	// defaultReadHeaderTimeout bounds the request line and headers, which
+	// a provider sends at once; the body has -read-timeout.
+	defaultReadHeaderTimeout = 2 * time.Second
+)
+
+// providers are the endpoints the gateway can serve, by -providers name.
+var providerNames = []string{"github", "jira"}
 
 type config struct {
 	pipeline        string
 	logLevel        slog.Level
 	listen          string
+	providers       []string
 	brokers         []string
 	topic           string
 	store           string
@@ -98,6 +118,12 @@ type config struct {
 	redisPrefix     string
 	retryAfter      time.Duration
 	pendingTTL      time.Duration
+	maxBodyBytes    int64
+	readTimeout     time.Duration
+	answerTimeout   time.Duration
+	maxInFlight     int
+	compression     string
+	claimCheck      claimCheck
 	idempotent      bool
 	naive           bool
 	faults          faultRates
@@ -108,6 +134,12 @@ type config struct {
 	kafka           kafkaSecurity
 }
 
+// claimCheck is where payloads too large for a Kafka record go.
+type claimCheck struct {
+	bucket, prefix, endpoint, region string
+	accessKeyID, secretAccessKey     string
+}
+
 // kafkaSecurity is how the gateway reaches a managed Kafka.
 type kafkaSecurity struct {
 	tls                bool
@@ -115,46 +147,103 @@ type kafkaSecurity struct {
 	sasl, user, passwd string
 }
 
-// parse reads flags, each defaulting to its environment variable.
-func parse(args []string, getenv func(string) string) (config, error) {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
+// secret returns the webhook secret of a provider.
+func (c config) secret(provider string) string {
+	if provider == "github" {
+		return c.githubSecret
 	}
+	return c.jiraSecret
+}
+
+// flags registers every setting on fs, each with its environment variable.
+func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, *string, *string, *string, *string) {
+	s := newSettings(fs, getenv)
+	var brokers, providers, naive, level string
+	s.String(&c.pipeline, "pipeline", "GATEWAY_PIPELINE", "tenant-minute",
+		"what to publish: tenant-minute (every signed delivery, keyed by the provider's tenant) or devmetrics (normalizable deliveries of the per-employee metrics, keyed by organisation; others answered 200 or 422 unpublished)")
+	s.String(&level, "log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error")
+	s.String(&c.listen, "listen", "GATEWAY_LISTEN", ":8080", "HTTP address")
+	s.String(&providers, "providers", "GATEWAY_PROVIDERS", strings.Join(providerNames, ","),
+		"the providers to serve, comma-separated: github (POST /webhooks/github), jira (POST /webhooks/jira); each needs its secret")
+	s.String(&brokers, "brokers", "KAFKA_BROKERS", "localhost:9092", "Kafka bootstrap brokers, comma-separated")
+	s.String(&c.topic, "topic", "KAFKA_TOPIC", "webhooks", "Kafka topic")
+	s.String(&c.store, "store", "GATEWAY_STORE", "memory", "idempotency store: memory or redis")
+	s.String(&c.redisAddr, "redis", "REDIS_ADDR", "localhost:6379", "Redis address for -store redis")
+	s.String(&c.redisPrefix, "redis-prefix", "REDIS_PREFIX", redisstore.DefaultPrefix, "prefix of the idempotency keys in Redis, for gateways of several pipelines sharing one Redis")
+	s.Duration(&c.retryAfter, "retry-after", "GATEWAY_RETRY_AFTER", idempotency.DefaultRetryAfter, "Retry-After of 503 answers: when a provider that honours it retries")
+	s.Duration(&c.pendingTTL, "pending-ttl", "GATEWAY_PENDING_TTL", idempotency.DefaultPendingTTL,
+		"life of a claim whose gateway died before completing it: redeliveries are answered 503 until it expires (must exceed 7s, the publish and store timeouts)")
+	s.Int64(&c.maxBodyBytes, "max-body-bytes", "GATEWAY_MAX_BODY_BYTES", defaultMaxBodyBytes,
+		"largest request body accepted; larger ones are answered 413 (GitHub sends up to 25 MB)")
+	s.Duration(&c.readTimeout, "read-timeout", "GATEWAY_READ_TIMEOUT", idempotency.DefaultReadTimeout,
+		"deadline for reading a request's whole body; a slower client is answered 408 and cut off")
+	s.Duration(&c.answerTimeout, "answer-timeout", "GATEWAY_ANSWER_TIMEOUT", idempotency.DefaultAnswerTimeout,
+		"deadline for answering a delivery, whatever Kafka and the store do (GitHub gives up after 10s); must exceed -read-timeout")
+	s.Int(&c.maxInFlight, "max-in-flight", "GATEWAY_MAX_IN_FLIGHT", idempotency.DefaultMaxInFlight,
+		"deliveries claimed and published at once per provider; one more is answered 503 at once")
+	s.String(&c.compression, "compression", "KAFKA_COMPRESSION", kafkapub.DefaultCompression,
+		"compression of Kafka batches: none, gzip, snappy, lz4 or zstd (a delivery too large for the topic uncompressed is sent alone with zstd)")
+	s.String(&c.claimCheck.bucket, "claim-check-bucket", "CLAIM_CHECK_BUCKET", "",
+		"S3 bucket for payloads too large for a Kafka record even compressed: stored under source/delivery-id before the record that refers to it (kafkapub.Payload reads them back); without it they are answered 413")
+	s.String(&c.claimCheck.prefix, "claim-check-prefix", "CLAIM_CHECK_PREFIX", "", "object name prefix in -claim-check-bucket")
+	s.String(&c.claimCheck.endpoint, "s3-endpoint", "S3_ENDPOINT", "", "S3-compatible server URL for -claim-check-bucket; empty for AWS")
+	s.String(&c.claimCheck.region, "s3-region", "S3_REGION", "us-east-1", "S3 region of -claim-check-bucket")
+	s.Bool(&c.idempotent, "idempotent-producer", "KAFKA_IDEMPOTENT",
+		"publish with Kafka's idempotent producer (producer id and sequence numbers: the broker drops a batch retried after a lost acknowledgement instead of writing it twice); needs brokers with idempotence enabled, the default since Kafka 3.0")
+	s.String(&naive, "naive", "GATEWAY_NAIVE", "", "FOR DEMONSTRATION: gateway answers 2xx before Kafka acknowledged the event (the first article's bug: a failed publish is lost); make demo NAIVE=gateway")
+	s.String(&c.githubSecret, "github-secret", "GITHUB_WEBHOOK_SECRET", "", "GitHub webhook secret")
+	s.String(&c.jiraSecret, "jira-secret", "JIRA_WEBHOOK_SECRET", "", "Jira webhook secret")
+	s.Bool(&c.acceptUnsigned, "accept-unsigned", "GATEWAY_ACCEPT_UNSIGNED",
+		"accept deliveries without a signature for a provider that has no secret: anyone who can reach the gateway can forge events")
+	s.Duration(&c.shutdownTimeout, "shutdown-timeout", "GATEWAY_SHUTDOWN_TIMEOUT", 20*time.Second,
+		"how long SIGTERM waits for deliveries in flight (slow readers are cut at once)")
+	s.Bool(&c.kafka.tls, "kafka-tls", "KAFKA_TLS", "connect to Kafka with TLS")
+	s.String(&c.kafka.ca, "kafka-ca", "KAFKA_CA_FILE", "", "PEM file of the CA that signed the brokers' certificates; default the system's")
+	s.String(&c.kafka.sasl, "kafka-sasl", "KAFKA_SASL", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512")
+	s.String(&c.kafka.user, "kafka-user", "KAFKA_USER", "", "SASL user")
+	s.String(&c.kafka.passwd, "kafka-password", "KAFKA_PASSWORD", "", "SASL password")
+	c.faults.flags(s)
+	return s, &brokers, &providers, &naive, &level
+}
+
+// parse reads flags, each defaulting to its environment variable. -h
+// prints the usage to fs's output and returns flag.ErrHelp.
+func parse(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(out)
 	var c config
-	var brokers string
-	fs.StringVar(&c.pipeline, "pipeline", env("GATEWAY_PIPELINE", "tenant-minute"),
-		"what to publish: tenant-minute (every signed delivery, keyed by the provider's tenant) or devmetrics (normalizable deliveries of the per-employee metrics, keyed by organisation; others answered 200 or 422 unpublished) (GATEWAY_PIPELINE)")
-	fs.TextVar(&c.logLevel, "log-level", levelFlag(env("LOG_LEVEL", "info")), "log level: debug, info, warn or error (LOG_LEVEL)")
-	fs.StringVar(&c.listen, "listen", env("GATEWAY_LISTEN", ":8080"), "HTTP address (GATEWAY_LISTEN)")
-	fs.StringVar(&brokers, "brokers", env("KAFKA_BROKERS", "localhost:9092"), "Kafka bootstrap brokers, comma-separated (KAFKA_BROKERS)")
-	fs.StringVar(&c.topic, "topic", env("KAFKA_TOPIC", "webhooks"), "Kafka topic (KAFKA_TOPIC)")
-	fs.StringVar(&c.store, "store", env("GATEWAY_STORE", "memory"), "idempotency store: memory or redis (GATEWAY_STORE)")
-	fs.StringVar(&c.redisAddr, "redis", env("REDIS_ADDR", "localhost:6379"), "Redis address for -store redis (REDIS_ADDR)")
-	fs.StringVar(&c.redisPrefix, "redis-prefix", env("REDIS_PREFIX", redisstore.DefaultPrefix), "prefix of the idempotency keys in Redis, for gateways of several pipelines sharing one Redis (REDIS_PREFIX)")
-	fs.DurationVar(&c.retryAfter, "retry-after", idempotency.DefaultRetryAfter, "Retry-After of 503 answers: when a provider that honours it retries")
-	fs.DurationVar(&c.pendingTTL, "pending-ttl", idempotency.DefaultPendingTTL, "life of a claim whose gateway died before completing it: redeliveries are answered 503 until it expires (must exceed 7s, the publish and store timeouts)")
-	fs.BoolVar(&c.idempotent, "idempotent-producer", env("KAFKA_IDEMPOTENT", "") == "true",
-		"publish with Kafka's idempotent producer (producer id and sequence numbers: the broker drops a batch retried after a lost acknowledgement instead of writing it twice); needs brokers with idempotence enabled, the default since Kafka 3.0 (KAFKA_IDEMPOTENT=true)")
-	naive := fs.String("naive", "", "FOR DEMONSTRATION: gateway answers 2xx before Kafka acknowledged the event (the first article's bug: a failed publish is lost); make demo NAIVE=gateway")
-	fs.StringVar(&c.githubSecret, "github-secret", env("GITHUB_WEBHOOK_SECRET", ""), "GitHub webhook secret (GITHUB_WEBHOOK_SECRET)")
-	fs.StringVar(&c.jiraSecret, "jira-secret", env("JIRA_WEBHOOK_SECRET", ""), "Jira webhook secret (JIRA_WEBHOOK_SECRET)")
-	fs.BoolVar(&c.acceptUnsigned, "accept-unsigned", env("GATEWAY_ACCEPT_UNSIGNED", "") == "true",
-		"accept deliveries without a signature for a provider that has no secret: anyone who can reach the gateway can forge events (GATEWAY_ACCEPT_UNSIGNED=true)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for deliveries in flight")
-	fs.BoolVar(&c.kafka.tls, "kafka-tls", env("KAFKA_TLS", "") == "true", "connect to Kafka with TLS (KAFKA_TLS=true)")
-	fs.StringVar(&c.kafka.ca, "kafka-ca", env("KAFKA_CA_FILE", ""), "PEM file of the CA that signed the brokers' certificates; default the system's (KAFKA_CA_FILE)")
-	fs.StringVar(&c.kafka.sasl, "kafka-sasl", env("KAFKA_SASL", ""), "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (KAFKA_SASL)")
-	fs.StringVar(&c.kafka.user, "kafka-user", env("KAFKA_USER", ""), "SASL user (KAFKA_USER)")
-	fs.StringVar(&c.kafka.passwd, "kafka-password", env("KAFKA_PASSWORD", ""), "SASL password (KAFKA_PASSWORD)")
-	c.faults.flags(fs)
+	s, brokers, providers, naive, level := flags(fs, getenv, &c)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of gateway: every flag also reads the environment variable in brackets; the flag wins.\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "  S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY (environment only)\n    \tcredentials of -claim-check-bucket\n")
+	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	c.brokers = strings.Split(brokers, ",")
+	if err := errors.Join(s.errs...); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q (flags only; -h lists them)", fs.Args())
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return c, fmt.Errorf("-log-level %q: %w", *level, err)
+	}
+	c.claimCheck.accessKeyID, c.claimCheck.secretAccessKey = getenv("S3_ACCESS_KEY_ID"), getenv("S3_SECRET_ACCESS_KEY")
+	c.brokers = list(*brokers)
+	if len(c.brokers) == 0 {
+		return c, errors.New("-brokers: no broker")
+	}
+	c.providers = list(*providers)
+	if len(c.providers) == 0 {
+		return c, errors.New("-providers: none; want github, jira or both")
+	}
+	for _, p := range c.providers {
+		if !slices.Contains(providerNames, p) {
+			return c, fmt.Errorf("-providers %q: unknown provider %q; want github, jira or both", *providers, p)
+		}
+	}
 	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
 		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)
 	}
@@ -171,10 +260,14 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	if c.store != "memory" && c.store != "redis" {
 		return c, fmt.Errorf("-store %q: want memory or redis", c.store)
 	}
+	if c.maxBodyBytes <= 0 {
+		return c, fmt.Errorf("-max-body-bytes %d: want a positive size", c.maxBodyBytes)
+	}
 	if !c.acceptUnsigned {
-		for name, secret := range map[string]string{"GitHub (-github-secret, GITHUB_WEBHOOK_SECRET)": c.githubSecret, "Jira (-jira-secret, JIRA_WEBHOOK_SECRET)": c.jiraSecret} {
-			if secret == "" {
-				return c, fmt.Errorf("no webhook secret for %s: refusing to start, since anyone could forge deliveries; set it, or pass -accept-unsigned to accept unsigned deliveries knowingly", name)
+		for _, p := range c.providers {
+			if c.secret(p) == "" {
+				return c, fmt.Errorf("no webhook secret for %s (-%s-secret, %s): refusing to start, since anyone could forge deliveries; set it, serve only the providers you use (-providers), or pass -accept-unsigned to accept unsigned deliveries knowingly",
+					p, p, map[string]string{"github": "GITHUB_WEBHOOK_SECRET", "jira": "JIRA_WEBHOOK_SECRET"}[p])
 			}
 		}
 	}
@@ -218,7 +311,7 @@ func (k kafkaSecurity) mechanism() (sasl.Mechanism, error) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := parse(args, getenv)
+	cfg, err := parse(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -233,6 +326,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer mp.Shutdown(context.Background())
 
 	var store idempotency.Store
+	var probes []probe
 	switch cfg.store {
 	case "redis":
 		// One dial per attempt: with Redis down, a delivery is answered
@@ -249,6 +343,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if store, err = redisstore.New(ap, redisstore.Options{Prefix: cfg.redisPrefix}); err != nil {
 			return err
 		}
+		probes = append(probes, probe{"redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	default:
 		ms, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
 		if err != nil {
@@ -261,7 +356,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	pubOpts := kafkapub.Options{Transport: transport, Logger: log, MeterProvider: mp}
+	pubOpts := kafkapub.Options{Transport: transport, Compression: cfg.compression, Logger: log, MeterProvider: mp}
+	if cfg.claimCheck.bucket != "" {
+		client := s3storage.NewClient(s3storage.ClientConfig{
+			Endpoint:        cfg.claimCheck.endpoint,
+			Region:          cfg.claimCheck.region,
+			AccessKeyID:     cfg.claimCheck.accessKeyID,
+			SecretAccessKey: cfg.claimCheck.secretAccessKey,
+		})
+		st, err := s3storage.New(client, cfg.claimCheck.bucket, s3storage.Options{Prefix: cfg.claimCheck.prefix})
+		if err != nil {
+			return fmt.Errorf("-claim-check-bucket: %w", err)
+		}
+		pubOpts.Payloads = st
+	}
 	var check func(context.Context, idempotency.Delivery) error
 	if cfg.pipeline == "devmetrics" {
 		// Normalize before claiming: what the metrics do not count is
@@ -277,6 +385,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		defer pub.Close()
 		publish = pub.Publish
+		probes = append(probes, probe{"kafka", pub.Ping})
 	} else {
 		pub, err := kafkapub.New(ctx, cfg.brokers, cfg.topic, pubOpts)
 		if err != nil {
@@ -284,6 +393,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		defer pub.Close()
 		publish = pub.Publish
+		probes = append(probes, probe{"kafka", pub.Ping})
 	}
 	if cfg.faults.on() {
 		log.Warn("INJECTING KAFKA PUBLISH FAULTS: for demos and tests only", "fail_before_write", cfg.faults.before, "lose_ack", cfg.faults.after)
@@ -302,43 +412,52 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 
 	mux := http.NewServeMux()
-	for _, p := range []struct {
-		provider idempotency.Provider
-		secret   string
-	}{{idempotency.GitHub(), cfg.githubSecret}, {idempotency.JiraCloud(), cfg.jiraSecret}} {
-		opts := idempotency.Options{Provider: p.provider, Check: check, RetryAfter: cfg.retryAfter, PendingTTL: cfg.pendingTTL, Logger: log, MeterProvider: mp}
-		if p.secret != "" {
-			opts.Secret = []byte(p.secret)
+	presets := map[string]idempotency.Provider{"github": idempotency.GitHub(), "jira": idempotency.JiraCloud()}
+	for _, name := range cfg.providers {
+		p := presets[name]
+		opts := idempotency.Options{
+			Provider: p, Check: check, RetryAfter: cfg.retryAfter, PendingTTL: cfg.pendingTTL,
+			MaxBodyBytes: cfg.maxBodyBytes, ReadTimeout: cfg.readTimeout, AnswerTimeout: cfg.answerTimeout,
+			MaxInFlight: cfg.maxInFlight, Logger: log, MeterProvider: mp,
+		}
+		if secret := cfg.secret(name); secret != "" {
+			opts.Secret = []byte(secret)
 		} else {
 			log.Warn("ACCEPTING UNSIGNED DELIVERIES: no webhook secret, anyone who reaches this endpoint can forge events",
-				"provider", p.provider.Name, "path", "/webhooks/"+p.provider.Name)
+				"provider", p.Name, "path", "/webhooks/"+p.Name)
 		}
 		h, err := idempotency.NewHandler(store, publish, opts)
 		if err != nil {
 			return err
 		}
-		mux.Handle("POST /webhooks/"+p.provider.Name, h)
+		mux.Handle("POST /webhooks/"+p.Name, h)
 	}
-	var ready atomic.Bool
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	conns := newConnTracker()
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: defaultReadHeaderTimeout,
+		IdleTimeout:       time.Minute,
+		ConnState:         conns.track,
+	}
+	readiness := newReadiness(probes, log)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", readiness.serve)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+
+	pctx, stopProbes := context.WithCancel(context.Background())
+	probing := make(chan struct{})
+	go func() { defer close(probing); readiness.run(pctx) }()
+	defer func() { stopProbes(); <-probing }()
+
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	ready.Store(true)
-	log.Info("gateway listening", "addr", ln.Addr().String(), "topic", cfg.topic, "store", cfg.store, "pipeline", cfg.pipeline)
+	log.Info("gateway listening", "addr", ln.Addr().String(), "topic", cfg.topic, "store", cfg.store,
+		"pipeline", cfg.pipeline, "providers", strings.Join(cfg.providers, ","))
 
 	select {
 	case err := <-served:
@@ -346,10 +465,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: finishing deliveries in flight", "timeout", cfg.shutdownTimeout)
-	ready.Store(false)
+	readiness.stop()
+	srv.SetKeepAlivesEnabled(false)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(sctx) }()
+	// Shutdown closes idle connections and waits for the others: cut the
+	// clients still sending a request (a slow reader is answered 408 at
+	// once, and retried), so only deliveries past their body hold it.
+	conns.cutReads()
+	if err := <-shut; err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {

@@ -521,3 +521,19 @@ func TestNewValidates(t *testing.T) {
 		assert.ErrorIs(t, err, githubredeliver.ErrInvalidOptions, tt.name)
 	}
 }
+
+// The gateway's permanent answers are not redelivered: 413 (a payload too
+// large for Kafka and no claim check), 422, 400, 401; its transient ones
+// are: 408 (a body cut at the read deadline), 429, 503, and no answer.
+func TestDefaultRetryableFollowsTheGateway(t *testing.T) {
+	tests := []struct {
+		give int
+		want bool
+	}{
+		{0, true}, {408, true}, {429, true}, {500, true}, {503, true},
+		{400, false}, {401, false}, {404, false}, {413, false}, {422, false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, githubredeliver.DefaultRetryable(tt.give), "status %d", tt.give)
+	}
+}

@@ -31,6 +31,24 @@
 // result ok, failed or unknown, and exactlyonce.kafkapub.publish.duration)
 // through Options.MeterProvider.
 //
+// # Large payloads
+//
+// GitHub sends payloads up to 25 MB; a topic takes record batches up to its
+// max.message.bytes (Kafka's default is about 1 MB), which New and
+// NewIdempotent read at start-up and log beside the writer's limit. Batches
+// are compressed (Options.Compression, default lz4). A delivery too large
+// for the shared batches uncompressed goes alone in a batch compressed with
+// Options.LargeCompression (zstd); one that does not fit even so goes
+// through the claim check when Options.Payloads is set (its payload stored
+// under ClaimCheckName, the delivery's source and key, before the record
+// that refers to it; consumers read it back with Payload, which checks its
+// digest), and is refused otherwise with idempotency.Reject(413, reason),
+// which the Handler answers as a permanent failure, never 503. The
+// idempotent producer writes uncompressed batches: for it only the claim
+// check or the 413 remain above the limit.
+//
+// Ping tells a readiness probe whether a broker answers for the topic now.
+//
 // Options.Transport carries kafka-go's TLS and SASL (PLAIN, SCRAM-SHA-256,
 // SCRAM-SHA-512) for a managed Kafka.
 //
@@ -50,6 +68,11 @@
 //     Publish returned an error (IsOutcomeUnknown). Each message carries the
 //     delivery id in its event-id header; the downstream deduplicator drops
 //     copies by that id. The pipeline is exactly-once only with it.
+//   - A claim-check record is written only after its payload is stored, and
+//     the object's name is the delivery's idempotency key: retries of one
+//     delivery write the same object again, never a second one, and every
+//     copy of the record reads the payload back.
+//   - A delivery refused with 413 wrote nothing to Kafka.
 //   - Per-key order holds for messages published one after another; two
 //     concurrent Publishes of one key may land in either order.
 package kafkapub

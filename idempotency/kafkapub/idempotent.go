@@ -2,6 +2,7 @@ package kafkapub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -23,6 +24,7 @@ type IdempotentPublisher struct {
 	transport  *kafka.Transport
 	topic      string
 	partitions []int
+	limits     limits
 	opts       Options
 	inst       instruments
 }
@@ -57,6 +59,10 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
 	opts.observeDefaults()
+	_, _, err := opts.codecs() // validated; kafkatxn writes uncompressed batches
+	if err != nil {
+		return nil, err
+	}
 	inst, err := newInstruments(opts.MeterProvider)
 	if err != nil {
 		return nil, err
@@ -85,16 +91,21 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 	if !opts.SkipDurabilityCheck {
 		warnDurability(ctx, brokers, transport, topic, opts)
 	}
+	lim := opts.limits(ctx, brokers, transport, topic, 0)
 	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{
-		RequestTimeout:  opts.WriteTimeout,
-		DeliveryTimeout: opts.WriteTimeout * 3 * 2, // a few attempts, as kafka-go's MaxAttempts
+		// The producer waits for a batch in flight past Publish's ctx, up
+		// to its delivery timeout: that is WriteTimeout, so a Publish ends
+		// within the Handler's SideEffectTimeout (by default the same 5 s)
+		// and never outlives its claim. Two attempts fit in it.
+		RequestTimeout:  opts.WriteTimeout / 2,
+		DeliveryTimeout: opts.WriteTimeout,
 		Transport:       transport,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kafkapub: %w", err)
 	}
 	return &IdempotentPublisher{
-		p: p, brokers: slices.Clone(brokers), transport: transport,
+		p: p, brokers: slices.Clone(brokers), transport: transport, limits: lim,
 		topic: topic, partitions: parts, opts: opts, inst: inst,
 	}, nil
 }
@@ -119,16 +130,22 @@ func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Deliver
 	if err != nil {
 		return fmt.Errorf("kafkapub: partition key of %q: %w", d.Key, err)
 	}
-	msg := kafka.Message{Key: key}
+	msg := kafka.Message{Key: key, Value: d.Body, Headers: Headers(d)}
 	part := p.opts.Balancer.Balance(msg, p.partitions...)
-	hs := Headers(d)
-	rec := kafkatxn.Record{Key: key, Value: d.Body, Headers: make([]kafkatxn.Header, len(hs))}
-	for i, h := range hs {
-		rec.Headers[i] = kafkatxn.Header{Key: h.Key, Value: h.Value}
-	}
 	start := p.opts.Now()
-	_, err = p.p.Produce(ctx, p.topic, part, rec)
-	if err != nil {
+	msg, _, err = p.limits.place(ctx, d, msg, false)
+	if err == nil {
+		_, err = p.p.Produce(ctx, p.topic, part, record(msg))
+		if errors.Is(err, kafka.MessageSizeTooLarge) {
+			if p.limits.payloads == nil {
+				err = p.limits.tooLarge(d, recordBytes(msg), -1, err)
+			} else if msg, err = p.limits.claimCheck(ctx, d, msg); err == nil {
+				_, err = p.p.Produce(ctx, p.topic, part, record(msg))
+			}
+		}
+	}
+	var rej *idempotency.RejectError
+	if err != nil && !errors.As(err, &rej) {
 		if kafkatxn.IsOutcomeUnknown(err) {
 			err = &retriedError{err: err}
 		} else {
@@ -140,6 +157,14 @@ func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Deliver
 		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
 	}
 	return nil
+}
+
+func record(m kafka.Message) kafkatxn.Record {
+	rec := kafkatxn.Record{Key: m.Key, Value: m.Value, Headers: make([]kafkatxn.Header, len(m.Headers))}
+	for i, h := range m.Headers {
+		rec.Headers[i] = kafkatxn.Header{Key: h.Key, Value: h.Value}
+	}
+	return rec
 }
 
 // Close closes the producer. It is safe to call twice.

@@ -62,6 +62,26 @@ type Options struct {
 	// WriteTimeout: see DefaultWriteTimeout. It also bounds New's
 	// durability check.
 	WriteTimeout time.Duration
+	// Compression is the codec of every batch, by Kafka's compression.type
+	// names: none, gzip, snappy, lz4 or zstd. Consumers decompress on
+	// their own. Default DefaultCompression.
+	Compression string
+	// LargeCompression is the codec of a delivery too large for the topic
+	// uncompressed, which goes alone in its batch; if it does not fit
+	// compressed either, it goes through Payloads, or is rejected with 413.
+	// Default DefaultLargeCompression.
+	LargeCompression string
+	// MaxMessageBytes is the largest record batch the topic accepts.
+	// Default: the topic's max.message.bytes, read by New (bounded by
+	// WriteTimeout), else DefaultMaxMessageBytes with a warning.
+	MaxMessageBytes int
+	// Payloads, when set, keeps the payloads of deliveries too large for
+	// the topic even compressed (the claim check): the payload is stored
+	// under ClaimCheckName before a record referring to it is written, and
+	// consumers read it back with Payload. Default nil: such deliveries
+	// are refused with idempotency.Reject(413, reason), which the Handler
+	// answers as a permanent failure.
+	Payloads PayloadStore
 	// SkipDurabilityCheck skips the start-up check of the topic's
 	// min.insync.replicas and replication factor. Default false.
 	SkipDurabilityCheck bool
@@ -93,7 +113,9 @@ func defaultPartitionKey(d idempotency.Delivery) ([]byte, error) {
 // idempotency.Func. A Publisher is safe for concurrent use; concurrent
 // Publishes share batches.
 type Publisher struct {
-	w         *kafka.Writer
+	w         *kafka.Writer // shared batches of records that fit uncompressed
+	large     *kafka.Writer // a record alone in its batch, compressed
+	limits    limits
 	transport *kafka.Transport
 	brokers   []string
 	topic     string
@@ -134,6 +156,10 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
 	opts.observeDefaults()
+	small, large, err := opts.codecs()
+	if err != nil {
+		return nil, err
+	}
 	inst, err := newInstruments(opts.MeterProvider)
 	if err != nil {
 		return nil, err
@@ -143,8 +169,9 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 	if transport == nil {
 		transport = &kafka.Transport{}
 	}
-	p := &Publisher{
-		w: &kafka.Writer{
+	lim := opts.limits(ctx, brokers, transport, topic, large)
+	writer := func(batchSize int, batchBytes int64, c kafka.Compression) *kafka.Writer {
+		return &kafka.Writer{
 			Addr:     kafka.TCP(brokers...),
 			Topic:    topic,
 			Balancer: opts.Balancer,
@@ -153,10 +180,19 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 			RequiredAcks: kafka.RequireAll,
 			Async:        false,
 			BatchTimeout: opts.BatchTimeout,
+			BatchSize:    batchSize,
+			BatchBytes:   batchBytes,
+			Compression:  c,
 			MaxAttempts:  opts.MaxAttempts,
 			WriteTimeout: opts.WriteTimeout,
 			Transport:    transport,
-		},
+		}
+	}
+	p := &Publisher{
+		w: writer(0, int64(lim.batchBytes), small),
+		// One record per batch, so the broker measures it alone.
+		large:     writer(1, 1<<62, large),
+		limits:    lim,
 		transport: transport,
 		brokers:   append([]string(nil), brokers...),
 		topic:     topic,
@@ -167,6 +203,50 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 		warnDurability(ctx, p.brokers, transport, topic, opts)
 	}
 	return p, nil
+}
+
+// codecs checks and returns Compression and LargeCompression, defaults
+// filled in.
+func (o *Options) codecs() (small, large kafka.Compression, err error) {
+	if o.Compression == "" {
+		o.Compression = DefaultCompression
+	}
+	if o.LargeCompression == "" {
+		o.LargeCompression = DefaultLargeCompression
+	}
+	if o.MaxMessageBytes < 0 {
+		return 0, 0, fmt.Errorf("%w: negative MaxMessageBytes", ErrInvalidOptions)
+	}
+	if small, err = codec(o.Compression); err != nil {
+		return 0, 0, err
+	}
+	large, err = codec(o.LargeCompression)
+	return small, large, err
+}
+
+// limits reads the topic's max.message.bytes unless MaxMessageBytes is set,
+// and logs the limits the publisher works with.
+func (o *Options) limits(ctx context.Context, brokers []string, transport *kafka.Transport, topic string, large kafka.Compression) limits {
+	n := o.MaxMessageBytes
+	from := "Options.MaxMessageBytes"
+	if n == 0 {
+		cctx, cancel := context.WithTimeout(ctx, o.WriteTimeout)
+		var err error
+		n, err = maxMessageBytes(cctx, &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport}, topic)
+		cancel()
+		from = "the topic's max.message.bytes"
+		if err != nil {
+			n, from = DefaultMaxMessageBytes, "Kafka's default max.message.bytes"
+			o.Logger.LogAttrs(ctx, slog.LevelWarn, "kafkapub: could not read the topic's max.message.bytes; assuming Kafka's default",
+				slog.String("topic", topic), slog.Int("max_message_bytes", n), slog.Any("error", err))
+		}
+	}
+	l := newLimits(topic, n, large, o.Payloads)
+	o.Logger.LogAttrs(ctx, slog.LevelInfo, "kafkapub: record size limits",
+		slog.String("topic", topic), slog.Int("max_message_bytes", l.maxMessage), slog.String("from", from),
+		slog.Int("writer_batch_bytes", l.batchBytes), slog.String("compression", o.Compression),
+		slog.String("large_compression", o.LargeCompression), slog.Bool("claim_check", o.Payloads != nil))
+	return l
 }
 
 // observeDefaults fills in the Logger, MeterProvider and Now both
@@ -251,9 +331,8 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	if err != nil {
 		return fmt.Errorf("kafkapub: partition key of %q: %w", d.Key, err)
 	}
-	msg := kafka.Message{Key: key, Value: d.Body, Headers: Headers(d)}
 	start := p.opts.Now()
-	err = p.w.WriteMessages(ctx, msg)
+	err = p.write(ctx, d, kafka.Message{Key: key, Value: d.Body, Headers: Headers(d)})
 	if err != nil {
 		err = flatten(err)
 		var ke kafka.Error
@@ -271,11 +350,37 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	return nil
 }
 
-// Close flushes nothing (Publish is synchronous), closes the writer and its
-// connections. Publish after Close fails. Close is safe to call twice.
+// write sends msg by the route its size calls for (see limits.place). A
+// broker that refuses the record as too large, which a compression estimate
+// can get wrong by a few bytes, sends it through the claim check, or gets a
+// 413: the broker refuses every attempt of it alike.
+func (p *Publisher) write(ctx context.Context, d idempotency.Delivery, msg kafka.Message) error {
+	msg, r, err := p.limits.place(ctx, d, msg, true)
+	if err != nil {
+		return err
+	}
+	w := p.w
+	if r == routeAlone {
+		w = p.large
+	}
+	err = w.WriteMessages(ctx, msg)
+	if !errors.Is(flatten(err), kafka.MessageSizeTooLarge) {
+		return err
+	}
+	if p.limits.payloads == nil {
+		return p.limits.tooLarge(d, recordBytes(msg), -1, flatten(err))
+	}
+	if msg, err = p.limits.claimCheck(ctx, d, msg); err != nil {
+		return err
+	}
+	return p.w.WriteMessages(ctx, msg)
+}
+
+// Close flushes nothing (Publish is synchronous), closes the writers and
+// their connections. Publish after Close fails. Close is safe to call twice.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
-		p.closeErr = p.w.Close()
+		p.closeErr = errors.Join(p.w.Close(), p.large.Close())
 		p.transport.CloseIdleConnections()
 	})
 	return p.closeErr
@@ -303,6 +408,10 @@ func (p *Publisher) Close() error {
 func IsOutcomeUnknown(err error) bool {
 	if err == nil {
 		return false
+	}
+	var rej *idempotency.RejectError
+	if errors.As(err, &rej) {
+		return false // refused before anything was sent
 	}
 	var re *retriedError
 	if errors.As(err, &re) {
@@ -446,4 +555,61 @@ func checkDurability(ctx context.Context, brokers []string, transport *kafka.Tra
 		return d, fmt.Errorf("kafkapub: topic %s reports no min.insync.replicas", topic)
 	}
 	return d, nil
+}
+
+// Ping reports whether the publisher can publish now: a fresh connection to
+// a broker answers a metadata request for the topic, and every partition
+// has a leader. It does not reuse the writer's connections, so a broker
+// that stopped answering (paused, partitioned away) fails it within ctx.
+// A readiness probe calls it.
+func (p *Publisher) Ping(ctx context.Context) error {
+	return ping(ctx, p.brokers, p.transport, p.topic)
+}
+
+// Ping is Publisher.Ping.
+func (p *IdempotentPublisher) Ping(ctx context.Context) error {
+	return ping(ctx, p.brokers, p.transport, p.topic)
+}
+
+func ping(ctx context.Context, brokers []string, transport *kafka.Transport, topic string) error {
+	d := &kafka.Dialer{TLS: transport.TLS, SASLMechanism: transport.SASL}
+	var errs []error
+	for _, b := range brokers {
+		err := pingBroker(ctx, d, b, topic)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("kafkapub: no broker answers for %s: %w", topic, errors.Join(errs...))
+}
+
+func pingBroker(ctx context.Context, d *kafka.Dialer, broker, topic string) error {
+	c, err := d.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	parts, err := c.ReadPartitions(topic)
+	if err != nil {
+		return fmt.Errorf("%s: %w", broker, err)
+	}
+	if len(parts) == 0 {
+		return fmt.Errorf("%s: topic %s has no partitions", broker, topic)
+	}
+	for _, pt := range parts {
+		if pt.Error != nil {
+			return fmt.Errorf("%s: partition %d: %w", broker, pt.ID, pt.Error)
+		}
+		if pt.Leader.Host == "" {
+			return fmt.Errorf("%s: partition %d has no leader", broker, pt.ID)
+		}
+	}
+	return nil
 }
