@@ -10,7 +10,7 @@
 // -providers), GET /healthz (the process runs), GET /readyz (it can
 // publish: Kafka and Redis answer a probe each second), GET /metrics (the
 // SDK's OpenTelemetry metrics in the Prometheus format). Every setting has
-// an environment variable (-h lists both, and the README's table). It
+// an environment variable (-h lists both, and the table in docs/operations.md). It
 // refuses to start without a webhook secret for each provider it serves
 // unless -accept-unsigned is given, and then warns at start.
 //
