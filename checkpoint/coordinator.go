@@ -73,6 +73,14 @@ type Options struct {
 	Logger *slog.Logger
 	// MeterProvider for checkpoint metrics. Default: noop.
 	MeterProvider metric.MeterProvider
+	// Synchronous runs every checkpoint's whole protocol at the barrier,
+	// in the chain's goroutine, as before asynchronous snapshots: Begin
+	// returns once the checkpoint completed, and every participant is
+	// snapshotted with Snapshot, its SnapshotAsync unused. The chain then
+	// waits for the sinks' last inserts, the file's fsyncs and the offset
+	// commit at every barrier; it is for comparison (BenchmarkEndToEnd
+	// runs both) and as a fallback. Default: false.
+	Synchronous bool
 }
 
 // Coordinator triggers checkpoints of every attached chain, on an interval
@@ -81,6 +89,7 @@ type Options struct {
 type Coordinator struct {
 	store    *Store
 	interval time.Duration
+	sync     bool
 	now      func() time.Time
 	log      *slog.Logger
 
@@ -114,7 +123,7 @@ func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Coordinator{
-		store: store, interval: opts.Interval, now: opts.Now, log: opts.Logger,
+		store: store, interval: opts.Interval, sync: opts.Synchronous, now: opts.Now, log: opts.Logger,
 		tasks: map[*Task]struct{}{},
 	}
 	m := meter.New(opts.MeterProvider, "checkpoint")
@@ -451,6 +460,11 @@ func (t *Task) Begin(ctx context.Context, b *Barrier, nextOffset int64, meta Met
 	if err != nil && b != nil {
 		b.finish(err)
 	}
+	if err == nil && c.sync {
+		if err = t.Wait(ctx); err == nil {
+			err = t.notifySync(ctx)
+		}
+	}
 	return err
 }
 
@@ -523,7 +537,7 @@ func (t *Task) begin(ctx context.Context, b *Barrier, start time.Time, nextOffse
 	for _, name := range t.names {
 		var state []byte
 		var err error
-		if ap, ok := t.participants[name].(AsyncParticipant); ok {
+		if ap, ok := t.participants[name].(AsyncParticipant); ok && !c.sync {
 			var p PendingSnapshot
 			if p, err = ap.SnapshotAsync(ctx, id); err == nil {
 				pending[name] = p
@@ -683,7 +697,7 @@ func (t *Task) notifySync(ctx context.Context) error {
 	t.notifiedID = id
 	for _, name := range t.names {
 		p := t.participants[name]
-		if _, async := p.(AsyncParticipant); async {
+		if _, async := p.(AsyncParticipant); async && !t.c.sync {
 			continue
 		}
 		if err := p.CheckpointCompleted(ctx, id); err != nil {
