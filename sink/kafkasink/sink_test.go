@@ -135,9 +135,9 @@ func TestSinkInvalid(t *testing.T) {
 // writes more; an aborted barrier's records go back before the later ones
 // and reach the next transaction, each once.
 func TestSinkAsyncBarrier(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Name(t, "out")
-	testenv.CreateTopic(t, brokers, topic, 1)
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "out")
+	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
 	s := newSink(t, brokers, topic)
 
