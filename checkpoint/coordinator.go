@@ -73,6 +73,14 @@ type Options struct {
 	Logger *slog.Logger
 	// MeterProvider for checkpoint metrics. Default: noop.
 	MeterProvider metric.MeterProvider
+	// Synchronous runs every checkpoint's whole protocol at the barrier,
+	// in the chain's goroutine, as before asynchronous snapshots: Begin
+	// returns once the checkpoint completed, and every participant is
+	// snapshotted with Snapshot, its SnapshotAsync unused. The chain then
+	// waits for the sinks' last inserts, the file's fsyncs and the offset
+	// commit at every barrier; it is for comparison (BenchmarkEndToEnd
+	// runs both) and as a fallback. Default: false.
+	Synchronous bool
 }
 
 // Coordinator triggers checkpoints of every attached chain, on an interval
@@ -81,6 +89,7 @@ type Options struct {
 type Coordinator struct {
 	store    *Store
 	interval time.Duration
+	sync     bool
 	now      func() time.Time
 	log      *slog.Logger
 
@@ -88,6 +97,9 @@ type Coordinator struct {
 	size     metric.Int64Histogram
 	failures metric.Int64Counter
 	declines metric.Int64Counter
+	skips    metric.Int64Counter
+	waits    metric.Int64Counter
+	hold     metric.Float64Histogram
 	commits  metric.Int64Counter
 	reg      metric.Registration
 
@@ -111,7 +123,7 @@ func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Coordinator{
-		store: store, interval: opts.Interval, now: opts.Now, log: opts.Logger,
+		store: store, interval: opts.Interval, sync: opts.Synchronous, now: opts.Now, log: opts.Logger,
 		tasks: map[*Task]struct{}{},
 	}
 	m := meter.New(opts.MeterProvider, "checkpoint")
@@ -121,6 +133,12 @@ func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 	c.failures = m.Counter("exactlyonce.checkpoint.failures", "{checkpoint}", "Checkpoints that did not complete.")
 	c.declines = m.Counter("exactlyonce.checkpoint.declines", "{checkpoint}",
 		"Checkpoints skipped because a participant declined the barrier (ErrDeclined).")
+	c.skips = m.Counter("exactlyonce.checkpoint.skips", "{checkpoint}",
+		"Interval barriers skipped because the partition's previous checkpoint was still pending.")
+	c.waits = m.Counter("exactlyonce.checkpoint.waits", "{checkpoint}",
+		"Checkpoints whose barrier waited for the partition's previous checkpoint to complete (a Trigger, or a chain's own).")
+	c.hold = m.Histogram("exactlyonce.checkpoint.hold", "s",
+		"Time a barrier held its chain: the synchronous part of a checkpoint (see Task.Begin).")
 	c.commits = m.Counter("exactlyonce.checkpoint.offset_commit.failures", "{commit}",
 		"Offset commits to the consumer group that failed after a completed checkpoint (harmless: the checkpoint is the truth).")
 	age := m.FloatObservableGauge("exactlyonce.checkpoint.last_completed.age", "s",
@@ -187,7 +205,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 			for _, t := range c.snapshotTasks() {
-				t.barrier()
+				t.barrier(true)
 			}
 		}
 	}
@@ -201,7 +219,7 @@ func (c *Coordinator) Trigger(ctx context.Context) error {
 	tasks := c.snapshotTasks()
 	bs := make([]*Barrier, len(tasks))
 	for i, t := range tasks {
-		bs[i] = t.barrier()
+		bs[i] = t.barrier(false)
 	}
 	var errs []error
 	for _, b := range bs {
@@ -246,11 +264,16 @@ type Task struct {
 	attrs        attribute.Set
 	barriers     chan *Barrier
 
-	restored *Checkpoint
-	lastID   ID
+	restored   *Checkpoint
+	lastID     ID
+	notifiedID ID        // the last completed checkpoint the synchronous participants were told of
+	flight     *inflight // the checkpoint Begin started last
+	failures   chan error
 
 	mu            sync.Mutex
-	pending       *Barrier // sent, not yet taken
+	pending       *Barrier  // sent, not yet taken
+	busy          *inflight // the checkpoint whose asynchronous part runs, nil if none
+	completedID   ID        // the last completed checkpoint
 	detached      bool
 	lastCompleted time.Time
 	lag           int64
@@ -271,7 +294,7 @@ func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants
 		c: c, p: p, participants: participants,
 		names:    slices.Sorted(maps.Keys(participants)),
 		attrs:    attribute.NewSet(meter.Partition(p.Topic, p.Partition)...),
-		barriers: make(chan *Barrier, 1),
+		barriers: make(chan *Barrier, 1), failures: make(chan error, 1),
 	}
 	for _, n := range t.names {
 		if participants[n] == nil {
@@ -325,6 +348,7 @@ func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants
 			}
 		}
 		t.restored, t.lastID, t.lastCompleted = cp, cp.ID, cp.Created
+		t.completedID, t.notifiedID = cp.ID, cp.ID
 		c.log.InfoContext(ctx, "checkpoint: restored", "partition", p.String(), "id", cp.ID, "next_offset", cp.NextOffset)
 	}
 	c.mu.Lock()
@@ -348,12 +372,18 @@ func (t *Task) SetLag(lag int64) {
 	t.mu.Unlock()
 }
 
-// barrier returns the pending barrier, or sends a new one.
-func (t *Task) barrier() *Barrier {
+// barrier returns the pending barrier, or sends a new one. An interval
+// barrier is skipped (nil) while the chain's previous checkpoint is still
+// pending, so that the chain never waits for it.
+func (t *Task) barrier(interval bool) *Barrier {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.pending != nil {
 		return t.pending
+	}
+	if interval && t.busy != nil {
+		t.c.skips.Add(context.Background(), 1, metric.WithAttributeSet(t.attrs))
+		return nil
 	}
 	b := &Barrier{done: make(chan struct{})}
 	if t.detached {
@@ -366,45 +396,128 @@ func (t *Task) barrier() *Barrier {
 }
 
 // Checkpoint takes checkpoint lastID+1 of the chain at nextOffset, the
-// offset of the first record after the barrier. It runs the protocol:
+// offset of the first record after the barrier, and waits until it
+// completed: Begin, then Wait. A chain that must not stop for the
+// checkpoint's durable part calls Begin (kafkasource does); Checkpoint is
+// for checkpoints a chain decides on itself (at the end of a bounded input,
+// in tests). Participants without SnapshotAsync get their
+// CheckpointCompleted before it returns, as the chain's goroutine.
 //
-//  1. Snapshot every participant (a sink flushes here).
-//  2. Write the checkpoint atomically to the Store.
+// b is the barrier taken from Barriers, or nil.
+func (t *Task) Checkpoint(ctx context.Context, b *Barrier, nextOffset int64, meta Meta, commit func(context.Context, int64) error) error {
+	if err := t.Begin(ctx, b, nextOffset, meta, commit); err != nil {
+		return err
+	}
+	if err := t.Wait(ctx); err != nil {
+		return err
+	}
+	return t.notifySync(ctx)
+}
+
+// Begin takes checkpoint lastID+1 of the chain at nextOffset, the offset of
+// the first record after the barrier, and returns as soon as its
+// synchronous part is taken, so that the chain goes on with the next
+// records. It runs the protocol:
+//
+//  1. In the chain's goroutine, at the barrier: if the previous checkpoint
+//     is still pending, wait for it (one is pending at a time; Run skips a
+//     barrier meanwhile instead, see Options); notify the participants
+//     without SnapshotAsync of the last completed checkpoint; then call
+//     SnapshotAsync of every AsyncParticipant and Snapshot of every other
+//     participant (a synchronous sink flushes here). Begin returns.
+//  2. In a goroutine of the task: wait for every PendingSnapshot (an
+//     asynchronous sink's last insert), then write the checkpoint
+//     atomically to the Store (fsyncs included).
 //  3. commit(ctx, nextOffset), if commit is not nil: the source moves the
 //     consumer group's offset, only while its generation is current. A
 //     commit error is logged and counted, not returned: the checkpoint, not
 //     the group offset, is the truth.
-//  4. Notify every participant with CheckpointCompleted.
+//  4. Notify the AsyncParticipants with CheckpointCompleted; the others
+//     are notified in step 1 of the next checkpoint (or by Checkpoint).
+//     Then delete objects no retained checkpoint needs.
 //
-// A failure in 1 or 2 aborts: nothing more is written, no offset moves,
-// and the returned *Error reaches the barrier's Trigger caller too. A
-// failure in 4 is returned after the checkpoint completed.
+// A failure in 1 or 2 aborts: nothing is written, no offset moves. A
+// failure in step 1 is returned by Begin; one in 2 (or 4) is returned by
+// Wait, sent on Failures and reaches the barrier's Trigger caller; the next
+// Begin returns it too. Either way the chain must restart from its last
+// completed checkpoint. An error wrapping ErrDeclined skips the checkpoint
+// and the chain goes on. When ctx ends (the partition was revoked) before
+// step 2 writes, nothing is written.
 //
 // b is the barrier taken from Barriers, or nil for a checkpoint the chain
-// decides on itself (at the end of a bounded input, in tests).
-func (t *Task) Checkpoint(ctx context.Context, b *Barrier, nextOffset int64, meta Meta, commit func(context.Context, int64) error) error {
+// decides on itself.
+func (t *Task) Begin(ctx context.Context, b *Barrier, nextOffset int64, meta Meta, commit func(context.Context, int64) error) error {
+	c := t.c
+	start := c.now()
+	at := metric.WithAttributeSet(t.attrs)
+	defer func() { c.hold.Record(ctx, c.now().Sub(start).Seconds(), at) }()
 	t.mu.Lock()
 	if t.pending == b {
 		t.pending = nil
 	}
 	t.mu.Unlock()
-	err := t.checkpoint(ctx, nextOffset, meta, commit)
-	if b != nil {
+	err := t.begin(ctx, b, start, nextOffset, meta, commit)
+	if err != nil && b != nil {
 		b.finish(err)
+	}
+	if err == nil && c.sync {
+		if err = t.Wait(ctx); err == nil {
+			err = t.notifySync(ctx)
+		}
 	}
 	return err
 }
 
-func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, commit func(context.Context, int64) error) error {
+// Wait waits for the checkpoint Begin started last to complete or fail and
+// returns its error (nil when none was started). Cancelling ctx stops the
+// wait, not the checkpoint.
+func (t *Task) Wait(ctx context.Context) error {
+	f := t.flight
+	if f == nil {
+		return nil
+	}
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return fmt.Errorf("checkpoint: wait: %w", ctx.Err())
+	}
+}
+
+// Failures delivers the error of a checkpoint whose asynchronous part
+// failed after Begin returned. The chain selects on it beside its records
+// and barriers and restarts from its last completed checkpoint when one
+// arrives (kafkasource does).
+func (t *Task) Failures() <-chan error { return t.failures }
+
+// inflight is a checkpoint whose synchronous part was taken and whose
+// asynchronous part runs in a goroutine of the task (see Begin).
+type inflight struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // valid once done is closed
+}
+
+func (t *Task) begin(ctx context.Context, b *Barrier, start time.Time, nextOffset int64, meta Meta, commit func(context.Context, int64) error) error {
 	c := t.c
-	start := c.now()
+	at := metric.WithAttributeSet(t.attrs)
+	if f := t.flight; f != nil {
+		select {
+		case <-f.done:
+		default:
+			c.waits.Add(ctx, 1, at)
+			<-f.done
+		}
+		t.flight = nil
+		if f.err != nil {
+			return f.err // reported once more: the chain must restart
+		}
+	}
+	if err := t.notifySync(ctx); err != nil {
+		return err
+	}
 	t.lastID++
 	id := t.lastID
-	at := metric.WithAttributeSet(t.attrs)
-	fail := func(e *Error) error {
-		c.failures.Add(ctx, 1, at)
-		return e
-	}
 	cp := &Checkpoint{
 		ID: id, Partition: t.p, NextOffset: nextOffset, Created: start,
 		States: make(map[string][]byte, len(t.names)), Generation: meta.Generation, Member: meta.Member,
@@ -412,28 +525,114 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 	for _, o := range t.objects {
 		o.gen.Store(max(meta.Generation, 0))
 	}
-	for _, name := range t.names {
-		state, err := t.participants[name].Snapshot(ctx, id)
-		if errors.Is(err, ErrDeclined) {
-			c.declines.Add(ctx, 1, at)
-			return &Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err}
+	pending := map[string]PendingSnapshot{}
+	release := func() {
+		// The checkpoint is aborted: let the pending parts go.
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		for _, p := range pending {
+			_, _ = p(cctx)
 		}
+	}
+	for _, name := range t.names {
+		var state []byte
+		var err error
+		if ap, ok := t.participants[name].(AsyncParticipant); ok && !c.sync {
+			var p PendingSnapshot
+			if p, err = ap.SnapshotAsync(ctx, id); err == nil {
+				pending[name] = p
+			}
+		} else {
+			state, err = t.participants[name].Snapshot(ctx, id)
+		}
+		if err != nil {
+			release()
+			e := &Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err}
+			if errors.Is(err, ErrDeclined) {
+				c.declines.Add(ctx, 1, at)
+			} else {
+				c.failures.Add(ctx, 1, at)
+			}
+			return e
+		}
+		if _, async := pending[name]; !async {
+			cp.States[name] = state
+		}
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	f := &inflight{cancel: cancel, done: make(chan struct{})}
+	t.flight = f
+	t.mu.Lock()
+	t.busy = f
+	t.mu.Unlock()
+	go func() {
+		defer close(f.done)
+		defer cancel()
+		f.err = t.complete(fctx, cp, pending, commit)
+		t.mu.Lock()
+		t.busy = nil
+		t.mu.Unlock()
+		if f.err != nil {
+			select {
+			case t.failures <- f.err:
+			default:
+			}
+		}
+		if b != nil {
+			b.finish(f.err)
+		}
+	}()
+	return nil
+}
+
+// complete is the asynchronous part of checkpoint cp (see Begin, steps 2
+// to 4), in the task's goroutine.
+func (t *Task) complete(ctx context.Context, cp *Checkpoint, pending map[string]PendingSnapshot, commit func(context.Context, int64) error) error {
+	c := t.c
+	id := cp.ID
+	at := metric.WithAttributeSet(t.attrs)
+	fail := func(e *Error) error {
+		c.failures.Add(ctx, 1, at)
+		return e
+	}
+	type result struct {
+		name  string
+		state []byte
+		err   error
+	}
+	results := make(chan result, len(pending))
+	for name, p := range pending {
+		go func() {
+			state, err := p(ctx)
+			results <- result{name, state, err}
+		}()
+	}
+	var first *Error
+	for range pending {
+		r := <-results
+		if r.err != nil && first == nil {
+			first = &Error{Partition: t.p, ID: id, Participant: r.name, Op: "snapshot", Err: r.err}
+		}
+		cp.States[r.name] = r.state
+	}
+	if first != nil {
+		return fail(first)
+	}
+	for _, name := range t.names {
+		o := t.objects[name]
+		if o == nil {
+			continue
+		}
+		refs, err := t.participants[name].(ObjectParticipant).References(cp.States[name])
 		if err != nil {
 			return fail(&Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err})
 		}
-		cp.States[name] = state
-		if o := t.objects[name]; o != nil {
-			refs, err := t.participants[name].(ObjectParticipant).References(state)
-			if err != nil {
-				return fail(&Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err})
-			}
-			for _, r := range refs {
-				cp.Objects = append(cp.Objects, o.ref(r))
-			}
+		for _, r := range refs {
+			cp.Objects = append(cp.Objects, o.ref(r))
 		}
 	}
 	slices.Sort(cp.Objects)
-	cp.Duration = c.now().Sub(start)
+	cp.Duration = c.now().Sub(cp.Created)
 	// A chain whose ownership ended while it snapshotted must not write:
 	// the partition's next owner may already have restored. This does not
 	// rely on the Storage checking ctx.
@@ -445,16 +644,17 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 		return fail(&Error{Partition: t.p, ID: id, Op: "save", Err: err})
 	}
 	end := c.now()
-	c.duration.Record(ctx, end.Sub(start).Seconds(), at)
+	c.duration.Record(ctx, end.Sub(cp.Created).Seconds(), at)
 	c.size.Record(ctx, int64(size), at)
 	t.mu.Lock()
-	t.lastCompleted = start
+	t.lastCompleted = cp.Created
+	t.completedID = id
 	t.mu.Unlock()
 	if commit != nil {
-		if err := commit(ctx, nextOffset); err != nil {
+		if err := commit(ctx, cp.NextOffset); err != nil {
 			c.commits.Add(ctx, 1, at)
 			c.log.WarnContext(ctx, "checkpoint: offset commit failed after completed checkpoint",
-				"partition", t.p.String(), "id", id, "next_offset", nextOffset, "err", err)
+				"partition", t.p.String(), "id", id, "next_offset", cp.NextOffset, "err", err)
 		}
 	}
 	for name, o := range t.objects {
@@ -466,7 +666,7 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 		}
 		o.saved(refs)
 	}
-	for _, name := range t.names {
+	for name := range pending {
 		if err := t.participants[name].CheckpointCompleted(ctx, id); err != nil {
 			return &Error{Partition: t.p, ID: id, Participant: name, Op: "notify", Err: err}
 		}
@@ -484,8 +684,33 @@ func (t *Task) checkpoint(ctx context.Context, nextOffset int64, meta Meta, comm
 	return nil
 }
 
+// notifySync calls CheckpointCompleted of the participants without
+// SnapshotAsync for the newest completed checkpoint they have not been told
+// of, in the chain's goroutine.
+func (t *Task) notifySync(ctx context.Context) error {
+	t.mu.Lock()
+	id := t.completedID
+	t.mu.Unlock()
+	if id <= t.notifiedID {
+		return nil
+	}
+	t.notifiedID = id
+	for _, name := range t.names {
+		p := t.participants[name]
+		if _, async := p.(AsyncParticipant); async && !t.c.sync {
+			continue
+		}
+		if err := p.CheckpointCompleted(ctx, id); err != nil {
+			return &Error{Partition: t.p, ID: id, Participant: name, Op: "notify", Err: err}
+		}
+	}
+	return nil
+}
+
 // Detach unregisters the chain: later triggers skip it and a barrier not yet
-// taken fails with ErrChainStopped. It is safe to call twice.
+// taken fails with ErrChainStopped. A checkpoint still pending is aborted
+// (unless its file is already written) and Detach waits for its goroutine,
+// so no goroutine of the task runs afterwards. It is safe to call twice.
 func (t *Task) Detach() {
 	t.c.mu.Lock()
 	delete(t.c.tasks, t)
@@ -503,5 +728,13 @@ func (t *Task) Detach() {
 		}
 		t.pending.finish(&Error{Partition: t.p, Op: "snapshot", Err: ErrChainStopped})
 		t.pending = nil
+	}
+	if f := t.busy; f != nil {
+		// The pending checkpoint's file is not written once its context
+		// ended; its participants' parts return promptly then.
+		f.cancel()
+		t.mu.Unlock()
+		<-f.done
+		t.mu.Lock()
 	}
 }

@@ -28,7 +28,9 @@
 //	for {
 //		select {
 //		case b := <-task.Barriers(): // between two records: an exact position
-//			if err := task.Checkpoint(ctx, b, next, meta, commitOffset); err != nil { return err }
+//			if err := task.Begin(ctx, b, next, meta, commitOffset); err != nil { return err }
+//		case err := <-task.Failures(): // a pending checkpoint failed
+//			return err
 //		case rec := <-records:
 //			process(rec); next = rec.Offset + 1
 //		}
@@ -41,26 +43,43 @@
 //
 // A barrier is delivered to a chain in-band: the chain goroutine takes it
 // between two records, so the snapshot reflects every record before the
-// barrier and none after it, and the checkpoint's NextOffset is exact. For
-// checkpoint N of a partition, Task.Checkpoint
+// barrier and none after it, and the checkpoint's NextOffset is exact. A
+// checkpoint has a synchronous part, which holds the chain, and an
+// asynchronous part, which runs while the chain goes on with the records
+// after the barrier, as Flink's snapshots do. For checkpoint N of a
+// partition, Task.Begin
 //
-//  1. calls Snapshot(N) on every participant (a sink flushes here, so the
-//     checkpoint completes only once every row before the barrier is
-//     durable downstream);
-//  2. writes one file holding N, the next offset, every participant's state,
-//     the time, the duration and the consumer-group generation, atomically;
+//  1. in the chain goroutine, at the barrier, takes every participant's
+//     part: an AsyncParticipant's SnapshotAsync(N) cuts what belongs to N
+//     (a sink seals its batch and starts its insert) and returns at once;
+//     any other participant's Snapshot(N) returns its state (a synchronous
+//     sink flushes here). Begin returns and the chain goes on;
+//  2. in a goroutine of the task, waits for every pending part (the sink's
+//     insert acknowledged), then writes one file holding N, the next
+//     offset, every participant's state, the time, the duration and the
+//     consumer-group generation, atomically (its fsyncs included);
 //  3. only then commits the next offset to the consumer group, for lag
 //     monitoring, while the generation is current;
-//  4. notifies every participant with CheckpointCompleted(N).
+//  4. notifies every participant with CheckpointCompleted(N): an
+//     AsyncParticipant from that goroutine, any other from the chain's at
+//     its next barrier.
+//
+// One checkpoint of a chain is pending at a time, Flink's default: an
+// interval barrier that comes while the previous checkpoint is pending is
+// skipped (exactlyonce.checkpoint.skips), and a Trigger's barrier waits
+// for it (exactlyonce.checkpoint.waits). Task.Checkpoint is Begin and the
+// wait for the rest, for a chain that checkpoints on its own.
 //
 // A failure in 1 or 2 aborts checkpoint N: nothing is written, no offset
-// moves, and the error reaches the chain and the Trigger caller. The caller
-// restarts from the last completed checkpoint. A chain whose context ended
-// (its partition was revoked) before step 2 writes nothing either. A
-// participant that is healthy but cannot snapshot at this barrier (a sink
-// in the middle of a batch it must write whole) returns an error wrapping
-// ErrDeclined: checkpoint N is skipped in the same way, but the chain goes
-// on and the next barrier tries again.
+// moves, and the error reaches the chain (from Begin, or on
+// Task.Failures) and the Trigger caller. The chain restarts from the last
+// completed checkpoint; records it processed after the barrier are
+// processed again from there. A chain whose context ended (its partition
+// was revoked) before step 2 writes nothing either. A participant that is
+// healthy but cannot snapshot at this barrier (a sink in the middle of a
+// batch it must write whole) returns an error wrapping ErrDeclined:
+// checkpoint N is skipped in the same way, but the chain goes on and the
+// next barrier tries again.
 //
 // # Layout: one file per partition and checkpoint
 //
@@ -124,12 +143,22 @@
 //
 //   - A checkpoint is durable before any offset it covers is committed to the
 //     consumer group; a committed group offset never passes the newest
-//     completed checkpoint.
+//     completed checkpoint. With the asynchronous part this still holds:
+//     the commit runs after the file's save in the same goroutine, and one
+//     checkpoint of a chain is pending at a time, so commits move forward.
 //   - Every checkpoint's states reflect exactly the records before its
 //     NextOffset: restoring it and reading from NextOffset processes every
 //     record at least once and every record's effect on state exactly once.
+//     Every participant's part is taken at the barrier in the chain's
+//     goroutine, so an AsyncParticipant's pending part holds what came
+//     before the barrier and nothing after it (AsyncParticipant's
+//     contract, which checkpointtest.TestAsyncParticipant checks).
 //   - A failed snapshot or write leaves the previous checkpoint as the
-//     newest; nothing partial is ever restored.
+//     newest; nothing partial is ever restored. A pending part that fails,
+//     or whose chain stopped, writes no file and moves no offset: the file
+//     is written only after every pending part returned its state.
+//   - No goroutine of a Task runs after Detach: it cancels a pending
+//     checkpoint (written already, or not at all) and waits for it.
 //   - Restore takes the newest intact checkpoint and logs why it skipped
 //     newer ones; a checkpoint naming a missing object is not intact.
 //   - An object (see ObjectParticipant) is deleted only after a checkpoint
@@ -161,13 +190,15 @@
 //     Tested with a writer killed with SIGKILL inside PutStream.
 //
 // What it assumes: participants keep the Participant contract (the sink
-// flushes in Snapshot), processing obeys the replay rule above, and the
+// flushes in Snapshot, or its PendingSnapshot returns only once the rows
+// before the barrier are durable), processing obeys the replay rule above, and the
 // Storage keeps its atomic-Put promise.
 //
 // # Metrics
 //
 // Through Options.MeterProvider: exactlyonce.checkpoint.duration (s),
-// .size (By), .failures, .declines, .offset_commit.failures,
+// .hold (s: the synchronous part), .size (By), .failures, .declines,
+// .skips, .waits, .offset_commit.failures,
 // .last_completed.age (s) and .consumer.lag (records), each with the
 // OpenTelemetry topic and partition attributes (messaging.destination.name,
 // messaging.destination.partition.id). docs/metrics.md lists every metric.

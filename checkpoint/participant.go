@@ -38,3 +38,39 @@ type Participant interface {
 	// must never be needed for correctness: the process may die first.
 	CheckpointCompleted(ctx context.Context, id ID) error
 }
+
+// AsyncParticipant is a Participant whose snapshot has a short synchronous
+// part, taken at the barrier, and an asynchronous part that makes it durable
+// while the chain goes on with the records after the barrier: Flink's
+// synchronous and asynchronous snapshot phases. The coordinator finds the
+// interface by type assertion, as database/sql finds a driver's optional
+// interfaces; a participant without it is snapshotted with Snapshot, at the
+// barrier, as before.
+//
+// The coordinator calls SnapshotAsync instead of Snapshot, from the chain's
+// goroutine, at the barrier. It calls the returned PendingSnapshot exactly
+// once, from a goroutine of its own, while the chain processes later
+// records, and CheckpointCompleted from that goroutine too, after the
+// checkpoint file is saved: an AsyncParticipant synchronises its processing
+// with both. It never calls SnapshotAsync again before the previous
+// PendingSnapshot returned (one checkpoint of a chain is pending at a time),
+// nor Restore while one runs.
+type AsyncParticipant interface {
+	Participant
+	// SnapshotAsync takes what belongs to checkpoint id: every record
+	// before the barrier and none after. It returns quickly, without
+	// waiting for anything to become durable; an error aborts the
+	// checkpoint as Snapshot's does (ErrDeclined included). Records after
+	// the barrier never reach the returned part's state.
+	SnapshotAsync(ctx context.Context, id ID) (PendingSnapshot, error)
+}
+
+// PendingSnapshot is the asynchronous part of a snapshot: it returns once
+// everything the synchronous part took is durable (a sink's last insert
+// acknowledged, a delta written), with the state Snapshot would have
+// returned at the barrier, or an error, which aborts the checkpoint: no
+// file is written and no offset moves. When the checkpoint was aborted
+// before (another participant failed), it is still called, with a
+// cancelled ctx, so that it can let go of what it holds; it then returns
+// promptly and its result is ignored.
+type PendingSnapshot func(ctx context.Context) ([]byte, error)

@@ -325,6 +325,32 @@ func (d *Deduplicator) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, 
 	return d.encodeSnapshot(), nil
 }
 
+var _ checkpoint.AsyncParticipant = (*Deduplicator)(nil)
+
+// SnapshotAsync implements checkpoint.AsyncParticipant. With Incremental
+// (and the coordinator's objects), it hands the writes since the last
+// checkpoint over at the barrier and writes them as a delta in the returned
+// part, while the chain goes on observing: the barrier holds the chain only
+// for swapping two buffers. The first checkpoint writes the base, which
+// reads the table, at the barrier. A full snapshot (no Incremental) is
+// encoded at the barrier and the part returns it. A part whose delta was
+// not written (its checkpoint failed or was aborted) hands its writes back
+// to the next snapshot.
+func (d *Deduplicator) SnapshotAsync(ctx context.Context, id checkpoint.ID) (checkpoint.PendingSnapshot, error) {
+	if d.closed {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.publish()
+	if d.incrementalOn() {
+		return d.snapshotIncrementalAsync(ctx, id)
+	}
+	b := d.encodeSnapshot()
+	return func(context.Context) ([]byte, error) { return b, nil }, nil
+}
+
 // Restore implements checkpoint.Participant: it replaces the state with one
 // returned by Snapshot. A truncated, corrupt or unknown snapshot is rejected
 // with an error wrapping ErrCorrupt, ErrUnsupportedVersion,
@@ -355,7 +381,7 @@ func (d *Deduplicator) Restore(ctx context.Context, state []byte) error {
 	d.t = t
 	d.clock = clock
 	// A full snapshot: the next incremental snapshot writes a new base.
-	d.inc.valid, d.inc.log = false, nil
+	d.inc.valid, d.inc.log, d.inc.unwritten = false, nil, nil
 	d.inc.gen++
 	d.cursor = 0
 	d.noneExpiredBefore = 0

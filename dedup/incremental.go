@@ -80,6 +80,13 @@ type incremental struct {
 	// log holds every write to the table since the last snapshot: a slot,
 	// and in exact mode the key's uvarint length and bytes.
 	log []byte
+	// spare is the log's second buffer: at an asynchronous barrier the log
+	// is handed to the pending part and spare becomes the log. unwritten
+	// is a handed-over log whose delta was not written (the checkpoint
+	// failed or was aborted): the next snapshot writes it. Both are set by
+	// the pending part and read by the next barrier, which the coordinator
+	// starts only after the pending part returned.
+	spare, unwritten []byte
 	// gen counts replacements of the chain, so a compaction of an older
 	// chain is not adopted.
 	gen uint64
@@ -143,13 +150,32 @@ func (d *Deduplicator) References(state []byte) ([]string, error) {
 // snapshotIncremental writes a delta (or, the first time, a base) and
 // returns the manifest.
 func (d *Deduplicator) snapshotIncremental(ctx context.Context, id checkpoint.ID) ([]byte, error) {
+	pend, err := d.snapshotIncrementalAsync(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return pend(ctx)
+}
+
+// snapshotIncrementalAsync is the barrier's part of an incremental
+// snapshot: the first time (or after a full restore) it writes the base,
+// which reads the table, and returns the manifest at once; afterwards it
+// hands the change log over and returns a part that writes it as a delta
+// while the chain goes on, logging into the other buffer.
+func (d *Deduplicator) snapshotIncrementalAsync(ctx context.Context, id checkpoint.ID) (checkpoint.PendingSnapshot, error) {
 	inc := &d.inc
+	if inc.unwritten != nil {
+		// The last pending delta was not written: its writes come first.
+		inc.log = append(inc.unwritten, inc.log...)
+		inc.unwritten = nil
+	}
 	if inc.running && len(inc.deltas) >= maxDeltasFactor*d.opts.MaxDeltas {
 		// The compaction fell far behind: wait for it rather than let the
 		// chain, and what a restore reads, grow without bound.
 		d.awaitCompaction(ctx)
 	}
 	d.adoptCompaction()
+	clock, exact := d.clock, d.t.exact
 	if !inc.valid {
 		ref, err := d.writeBase(ctx, objectName("base", id, inc.objs.Generation()))
 		if err != nil {
@@ -157,20 +183,33 @@ func (d *Deduplicator) snapshotIncremental(ctx context.Context, id checkpoint.ID
 		}
 		inc.base, inc.deltas, inc.log, inc.valid = ref, nil, inc.log[:0], true
 		inc.gen++
-	} else if len(inc.log) > 0 {
-		ref, err := d.writeDelta(ctx, objectName("delta", id, inc.objs.Generation()))
+		d.maybeCompact(clock, exact)
+		m := encodeManifest(clock, exact, inc.base, inc.deltas)
+		return func(context.Context) ([]byte, error) { return m, nil }, nil
+	}
+	if len(inc.log) == 0 {
+		d.maybeCompact(clock, exact)
+		m := encodeManifest(clock, exact, inc.base, inc.deltas)
+		return func(context.Context) ([]byte, error) { return m, nil }, nil
+	}
+	log := inc.log
+	inc.log, inc.spare = inc.spare[:0], nil
+	name := objectName("delta", id, inc.objs.Generation())
+	return func(ctx context.Context) ([]byte, error) {
+		ref, err := writeDelta(ctx, inc.objs, name, log, clock, exact)
 		if err != nil {
-			return nil, err // the log stays: the next snapshot writes it
+			inc.unwritten = log // the next snapshot writes it
+			return nil, err
 		}
 		inc.deltas = append(inc.deltas, ref)
-		if cap(inc.log) > 4*len(inc.log) && cap(inc.log) > 1<<20 {
-			inc.log = nil // give back a buffer a burst grew
-		} else {
-			inc.log = inc.log[:0]
+		if cap(log) > 4*len(log) && cap(log) > 1<<20 {
+			log = nil // give back a buffer a burst grew
 		}
-	}
-	d.maybeCompact()
-	return encodeManifest(d.clock, d.t.exact, inc.base, inc.deltas), nil
+		inc.spare = log[:0]
+		// The compaction reads only objects and what the barrier took.
+		d.maybeCompact(clock, exact)
+		return encodeManifest(clock, exact, inc.base, inc.deltas), nil
+	}, nil
 }
 
 // objectName names an object by its kind, the checkpoint it belongs to and
@@ -317,13 +356,13 @@ func cmpEntries(as *slot, ak []byte, bs *slot, bk []byte) int {
 	return bytes.Compare(ak, bk)
 }
 
-// writeDelta writes the change log, sorted, one entry per key with its
-// largest expiry, live at the clock, as a version 1 snapshot object.
-func (d *Deduplicator) writeDelta(ctx context.Context, name string) (objRef, error) {
-	exact := d.t.exact
-	nowSec := uint32(d.clock / int64(time.Second))
-	es := make([]logEntry, 0, len(d.inc.log)/slotSize) // an upper bound
-	for b := d.inc.log; len(b) > 0; {
+// writeDelta writes log, sorted, one entry per key with its largest
+// expiry, live at clock, as a version 1 snapshot object. It reads nothing
+// of the table, so it may run beside the chain (see SnapshotAsync).
+func writeDelta(ctx context.Context, objs *checkpoint.Objects, name string, log []byte, clock int64, exact bool) (objRef, error) {
+	nowSec := uint32(clock / int64(time.Second))
+	es := make([]logEntry, 0, len(log)/slotSize) // an upper bound
+	for b := log; len(b) > 0; {
 		var s slot
 		copy(s[:], b[:slotSize])
 		b = b[slotSize:]
@@ -356,10 +395,10 @@ func (d *Deduplicator) writeDelta(ctx context.Context, name string) (objRef, err
 	}
 	live = live[:n]
 	var sum uint32
-	info, err := d.inc.objs.Write(ctx, name, func(w io.Writer) error {
+	info, err := objs.Write(ctx, name, func(w io.Writer) error {
 		c := &chunkWriter{w: w, buf: make([]byte, 0, writeChunk)}
 		defer func() { sum = c.crc }()
-		c.header(d.clock, exact, uint64(len(live)))
+		c.header(clock, exact, uint64(len(live)))
 		var s slot
 		for i := range live {
 			s.set(live[i].h, live[i].exp)
@@ -409,8 +448,9 @@ func (d *Deduplicator) adoptCompaction() {
 // maybeCompact starts a background compaction of the chain into a new base
 // when it holds MaxDeltas deltas or its deltas outweigh half the base. The
 // compaction reads the objects, not the table, so the chain goes on
-// processing, and no checkpoint waits for it.
-func (d *Deduplicator) maybeCompact() {
+// processing, and no checkpoint waits for it. clock and exact are the
+// barrier's: it may run in a pending part, beside the chain.
+func (d *Deduplicator) maybeCompact(clock int64, exact bool) {
 	inc := &d.inc
 	if inc.running || len(inc.deltas) == 0 {
 		return
@@ -428,7 +468,7 @@ func (d *Deduplicator) maybeCompact() {
 	}
 	job := compactJob{
 		objs: inc.objs, base: inc.base, deltas: slices.Clone(inc.deltas),
-		clock: d.clock, exact: d.t.exact, gen: inc.gen,
+		clock: clock, exact: exact, gen: inc.gen,
 		// Named after the last delta it folds in: the state it holds.
 		name: "base-" + inc.deltas[len(inc.deltas)-1].name[len("delta-"):],
 	}
@@ -845,7 +885,7 @@ func (d *Deduplicator) restoreIncremental(ctx context.Context, state []byte) err
 	// fingerprints only); otherwise its next snapshot starts anew. A
 	// compaction of the chain before is not adopted (gen).
 	d.inc.valid = d.opts.Incremental && m.exact == exact
-	d.inc.base, d.inc.deltas, d.inc.log = m.base, m.deltas, nil
+	d.inc.base, d.inc.deltas, d.inc.log, d.inc.unwritten = m.base, m.deltas, nil, nil
 	d.inc.gen++
 	return nil
 }

@@ -27,6 +27,13 @@
 //		Refused: []error{mypkg.ErrCorrupt, mypkg.ErrUnsupportedVersion},
 //	})
 //
+// TestAsyncParticipant is the suite for checkpoint.AsyncParticipant
+// implementations (chsink, kafkasink, dedup with Incremental): the pending
+// part returns the barrier's state, records fed after the barrier while it
+// runs never reach it, its state restores, and a pending part of an aborted
+// checkpoint lets go without losing the records after its barrier. It runs
+// TestParticipant too; run it with -race.
+//
 // BenchmarkStorage measures Put, Create and Get of small and large blobs, the
 // same way on every backend, so their figures compare.
 package checkpointtest

@@ -196,6 +196,13 @@ func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next 
 			if stop, err := c.checkpoint(ctx, b); stop {
 				return c.next, false, err
 			}
+		case err := <-task.Failures():
+			// The asynchronous part of a checkpoint failed: nothing was
+			// written, and the chain restarts from its last completed one.
+			if ctx.Err() != nil {
+				return c.next, false, nil
+			}
+			return c.next, false, fmt.Errorf("kafkasource: %w", err)
 		case <-mb.ready:
 			var ferr error
 			batch, ferr = mb.take(batch)
@@ -227,10 +234,12 @@ type chainState struct {
 	next   int64 // the offset after the last record processed
 }
 
-// checkpoint takes the checkpoint of barrier b at c.next. stop says the
-// chain must end, with err (nil when ctx ended).
+// checkpoint begins the checkpoint of barrier b at c.next: its synchronous
+// part, after which the chain goes on while the task completes it (a
+// failure then arrives on Task.Failures). stop says the chain must end,
+// with err (nil when ctx ended).
 func (c *chainState) checkpoint(ctx context.Context, b *checkpoint.Barrier) (stop bool, err error) {
-	if err := c.task.Checkpoint(ctx, b, c.next, c.meta, c.commit); err != nil {
+	if err := c.task.Begin(ctx, b, c.next, c.meta, c.commit); err != nil {
 		if ctx.Err() != nil {
 			return true, nil // revoked mid-checkpoint: nothing was committed
 		}
@@ -249,10 +258,13 @@ func (c *chainState) checkpoint(ctx context.Context, b *checkpoint.Barrier) (sto
 // boundary (before the next record or slice), not after the whole batch, so
 // a checkpoint's offset and state always agree record for record.
 func (c *chainState) records(ctx context.Context, batch []kafka.Message) (stop bool, err error) {
-	barriers := c.task.Barriers()
+	barriers, failures := c.task.Barriers(), c.task.Failures()
 	for i := 0; i < len(batch); {
 		if ctx.Err() != nil {
 			return true, nil
+		}
+		if len(failures) > 0 {
+			return true, fmt.Errorf("kafkasource: %w", <-failures)
 		}
 		if len(barriers) > 0 { // only this goroutine receives, so this does not block
 			if stop, err := c.checkpoint(ctx, <-barriers); stop {

@@ -15,6 +15,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink"
 )
 
+var _ checkpoint.AsyncParticipant = (*Sink[struct{}])(nil)
+
 type pendingRange struct {
 	Count int           `json:"count"`
 	First sink.Position `json:"first"`
@@ -44,29 +46,98 @@ const snapshotVersion = 1
 // position through which rows are durable and the journaled batches still to
 // be replayed. An error, including that of the batch inserted in the
 // background, fails the checkpoint. A barrier inside a journaled batch being
-// replayed returns sink.ErrReplayInProgress and leaves the sink usable.
+// replayed returns sink.ErrReplayInProgress and leaves the sink usable. The
+// coordinator calls SnapshotAsync instead, which does not wait.
 func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := time.Now()
 	s.barrier(start)
 	defer func() { s.m.snapshot.Record(context.Background(), time.Since(start).Seconds(), s.m.attrs) }()
-	if err := s.usable(ctx); err != nil {
-		return nil, err
-	}
-	if s.replaying {
-		return nil, fmt.Errorf("%w: %s..%s at %s", sink.ErrReplayInProgress, s.pending[0].First, s.pending[0].Last, s.pos)
-	}
-	if err := s.flush(ctx); err != nil {
-		s.err = err
+	if err := s.cut(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.wait(); err != nil {
 		return nil, err
 	}
+	return s.state(id, s.hasCovered, s.covered)
+}
+
+// SnapshotAsync is the barrier's part of a snapshot: it seals the buffered
+// rows as a batch, journals its intent before its insert starts (as every
+// flush does, so a crash replays the batch cut as it was), starts the
+// insert in the background and returns; rows added afterwards go into the
+// next batch. The returned part waits for that insert and returns the
+// state Snapshot would have returned at the barrier: every row through the
+// cut covered. The checkpoint is written only after that insert was
+// acknowledged; should it fail, the part returns its error and the sink is
+// broken until Restore, as after any failed insert. The part does not take
+// the sink's lock: the chain adds rows while it waits.
+//
+// A sink snapshotted this way does not flush ahead of the barrier (see
+// Options.NoFlushAhead): its barrier no longer waits for the last insert,
+// but it would wait for a flush ahead still in flight.
+func (s *Sink[T]) SnapshotAsync(ctx context.Context, id checkpoint.ID) (checkpoint.PendingSnapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := time.Now()
+	s.barrier(start)
+	s.async = true
+	defer func() { s.m.snapshot.Record(context.Background(), time.Since(start).Seconds(), s.m.attrs) }()
+	if err := s.cut(ctx); err != nil {
+		return nil, err
+	}
+	// The batch in flight, if any, holds the last rows added: flush waited
+	// for any batch before it. Once it is acknowledged every row through
+	// s.pos is in ClickHouse.
+	f := s.flight
+	hasCovered, covered := s.hasCovered, s.covered
+	if f != nil {
+		hasCovered, covered = true, f.in.Last
+	}
+	state, err := s.state(id, hasCovered, covered)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) ([]byte, error) {
+		if f == nil {
+			return state, nil
+		}
+		// Only the flight's goroutine writes f.err, before it closes done;
+		// the chain settles the flight (Sink.wait) at its next call.
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if f.err != nil {
+			return nil, f.err
+		}
+		return state, nil
+	}, nil
+}
+
+// cut seals the buffered rows at a barrier and starts their insert.
+func (s *Sink[T]) cut(ctx context.Context) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if s.replaying {
+		return fmt.Errorf("%w: %s..%s at %s", sink.ErrReplayInProgress, s.pending[0].First, s.pending[0].Last, s.pos)
+	}
+	if err := s.flush(ctx); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
+}
+
+// state returns the checkpoint's state of the sink at barrier id, with every
+// row through covered in ClickHouse, and notes it for CheckpointCompleted.
+func (s *Sink[T]) state(id checkpoint.ID, hasCovered bool, covered sink.Position) ([]byte, error) {
 	st := snapshotState{
 		Version: snapshotVersion, Table: s.opts.Database + "." + s.table.Name, Topic: s.src.Topic, Partition: s.src.Partition,
-		HasCovered: s.hasCovered || s.hasPos, Covered: s.covered,
+		HasCovered: hasCovered || s.hasPos, Covered: covered,
 	}
 	if s.hasPos && s.pos.Compare(st.Covered) > 0 {
 		st.Covered = s.pos
@@ -129,8 +200,11 @@ func (s *Sink[T]) Restore(ctx context.Context, state []byte) error {
 // returned; the error is sink.ErrFenced when another instance took the
 // partition over.
 func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error {
+	// The lock is not held while pruning: an asynchronous checkpoint
+	// notifies the sink from the coordinator's goroutine, and the chain's
+	// Add must not wait for the journal's deletes (the journal has a lock
+	// of its own).
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	var through sink.Position
 	found := false
 	for sid, pos := range s.snaps {
@@ -143,6 +217,7 @@ func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) err
 		}
 	}
 	if !found || s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.completed = append(s.completed, through)
@@ -150,12 +225,15 @@ func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) err
 		s.completed = append(s.completed[:0], s.completed[n:]...)
 	}
 	if len(s.completed) < s.opts.KeepCheckpoints {
+		s.mu.Unlock()
 		return nil // an older checkpoint of an earlier owner may still be kept
 	}
+	oldest := s.completed[0]
+	s.mu.Unlock()
 	// A restore falls back at most to the oldest kept checkpoint: no replay
 	// repairs a batch before it again (see putBack).
-	s.dropStaging(ctx, s.completed[0])
-	err := s.journal.Prune(ctx, s.completed[0])
+	s.dropStaging(ctx, oldest)
+	err := s.journal.Prune(ctx, oldest)
 	if errors.Is(err, sink.ErrPruneDeferred) {
 		s.opts.Logger.Warn("chsink: journal pruning deferred", "source", s.src.String(), "err", err)
 		return nil

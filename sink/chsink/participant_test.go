@@ -13,8 +13,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
-// TestParticipantConformance runs the checkpoint.Participant suite on a
-// real ClickHouse. Each participant has a journal of its own; input n adds
+// TestParticipantConformance runs the checkpoint.AsyncParticipant suite
+// (and with it the Participant suite) on a real ClickHouse. Each participant has a journal of its own; input n adds
 // the rows of offsets 0..12-2n, so a state of a smaller n covers the journal
 // of a larger one and restoring it over that participant leaves nothing to
 // replay.
@@ -30,17 +30,19 @@ func TestParticipantConformance(t *testing.T) {
 	foreign, err := other.Snapshot(ctx, 1)
 	require.NoError(t, err)
 
-	checkpointtest.TestParticipant(t, checkpointtest.Participant{
+	fill := func(t *testing.T, s *chsink.Sink[event], from, to int64) {
+		for o := from; o <= to; o++ {
+			for i, r := range rowsOf(o) {
+				require.NoError(t, s.Add(ctx, sink.Position{Offset: o, Index: uint32(i)}, r))
+			}
+		}
+	}
+	checkpointtest.TestAsyncParticipant(t, checkpointtest.AsyncParticipant{Participant: checkpointtest.Participant{
 		New: func(t *testing.T) checkpoint.Participant {
 			return env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{})
 		},
 		Fill: func(t *testing.T, p checkpoint.Participant, n int) {
-			s := p.(*chsink.Sink[event])
-			for o := int64(0); o <= int64(12-2*n); o++ {
-				for i, r := range rowsOf(o) {
-					require.NoError(t, s.Add(ctx, sink.Position{Offset: o, Index: uint32(i)}, r))
-				}
-			}
+			fill(t, p.(*chsink.Sink[event]), 0, int64(12-2*n))
 		},
 		Refused: []error{chsink.ErrCorrupt, chsink.ErrUnsupportedVersion, chsink.ErrIncompatible},
 		Foreign: [][]byte{
@@ -48,6 +50,11 @@ func TestParticipantConformance(t *testing.T) {
 			// A later version of this very sink's state.
 			fmt.Appendf(nil, `{"v":2,"table":"%s.events","topic":"events","partition":0,"has_covered":true,`+
 				`"covered":{"o":3,"i":0},"pending":{"count":0,"first":{"o":0,"i":0},"last":{"o":0,"i":0}}}`, env.db),
+		},
+	},
+		// The records after the barrier: three more offsets.
+		After: func(t *testing.T, p checkpoint.Participant, n int) {
+			fill(t, p.(*chsink.Sink[event]), int64(13-2*n), int64(15-2*n))
 		},
 	})
 }

@@ -72,6 +72,7 @@ type Sink[T any] struct {
 	jitter    time.Duration // mean deviation of the intervals from cadence
 	aheadDone bool          // this interval's flush ahead started, or was passed up
 	aheadTook time.Duration // what the flushes ahead took, sealing to ack (moving average)
+	async     bool          // snapshotted with SnapshotAsync: no flush ahead
 	closed    bool
 
 	closeCh chan struct{}
@@ -395,7 +396,7 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 // the intervals' mean deviation before the barrier is due, and never
 // earlier than half an interval before it nor later than a twentieth.
 func (s *Sink[T]) aheadAt() (time.Time, bool) {
-	if s.opts.NoFlushAhead || s.cadence <= 0 || s.aheadDone || s.barrierAt.IsZero() {
+	if s.opts.NoFlushAhead || s.async || s.cadence <= 0 || s.aheadDone || s.barrierAt.IsZero() {
 		return time.Time{}, false
 	}
 	took := s.aheadTook

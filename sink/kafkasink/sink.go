@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -79,12 +80,22 @@ type Options struct {
 // the open transaction, prepared (flushed, identity recorded) by Snapshot,
 // and committed by CheckpointCompleted.
 //
-// Like every participant, a Sink is called from its chain's goroutine only
-// and is not safe for concurrent use.
+// A Sink is a checkpoint.AsyncParticipant: at a barrier SnapshotAsync
+// takes the records written before it, and the pending part sends them and
+// records the transaction's identity in the coordinator's goroutine, while
+// records written after the barrier are buffered for the next transaction.
+// Write, SnapshotAsync and Restore are called from the chain's goroutine;
+// the pending part and CheckpointCompleted from the coordinator's; the
+// sink synchronises them with one mutex, which is not held while the
+// pending part sends (Write only buffers meanwhile, so the producer is the
+// pending part's alone).
 type Sink struct {
 	brokers []string
 	txid    string
 	opts    Options
+
+	mu        sync.Mutex
+	preparing bool // a pending part is sending the records of its barrier
 
 	p     *kafkatxn.TxProducer
 	bufs  map[outPartition][]kafkatxn.Record
@@ -103,7 +114,7 @@ type outPartition struct {
 	partition int
 }
 
-var _ checkpoint.Participant = (*Sink)(nil)
+var _ checkpoint.AsyncParticipant = (*Sink)(nil)
 
 // New returns the Sink of the chain of source partition src. Its
 // transactional id is prefix-<topic>-<partition> of src: stable, so the
@@ -165,6 +176,8 @@ func (s *Sink) producer(ctx context.Context) (*kafkatxn.TxProducer, error) {
 // only buffered. An error (a failed send, a fenced producer) is sticky:
 // the chain must restart from its last checkpoint.
 func (s *Sink) Write(ctx context.Context, topic string, partition int, recs ...kafkatxn.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -177,14 +190,25 @@ func (s *Sink) Write(ctx context.Context, topic string, partition int, recs ...k
 		s.order = append(s.order, op)
 	}
 	s.bufs[op] = append(buf, recs...)
-	if s.prepared == nil && len(s.bufs[op]) >= s.opts.BatchSize {
+	if s.prepared == nil && !s.preparing && len(s.bufs[op]) >= s.opts.BatchSize {
 		return s.flush(ctx, op)
 	}
 	return nil
 }
 
 func (s *Sink) flush(ctx context.Context, op outPartition) error {
-	buf := s.bufs[op]
+	if err := s.send(ctx, op, s.bufs[op]); err != nil {
+		s.err = err
+		return err
+	}
+	clear(s.bufs[op])
+	s.bufs[op] = s.bufs[op][:0]
+	return nil
+}
+
+// send sends buf to op in the open transaction. Its error must break the
+// sink (the caller sets s.err: a pending part calls send without the lock).
+func (s *Sink) send(ctx context.Context, op outPartition, buf []kafkatxn.Record) error {
 	if len(buf) == 0 {
 		return nil
 	}
@@ -196,14 +220,11 @@ func (s *Sink) flush(ctx context.Context, op outPartition) error {
 		n := min(len(buf), s.opts.BatchSize)
 		if _, err := p.Produce(ctx, op.topic, op.partition, buf[:n]...); err != nil {
 			s.m.failed(err)
-			s.err = &Error{Op: "send", Err: err}
-			return s.err
+			return &Error{Op: "send", Err: err}
 		}
 		s.m.records.Add(context.Background(), int64(n), s.m.opt)
 		buf = buf[n:]
 	}
-	clear(s.bufs[op])
-	s.bufs[op] = s.bufs[op][:0]
 	return nil
 }
 
@@ -250,61 +271,118 @@ const stateVersion = 1
 // open transaction (transactional id, producer id, epoch, partitions): the
 // pre-commit of a two-phase commit. The transaction is committed by
 // CheckpointCompleted, or after a crash by the Restore of this checkpoint.
+// It is SnapshotAsync and the wait for its part.
 func (s *Sink) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error) {
+	pend, err := s.SnapshotAsync(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return pend(ctx)
+}
+
+// SnapshotAsync takes the records buffered before the barrier and returns
+// the pre-commit as a pending part: it sends them into the open transaction
+// and returns the transaction's identity, as Snapshot does. Records written
+// meanwhile are buffered for the next transaction. A part called with a
+// cancelled context (an aborted checkpoint) sends nothing and puts its
+// records back before the ones written after its barrier.
+func (s *Sink) SnapshotAsync(ctx context.Context, id checkpoint.ID) (checkpoint.PendingSnapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	defer func() { s.m.precommit.Record(context.Background(), time.Since(start).Seconds(), s.m.opt) }()
-	if s.prepared != nil {
+	if s.prepared != nil || s.preparing {
 		s.err = &Error{Op: "snapshot", Err: fmt.Errorf("%w: transaction of checkpoint %d, now at checkpoint %d",
 			ErrUnconfirmed, s.preparedID, id)}
 		return nil, s.err
 	}
-	for _, op := range s.order {
-		if err := s.flush(ctx, op); err != nil {
+	bufs, order := s.bufs, s.order
+	s.bufs, s.order = make(map[outPartition][]kafkatxn.Record, len(order)), nil
+	s.preparing = true
+	return func(ctx context.Context) ([]byte, error) {
+		if ctx.Err() != nil {
+			s.putBack(bufs, order)
+			return nil, ctx.Err()
+		}
+		start := time.Now()
+		defer func() { s.m.precommit.Record(context.Background(), time.Since(start).Seconds(), s.m.opt) }()
+		// The producer is this part's alone until preparing ends: Write
+		// only buffers meanwhile.
+		var err error
+		for _, op := range order {
+			if err = s.send(ctx, op, bufs[op]); err != nil {
+				break
+			}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.preparing = false
+		if err != nil {
+			if s.err == nil {
+				s.err = err
+			}
 			return nil, err
 		}
-	}
-	st := state{Version: stateVersion}
-	if s.p != nil {
-		if txn := s.p.Txn(); len(txn.Partitions) > 0 {
-			st.Txn = toState(txn)
-			s.prepared, s.preparedID = &txn, id
+		st := state{Version: stateVersion}
+		if s.p != nil {
+			if txn := s.p.Txn(); len(txn.Partitions) > 0 {
+				st.Txn = toState(txn)
+				s.prepared, s.preparedID = &txn, id
+			}
 		}
+		return json.Marshal(st)
+	}, nil
+}
+
+// putBack returns the records of an aborted barrier to the buffers, before
+// the records written after it.
+func (s *Sink) putBack(bufs map[outPartition][]kafkatxn.Record, order []outPartition) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.preparing = false
+	for _, op := range s.order {
+		if _, ok := bufs[op]; !ok {
+			order = append(order, op)
+		}
+		bufs[op] = append(bufs[op], s.bufs[op]...)
 	}
-	return json.Marshal(st)
+	s.bufs, s.order = bufs, order
 }
 
 // CheckpointCompleted commits the transaction prepared at checkpoint id or
-// before; records buffered meanwhile go into the next transaction. A
+// before; records buffered meanwhile go into the next transaction (Write
+// sends them once a batch is full, the next barrier at the latest). The
+// lock is not held during the commit, so the chain's Write does not wait
+// for it: while a transaction is prepared, Write only buffers. A
 // repeated notification does nothing. A failed commit is returned (the
 // chain restarts, and the restore commits the transaction); one that says
 // the producer was fenced (kafkatxn.ErrFenced) means another incarnation of
 // the chain took over.
 func (s *Sink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error {
+	s.mu.Lock()
 	if err := s.usable(); err != nil {
+		s.mu.Unlock()
 		return err
 	}
 	if s.prepared == nil || id < s.preparedID {
+		s.mu.Unlock()
 		return nil
 	}
+	p, prepared := s.p, s.preparedID
+	s.mu.Unlock()
 	start := time.Now()
-	if err := s.p.Commit(ctx); err != nil {
+	err := p.Commit(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
 		s.m.failed(err)
 		s.m.transaction(outcomeFailed, start)
-		s.err = &Error{Op: "commit", Err: fmt.Errorf("checkpoint %d: %w", s.preparedID, err)}
+		s.err = &Error{Op: "commit", Err: fmt.Errorf("checkpoint %d: %w", prepared, err)}
 		return s.err
 	}
 	s.m.transaction(outcomeCommitted, start)
 	s.prepared = nil
-	for _, op := range s.order {
-		if len(s.bufs[op]) >= s.opts.BatchSize {
-			if err := s.flush(ctx, op); err != nil {
-				return err
-			}
-		}
-	}
 	return nil
 }
 
@@ -317,6 +395,8 @@ func (s *Sink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error 
 // error wrapping kafkatxn.ErrAborted: output of a completed checkpoint is
 // lost, and going on would hide it.
 func (s *Sink) Restore(ctx context.Context, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
@@ -353,6 +433,8 @@ func (s *Sink) Restore(ctx context.Context, data []byte) error {
 // chain's next incarnation (or the broker's transaction timeout). Buffered
 // records are dropped; the chain replays them. Close is safe to call twice.
 func (s *Sink) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}

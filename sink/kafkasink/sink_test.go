@@ -129,3 +129,47 @@ func TestSinkInvalid(t *testing.T) {
 	require.NoError(t, s.Close())
 	assert.ErrorIs(t, s.Write(context.Background(), "t", 0, kafkatxn.Record{}), kafkasink.ErrClosed)
 }
+
+// TestSinkAsyncBarrier: the pending part of a barrier sends only the
+// records written before it, in the coordinator's goroutine while the chain
+// writes more; an aborted barrier's records go back before the later ones
+// and reach the next transaction, each once.
+func TestSinkAsyncBarrier(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "out")
+	testkit.CreateTopic(t, brokers, topic, 1)
+	ctx := context.Background()
+	s := newSink(t, brokers, topic)
+
+	write(t, s, topic, "a", "b", "c")
+	pend, err := s.SnapshotAsync(ctx, 1)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := pend(ctx)
+		if err == nil {
+			err = s.CheckpointCompleted(ctx, 1)
+		}
+		done <- err
+	}()
+	write(t, s, topic, "d", "e", "f") // after the barrier, beside the pending part
+	require.NoError(t, <-done)
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, readCommitted(t, brokers, topic, 1))
+
+	// An aborted checkpoint: its part is called with a cancelled context.
+	pend, err = s.SnapshotAsync(ctx, 2)
+	require.NoError(t, err)
+	write(t, s, topic, "g")
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = pend(cctx)
+	require.ErrorIs(t, err, context.Canceled)
+	write(t, s, topic, "h")
+
+	pend, err = s.SnapshotAsync(ctx, 3)
+	require.NoError(t, err)
+	_, err = pend(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.CheckpointCompleted(ctx, 3))
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1, "g": 1, "h": 1}, readCommitted(t, brokers, topic, 1))
+}

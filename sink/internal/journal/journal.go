@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
@@ -75,11 +76,14 @@ var nameSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // batch's ack), one Replace per pruning checkpoint and one Delete per pruned
 // entry; Claim, replays and Ack of a replayed batch write more.
 //
-// A Journal is used by one goroutine at a time, except CheckOwner, which
-// reads only what Claim sets and may run concurrently with every method but
-// Claim (a sink checks ownership before an insert retry in the background
-// while it journals the next batch).
+// A Journal is safe for concurrent use: a sink prunes it in the
+// checkpoint's background goroutine while its chain journals the next
+// batch. Its methods take one mutex, except CheckOwner, which reads only
+// what Claim sets and may run concurrently with every method but Claim (a
+// sink checks ownership before an insert retry in the background while it
+// journals the next batch), and Pruned, which reads only the storage.
 type Journal struct {
+	mu          sync.Mutex // guards owner, version, ackedThrough and known, and epoch against Claim
 	store       checkpoint.Storage
 	prefix      string
 	table       string
@@ -139,6 +143,8 @@ func (j *Journal) Epoch() uint64 { return j.epoch }
 // last to claim owns the journal and every earlier owner's Record and Prune
 // fail with sink.ErrFenced from then on.
 func (j *Journal) Claim(ctx context.Context) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	name := j.prefix + "owner"
 	for range claimAttempts {
 		var rec ownerRecord
@@ -248,6 +254,8 @@ func (j *Journal) CheckOwner(ctx context.Context) error {
 // a fenced owner's intent never replaces the new owner's over the same
 // positions.
 func (j *Journal) Record(ctx context.Context, in *sink.Intent) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if j.epoch == 0 {
 		return errors.New("sink: journal: Record before Claim")
 	}
@@ -274,6 +282,8 @@ func (j *Journal) Record(ctx context.Context, in *sink.Intent) error {
 // correctness, only (after a crash) one deduplicated re-insert that the
 // deduplication window must cover, as it must the batch in flight.
 func (j *Journal) AckLater(in *sink.Intent) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if in.Epoch == j.epoch && in.Owner == j.instance {
 		j.ackedThrough = maxPos(j.ackedThrough, in.Last)
 	}
@@ -284,6 +294,8 @@ func (j *Journal) AckLater(in *sink.Intent) {
 // never rewritten). Losing an ack is harmless: the batch is then re-inserted
 // with its token on replay and deduplicated.
 func (j *Journal) Ack(ctx context.Context, in *sink.Intent) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	b, _ := json.Marshal(ackRecord{First: in.First, Epoch: in.Epoch, AckEpoch: j.epoch})
 	name := j.ackName(*in, j.epoch)
 	if err := j.create(ctx, name, b); err != nil {
@@ -308,6 +320,8 @@ func (j *Journal) Ack(ctx context.Context, in *sink.Intent) error {
 // written it, since a checkpoint never falls inside a batch of its own
 // lineage.
 func (j *Journal) Load(ctx context.Context, after *sink.Position) ([]sink.Intent, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	names, err := j.store.List(ctx, j.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("sink: journal %s: list: %w", j.prefix, err)

@@ -27,6 +27,8 @@ import (
 // error wrapping sink.ErrPruneDeferred, which callers should report and go on
 // from; the entries are deleted by a later Prune.
 func (j *Journal) Prune(ctx context.Context, through sink.Position) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if j.epoch == 0 {
 		return errors.New("sink: journal: Prune before Claim")
 	}
