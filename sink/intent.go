@@ -50,6 +50,24 @@ type Intent struct {
 	// again under a fresh token (see ReinsertToken). A load returns this entry
 	// in place of the one it supersedes.
 	Supersedes string `json:"supersedes,omitempty"`
+	// Earlier lists the versions of this token's batch that an insert may
+	// have written before this entry's own, oldest first: a replay cut
+	// short at its last row (a stalled replay) is journaled before its
+	// insert, under the same token, and the server then holds whichever
+	// version landed first. A part of the table whose first block is at or
+	// below Earlier[i].Block holds the version that ends at Earlier[i].Last.
+	Earlier []Prior `json:"earlier,omitempty"`
+	// Boot names the ClickHouse server's run (start to stop) in which the
+	// intent was journaled; empty when unknown. A part can be lost, or its
+	// name reused by another insert, only across a restart, so a replay on
+	// the same run needs no check of the parts.
+	Boot string `json:"boot,omitempty"`
+}
+
+// Prior is an earlier version of a journaled batch (see Intent.Earlier).
+type Prior struct {
+	Block int64    `json:"block"` // the table's last block before its insert
+	Last  Position `json:"last"`
 }
 
 // ReinsertToken returns the insert_deduplication_token for content with

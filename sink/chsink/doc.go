@@ -161,23 +161,51 @@
 // real kills: 6 of 7,726 blocks in 200 kills, in the table or in a view's
 // target). An insert attempt that may repeat an earlier one (a retry, or a
 // replay after a crash) therefore reads the server's log
-// (send_logs_level = information) and checks that an active part covers
-// every part it was deduplicated against. A name is not enough: the
-// restarted server numbers blocks on from its highest surviving part, so the
-// next insert (another partition's, typically) takes the lost part's name.
-// When the server restarted after the batch was journaled and the covering
-// parts are younger than that start, the sink stages the batch and checks
-// that those parts hold each of its rows' sorting keys (the view's rows', for
-// a target), and takes a missing key for a lost part. The check is exact
-// where the key identifies a row; on an aggregating target it only sees a key
-// no other batch has. A lost part of the table is put
-// back through a staging table created AS the table and moved in, so no view
-// fires twice; a lost part of a view's target is derived again by that
-// view's query over the batch alone, under a derived token. Both survive a
-// crash in the middle (see lostpart.go). A target fed through a cascade of
-// views cannot be derived from the batch and stops the sink with a
-// permanent *LostPartError rather than lose its rows. Replicated tables
-// commit the token and the part together in Keeper and are not checked.
+// (send_logs_level = information), which names the part each dropped block
+// was a duplicate of, and settles it as follows.
+//
+//   - No active part covers the named part: it is lost.
+//
+//   - The server has not restarted since the batch was journaled: the part
+//     is the batch's. A restart is told exactly, not from uptime: each run
+//     of the server gets an id in a Memory table of the sink's database
+//     (eo_boot), which a restart empties, and each journal entry records
+//     the run it was written on.
+//
+//   - Otherwise the name proves nothing (the restarted server numbers
+//     blocks on from its highest surviving part, so the next insert may take
+//     the lost part's name), and the sink compares content: it writes what
+//     the insert wrote into the table again into a staging copy of it (the
+//     batch; for a view's target, the view's query over the batch alone, in
+//     insert order), so the engine folds it on insert as it did then, and
+//     compares multiset fingerprints of the rows. Per engine:
+//
+//     MergeTree: exact while the named part is unmerged, and after merges
+//     when the table stores each row's block number
+//     (enable_block_number_column = 1: the block's rows are read out of the
+//     merged part). Without it, a merged part is checked to hold every row
+//     of the batch, whole rows compared, which another insert of the very
+//     same rows into the same range would pass.
+//     ReplacingMergeTree: exact while unmerged; merged, the batch's sorting
+//     keys must be there, which is the engine's own promise (a row of the
+//     same key replaces the batch's).
+//     Aggregating, Summing, Collapsing and the other folding engines: exact
+//     while unmerged; merged, only the batch's sorting keys are checked,
+//     which a batch whose keys another insert also wrote passes even though
+//     its part is gone. Use a replicated engine for an exact answer there.
+//     Replicated and Shared engines commit the token and the part together
+//     in Keeper and are not checked.
+//
+// A lost part of the table is put back through a staging table created AS
+// the table and moved in, so no view fires twice; a lost part of a view's
+// target is derived again by that view's query over the batch alone, under
+// a derived token. The view's query is read from system.tables (the views
+// whose target_table is that target), formatted by the server
+// (formatQuery), and the table its FROM names replaced token by token, so
+// a join with db.events_orgs is not mistaken for db.events. Both repairs
+// survive a crash in the middle (see repair.go). A target fed through a
+// cascade of views cannot be derived from the batch and stops the sink
+// with a permanent *LostPartError rather than lose its rows.
 //
 // Takeovers and checkpoints: the journal is pruned only through the oldest
 // of the newest Options.KeepCheckpoints completed checkpoints, so a restore
@@ -191,9 +219,13 @@
 // is buffered, so a quiet partition does not stay in replay. The replay may
 // only have stalled (a slow fetch, a broker restarting), so the batch's
 // other rows may still come: the batch is cut at its last buffered row (a
-// journal entry over that prefix supersedes it) and later rows are batches
-// of their own. Only when ClickHouse held the journaled batch already and
-// MismatchKeepFirst keeps it are its later rows dropped, being in it; a
+// journal entry over that prefix supersedes it, written before the
+// prefix's insert like every entry, and naming the batch as an earlier
+// version with the table's block counter) and later rows are batches of
+// their own. Only when ClickHouse held the journaled batch already (the
+// insert is dropped against a part at or below that counter) and
+// MismatchKeepFirst keeps it are its later rows dropped, being in it, and
+// an ack records that the entry ends where the batch did; a
 // replicated table does not say whether it held the batch, so there the
 // sink drops them with a warning. Under MismatchFail the sink waits for a
 // row past the batch, which reports the mismatch.
@@ -210,7 +242,10 @@
 // connection and the insert with retries; replay.go the replay of journaled
 // batches, whose per-row decision is the pure function nextReplayStep;
 // dedupwindow.go the check that a re-insert is still inside the table's
-// deduplication window; lostpart.go the repair of parts the server lost
-// while keeping their tokens; participant.go Snapshot, Restore and pruning;
-// metrics.go the instruments.
+// deduplication window; ahead.go the flush ahead of a barrier; lostpart.go
+// the settling of parts the server lost while keeping their tokens, with
+// serverlog.go (the server's log line), boot.go (the server's run),
+// partcheck.go and verify.go (the check of a part's content), viewsql.go (a
+// view's query over the batch) and repair.go (putting rows back);
+// participant.go Snapshot, Restore and pruning; metrics.go the instruments.
 package chsink

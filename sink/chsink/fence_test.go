@@ -360,3 +360,42 @@ func TestRestoreExpectingBatchCutShort(t *testing.T) {
 	assert.Equal(t, want, env.count(t, "SELECT count() FROM "+env.db+".events FINAL"), "rows")
 	assert.Equal(t, want, env.count(t, "SELECT uniqExact(id) FROM "+env.db+".events FINAL"), "distinct rows")
 }
+
+// TestStalledReplayKilledAfterItsInsert is issue 26's case 3: a replay of
+// a batch that never landed stalls, the timer inserts its first 20
+// records' rows under the batch's token, and the process dies right after
+// sending that insert. The cut-short entry was written after the insert,
+// so the next owner replayed the whole batch, ClickHouse dropped it as a
+// duplicate of the prefix, and the last 30 records' rows were lost (139 of
+// 169). The entry is now journaled before the insert.
+func TestStalledReplayKilledAfterItsInsert(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := &deadStorage{Storage: checkpoint.NewMemStorage()}
+	state := crashBeforeInsert(t, env, store) // [100, 150) journaled, never inserted
+
+	s := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst, MaxDelay: 100 * time.Millisecond})
+	require.NoError(t, s.Restore(ctx, state))
+	var once sync.Once
+	s.SetHooks(nil, func() { once.Do(func() { store.dead.Store(true) }) }) // dies as the insert goes out
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	require.NoError(t, feed(ctx, t, s, 100, 120)) // the replay stalls here
+	require.Eventually(t, func() bool {
+		return env.count(t, "SELECT count() FROM "+env.db+".events") == uint64(expectedRows(0, 120))
+	}, 20*time.Second, 50*time.Millisecond, "the stalled prefix is inserted")
+	cancel()
+	<-done
+	require.NoError(t, s.Close())
+
+	store.dead.Store(false)
+	next := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst, MaxDelay: 100 * time.Millisecond})
+	require.NoError(t, next.Restore(context.Background(), state))
+	require.NoError(t, feed(context.Background(), t, next, 100, 170))
+	_, err := next.Snapshot(context.Background(), 5)
+	require.NoError(t, err)
+	want := uint64(expectedRows(0, 170))
+	assert.Equal(t, want, env.count(t, "SELECT count() FROM "+env.db+".events"), "rows")
+	assert.Equal(t, want, env.count(t, "SELECT uniqExact(id) FROM "+env.db+".events"), "distinct rows")
+}

@@ -53,7 +53,7 @@ func (s *Sink[T]) flush(ctx context.Context) error {
 	in := sink.Intent{
 		First: s.first, Last: s.last, Rows: s.n, Hash: h,
 		Token:   s.journal.Token(s.first, s.last),
-		Created: s.opts.Now(), Block: -1,
+		Created: s.opts.Now(), Block: -1, Boot: s.runID(),
 	}
 	if err := ctx.Err(); err != nil {
 		return err

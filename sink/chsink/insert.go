@@ -46,6 +46,8 @@ func (s *Sink[T]) connect(ctx context.Context) error {
 		return err
 	}
 	s.conn = c
+	boot := readBoot(ctx, c, s.opts.Database)
+	s.boot.Store(&boot)
 	return nil
 }
 

@@ -36,13 +36,21 @@ import (
 // way: the sink took the name for proof that the batch was there.
 func TestServerLostPart(t *testing.T) {
 	for _, tc := range []struct {
-		lose   string
-		reused bool
-	}{{"events", false}, {"kind_counts", false}, {"events", true}, {"kind_counts", true}} {
+		lose     string
+		reused   bool
+		restarts int // after the other writer's insert
+	}{{"events", false, 0}, {"kind_counts", false, 0}, {"events", true, 0}, {"kind_counts", true, 0}, {"events", true, 1}, {"kind_counts", true, 1}} {
 		lose := tc.lose
 		name := lose
 		if tc.reused {
 			name += "/number reused"
+		}
+		if tc.restarts > 0 {
+			// Issue 26, case 2: whether a part was young was measured
+			// against the server's latest start, so a second restart
+			// before the replay made the other writer's part look old and
+			// the batch's 51 rows were taken as held.
+			name += "/restarted again"
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
@@ -72,6 +80,11 @@ func TestServerLostPart(t *testing.T) {
 				lost := filepath.Base(part)
 				require.Equal(t, uint64(1), env.count(t, "SELECT count() FROM system.parts WHERE active AND database = '"+db+"' AND table = '"+lose+"' AND name = '"+lost+"'"),
 					"the other writer's part takes the lost part's name")
+			}
+			for range tc.restarts {
+				srv.Kill()
+				srv.Restart()
+				env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
 			}
 			exact := func() {
 				t.Helper()
@@ -153,7 +166,7 @@ func TestServerRestartKeepsHeldBatch(t *testing.T) {
 			assert.Equal(t, want+5, env.count(t, "SELECT toUInt64(sum(n)) FROM "+db+".kind_counts"), "rollup total, the other writer's 5 rows included")
 			assert.Equal(t, want, env.count(t, hourly), "aggregating target")
 			assert.GreaterOrEqual(t, env.count(t, prs), wantPRs, "filtered target")
-			assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_%'"),
+			assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_%' AND name != 'eo_boot'"),
 				"no repair, and the check's staging table is gone")
 		})
 	}
@@ -212,4 +225,46 @@ func TestServerLostPartOfCascade(t *testing.T) {
 	var ie *chsink.InsertError
 	require.ErrorAs(t, err, &ie)
 	assert.True(t, ie.Permanent, "retrying cannot bring the cascade's rows back")
+}
+
+// TestServerLostPartSharedKeys is issue 26's case 1: an aggregating view
+// target per (org, hour) loses the batch's part but keeps its token, and
+// another writer of the table (another partition's sink) writes the same
+// orgs in the same hour first after the restart, so its part takes the
+// lost part's name and holds every key of the batch. A check of sorting
+// keys found them all and the target kept 120 where the table held 171;
+// the parts' contents tell them apart.
+func TestServerLostPartSharedKeys(t *testing.T) {
+	ctx := context.Background()
+	srv := testkit.StartClickHouse(t)
+	db := testkit.NewDatabase(t, srv.Addr())
+	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
+	env.exec(t, fmt.Sprintf(eventsDDL, db))
+	env.exec(t, "CREATE TABLE "+db+".hourly (org String, hour DateTime, n AggregateFunction(count)) ENGINE = AggregatingMergeTree ORDER BY (org, hour) SETTINGS non_replicated_deduplication_window = 1000")
+	env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_hourly TO "+db+".hourly AS SELECT org, toStartOfHour(at) AS hour, countState() AS n FROM "+db+".events GROUP BY org, hour")
+	env.exec(t, "SYSTEM STOP MERGES "+db+".hourly")
+	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	state := crashAfterUnackedInsert(t, env, store) // records [100, 150) inserted, not acknowledged
+	part := newestPart(t, env, srv.Dir(), "hourly")
+	srv.Kill()
+	require.NoError(t, os.RemoveAll(part))
+	srv.Restart()
+	env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
+	// The other writer: the batch's orgs, the batch's hour.
+	env.exec(t, "INSERT INTO "+db+".events SELECT 1000000000 + number, 'org-' || toString(number % 4), 'push', toDateTime64(1700000000, 3), 0, [], NULL FROM numbers(8)")
+	require.Equal(t, uint64(1), env.count(t, "SELECT count() FROM system.parts WHERE active AND database = '"+db+"' AND table = 'hourly' AND name = '"+filepath.Base(part)+"'"),
+		"the other writer's part takes the lost part's name")
+	require.Equal(t, uint64(0), env.count(t, "SELECT count() FROM (SELECT org, hour FROM "+db+".hourly WHERE _part = '"+filepath.Base(part)+"') "+
+		"WHERE (org, hour) NOT IN (SELECT org, toStartOfHour(at) FROM "+db+".events WHERE id < 1000000000)"), "and holds only keys the batch has too")
+
+	s := env.newSink(t, store, chsink.Options{})
+	require.NoError(t, s.Restore(ctx, state))
+	require.NoError(t, feed(ctx, t, s, 100, 160))
+	_, err := s.Snapshot(ctx, 3)
+	require.NoError(t, err)
+	rows := env.count(t, "SELECT count() FROM "+db+".events")
+	assert.Equal(t, uint64(expectedRows(0, 160)+8), rows, "rows in the table")
+	assert.Equal(t, rows, env.count(t, "SELECT toUInt64(countMerge(n)) FROM "+db+".hourly"), "rows counted by the rollup")
+	assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_%' AND name NOT IN ('eo_boot')"),
+		"no staging table left")
 }

@@ -127,7 +127,7 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 				"policy", "MismatchKeepFirst", "err", mis, "stalled", stalled)
 		}
 	}
-	held := p.Acked // ClickHouse holds the journaled version
+	through := p.Last // ClickHouse holds the batch through here once settled
 	switch {
 	case p.Acked:
 		// Already in ClickHouse: the replayed rows are dropped here.
@@ -138,19 +138,12 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 		if err != nil {
 			return err
 		}
-		held = skip // skipped by the operator's WindowSkip: settled as it is
-		if !skip {
+		if !skip { // skipped by the operator's WindowSkip: settled as it is
 			if err := s.journal.CheckOwner(ctx); err != nil {
 				return err
 			}
-			since := int64(-1)
-			if stalled {
-				// Parts after the table's last block so far are this
-				// insert's own, by an attempt whose answer was lost; the
-				// others hold the batch as inserted before the crash.
-				if since, err = s.blockNumber(ctx); err != nil {
-					since = -1
-				}
+			if stalled && !match && !s.info.replicated {
+				return s.cutShort(ctx, p, h, start)
 			}
 			rows := asJournaled
 			switch {
@@ -163,31 +156,38 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 			if err != nil {
 				return err
 			}
-			held = heldBefore(dups, since)
+			// A cut entry's token may hold a longer, earlier version.
+			through, _ = heldEarlier(dups, p.Earlier, p.Last)
 			if stalled && s.info.replicated {
 				// A replicated table logs no duplicate parts to tell by:
-				// keep the batch settled, as if it had landed.
+				// the batch is settled as if it had landed.
 				s.opts.Logger.Warn("chsink: a stalled replay of a batch was finished on a replicated table, which cannot tell whether it held the batch; later rows of the batch are dropped",
 					"source", s.src.String(), "first", p.First.String(), "last", p.Last.String())
-				held = true
 			}
 		}
 	}
-	if stalled && !held && s.n > 0 {
-		return s.cutShort(ctx, p, h, start)
-	}
-	if !p.Acked {
+	return s.settle(ctx, p, stalled, through)
+}
+
+// settle moves past pending[0], p, whose rows are in ClickHouse: it acks p
+// (through a later position when ClickHouse held an earlier, longer version
+// of it) and, when keep, drops the later rows up to through as part of the
+// version ClickHouse holds (see Sink.settled).
+func (s *Sink[T]) settle(ctx context.Context, p sink.Intent, keep bool, through sink.Position) error {
+	switch {
+	case through.Compare(p.Last) > 0:
+		if err := s.journal.AckHeld(ctx, &p, through); err != nil {
+			return err
+		}
+		keep = true
+	case !p.Acked:
 		if err := s.journal.Ack(ctx, &p); err != nil {
 			return err
 		}
 	}
 	s.pending = s.pending[1:]
-	if s.n > 0 && !p.Acked {
-		s.written(p, time.Since(start))
-	} else {
-		s.covered, s.hasCovered = p.Last, true
-	}
-	if stalled {
+	s.covered, s.hasCovered = p.Last, true
+	if keep {
 		last := p.Last
 		s.settled = &last
 	}
@@ -195,29 +195,64 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 	return nil
 }
 
-// heldBefore reports whether ClickHouse dropped an insert as a duplicate of
-// a part of the table that begins at or before block since, the table's
-// last block before the insert (any part when since < 0, the counter being
-// unknown): the batch had landed before the crash. dups lists the parts; it
-// is empty when the table logs none (a replicated one).
-func heldBefore(dups []string, since int64) bool {
+// heldEarlier reports whether ClickHouse dropped an insert as a duplicate of
+// an earlier version of the batch (see sink.Intent.Earlier) and returns the
+// last position of the version it holds; last (the entry's own) otherwise.
+// dups lists the parts of the table it dropped the insert against, named by
+// their first block: the oldest version whose insert began after that block
+// cannot be it. Without earlier versions, any duplicate is of the batch as
+// journaled (an earlier attempt of this very insert).
+func heldEarlier(dups []string, earlier []sink.Prior, last sink.Position) (sink.Position, bool) {
+	held := false
 	for _, part := range dups {
+		held = true
 		_, lo, _, ok := partBlocks(part)
-		if since < 0 || !ok || lo <= since {
-			return true
+		for _, e := range earlier {
+			if !ok || lo <= e.Block {
+				return e.Last, true
+			}
 		}
 	}
-	return false
+	return last, held
 }
 
-// cutShort ends the journaled batch p, whose stalled replay was just
-// inserted under p's token as the first version ClickHouse holds of it, at
-// the last buffered row: an entry over p.First..s.last with the same token
-// supersedes p, so the rest of p's positions is free for the rows still to
-// come. A crash between the insert and this entry loses those rows: the
-// next replay finds p's token taken and keeps the short version.
+// cutShort ends the journaled batch p, whose replay stalled (see
+// finishReplay), at the last buffered row: an entry over p.First..s.last
+// with p's token supersedes p, so the rest of p's positions is free for the
+// rows still to come. The entry is journaled before its insert, like every
+// batch: killed in between, the next owner replays the entry, not p. It
+// lists p among its earlier versions with the table's block counter read
+// just before, because ClickHouse may hold p already under that token (the
+// insert before the crash landed): the insert is then dropped against a
+// part at or below the counter, p's rows are kept whole as MismatchKeepFirst
+// says, and an ack says so (Journal.AckHeld), so the rest of p's rows are
+// dropped as in it, in this process and after any crash.
 func (s *Sink[T]) cutShort(ctx context.Context, p sink.Intent, h uint64, start time.Time) error {
-	return s.supersede(ctx, p, p.Token, s.last, h, false, start)
+	since, err := s.blockNumber(ctx)
+	if err != nil {
+		return err
+	}
+	in := sink.Intent{
+		First: p.First, Last: s.last, Rows: s.n, Hash: h,
+		Token: p.Token, Supersedes: p.Token,
+		Created: s.opts.Now(), Block: since, Boot: s.runID(),
+		Earlier: append(slices.Clone(p.Earlier), sink.Prior{Block: since, Last: p.Last}),
+	}
+	if err := s.journal.Record(ctx, &in); err != nil {
+		return err
+	}
+	dups, err := s.insert(ctx, s.buf.sealed, in, true, prefixOf, s.beforeInsert)
+	if err != nil {
+		return err
+	}
+	if through, held := heldEarlier(dups, in.Earlier, in.Last); through.Compare(in.Last) > 0 {
+		return s.settle(ctx, in, held, through)
+	}
+	s.journal.AckLater(&in)
+	s.pending = s.pending[1:]
+	s.written(in, time.Since(start))
+	s.resetBuffer()
+	return nil
 }
 
 // reinsert writes the buffered rows, replayed into pending[0]'s positions
@@ -240,7 +275,7 @@ func (s *Sink[T]) supersede(ctx context.Context, p sink.Intent, token string, la
 	in := sink.Intent{
 		First: p.First, Last: last, Rows: s.n, Hash: h,
 		Token: token, Supersedes: p.Token,
-		Created: s.opts.Now(),
+		Created: s.opts.Now(), Boot: s.runID(),
 	}
 	var err error
 	if in.Block, err = s.blockLowerBound(ctx); err != nil {

@@ -39,10 +39,11 @@ type Sink[T any] struct {
 	journal *journal.Journal
 	store   checkpoint.Storage
 
-	buf   *colSet[T] // the batch being filled
-	spare *colSet[T] // the batch in flight, or empty
-	body  string
-	info  tableInfo
+	buf     *colSet[T] // the batch being filled
+	spare   *colSet[T] // the batch in flight, or empty
+	body    string     // the insert statement
+	columns []string   // the schema's column names
+	info    tableInfo
 
 	mu          sync.Mutex
 	conn        *ch.Client // the flight's while one runs (see flight)
@@ -78,6 +79,8 @@ type Sink[T any] struct {
 	closeCh chan struct{}
 	kick    chan struct{}
 	running atomic.Bool // a Run is flushing: a second one returns at once
+
+	boot atomic.Pointer[string] // the server's run when the connection was made (see readBoot)
 
 	scratch T
 	block   int64     // cached block counter, a lower bound
@@ -130,6 +133,7 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 		}
 		names[i] = c.name
 	}
+	s.columns = names
 	s.body = "INSERT INTO " + ident(opts.Database) + "." + ident(table.Name) + " (" + joinIdents(names) + ") VALUES"
 	if err := s.initMetrics(); err != nil {
 		return nil, err
@@ -139,6 +143,8 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 		return nil, err
 	}
 	s.conn = conn
+	boot := readBoot(ctx, conn, opts.Database)
+	s.boot.Store(&boot)
 	info, err := checkTable(ctx, conn, opts.Database, table.Name, names, opts.OnMismatch == MismatchReinsert)
 	if err != nil {
 		_ = conn.Close()
@@ -385,44 +391,6 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// aheadAt returns when to flush ahead of the next barrier, if the sink
-// expects one and has not flushed ahead of it yet (see
-// Options.NoFlushAhead). The flush must be acknowledged before the barrier
-// comes, or the barrier waits for the rest of it, and barriers come early
-// or late by the time the chain takes to reach them: it starts twice the
-// time the last ones took (cadence/10 before any was measured) plus twice
-// the intervals' mean deviation before the barrier is due, and never
-// earlier than half an interval before it nor later than a twentieth.
-func (s *Sink[T]) aheadAt() (time.Time, bool) {
-	if s.opts.NoFlushAhead || s.async || s.cadence <= 0 || s.aheadDone || s.barrierAt.IsZero() {
-		return time.Time{}, false
-	}
-	took := s.aheadTook
-	if took == 0 {
-		took = s.cadence / 20
-	}
-	lead := min(max(2*took+2*s.jitter, s.cadence/20), s.cadence/2)
-	return s.barrierAt.Add(s.cadence - lead), true
-}
-
-// barrier notes that a barrier reached the sink now: it updates the
-// expected cadence and its jitter (moving averages over the intervals, as
-// TCP estimates a round trip, so one late barrier moves them by a quarter)
-// and re-arms the flush ahead of the next one.
-func (s *Sink[T]) barrier(now time.Time) {
-	if !s.barrierAt.IsZero() {
-		iv := now.Sub(s.barrierAt)
-		if s.cadence == 0 {
-			s.cadence, s.jitter = iv, 0
-		} else {
-			dev := iv - s.cadence
-			s.jitter += (max(dev, -dev) - s.jitter) / 4
-			s.cadence += dev / 4
-		}
-	}
-	s.barrierAt, s.aheadDone = now, false
 }
 
 // Close stops Run and the batch in flight, and releases the connection.

@@ -40,6 +40,10 @@ type ackRecord struct {
 	First    sink.Position `json:"first"`
 	Epoch    uint64        `json:"epoch"`
 	AckEpoch uint64        `json:"ack_epoch"`
+	// Through, when set, says ClickHouse holds an earlier, longer version
+	// of the entry's batch under its token (see sink.Intent.Earlier): a
+	// load reports the entry as ending there.
+	Through *sink.Position `json:"through,omitempty"`
 }
 
 // claimAttempts bounds how many claims racing with this one Claim outlasts.
@@ -306,6 +310,25 @@ func (j *Journal) Ack(ctx context.Context, in *sink.Intent) error {
 	return nil
 }
 
+// AckHeld acknowledges in as Ack does, and records that ClickHouse holds
+// an earlier version of its batch under its token, one that ends at
+// through, after in.Last (see sink.Intent.Earlier): a load then reports in
+// as ending at through, so the positions after in.Last up to through are
+// not inserted again.
+func (j *Journal) AckHeld(ctx context.Context, in *sink.Intent, through sink.Position) error {
+	b, _ := json.Marshal(ackRecord{First: in.First, Epoch: in.Epoch, AckEpoch: j.epoch, Through: &through})
+	name := j.ackName(*in, j.epoch)
+	if err := j.create(ctx, name, b); err != nil {
+		return fmt.Errorf("sink: journal %s: ack %s..%s: %w", j.prefix, in.First, in.Last, err)
+	}
+	in.Acked, in.AckEpoch = true, max(in.AckEpoch, j.epoch)
+	if through.Compare(in.Last) > 0 {
+		in.Last = through
+	}
+	j.known = append(j.known, entryRef{name: name, last: in.Last})
+	return nil
+}
+
 // Load returns the entries whose last position is after `after` (all
 // entries when after is nil), ordered by position. Overlapping entries are
 // reconciled: an entry that supersedes another (same first position and
@@ -371,6 +394,9 @@ func (j *Journal) Load(ctx context.Context, after *sink.Position) ([]sink.Intent
 			e := &all[i]
 			if e.First == a.First && e.Epoch == a.Epoch {
 				e.Acked, e.AckEpoch = true, max(e.AckEpoch, a.AckEpoch)
+				if a.Through != nil && a.Through.Compare(e.Last) > 0 {
+					e.Last = *a.Through
+				}
 				last = e.Last
 			}
 		}

@@ -348,3 +348,35 @@ func TestJournalSupersedeByPrefix(t *testing.T) {
 		})
 	}
 }
+
+// TestJournalAckHeld: a cut-short entry whose insert ClickHouse dropped
+// against the longer batch it cut (journaled before the insert, the cut
+// may turn out wrong) is acknowledged as ending where that batch did, and
+// a later load sees it so: the rows after the cut are in ClickHouse.
+func TestJournalAckHeld(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	a, _ := journal.Open(store, "db.t", src)
+	require.NoError(t, a.Claim(ctx))
+	old := record(t, a, pos(0, 0), pos(9, 0))
+
+	b, _ := journal.Open(store, "db.t", src)
+	require.NoError(t, b.Claim(ctx))
+	cut := sink.Intent{First: old.First, Last: pos(3, 0), Rows: 2, Hash: 7, Token: old.Token, Supersedes: old.Token,
+		Earlier: []sink.Prior{{Block: 41, Last: old.Last}}}
+	require.NoError(t, b.Record(ctx, &cut))
+	require.NoError(t, b.AckHeld(ctx, &cut, old.Last))
+	assert.Equal(t, old.Last, cut.Last)
+
+	for _, after := range []*sink.Position{nil, new(pos(2, 0))} {
+		d, _ := journal.Open(store, "db.t", src)
+		require.NoError(t, d.Claim(ctx))
+		got, err := d.Load(ctx, after)
+		require.NoError(t, err)
+		require.Len(t, got, 1, "after %v", after)
+		assert.Equal(t, old.Last, got[0].Last, "the entry ends where the batch ClickHouse holds does")
+		assert.True(t, got[0].Acked)
+		assert.Equal(t, old.Token, got[0].Token)
+		assert.Equal(t, []sink.Prior{{Block: 41, Last: old.Last}}, got[0].Earlier)
+	}
+}

@@ -1,0 +1,182 @@
+package chsink
+
+// The lost-part check: does a table hold what the insert of a batch wrote
+// there? The server's deduplication log names the part (partition_N_N_0,
+// N the block number the insert took), but after a restart that name may
+// be another insert's: the server numbers blocks on from its highest
+// surviving part. So the check compares content, not names:
+//
+//   - the named part still unmerged: its rows are compared with what the
+//     insert wrote (the batch, or a view's rows of it, written into a
+//     staging copy of the table, so the engine folds them on insert as it
+//     did then), as a multiset fingerprint;
+//   - merged, in a MergeTree that keeps every row and stores each row's
+//     block number (enable_block_number_column = 1): the rows of block N,
+//     compared the same way;
+//   - merged otherwise: what the engine's merges leave (see lostPartProof).
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// proof says how the sink tells whether a table of engine holds a block
+// that the server deduplicated a re-insert against (see lostPartProof).
+type proof uint8
+
+const (
+	// proofNone: the engine commits the block's token and its part
+	// together (Replicated and Shared tables, in Keeper): nothing to check.
+	proofNone proof = iota
+	// proofRows: merges keep every row (MergeTree): the rows of the block
+	// are compared exactly, by the block number each row stores when the
+	// table has enable_block_number_column, else by the merged parts that
+	// cover the block holding every row of it.
+	proofRows
+	// proofKeys: merges keep one row per sorting key (the Replacing
+	// family): the block's rows are held when their keys are, which is what
+	// the engine itself promises (a row of the same key replaces them).
+	proofKeys
+	// proofFolded: merges fold rows of a key into one (Aggregating,
+	// Summing, Collapsing, Coalescing, Graphite): once the block's part is
+	// merged, its rows cannot be told from other inserts' rows of the same
+	// keys. The sink checks that the block's keys are there, which a batch
+	// whose keys another insert also wrote passes even when its own part is
+	// gone. Such tables are exact only as long as the named part is unmerged,
+	// or when replicated.
+	proofFolded
+)
+
+// lostPartProof is where the sink decides whether the lost-part check and
+// repair apply to a table of this engine (system.tables.engine), and how
+// it proves a block held. It is the one place to change for an engine.
+func lostPartProof(engine string) proof {
+	if strings.HasPrefix(engine, "Replicated") || strings.HasPrefix(engine, "Shared") {
+		return proofNone
+	}
+	switch engine {
+	case "MergeTree":
+		return proofRows
+	case "ReplacingMergeTree":
+		return proofKeys
+	}
+	return proofFolded
+}
+
+// tableFacts are what the check needs to know of a table.
+type tableFacts struct {
+	engine     string
+	sortingKey string   // as system.tables has it; "" for none
+	columns    []string // its stored columns, in order
+}
+
+// facts reads db.table's engine, sorting key and columns.
+func (v *verifier[T]) facts(ctx context.Context, db, table string) (tableFacts, error) {
+	c := v.s.conn
+	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT engine AS c0, sorting_key AS c1 FROM system.tables WHERE database = %s AND name = %s",
+		quote(db), quote(table)), 2)
+	if err != nil {
+		return tableFacts{}, err
+	}
+	if len(rows) != 1 {
+		return tableFacts{}, fmt.Errorf("table %s.%s does not exist", db, table)
+	}
+	f := tableFacts{engine: rows[0][0], sortingKey: rows[0][1]}
+	cols, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT name AS c0 FROM system.columns WHERE database = %s AND table = %s AND default_kind NOT IN ('ALIAS', 'EPHEMERAL', 'MATERIALIZED') ORDER BY position",
+		quote(db), quote(table)), 1)
+	if err != nil {
+		return tableFacts{}, err
+	}
+	for _, r := range cols {
+		f.columns = append(f.columns, r[0])
+	}
+	return f, nil
+}
+
+// fingerprint returns the row count and a hash of the multiset of rows of
+// db.table matching where, over cols: equal fingerprints are equal
+// multisets of rows (but for a 64-bit hash collision).
+func (v *verifier[T]) fingerprint(ctx context.Context, db, table, where string, cols []string) (string, error) {
+	rows, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
+		"SELECT toString(count()) || '/' || toString(sum(cityHash64(formatRow('RowBinary', %s)))) AS c0 FROM %s.%s WHERE %s",
+		joinIdents(cols), ident(db), ident(table), where), 1)
+	if err != nil {
+		return "", err
+	}
+	if len(rows) != 1 {
+		return "", fmt.Errorf("fingerprint of %s.%s: no answer", db, table)
+	}
+	return rows[0][0], nil
+}
+
+// blockRows is the condition on a table's rows that selects what the
+// insert that took part's block number wrote there: the part itself,
+// still unmerged, or (with stored block numbers) the rows of that block.
+func blockRows(part string, byNumber bool) string {
+	p, lo, _, ok := partBlocks(part)
+	if !byNumber || !ok {
+		return "_part = " + quote(part)
+	}
+	return fmt.Sprintf("_partition_id = %s AND _block_number = %d", quote(p), lo)
+}
+
+// exact tells, when it can, whether db.table holds the block the
+// deduplication log named as part: decided reports whether it could. want
+// are the staging tables (in the sink's database) holding what the insert
+// may have written into db.table, one per view writing there (the batch
+// itself for the sink's table); the block is held when its rows are one of
+// them, partition by partition.
+func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f tableFacts, want []string) (held, decided bool, err error) {
+	active, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
+		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
+		quote(db), quote(table), quote(part)), 1)
+	if err != nil {
+		return false, false, err
+	}
+	byNumber := false
+	if len(active) == 0 {
+		if lostPartProof(f.engine) != proofRows {
+			return false, false, nil
+		}
+		if byNumber, err = v.storesBlockNumbers(ctx, db, table, part); err != nil || !byNumber {
+			return false, false, err
+		}
+	}
+	got, err := v.fingerprint(ctx, db, table, blockRows(part, byNumber), f.columns)
+	if err != nil {
+		return false, false, err
+	}
+	pid, _, _, _ := partBlocks(part)
+	for _, w := range want {
+		exp, err := v.fingerprint(ctx, v.s.opts.Database, w, "_partition_id = "+quote(pid), f.columns)
+		if err != nil {
+			return false, false, err
+		}
+		if exp == got {
+			return true, true, nil
+		}
+	}
+	return false, true, nil
+}
+
+// storesBlockNumbers reports whether every active part of db.table that
+// covers part's block stores each row's block number (a table with
+// enable_block_number_column = 1): the block's rows can then be read out
+// of merged parts.
+func (v *verifier[T]) storesBlockNumbers(ctx context.Context, db, table, part string) (bool, error) {
+	p, lo, hi, ok := partBlocks(part)
+	if !ok {
+		return false, nil
+	}
+	rows, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
+		"SELECT toString(count()) AS c0, toString(countIf(name IN (SELECT part_name FROM system.parts_columns WHERE database = %[1]s AND table = %[2]s AND column = '_block_number'))) AS c1 "+
+			"FROM system.parts WHERE active AND database = %[1]s AND table = %[2]s AND partition_id = %[3]s AND min_block_number <= %[4]d AND max_block_number >= %[5]d",
+		quote(db), quote(table), quote(p), lo, hi), 2)
+	if err != nil || len(rows) != 1 {
+		return false, err
+	}
+	return rows[0][0] != "0" && rows[0][0] == rows[0][1], nil
+}

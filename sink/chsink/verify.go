@@ -1,0 +1,175 @@
+package chsink
+
+// The staging tables of a lost-part check, and the check itself: what
+// the insert of a batch wrote into a table, written again into staging
+// copies, compared with what the table holds (see partcheck.go).
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
+
+	"github.com/exactlyonce/exactlyonce/sink"
+)
+
+// verifier checks a batch's rows against the parts that supposedly hold
+// them. It makes its staging tables on first use and drops them all in
+// drop; their names are fixed per batch (see scratchName), so tables a
+// crash left behind are replaced by the next check of the same batch.
+type verifier[T any] struct {
+	s     *Sink[T]
+	input proto.Input
+	in    sink.Intent
+	asIs  string   // the batch in a copy of the table: its engine folds it as the table did
+	src   string   // the batch in insert order, as a materialized view saw it
+	made  []string // every staging table made
+	views map[string][]string
+}
+
+// lacks reports whether db.table (the sink's own table when own) lacks
+// what the insert of the batch wrote there, given the parts the server
+// named (hits). whole says the input is the batch as journaled, so the
+// parts can be compared with it exactly; else it is a prefix of what the
+// server may hold, and only its rows' presence is checked.
+func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hits []string, whole bool) (bool, error) {
+	f, err := v.facts(ctx, db, table)
+	if err != nil {
+		return false, err
+	}
+	if lostPartProof(f.engine) == proofNone {
+		return false, nil // the token is committed with the part
+	}
+	var want []string
+	if own {
+		t, err := v.table(ctx)
+		if err != nil {
+			return false, err
+		}
+		want = []string{t}
+	} else if want, err = v.derived(ctx, db, table); err != nil {
+		return false, err
+	}
+	if whole {
+		var undecided []string
+		for _, part := range hits {
+			held, decided, err := v.exact(ctx, db, table, part, f, want)
+			if err != nil {
+				return false, err
+			}
+			if !decided {
+				undecided = append(undecided, part)
+			} else if !held {
+				return true, nil
+			}
+		}
+		if hits = undecided; len(hits) == 0 {
+			return false, nil
+		}
+	}
+	return v.missingKeys(ctx, db, table, hits, f, want)
+}
+
+// missingKeys reports whether a row of a staging table in want has a key
+// that no part of db.table covering hits holds. The key is the whole row
+// for a table that keeps every row (MergeTree), the sorting key otherwise.
+func (v *verifier[T]) missingKeys(ctx context.Context, db, table string, hits []string, f tableFacts, want []string) (bool, error) {
+	key := f.sortingKey
+	if key == "" || lostPartProof(f.engine) == proofRows {
+		key = joinIdents(f.columns)
+	}
+	for _, w := range want {
+		n, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
+			"SELECT toString(count()) AS c0 FROM %s.%s WHERE (%s) NOT IN (SELECT %s FROM %s.%s WHERE %s) SETTINGS transform_null_in = 1",
+			ident(v.s.opts.Database), ident(w), key, key, ident(db), ident(table), coveringRows(hits)), 1)
+		if err != nil {
+			return false, err
+		}
+		if len(n) == 1 && n[0][0] != "0" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// table returns the staging copy of the sink's table (its engine and
+// settings) that holds the batch alone, made on first use.
+func (v *verifier[T]) table(ctx context.Context) (string, error) {
+	if v.asIs == "" {
+		name := v.s.scratchName("eo_verify_", v.in)
+		if err := v.s.stage(ctx, v.input, name, ""); err != nil {
+			return "", err
+		}
+		v.asIs, v.made = name, append(v.made, name)
+	}
+	return v.asIs, nil
+}
+
+// source returns a staging copy of the sink's table that holds the batch
+// in the order it was inserted (one part, no sorting key): a view's query
+// over it sees the rows as the view saw the insert's block.
+func (v *verifier[T]) source(ctx context.Context) (string, error) {
+	if v.src == "" {
+		name := v.s.scratchName("eo_source_", v.in)
+		if err := v.s.stage(ctx, v.input, name, " ENGINE = MergeTree ORDER BY tuple()"); err != nil {
+			return "", err
+		}
+		v.src, v.made = name, append(v.made, name)
+	}
+	return v.src, nil
+}
+
+// derived returns staging copies of db.target (its engine and settings),
+// one per materialized view that reads the sink's table and writes to
+// target, each holding what that view derives from the batch.
+func (v *verifier[T]) derived(ctx context.Context, db, target string) ([]string, error) {
+	key := db + "." + target
+	if got, ok := v.views[key]; ok {
+		return got, nil
+	}
+	src, err := v.source(ctx)
+	if err != nil {
+		return nil, err
+	}
+	views, err := v.s.viewQueries(ctx, db, target, src)
+	if err != nil {
+		return nil, err
+	}
+	if len(views) == 0 {
+		return nil, fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", v.s.opts.Database, v.s.table.Name, db, target)
+	}
+	var out []string
+	sdb := ident(v.s.opts.Database)
+	for _, q := range views {
+		name := v.s.scratchName("eo_derive_", v.in, key, q.name)
+		v.made = append(v.made, name)
+		names, err := outputColumns(ctx, v.s.conn, q.sel)
+		if err != nil {
+			return nil, fmt.Errorf("view %s: %w", q.name, err)
+		}
+		for _, stmt := range []string{
+			dropTable(v.s.opts.Database, name),
+			"CREATE TABLE " + sdb + "." + ident(name) + " AS " + ident(db) + "." + ident(target),
+			"INSERT INTO " + sdb + "." + ident(name) + " (" + joinIdents(names) + ") SELECT " + joinIdents(names) + " FROM (" + q.sel + ") SETTINGS max_threads = 1",
+		} {
+			if err := v.s.conn.Do(ctx, ch.Query{Body: stmt}); err != nil {
+				return nil, fmt.Errorf("view %s: %s: %w", q.name, stmt, err)
+			}
+		}
+		out = append(out, name)
+	}
+	if v.views == nil {
+		v.views = map[string][]string{}
+	}
+	v.views[key] = out
+	return out, nil
+}
+
+// drop removes the staging tables made.
+func (v *verifier[T]) drop(ctx context.Context) {
+	for _, name := range v.made {
+		_ = v.s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: dropTable(v.s.opts.Database, name)})
+	}
+	v.made = nil
+}
