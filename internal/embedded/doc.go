@@ -27,6 +27,14 @@
 //	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})
 //	defer r.Stop()
 //
+//	zk, err := embedded.StartZooKeeper(ctx, embedded.ZooKeeperOptions{})
+//	defer zk.Stop()
+//	zk.Kill()          // kill -9; zk.Start(ctx) brings it back with its znodes
+//	r1, err := embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{
+//		ZooKeeper: zk.Addr(), Macros: map[string]string{"shard": "s1", "replica": "r1"}})
+//	// ReplicatedMergeTree tables are created there, but stay read-only:
+//	// clickhouse-local never activates a replica (docs/replicated.md).
+//
 //	s3, err := embedded.StartS3(ctx, embedded.S3Options{})
 //	defer s3.Stop()
 //	s3.Endpoint()      // http://127.0.0.1:port, root credentials S3AccessKey/S3SecretKey
@@ -41,6 +49,8 @@
 // into the cache the first time, keyed by a hash of its source. The Kafka
 // broker process (kfakeserver) is built the same way, from this module, so
 // StartKafkaProcess must run with the working directory inside the module.
+// Apache ZooKeeper 3.9.3's jars (13 MB) come from Maven (EnsureMaven) into
+// the cache the first time; it runs on the installed java.
 // versitygw v1.8.0 is built with `go install` into the cache (about 100 s
 // the first time; `make deps` does it ahead), under the same kind of lock.
 //
@@ -51,7 +61,9 @@
 // SIGKILL to the group and returns only after the process is reaped, so a
 // following Restart never races the old process for the port or the data
 // directory. Start functions return only once the server answers its
-// protocol (ClickHouse: Ping and SELECT version(); Redis: PING). ClickHouse
+// protocol (ClickHouse: Ping and SELECT version(); Redis: PING; ZooKeeper:
+// srvr reports it serving). ZooKeeper keeps its znodes across Kill and
+// Start (it syncs its transaction log before it answers a write). ClickHouse
 // keeps its data in its directory across Kill and Restart; a Kafka process
 // with a DataDir keeps acknowledged records and committed offsets across
 // Kill and Start; S3 keeps every object in its directory across Kill and
