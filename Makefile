@@ -21,17 +21,23 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps test demo chaos bench
 
-# deps installs only what is missing: redis-server, npm and a C compiler (for
-# the cgo ClickHouse launcher) from Debian, the chdb tarball (178 MB, under
-# the same lock the Go code takes), versitygw (unless S3_ENDPOINT is set), Go
-# modules, and Apache ZooKeeper's jars (about 13 MB, with Maven, for the
-# replicated ClickHouse tests; java and maven from Debian if missing; unless
-# CLICKHOUSE_ADDR is set).
+# deps installs only what is missing: redis-server, npm, a C compiler (for
+# the cgo ClickHouse launcher), java and maven (for Apache Kafka and
+# ZooKeeper) from Debian, the chdb tarball (178 MB, under the same lock the
+# Go code takes), versitygw (unless S3_ENDPOINT is set), Go modules, Apache
+# ZooKeeper's jars (about 13 MB, with Maven, for the replicated ClickHouse
+# tests; unless CLICKHOUSE_ADDR is set), and Apache Kafka 4.4.0 and 3.9.2's
+# jars (about 45 MB each, with Maven; unless KAFKA_BROKERS is set or
+# EXACTLYONCE_KAFKA=kfake).
 deps:
 	@pkgs=""; \
 	if [ -z "$${REDIS_ADDR:-}" ] && [ ! -x /usr/bin/redis-server ] && ! command -v redis-server >/dev/null; then pkgs="$$pkgs redis-server"; fi; \
 	if ! command -v npm >/dev/null; then pkgs="$$pkgs npm"; fi; \
 	if [ -z "$${CLICKHOUSE_ADDR:-}" ] && ! command -v gcc >/dev/null; then pkgs="$$pkgs gcc libc6-dev"; fi; \
+	if [ -z "$${KAFKA_BROKERS:-}" ] && [ "$${EXACTLYONCE_KAFKA:-}" != kfake ]; then \
+		command -v java >/dev/null || pkgs="$$pkgs default-jre-headless"; \
+		command -v mvn >/dev/null || pkgs="$$pkgs maven"; \
+	fi; \
 	if [ -n "$$pkgs" ]; then \
 		echo "deps: apt-get install$$pkgs"; \
 		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $$pkgs; \
@@ -79,6 +85,7 @@ deps:
 	fi
 	go mod download
 	@if [ -z "$${CLICKHOUSE_ADDR:-}" ]; then go run ./internal/cmd/fetchzookeeper; fi
+	@if [ -z "$${KAFKA_BROKERS:-}" ] && [ "$${EXACTLYONCE_KAFKA:-}" != kfake ]; then go run ./internal/cmd/fetchkafka; fi
 
 test: deps
 	go vet ./...

@@ -7,7 +7,7 @@
 //
 //	func TestPipeline(t *testing.T) {
 //		chAddr, db := testkit.ClickHouse(t)   // shared server, fresh database per test
-//		brokers := testkit.Kafka(t)           // in-process Kafka (franz-go kfake) per test
+//		brokers := testkit.Kafka(t)           // Apache Kafka 4.4, one broker per test binary
 //		redisAddr := testkit.Redis(t)         // redis-server per test
 //		topic := testkit.Name(t, "events")    // unique, so shared servers never collide
 //		testkit.CreateTopic(t, brokers, topic, 3)
@@ -15,11 +15,15 @@
 //		rows := testkit.Table(t, chAddr, db, "org_minute", testkit.Final)
 //	}
 //
-// StartClickHouse, StartRedis and StartKafkaProcess give a test a
-// dedicated server it may kill and restart (Kill, Restart, Stop, Start),
-// for failure tests; StartKafka gives it an in-process kfake cluster whose
-// requests it may intercept (Cluster().ControlKey). StandaloneClickHouse
-// and StandaloneRedis start a server without a test, for runnable examples.
+// StartClickHouse, StartRedis and StartKafkaBroker give a test a dedicated
+// server it may kill and restart (Kill, Restart, Stop, Start), for failure
+// tests; StartKafkaBroker with Nodes 3 gives a three-broker Apache Kafka
+// cluster (replication factor 3, min.insync.replicas 2) whose brokers are
+// killed one at a time (KillNode, StartNode). StartKafka gives a test an
+// in-process kfake cluster whose requests it may intercept
+// (Cluster().ControlKey), and StartKafkaProcess a kfake broker process.
+// StandaloneClickHouse and StandaloneRedis start a server without a test,
+// for runnable examples.
 //
 // ReplicatedClickHouse gives a test a server that knows a ZooKeeper (one
 // embedded Apache ZooKeeper per test binary), where ReplicatedMergeTree
@@ -44,11 +48,18 @@
 // to standard error meanwhile (the first start takes a minute or two, later
 // ones half a second). So the machine needs npm, a C compiler (cgo) and the
 // Go toolchain, on linux/amd64. Redis needs redis-server on the PATH or at
-// /usr/bin/redis-server (Debian: apt-get install redis-server). Kafka needs
-// nothing: franz-go's kfake runs inside the test binary and speaks the
-// broker protocol (acks=all produce, consumer groups, offset commits).
-// ZooKeeper (for ReplicatedClickHouse) needs java and mvn: its jars come
-// from Maven into the same cache on first use (about 13 MB).
+// /usr/bin/redis-server (Debian: apt-get install redis-server). Kafka is
+// Apache Kafka's own broker in KRaft mode, a java process: on first use the
+// kit fetches its jars (org.apache.kafka:kafka_2.13 and dependencies, about
+// 45 MB per release) with Maven into the cache, so the machine needs java
+// 17 or later and mvn (Debian: apt-get install maven default-jre-headless).
+// $EXACTLYONCE_KAFKA chooses the release: apache-4 (4.4.0, the default),
+// apache-3.9 (3.9.2), or kfake (franz-go's fake broker, in process, a fresh
+// one per test, nothing to fetch). The brokers run with test timing
+// (group.initial.rebalance.delay.ms 0, group.min.session.timeout.ms 100
+// ms); KafkaBrokerOptions.KafkaDefaults keeps Kafka's own.
+// ZooKeeper (for ReplicatedClickHouse) needs java and mvn too: its jars
+// come from Maven into the same cache on first use (about 13 MB).
 //
 // # Servers you already run
 //

@@ -1,8 +1,11 @@
 package testkit
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,22 +14,219 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
+// EnvKafka chooses the Kafka the kit starts when $KAFKA_BROKERS is unset:
+// KafkaApache4 (the default), KafkaApache39 or KafkaFake.
+const EnvKafka = "EXACTLYONCE_KAFKA"
+
+// The values of $EXACTLYONCE_KAFKA.
+const (
+	// KafkaApache4 is Apache Kafka 4.4.0 (transactions v2), in KRaft mode,
+	// one JVM process per test binary.
+	KafkaApache4 = "apache-4"
+	// KafkaApache39 is Apache Kafka 3.9.2 (transactions v1), the last 3.x
+	// line.
+	KafkaApache39 = "apache-3.9"
+	// KafkaFake is franz-go's kfake, in process, a fresh cluster per test.
+	KafkaFake = "kfake"
+)
+
+// KafkaImplementation returns the Kafka the kit starts: $EXACTLYONCE_KAFKA,
+// or KafkaApache4 when it is unset. It fails the test on an unknown value.
+func KafkaImplementation(t testing.TB) string {
+	t.Helper()
+	v := os.Getenv(EnvKafka)
+	switch v {
+	case "":
+		return KafkaApache4
+	case KafkaApache4, KafkaApache39, KafkaFake:
+		return v
+	}
+	t.Fatalf("testkit: %s=%q: want %s, %s or %s", EnvKafka, v, KafkaApache4, KafkaApache39, KafkaFake)
+	return ""
+}
+
+// apacheVersion maps an implementation to its Apache Kafka release.
+func apacheVersion(impl string) string {
+	if impl == KafkaApache39 {
+		return embedded.ApacheKafka39
+	}
+	return embedded.ApacheKafka4
+}
+
+// sharedKafka is the one Apache Kafka broker per test binary behind Kafka.
+// It is never stopped explicitly: the kernel kills it when the test binary
+// exits (Pdeathsig), and a later start removes its directory.
+var sharedKafka struct {
+	mu  sync.Mutex
+	k   *embedded.ApacheKafka
+	err error
+}
+
 // Kafka returns the bootstrap brokers of a Kafka cluster for this test: the
-// ones in $KAFKA_BROKERS if set (shared by all tests, so name topics and
-// groups with Name), otherwise a fresh one-broker cluster inside the test
-// binary (franz-go's kfake), closed at cleanup.
+// ones in $KAFKA_BROKERS if set; otherwise, by $EXACTLYONCE_KAFKA, one
+// Apache Kafka broker per test binary, started on first use (the first use
+// on a machine fetches its jars with Maven, printing progress to standard
+// error), or with KafkaFake a fresh in-process kfake cluster closed at
+// cleanup. Every broker but kfake's is shared by the tests: name topics and
+// groups with Name, and do not kill it (StartKafkaBroker gives a test its
+// own).
 func Kafka(t testing.TB) []string {
 	t.Helper()
 	if v := os.Getenv(EnvKafkaBrokers); v != "" {
 		return strings.Split(v, ",")
 	}
-	k, err := embedded.StartKafka(embedded.KafkaOptions{})
+	impl := KafkaImplementation(t)
+	if impl == KafkaFake {
+		k, err := embedded.StartKafka(embedded.KafkaOptions{})
+		if err != nil {
+			Unavailable(t, "kafka (kfake)", err)
+			return nil
+		}
+		t.Cleanup(k.Close)
+		return k.Brokers()
+	}
+	brokers, err := sharedApacheKafka(t, impl)
 	if err != nil {
-		Unavailable(t, "kafka (kfake)", err)
+		Unavailable(t, "kafka ("+impl+")", err)
 		return nil
 	}
-	t.Cleanup(k.Close)
-	return k.Brokers()
+	return brokers
+}
+
+func sharedApacheKafka(t testing.TB, impl string) ([]string, error) {
+	sharedKafka.mu.Lock()
+	defer sharedKafka.mu.Unlock()
+	if sharedKafka.k == nil && sharedKafka.err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), firstStartTimeout)
+		defer cancel()
+		sharedKafka.k, sharedKafka.err = embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{
+			Version: apacheVersion(impl), Progress: os.Stderr,
+		})
+	}
+	if sharedKafka.err != nil {
+		return nil, sharedKafka.err
+	}
+	if sharedKafka.k.Node(1).PID() == 0 {
+		t.Logf("testkit: the shared kafka broker exited, starting it again")
+		ctx, cancel := setupContext(t)
+		defer cancel()
+		if err := sharedKafka.k.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return sharedKafka.k.Brokers(), nil
+}
+
+// KafkaBrokerOptions configures StartKafkaBroker. The zero value is valid.
+type KafkaBrokerOptions struct {
+	// Nodes is the number of brokers (each also a KRaft controller). With
+	// 3, topics get 3 replicas and min.insync.replicas 2. Default: 1.
+	Nodes int
+	// KafkaDefaults keeps Kafka's own group and transaction timing
+	// (group.initial.rebalance.delay.ms 3 s, group.min.session.timeout.ms
+	// 6 s) instead of the kit's test timing (0 and 100 ms). Default: false.
+	KafkaDefaults bool
+	// Configs are further broker configs.
+	Configs map[string]string
+}
+
+// KafkaBroker is an Apache Kafka cluster of this test's own, which the test
+// may kill and restart. Its methods fail the test on error, so call them
+// from the test's goroutine.
+type KafkaBroker struct {
+	t testing.TB
+	k *embedded.ApacheKafka
+}
+
+// StartKafkaBroker starts an Apache Kafka cluster for this test alone (the
+// release $EXACTLYONCE_KAFKA names; Apache Kafka 4 under KafkaFake too),
+// with its logs in the test's temporary directory, killed at cleanup. It
+// ignores $KAFKA_BROKERS: a test that kills brokers needs its own.
+func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
+	t.Helper()
+	var o KafkaBrokerOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), firstStartTimeout)
+	defer cancel()
+	k, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{
+		Version: apacheVersion(KafkaImplementation(t)), Nodes: o.Nodes, Dir: t.TempDir(),
+		KafkaDefaults: o.KafkaDefaults, Configs: o.Configs, Progress: os.Stderr,
+	})
+	if err != nil {
+		Unavailable(t, "kafka (apache)", err)
+		return nil
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	return &KafkaBroker{t: t, k: k}
+}
+
+// Brokers returns the bootstrap addresses; they stay the same across Kill
+// and Start.
+func (b *KafkaBroker) Brokers() []string { return b.k.Brokers() }
+
+// Version returns the Apache Kafka release running.
+func (b *KafkaBroker) Version() string { return b.k.Version() }
+
+// Kill kills every broker with SIGKILL and waits until they are gone.
+// KillNode kills one.
+func (b *KafkaBroker) Kill() {
+	b.t.Helper()
+	if err := b.k.Kill(); err != nil {
+		b.t.Fatalf("testkit: %v", err)
+	}
+}
+
+// Start starts every killed or stopped broker again on the same ports and
+// logs, and waits until each answers.
+func (b *KafkaBroker) Start() {
+	b.t.Helper()
+	ctx, cancel := setupContext(b.t)
+	defer cancel()
+	if err := b.k.Start(ctx); err != nil {
+		b.t.Fatalf("testkit: %v", err)
+	}
+}
+
+// Stop shuts every broker down cleanly and waits until they are gone.
+func (b *KafkaBroker) Stop() {
+	b.t.Helper()
+	for _, n := range b.k.Nodes() {
+		if err := n.Stop(); err != nil {
+			b.t.Fatalf("testkit: %v", err)
+		}
+	}
+}
+
+// KillNode kills broker id (1 to Nodes) with SIGKILL.
+func (b *KafkaBroker) KillNode(id int) {
+	b.t.Helper()
+	if err := b.node(id).Kill(); err != nil {
+		b.t.Fatalf("testkit: %v", err)
+	}
+}
+
+// StartNode starts broker id again and waits until it answers.
+func (b *KafkaBroker) StartNode(id int) {
+	b.t.Helper()
+	ctx, cancel := setupContext(b.t)
+	defer cancel()
+	if err := b.node(id).Start(ctx); err != nil {
+		b.t.Fatalf("testkit: %v", err)
+	}
+}
+
+// NodePID returns broker id's process id, 0 while it is down.
+func (b *KafkaBroker) NodePID(id int) int { return b.node(id).PID() }
+
+func (b *KafkaBroker) node(id int) *embedded.KafkaNode {
+	b.t.Helper()
+	n := b.k.Node(id)
+	if n == nil {
+		b.t.Fatalf("testkit: no kafka node %d (%d nodes)", id, len(b.k.Nodes()))
+	}
+	return n
 }
 
 // CreateTopic creates topic with the given number of partitions and waits
@@ -42,8 +242,14 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	}
 }
 
+// String names the cluster in test logs.
+func (b *KafkaBroker) String() string {
+	return fmt.Sprintf("apache kafka %s, %d node(s), %v", b.k.Version(), len(b.k.Nodes()), b.k.Brokers())
+}
+
 // KafkaCluster is a dedicated in-process Kafka cluster (franz-go's kfake)
-// for one test, for tests that inject faults into the broker.
+// for one test, for tests that inject faults into the broker: kfake runs
+// whatever $EXACTLYONCE_KAFKA says, since only it has request hooks.
 type KafkaCluster struct {
 	k *embedded.Kafka
 }
@@ -87,7 +293,8 @@ type KafkaProcessOptions struct {
 	ExpireMembers bool
 }
 
-// KafkaServer is a one-broker kfake cluster in its own process, persisting
+// KafkaServer is a one-broker kfake cluster in its own process (whatever
+// $EXACTLYONCE_KAFKA says; StartKafkaBroker gives Apache Kafka), persisting
 // to a per-test directory, for tests that kill Kafka or keep it alive while
 // they kill its clients. Its methods fail the test on error, so call them
 // from the test's goroutine.

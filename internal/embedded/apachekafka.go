@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
@@ -49,6 +50,9 @@ var DefaultApacheKafkaJVMOptions = []string{
 	"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 	"-Dlog4j2.level=warn",
 }
+
+// kafkaTempDirPrefix names the directories StartApacheKafka creates itself.
+const kafkaTempDirPrefix = "exactlyonce-kafka-"
 
 // slf4jSimple is the logging backend fetched beside the broker: Kafka's jars
 // bring slf4j's API only, and without a backend the broker's warnings and
@@ -159,11 +163,30 @@ func StartApacheKafka(ctx context.Context, opts ApacheKafkaOptions) (*ApacheKafk
 	}
 	k := &ApacheKafka{opts: opts, java: java, classpath: cp}
 	if k.opts.Dir == "" {
-		d, err := os.MkdirTemp("", "exactlyonce-kafka-")
+		sweepStaleDirs(kafkaTempDirPrefix)
+		d, err := os.MkdirTemp("", kafkaTempDirPrefix+"*")
 		if err != nil {
 			return nil, fmt.Errorf("embedded: apache kafka: %w", err)
 		}
 		k.opts.Dir, k.owned = d, true
+		// A shared broker is never stopped (it dies with the test binary):
+		// the next start's sweep removes its directory.
+		if err := os.WriteFile(filepath.Join(d, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			k.removeDir()
+			return nil, fmt.Errorf("embedded: apache kafka: %w", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(k.opts.Dir, "cluster.id")); err != nil {
+		// A new cluster: a copy of one formatted before saves a JVM start
+		// (the storage tool's) per node, seconds on a loaded machine.
+		tmpl, err := k.ensureTemplate(ctx)
+		if err == nil {
+			err = copyTree(tmpl, k.opts.Dir)
+		}
+		if err != nil {
+			k.removeDir()
+			return nil, err
+		}
 	}
 	if k.clusterID, err = readOrCreateClusterID(k.opts.Dir); err != nil {
 		k.removeDir()
@@ -194,6 +217,13 @@ func (k *ApacheKafka) startFresh(ctx context.Context) error {
 		}
 		ports[i] = p
 	}
+	k.makeNodes(ports)
+	return k.formatAndStart(ctx, true)
+}
+
+// makeNodes makes the node handles, node i listening on ports[2i] (broker)
+// and ports[2i+1] (controller).
+func (k *ApacheKafka) makeNodes(ports []int) {
 	k.nodes = make([]*KafkaNode, k.opts.Nodes)
 	for i := range k.nodes {
 		k.nodes[i] = &KafkaNode{
@@ -201,6 +231,11 @@ func (k *ApacheKafka) startFresh(ctx context.Context) error {
 			k:     k, id: i + 1, port: ports[2*i], cport: ports[2*i+1],
 		}
 	}
+}
+
+// formatAndStart writes each node's config, formats its directory if it is
+// new, and starts the nodes if start.
+func (k *ApacheKafka) formatAndStart(ctx context.Context, start bool) error {
 	errs := make([]error, len(k.nodes))
 	var wg sync.WaitGroup
 	for i, n := range k.nodes {
@@ -211,10 +246,90 @@ func (k *ApacheKafka) startFresh(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(errs...); err != nil || !start {
 		return err
 	}
 	return k.Start(ctx)
+}
+
+// ensureTemplate returns a directory of a formatted, never started cluster
+// of this version and node count in the cache, formatting it the first
+// time under a file lock. Its copies share a cluster id, which is harmless:
+// they are separate clusters on separate ports.
+func (k *ApacheKafka) ensureTemplate(ctx context.Context) (string, error) {
+	cache := k.opts.CacheDir
+	if cache == "" {
+		var err error
+		if cache, err = CacheDir(); err != nil {
+			return "", err
+		}
+	}
+	root := filepath.Join(cache, "kafka-format")
+	name := fmt.Sprintf("%s-%dnodes", k.opts.Version, k.opts.Nodes)
+	dir := filepath.Join(root, name)
+	if _, err := os.Stat(filepath.Join(dir, "cluster.id")); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(root, "."+name+".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(dir, "cluster.id")); err == nil {
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp(root, "."+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	t := &ApacheKafka{opts: k.opts, java: k.java, classpath: k.classpath}
+	t.opts.Dir = tmp
+	if t.clusterID, err = readOrCreateClusterID(tmp); err != nil {
+		return "", err
+	}
+	ports := make([]int, 2*k.opts.Nodes)
+	for i := range ports {
+		ports[i] = 9092 + i // never listened on: the tool only formats
+	}
+	t.makeNodes(ports)
+	if err := t.formatAndStart(ctx, false); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	return dir, nil
+}
+
+// copyTree copies the files under src into dst, making directories as
+// needed.
+func copyTree(src, dst string) error {
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("embedded: apache kafka: copy %s: %w", src, err)
+	}
+	return nil
 }
 
 // readOrCreateClusterID returns the cluster id kept in dir, making one the
@@ -224,9 +339,12 @@ func readOrCreateClusterID(dir string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		return strings.TrimSpace(string(b)), nil
 	}
-	var id [16]byte
-	_, _ = rand.Read(id[:])
-	s := base64.RawURLEncoding.EncodeToString(id[:])
+	var s string
+	for s == "" || s[0] == '-' { // as Kafka's own ids: a leading '-' reads as a flag
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		s = base64.RawURLEncoding.EncodeToString(id[:])
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("embedded: apache kafka: %w", err)
 	}

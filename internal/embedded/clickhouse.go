@@ -123,7 +123,7 @@ func StartClickHouse(ctx context.Context, opts ClickHouseOptions) (*ClickHouse, 
 
 	c := &ClickHouse{opts: opts, lib: lib, launcher: launcher}
 	if c.opts.Dir == "" {
-		sweepStaleDirs()
+		sweepStaleDirs(tempDirPrefix)
 		dir, err := os.MkdirTemp("", tempDirPrefix+"*")
 		if err != nil {
 			return nil, fmt.Errorf("embedded: clickhouse: %w", err)
@@ -412,10 +412,11 @@ func chVersion(ctx context.Context, addr string) (string, error) {
 	return col.Row(0), nil
 }
 
-// sweepStaleDirs removes data directories this package created in earlier
-// runs whose owner process is gone (killed test binaries leave them).
-func sweepStaleDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
+// sweepStaleDirs removes data directories named prefix* this package
+// created in earlier runs whose owner process is gone (killed test binaries
+// leave them).
+func sweepStaleDirs(prefix string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, ownerFile))
 		if err != nil {
