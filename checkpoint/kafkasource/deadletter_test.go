@@ -211,7 +211,12 @@ func TestDeadLetterKill9(t *testing.T) {
 	}
 
 	// Every poison record exactly once in the dead-letter topic.
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	// A transport of its own: kafka-go's default one is shared by the test
+	// binary and answers from metadata cached before the topic was created
+	// (a shared broker lives across tests).
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
 	seen := map[string]int{}
 	for offset := int64(0); ; {
 		resp, err := cl.Fetch(context.Background(), &kafka.FetchRequest{Topic: poisonDLQ, Partition: 0, Offset: offset,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -87,34 +88,79 @@ func (s *Source) awaitTopics(ctx context.Context) error {
 // with the broker's answer, or "" when all exist. A broker that cannot be
 // reached counts as all topics existing: joining the group then reports and
 // rides out the connection problem as before.
+//
+// It asks with a Metadata request that does not create topics. kafka-go's
+// Conn.ReadPartitions sends allow_auto_topic_creation=true, and a broker
+// with auto.create.topics.enable (Kafka's default; kfake has it off) then
+// creates the topic it was asked about, with num.partitions partitions:
+// the check itself made a missing topic exist, with the wrong partition
+// count (TestMissingTopicWaitThenNewPartition on Apache Kafka).
 func (s *Source) missingTopic(ctx context.Context) (string, error) {
-	var conn *kafka.Conn
-	var err error
-	for _, b := range s.group.Brokers {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		conn, err = s.opts.Dialer.DialContext(dctx, "tcp", b)
-		cancel()
-		if err == nil {
-			break
-		}
-	}
-	if conn == nil {
-		s.log.Debug("kafkasource: no broker answered the topic check", "err", err)
+	// A fresh transport each time: kafka-go's Transport answers Metadata
+	// from its cached view of the cluster, which would not see a topic
+	// created since it was loaded.
+	tr := dialerTransport(s.opts.Dialer)
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(s.group.Brokers...), Transport: tr, Timeout: 10 * time.Second}
+	meta, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: s.group.Topics})
+	if err != nil {
+		s.log.Debug("kafkasource: topic check failed", "err", err)
 		return "", nil
 	}
-	defer conn.Close()
 	for _, topic := range s.group.Topics {
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		parts, err := conn.ReadPartitions(topic)
+		var found *kafka.Topic
+		for i := range meta.Topics {
+			if meta.Topics[i].Name == topic {
+				found = &meta.Topics[i]
+			}
+		}
 		switch {
-		case errors.Is(err, kafka.UnknownTopicOrPartition), errors.Is(err, kafka.LeaderNotAvailable):
-			return topic, err
-		case err != nil:
-			s.log.Debug("kafkasource: topic check failed", "topic", topic, "err", err)
+		case found == nil:
+			return topic, kafka.UnknownTopicOrPartition
+		case errors.Is(found.Error, kafka.UnknownTopicOrPartition), errors.Is(found.Error, kafka.LeaderNotAvailable):
+			return topic, found.Error
+		case found.Error != nil:
+			s.log.Debug("kafkasource: topic check failed", "topic", topic, "err", found.Error)
 			return "", nil
-		case len(parts) == 0:
+		case len(found.Partitions) == 0:
 			return topic, kafka.UnknownTopicOrPartition
 		}
 	}
 	return "", nil
+}
+
+// dialerTransport returns a kafka-go Transport that connects as d does:
+// through its DialFunc or a net.Dialer with its timeouts, its Resolver, TLS
+// and SASL mechanism, with its client id.
+func dialerTransport(d *kafka.Dialer) *kafka.Transport {
+	return &kafka.Transport{
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if d.Resolver != nil {
+				host, port, err := net.SplitHostPort(addr)
+				if err != nil {
+					return nil, err
+				}
+				addrs, err := d.Resolver.LookupHost(ctx, host)
+				if err != nil {
+					return nil, err
+				}
+				if len(addrs) > 0 {
+					addr = addrs[0]
+					if _, _, err := net.SplitHostPort(addr); err != nil {
+						addr = net.JoinHostPort(addr, port)
+					}
+				}
+			}
+			if d.DialFunc != nil {
+				return d.DialFunc(ctx, network, addr)
+			}
+			nd := net.Dialer{Timeout: d.Timeout, Deadline: d.Deadline, LocalAddr: d.LocalAddr,
+				FallbackDelay: d.FallbackDelay, KeepAlive: d.KeepAlive}
+			return nd.DialContext(ctx, network, addr)
+		},
+		DialTimeout: d.Timeout,
+		ClientID:    d.ClientID,
+		TLS:         d.TLS,
+		SASL:        d.SASLMechanism,
+	}
 }
