@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,28 +108,50 @@ func TestProducerLostAcks(t *testing.T) {
 	t.Logf("baseline kafka-go Writer: %d duplicates of 60", dups)
 }
 
-// TestProducerBrokerKill9 kills the broker process with SIGKILL while a
-// producer writes, restarts it on the same log directory, and checks that
-// every record acknowledged or retried is in the log exactly once. kfake
-// forgets its producer sequence windows on SIGKILL (Kafka rebuilds them
-// from the log), so this is the Producer's own search for a batch of unknown
-// outcome at work.
+// TestProducerBrokerKill9 kills the Apache Kafka broker with SIGKILL while
+// a producer writes, restarts it on the same log directory, and checks that
+// every record acknowledged or retried is in the log exactly once: Kafka
+// rebuilds its producer sequence windows from the log, and the Producer's
+// search for a batch of unknown outcome covers the rest.
+// TestProducerKfakeKill9 is the same on kfake, which forgets the windows.
 func TestProducerBrokerKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a broker process")
 	}
-	srv := testkit.StartKafkaProcess(t)
+	testProducerKill9(t, testkit.StartKafkaBroker(t))
+}
+
+// TestProducerKfakeKill9 is TestProducerBrokerKill9 on a kfake broker
+// process, which forgets its producer sequence windows on SIGKILL: the
+// Producer's own search for a batch of unknown outcome at work.
+func TestProducerKfakeKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a broker process")
+	}
+	testProducerKill9(t, testkit.StartKafkaProcess(t))
+}
+
+// killableBroker is a broker process a test kills and starts again.
+type killableBroker interface {
+	Brokers() []string
+	Kill()
+	Start()
+}
+
+func testProducerKill9(t *testing.T, srv killableBroker) {
 	brokers := srv.Brokers()
 	topic := "idemkill"
 	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
-	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond})
+	// A real broker takes seconds to come back: the delivery timeout covers
+	// a restart on a loaded machine.
+	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond, DeliveryTimeout: 2 * time.Minute})
 	require.NoError(t, err)
 	defer p.Close()
 
 	const n = 1000
 	done := make(chan struct{})
-	var acked int
+	var acked atomic.Int64
 	go func() {
 		defer close(done)
 		for i := range n {
@@ -136,21 +159,36 @@ func TestProducerBrokerKill9(t *testing.T) {
 			if !assert.NoError(t, err, "record %d", i) {
 				return
 			}
-			acked++
+			acked.Add(1)
 			time.Sleep(time.Millisecond) // slow enough to be killed mid-stream
 		}
 	}()
-	for range 3 {
-		time.Sleep(100 * time.Millisecond)
+	// Each kill comes once the producer got going again after the last.
+	for k := range 3 {
+		waitAcked(t, &acked, int64(k+1)*n/5, done)
 		srv.Kill()
 		time.Sleep(200 * time.Millisecond)
 		srv.Start()
 	}
 	<-done
-	require.Equal(t, n, acked)
+	require.Equal(t, int64(n), acked.Load())
 	got := readAll(t, brokers, topic, 1)
 	assert.Len(t, got, n)
 	for v, c := range got {
 		assert.Equal(t, 1, c, "record %s", v)
+	}
+}
+
+// waitAcked waits until acked reaches want, or the producer stopped.
+func waitAcked(t *testing.T, acked *atomic.Int64, want int64, done <-chan struct{}) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for acked.Load() < want {
+		select {
+		case <-done:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "%d of %d acknowledged", acked.Load(), want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,7 +192,7 @@ func TestCommitPrepared(t *testing.T) {
 // CONCURRENT_TRANSACTIONS, and while produce acknowledgements are lost:
 // every committed record is read once.
 func TestTxProducerCoordinatorFaults(t *testing.T) {
-	k := testkit.StartKafka(t, []kfake.Opt{kfake.NumBrokers(3)}...)
+	k := testkit.StartKafka(t, kfake.NumBrokers(3))
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "txf")
 	testkit.CreateTopic(t, brokers, topic, 2)
@@ -224,30 +225,44 @@ func TestTxProducerCoordinatorFaults(t *testing.T) {
 	assertExactly(t, want, readCommitted(t, brokers, topic, 2))
 }
 
-// TestTxProducerBrokerRestart stops the broker process in the middle of
-// transactions and starts it again on its data directory, three times: the
-// producer reconnects, finds the coordinator again and goes on. A
-// transaction whose commit returned nil is read once; one that failed is
-// started over by a new producer of the id (which fences and aborts it), as
-// a restarted sink would; at the end every record is read exactly once.
+// TestTxProducerBrokerRestart kills the Apache Kafka broker with SIGKILL in
+// the middle of transactions and starts it again on its log directory,
+// three times: the producer reconnects, finds the coordinator again and
+// goes on. A transaction whose commit returned nil is read once; one that
+// failed is started over by a new producer of the id (which fences and
+// aborts it), as a restarted sink would; at the end every record is read
+// exactly once. Kafka keeps open transactions in its transaction log across
+// the kill.
 //
-// The broker is stopped with SIGTERM, not SIGKILL: kfake keeps open
-// transactions only across a clean shutdown. After a SIGKILL it forgets
-// them, writes no abort marker and does not always notice the cut
-// transaction, so the producer's next commit marker commits its orphaned
-// records; Kafka keeps transaction state in its replicated transaction
-// log and has no such gap. SIGKILL between transactions is covered by
-// TestProducerBrokerKill9's idempotence and by the sink's tests.
+// TestTxProducerKfakeRestart runs the same on kfake, stopped with SIGTERM:
+// after a SIGKILL kfake forgets open transactions, writes no abort marker
+// and does not always notice the cut transaction, so the producer's next
+// commit marker commits its orphaned records.
 func TestTxProducerBrokerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a broker process")
+	}
+	srv := testkit.StartKafkaBroker(t)
+	testTxProducerRestart(t, srv.Brokers(), srv.Kill, srv.Start)
+}
+
+// TestTxProducerKfakeRestart is TestTxProducerBrokerRestart on a kfake
+// broker process, stopped cleanly (see there).
+func TestTxProducerKfakeRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a broker process")
 	}
 	srv := testkit.StartKafkaProcess(t)
-	brokers := srv.Brokers()
+	testTxProducerRestart(t, srv.Brokers(), srv.Stop, srv.Start)
+}
+
+func testTxProducerRestart(t *testing.T, brokers []string, stop, start func()) {
 	topic := "txkill"
 	testkit.CreateTopic(t, brokers, topic, 1)
 	ctx := context.Background()
-	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond}}
+	// A real broker takes seconds to come back: the delivery timeout covers
+	// a restart on a loaded machine.
+	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond, DeliveryTimeout: 2 * time.Minute}}
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, "txkill-tx", opts)
 	require.NoError(t, err)
 	defer func() { p.Close() }()
@@ -255,7 +270,7 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 	const per = 20
 	done, restarted := make(chan struct{}), make(chan struct{})
 	var want []string
-	var during int // transactions committed while the broker restarted
+	var during atomic.Int64 // transactions committed while the broker restarted
 	go func() {
 		defer close(done)
 		for i := 0; ; {
@@ -291,19 +306,25 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 			}
 			want = append(want, vals...)
 			i++
-			during++
+			during.Add(1)
 		}
 	}()
-	for range 3 {
-		time.Sleep(150 * time.Millisecond)
-		srv.Stop()
+	// Each restart comes once a transaction committed since the last.
+	for k := range 3 {
+		deadline := time.Now().Add(3 * time.Minute)
+		for during.Load() <= int64(k) {
+			require.True(t, time.Now().Before(deadline), "no transaction committed after restart %d", k)
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // into the next transaction
+		stop()
 		time.Sleep(200 * time.Millisecond)
-		srv.Start()
+		start()
 	}
 	close(restarted)
 	<-done
-	t.Logf("%d transactions committed across the restarts", during)
-	assert.Positive(t, during)
+	t.Logf("%d transactions committed across the restarts", during.Load())
+	assert.Greater(t, during.Load(), int64(3))
 	assertExactly(t, want, readCommitted(t, brokers, topic, 1))
 }
 

@@ -398,6 +398,9 @@ func (s *Source) Run(ctx context.Context) error {
 				continue
 			}
 			nextErr = fmt.Errorf("kafkasource: consumer group: %w", err)
+			if errors.Is(err, kafka.InvalidSessionTimeout) {
+				nextErr = s.sessionTimeoutError(ctx, err)
+			}
 			break
 		}
 		failures = 0

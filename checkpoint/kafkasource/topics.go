@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -163,4 +164,62 @@ func dialerTransport(d *kafka.Dialer) *kafka.Transport {
 		TLS:         d.TLS,
 		SASL:        d.SASLMechanism,
 	}
+}
+
+// SessionTimeoutError is returned by Run when the broker refuses
+// Options.SessionTimeout (INVALID_SESSION_TIMEOUT): it lies outside the
+// broker's group.min.session.timeout.ms and group.max.session.timeout.ms.
+// It matches kafka.InvalidSessionTimeout.
+type SessionTimeoutError struct {
+	SessionTimeout time.Duration // Options.SessionTimeout
+	// Min and Max are the broker's bounds, as it reported them; zero
+	// when it could not be asked (DescribeConfigs refused or failed).
+	Min, Max time.Duration
+	Err      error // what the broker answered
+}
+
+func (e *SessionTimeoutError) Error() string {
+	bounds := "group.min.session.timeout.ms and group.max.session.timeout.ms (Kafka's defaults: 6s and 30m0s)"
+	if e.Min > 0 && e.Max > 0 {
+		bounds = fmt.Sprintf("group.min.session.timeout.ms %v and group.max.session.timeout.ms %v", e.Min, e.Max)
+	}
+	return fmt.Sprintf("kafkasource: the broker refused Options.SessionTimeout %v: set it within the broker's %s, or change those broker configs: %v",
+		e.SessionTimeout, bounds, e.Err)
+}
+
+func (e *SessionTimeoutError) Unwrap() error { return e.Err }
+
+// sessionTimeoutError describes err, the broker's INVALID_SESSION_TIMEOUT,
+// with the bounds the broker reports (DescribeConfigs of the first broker
+// the metadata names), so the error says what to set.
+func (s *Source) sessionTimeoutError(ctx context.Context, err error) error {
+	e := &SessionTimeoutError{SessionTimeout: s.opts.SessionTimeout, Err: err}
+	tr := dialerTransport(s.opts.Dialer)
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(s.group.Brokers...), Transport: tr, Timeout: 10 * time.Second}
+	meta, merr := cl.Metadata(ctx, &kafka.MetadataRequest{})
+	if merr != nil || len(meta.Brokers) == 0 {
+		return e
+	}
+	const minName, maxName = "group.min.session.timeout.ms", "group.max.session.timeout.ms"
+	resp, derr := cl.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeBroker, ResourceName: strconv.Itoa(meta.Brokers[0].ID),
+		ConfigNames: []string{minName, maxName},
+	}}})
+	if derr != nil || len(resp.Resources) != 1 || resp.Resources[0].Error != nil {
+		return e
+	}
+	for _, c := range resp.Resources[0].ConfigEntries {
+		ms, perr := strconv.ParseInt(c.ConfigValue, 10, 64)
+		if perr != nil {
+			continue
+		}
+		switch c.ConfigName {
+		case minName:
+			e.Min = time.Duration(ms) * time.Millisecond
+		case maxName:
+			e.Max = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return e
 }
