@@ -19,7 +19,7 @@ OCTOKIT_DIR  := $(CACHE_DIR)/octokit
 OCTOKIT_PKGS := @octokit/webhooks-examples@7.6.1 @octokit/webhooks-methods@6.0.0
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps test demo chaos bench
+.PHONY: deps test test-compat demo chaos bench
 
 # deps installs only what is missing: redis-server, npm, a C compiler (for
 # the cgo ClickHouse launcher), java and maven (for Apache Kafka and
@@ -92,6 +92,14 @@ test: deps
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l found unformatted files:"; echo "$$out"; exit 1; fi
 	@# .ci/unchanged-tree fails the run if the tests left a file in the checkout.
 	.ci/unchanged-tree go test -race -count=1 -timeout 25m ./...
+
+# test-compat runs the Kafka packages' suites on Apache Kafka 3.9 (the last
+# 3.x line: transactions v1, the protocol versions 4.0 removed still there);
+# make test runs everything on 4.4. Without -race: the race detector runs in
+# make test, on the same code.
+KAFKA_PKGS := ./checkpoint/kafkasource/... ./idempotency/kafkapub/... ./kafkatxn/... ./sink/kafkasink/...
+test-compat: deps
+	EXACTLYONCE_KAFKA=apache-3.9 go test -count=1 -timeout 25m $(KAFKA_PKGS)
 
 # make demo NAIVE=gateway|sink|merge|mv|avg (a comma-separated list, or all)
 # runs that joint the naive way

@@ -28,9 +28,10 @@ func benchRecords() ([]kafkatxn.Record, []kafka.Message) {
 
 // BenchmarkProduce compares the idempotent Producer with kafka-go's Writer
 // (acks=all, the baseline) on the same batches of 100 records of 200 bytes
-// to one partition of an in-process kfake broker.
+// to one partition of the kit's Kafka (Apache Kafka 4.4 unless
+// EXACTLYONCE_KAFKA or KAFKA_BROKERS say otherwise).
 func BenchmarkProduce(b *testing.B) {
-	brokers := testkit.StartKafka(b).Brokers()
+	brokers := testkit.Kafka(b)
 	ctx := context.Background()
 	recs, msgs := benchRecords()
 	b.Run("idempotent", func(b *testing.B) {
@@ -69,9 +70,10 @@ func BenchmarkProduce(b *testing.B) {
 // 1, 10 or 100 batches (a commit is EndTxn plus the epoch bump, and the
 // first batch of a transaction to a partition adds AddPartitionsToTxn).
 // One op is one batch of 100 or 1000 records of 200 bytes to one partition
-// of an in-process kfake broker.
+// of the kit's Kafka (Apache Kafka 4.4 unless EXACTLYONCE_KAFKA or
+// KAFKA_BROKERS say otherwise).
 func BenchmarkTransactional(b *testing.B) {
-	brokers := testkit.StartKafka(b).Brokers()
+	brokers := testkit.Kafka(b)
 	ctx := context.Background()
 	for _, size := range []int{100, 1000} {
 		recs := make([]kafkatxn.Record, size)

@@ -102,8 +102,28 @@
 // What it assumes: the broker enforces idempotence (Kafka 0.11+, enabled
 // by default since 3.0); the same producer id is never used by two
 // Producers (each NewProducer gets its own); a transaction recorded for
-// CommitPrepared is resolved before TransactionTimeout aborts it. kfake,
-// the test broker, forgets open transactions when it is killed with
-// SIGKILL (Kafka keeps them in its transaction log), so broker restarts
-// are tested with a clean stop.
+// CommitPrepared is resolved before TransactionTimeout aborts it.
+//
+// # Protocol versions and the brokers tested
+//
+// Every request goes through kafka-go's Client, which sends the highest
+// version both kafka-go and the broker support; with kafka-go v0.4.51 that
+// is InitProducerId v4, AddPartitionsToTxn v3, AddOffsetsToTxn v3,
+// TxnOffsetCommit v3, EndTxn v3, Produce v8, ListOffsets v5, Metadata v8,
+// FindCoordinator v2 and, for Reader, Fetch v11. Each is at or above the
+// lowest version Kafka 4.0 kept (KIP-896), so 3.x and 4.x brokers accept
+// them. With EndTxn below v5 a 4.x broker keeps transactions v1 for this
+// client even where transaction.version is 2 (KIP-890 part 2 needs EndTxn
+// v5 and Produce v12): the broker bumps no epoch on commit, and TxProducer
+// bumps it itself, so a transaction has its own epoch on both lines.
+//
+// The package's tests run on Apache Kafka 4.4.0 (make test) and 3.9.2
+// (make test-compat), and the tests of error codes a broker returns only
+// under faults on franz-go's kfake, which injects them. What the real
+// brokers showed that kfake did not: CONCURRENT_TRANSACTIONS to the first
+// request after every EndTxn while the markers are written (retried after
+// 20 ms, not the growing backoff); transactions that survive a SIGKILL of
+// the broker (kfake forgets them: TestTxProducerKfakeRestart stops it
+// cleanly); and restarts that take seconds, not milliseconds, which the
+// DeliveryTimeout must cover.
 package kafkatxn

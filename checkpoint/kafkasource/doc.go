@@ -160,6 +160,27 @@
 // partition from the start once. Source partition P always writes to
 // dead-letter partition P modulo the topic's partition count.
 //
+// # Protocol versions and the brokers tested
+//
+// The consumer group is kafka-go's ConsumerGroup, which sends fixed
+// versions: FindCoordinator v0, JoinGroup v2 (v1 to a broker without v2),
+// SyncGroup v0, Heartbeat v0, LeaveGroup v0, OffsetFetch v1, OffsetCommit
+// v2 and Metadata v6. The chain's own fetcher sends Fetch v4, the lowest
+// Kafka 4.0 kept (KIP-896), and finds the leader with Metadata v6;
+// Options.KafkaGoReader's Reader and kafkatxn.Reader negotiate Fetch up to
+// v10 and v11. The topic check and the dead-letter topic go through
+// kafka-go's Client (Metadata v8 without topic auto-creation, Produce v8,
+// Fetch v11). Kafka 4.0.0 refused JoinGroup v0 and v1 (kafka-go issues 1360
+// and 1378); 4.0.1 and later accept them again, and kafka-go asks for v2
+// where the broker has it. The tests run on Apache Kafka 4.4.0 (make test)
+// and 3.9.2 (make test-compat), and those that need injected broker errors
+// on franz-go's kfake.
+//
+// A session timeout outside the broker's group.min.session.timeout.ms (6 s
+// by default) and group.max.session.timeout.ms (30 min) is refused when
+// the group is joined: Run returns a *SessionTimeoutError with the
+// broker's bounds.
+//
 // # Transactional input
 //
 // kafka-go with IsolationLevel ReadCommitted (the default here) reads only
