@@ -197,7 +197,14 @@ func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*ch
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{inTopic}},
 		coord, newProc, kafkasource.Options{SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
 			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond,
-			Restart: kafkasource.Restart{InitialBackoff: 50 * time.Millisecond}})
+			// A short MaxBackoff: the decliner fails a chain every fourth
+			// barrier, and on Apache Kafka, where a transaction takes tens
+			// of milliseconds more than on kfake (CONCURRENT_TRANSACTIONS
+			// while the last one's markers are written), a chain never ran
+			// ResetAfter between two failures: the backoff grew to the
+			// default minute and the final child did not finish in 3
+			// minutes.
+			Restart: kafkasource.Restart{InitialBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}})
 	require.NoError(t, err)
 	return store, src.Run
 }
@@ -359,10 +366,12 @@ func readWant(rounds int) map[string]bool {
 // TestBrokerRestart restarts the broker process three times while the
 // pipeline runs (in this process): the sink's producer retries its batches
 // and commits, the source rides out the outage, and a read_committed reader
-// reads every id exactly once. The broker is stopped cleanly: kfake
-// forgets open transactions on SIGKILL (see kafkatxn's
-// TestTxProducerBrokerRestart), which Kafka, with its transaction log,
-// does not.
+// reads every id exactly once. The broker is a kfake process stopped
+// cleanly: kfake forgets open transactions on SIGKILL (see kafkatxn's
+// TestTxProducerKfakeRestart). On Apache Kafka with SIGKILL (kafkatxn's
+// TestTxProducerBrokerRestart passes there) this pipeline took no
+// checkpoint in 5 minutes after a restart on a machine at load average 40
+// to 60; not yet understood, so it stays on kfake here.
 func TestBrokerRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a broker process")
