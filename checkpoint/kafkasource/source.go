@@ -233,9 +233,17 @@ type Processor struct {
 // io.Closer), so a sink opened before a later step failed is not leaked.
 type NewProcessor func(ctx context.Context, p checkpoint.TopicPartition) (*Processor, error)
 
-// maxGroupFailures bounds how many consecutive retryable consumer-group
-// errors Run rides out before it returns the last one.
-const maxGroupFailures = 20
+// maxGroupFailures and minGroupOutage bound how long Run rides out
+// consecutive retryable consumer-group errors: it returns the last one
+// once there were maxGroupFailures of them and the first was
+// minGroupOutage ago. The time matters with a short HeartbeatInterval (the
+// join backoff): a real broker takes seconds to restart, tens of seconds on
+// a loaded machine, where 20 failures 100 ms apart ended Run
+// (TestBrokerRestart on Apache Kafka).
+const (
+	maxGroupFailures = 20
+	minGroupOutage   = 2 * time.Minute
+)
 
 // retryableGroupError reports whether a consumer-group error is one that
 // rejoining the group resolves: a rebalance in progress, a stale generation
@@ -383,6 +391,7 @@ func (s *Source) Run(ctx context.Context) error {
 	)
 	wg.Go(func() { _ = s.coord.Run(runCtx) })
 	var nextErr error
+	var failingSince time.Time
 	for failures := 0; ; {
 		gen, err := cg.Next(runCtx)
 		if err != nil {
@@ -392,8 +401,10 @@ func (s *Source) Run(ctx context.Context) error {
 			// kafka-go reports every failed join or sync through Next and
 			// then tries again itself, after a backoff. A rebalance that
 			// another member started, or a coordinator that moved, is routine.
-			failures++
-			if retryableGroupError(err) && failures < maxGroupFailures {
+			if failures++; failures == 1 {
+				failingSince = time.Now()
+			}
+			if retryableGroupError(err) && (failures < maxGroupFailures || time.Since(failingSince) < minGroupOutage) {
 				s.log.Warn("kafkasource: consumer group: retrying", "err", err, "failures", failures)
 				continue
 			}
