@@ -83,6 +83,9 @@ func TestServerLostPart(t *testing.T) {
 					"the other writer's part takes the lost part's name")
 			}
 			for range tc.restarts {
+				// Seconds later, so the other writer's part is older than
+				// the latest start by more than a clock's rounding.
+				time.Sleep(3 * time.Second)
 				srv.Kill()
 				srv.Restart()
 				env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
@@ -333,4 +336,38 @@ func TestRepairCrashAtEveryStep(t *testing.T) {
 			require.NoError(t, next.CheckpointCompleted(ctx, 4))
 		})
 	}
+}
+
+// TestServerLostPartOfJoinView is issue 26's case 4: the view joins a
+// table whose name starts with the sink's table's (db.events_orgs). The
+// repair rewrote the view's query by replacing the text db.events, which
+// mangled db.events_orgs into a syntax error at every attempt, a permanent
+// error that stopped the sink. The query is now rewritten token by token.
+func TestServerLostPartOfJoinView(t *testing.T) {
+	ctx := context.Background()
+	srv := testkit.StartClickHouse(t)
+	db := testkit.NewDatabase(t, srv.Addr())
+	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
+	env.exec(t, fmt.Sprintf(eventsDDL, db))
+	env.exec(t, "CREATE TABLE "+db+".events_orgs (org String, name String) ENGINE = MergeTree ORDER BY org")
+	env.exec(t, "INSERT INTO "+db+".events_orgs SELECT 'org-' || toString(number), 'Org ' || toString(number) FROM numbers(4)")
+	env.exec(t, "CREATE TABLE "+db+".org_kinds (kind String, org_name String, n UInt64) ENGINE = SummingMergeTree ORDER BY (kind, org_name) SETTINGS non_replicated_deduplication_window = 1000")
+	env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_org_kinds TO "+db+".org_kinds AS SELECT toString(e.kind) AS kind, o.name AS org_name, count() AS n FROM "+db+".events AS e INNER JOIN "+db+".events_orgs AS o ON e.org = o.org GROUP BY kind, org_name")
+	env.exec(t, "SYSTEM STOP MERGES "+db+".org_kinds")
+	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	state := crashAfterUnackedInsert(t, env, store) // records [100, 150) inserted, not acknowledged
+	part := newestPart(t, env, srv.Dir(), "org_kinds")
+	srv.Kill()
+	require.NoError(t, os.RemoveAll(part))
+	srv.Restart()
+	env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
+
+	s := env.newSink(t, store, chsink.Options{})
+	require.NoError(t, s.Restore(ctx, state))
+	require.NoError(t, feed(ctx, t, s, 100, 160))
+	_, err := s.Snapshot(ctx, 3)
+	require.NoError(t, err)
+	want := uint64(expectedRows(0, 160))
+	assert.Equal(t, want, env.count(t, "SELECT count() FROM "+db+".events"), "rows")
+	assert.Equal(t, want, env.count(t, "SELECT toUInt64(sum(n)) FROM "+db+".org_kinds"), "rows counted through the join")
 }
