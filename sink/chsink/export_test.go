@@ -36,3 +36,12 @@ func AppendRaw[T any](cols []Column[T], row *T) {
 		cols[i].add(row)
 	}
 }
+
+// SetAfterRepairStep installs a hook that runs after each step of a
+// lost-part check or repair ("staged", "filled", "renamed", "moved",
+// "derived"); an error it returns stops the repair there, as a crash would.
+func (s *Sink[T]) SetAfterRepairStep(f func(step string) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.afterRepairStep = f
+}

@@ -2,6 +2,7 @@ package chsink_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,6 +83,9 @@ func TestServerLostPart(t *testing.T) {
 					"the other writer's part takes the lost part's name")
 			}
 			for range tc.restarts {
+				// Seconds later, so the other writer's part is older than
+				// the latest start by more than a clock's rounding.
+				time.Sleep(3 * time.Second)
 				srv.Kill()
 				srv.Restart()
 				env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
@@ -267,4 +271,103 @@ func TestServerLostPartSharedKeys(t *testing.T) {
 	assert.Equal(t, rows, env.count(t, "SELECT toUInt64(countMerge(n)) FROM "+db+".hourly"), "rows counted by the rollup")
 	assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_%' AND name NOT IN ('eo_boot')"),
 		"no staging table left")
+}
+
+// TestRepairCrashAtEveryStep stops a lost-part repair after each of its
+// steps, as a crash there would: the table's repair after its staging
+// table is filled, renamed and moved; a view target's after the batch is
+// staged for the view's query and after the view's rows are inserted. The next owner's replay
+// resumes it: every row once in the table and in the target, and no
+// staging table left but the emptied one a checkpoint drops.
+func TestRepairCrashAtEveryStep(t *testing.T) {
+	for _, tc := range []struct{ lose, step string }{
+		{"events", "filled"}, {"events", "renamed"}, {"events", "moved"},
+		{"kind_counts", "staged"}, {"kind_counts", "derived"},
+	} {
+		t.Run(tc.lose+"/"+tc.step, func(t *testing.T) {
+			ctx := context.Background()
+			srv := testkit.StartClickHouse(t)
+			db := testkit.NewDatabase(t, srv.Addr())
+			env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
+			env.exec(t, fmt.Sprintf(eventsDDL, db))
+			env.exec(t, "CREATE TABLE "+db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = 1000")
+			env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_kind_counts TO "+db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+db+".events GROUP BY kind")
+			env.exec(t, "SYSTEM STOP MERGES "+db+".events")
+			env.exec(t, "SYSTEM STOP MERGES "+db+".kind_counts")
+			store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+			state := crashAfterUnackedInsert(t, env, store) // records [100, 150) inserted, not acknowledged
+			part := newestPart(t, env, srv.Dir(), tc.lose)
+			srv.Kill()
+			require.NoError(t, os.RemoveAll(part))
+			srv.Restart()
+			env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
+
+			crashed := errors.New("injected: crashed during the repair")
+			s := env.newSink(t, store, chsink.Options{MaxRetries: 1})
+			dead := false // from the step on, as after a crash there
+			s.SetAfterRepairStep(func(step string) error {
+				dead = dead || step == tc.step
+				if dead {
+					return crashed
+				}
+				return nil
+			})
+			require.NoError(t, s.Restore(ctx, state))
+			err := feed(ctx, t, s, 100, 160)
+			if err == nil {
+				_, err = s.Snapshot(ctx, 3)
+			}
+			require.ErrorIs(t, err, crashed)
+			require.NoError(t, s.Close())
+
+			next := env.newSink(t, store, chsink.Options{})
+			require.NoError(t, next.Restore(ctx, state))
+			require.NoError(t, feed(ctx, t, next, 100, 160))
+			_, err = next.Snapshot(ctx, 4)
+			require.NoError(t, err)
+			want := uint64(expectedRows(0, 160))
+			assert.Equal(t, want, env.count(t, "SELECT count() FROM "+db+".events"), "rows")
+			assert.Equal(t, want, env.count(t, "SELECT uniqExact(id) FROM "+db+".events"), "distinct rows")
+			assert.Equal(t, want, env.count(t, "SELECT toUInt64(sum(n)) FROM "+db+".kind_counts"), "rollup total")
+			assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_%' AND name != 'eo_boot' AND name NOT LIKE 'eo\\_repair\\_%'"),
+				"no check's staging table left")
+			assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_repair\\_%' AND (name LIKE '%\\_tmp' OR total_rows > 0)"),
+				"no repair's staging table left but the emptied one")
+			require.NoError(t, next.CheckpointCompleted(ctx, 4))
+		})
+	}
+}
+
+// TestServerLostPartOfJoinView is issue 26's case 4: the view joins a
+// table whose name starts with the sink's table's (db.events_orgs). The
+// repair rewrote the view's query by replacing the text db.events, which
+// mangled db.events_orgs into a syntax error at every attempt, a permanent
+// error that stopped the sink. The query is now rewritten token by token.
+func TestServerLostPartOfJoinView(t *testing.T) {
+	ctx := context.Background()
+	srv := testkit.StartClickHouse(t)
+	db := testkit.NewDatabase(t, srv.Addr())
+	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
+	env.exec(t, fmt.Sprintf(eventsDDL, db))
+	env.exec(t, "CREATE TABLE "+db+".events_orgs (org String, name String) ENGINE = MergeTree ORDER BY org")
+	env.exec(t, "INSERT INTO "+db+".events_orgs SELECT 'org-' || toString(number), 'Org ' || toString(number) FROM numbers(4)")
+	env.exec(t, "CREATE TABLE "+db+".org_kinds (kind String, org_name String, n UInt64) ENGINE = SummingMergeTree ORDER BY (kind, org_name) SETTINGS non_replicated_deduplication_window = 1000")
+	env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_org_kinds TO "+db+".org_kinds AS SELECT toString(e.kind) AS kind, o.name AS org_name, count() AS n FROM "+db+".events AS e INNER JOIN "+db+".events_orgs AS o ON e.org = o.org GROUP BY kind, org_name")
+	env.exec(t, "SYSTEM STOP MERGES "+db+".org_kinds")
+	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	state := crashAfterUnackedInsert(t, env, store) // records [100, 150) inserted, not acknowledged
+	part := newestPart(t, env, srv.Dir(), "org_kinds")
+	srv.Kill()
+	require.NoError(t, os.RemoveAll(part))
+	srv.Restart()
+	env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
+
+	s := env.newSink(t, store, chsink.Options{})
+	require.NoError(t, s.Restore(ctx, state))
+	require.NoError(t, feed(ctx, t, s, 100, 160))
+	_, err := s.Snapshot(ctx, 3)
+	require.NoError(t, err)
+	want := uint64(expectedRows(0, 160))
+	assert.Equal(t, want, env.count(t, "SELECT count() FROM "+db+".events"), "rows")
+	assert.Equal(t, want, env.count(t, "SELECT toUInt64(sum(n)) FROM "+db+".org_kinds"), "rows counted through the join")
 }

@@ -67,11 +67,10 @@ func lostPartProof(engine string) proof {
 // tableFacts are what the check needs to know of a table.
 type tableFacts struct {
 	engine     string
-	sortingKey string   // as system.tables has it; "" for none
-	columns    []string // its stored columns, in order
+	sortingKey string // as system.tables has it; "" for none
 }
 
-// facts reads db.table's engine, sorting key and columns.
+// facts reads db.table's engine and sorting key.
 func (v *verifier[T]) facts(ctx context.Context, db, table string) (tableFacts, error) {
 	c := v.s.conn
 	rows, err := queryStrings(ctx, c, fmt.Sprintf(
@@ -84,15 +83,6 @@ func (v *verifier[T]) facts(ctx context.Context, db, table string) (tableFacts, 
 		return tableFacts{}, fmt.Errorf("table %s.%s does not exist", db, table)
 	}
 	f := tableFacts{engine: rows[0][0], sortingKey: rows[0][1]}
-	cols, err := queryStrings(ctx, c, fmt.Sprintf(
-		"SELECT name AS c0 FROM system.columns WHERE database = %s AND table = %s AND default_kind NOT IN ('ALIAS', 'EPHEMERAL', 'MATERIALIZED') ORDER BY position",
-		quote(db), quote(table)), 1)
-	if err != nil {
-		return tableFacts{}, err
-	}
-	for _, r := range cols {
-		f.columns = append(f.columns, r[0])
-	}
 	return f, nil
 }
 
@@ -123,13 +113,22 @@ func blockRows(part string, byNumber bool) string {
 	return fmt.Sprintf("_partition_id = %s AND _block_number = %d", quote(p), lo)
 }
 
+// staged is a staging table, in the sink's database, holding what an
+// insert wrote into a table, and the columns that insert wrote (the
+// others took their defaults, which a second insert need not repeat:
+// now(), say).
+type staged struct {
+	table string
+	cols  []string
+}
+
 // exact tells, when it can, whether db.table holds the block the
 // deduplication log named as part: decided reports whether it could. want
-// are the staging tables (in the sink's database) holding what the insert
-// may have written into db.table, one per view writing there (the batch
-// itself for the sink's table); the block is held when its rows are one of
-// them, partition by partition.
-func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f tableFacts, want []string) (held, decided bool, err error) {
+// are the staging tables holding what the insert may have written into
+// db.table, one per view writing there (the batch itself for the sink's
+// table); the block is held when its rows are one of them, partition by
+// partition.
+func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f tableFacts, want []staged) (held, decided bool, err error) {
 	active, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
 		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
 		quote(db), quote(table), quote(part)), 1)
@@ -145,13 +144,13 @@ func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f table
 			return false, false, err
 		}
 	}
-	got, err := v.fingerprint(ctx, db, table, blockRows(part, byNumber), f.columns)
-	if err != nil {
-		return false, false, err
-	}
 	pid, _, _, _ := partBlocks(part)
 	for _, w := range want {
-		exp, err := v.fingerprint(ctx, v.s.opts.Database, w, "_partition_id = "+quote(pid), f.columns)
+		got, err := v.fingerprint(ctx, db, table, blockRows(part, byNumber), w.cols)
+		if err != nil {
+			return false, false, err
+		}
+		exp, err := v.fingerprint(ctx, v.s.opts.Database, w.table, "_partition_id = "+quote(pid), w.cols)
 		if err != nil {
 			return false, false, err
 		}

@@ -53,8 +53,14 @@ func (s *Sink[T]) putBack(ctx context.Context, input proto.Input, in sink.Intent
 		if err := s.stage(ctx, input, tmp, ""); err != nil {
 			return false, fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
 		}
+		if err := s.repairStep("filled"); err != nil {
+			return false, err
+		}
 		if err := s.conn.Do(ctx, ch.Query{Body: "RENAME TABLE " + db + "." + ident(tmp) + " TO " + db + "." + ident(stage)}); err != nil {
 			return false, fmt.Errorf("chsink: repair %s: rename staging table: %w", s.table.Name, err)
+		}
+		if err := s.repairStep("renamed"); err != nil {
+			return false, err
 		}
 	}
 	parts, err := queryStrings(ctx, s.conn, fmt.Sprintf(
@@ -69,6 +75,9 @@ func (s *Sink[T]) putBack(ctx context.Context, input proto.Input, in sink.Intent
 			return false, fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
 		}
 		moved = true
+		if err := s.repairStep("moved"); err != nil {
+			return false, err
+		}
 	}
 	s.staged.Lock()
 	s.staging = append(s.staging, stagedRepair{table: stage, last: in.Last})
@@ -151,8 +160,20 @@ func (s *Sink[T]) rederive(ctx context.Context, in sink.Intent, db, target, src 
 		if err != nil {
 			return fmt.Errorf("view %s: %w", v.name, err)
 		}
+		if err := s.repairStep("derived"); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// repairStep runs the test hook that may stop a repair after step, as a
+// crash there would.
+func (s *Sink[T]) repairStep(step string) error {
+	if s.afterRepairStep == nil {
+		return nil
+	}
+	return s.afterRepairStep(step)
 }
 
 // viewQuery is a materialized view's query, made to read another table.

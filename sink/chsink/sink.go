@@ -89,8 +89,9 @@ type Sink[T any] struct {
 	staged  sync.Mutex     // guards staging, which a flight's insert appends to
 	staging []stagedRepair // emptied repair tables, dropped by CheckpointCompleted
 
-	beforeRecord, beforeInsert func()         // test hooks
-	afterWrite                 func(rows int) // test hook: a batch of rows is acknowledged
+	beforeRecord, beforeInsert func()                  // test hooks
+	afterWrite                 func(rows int)          // test hook: a batch of rows is acknowledged
+	afterRepairStep            func(step string) error // test hook: a lost-part repair did step
 
 	m metrics
 }

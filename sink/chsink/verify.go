@@ -25,7 +25,7 @@ type verifier[T any] struct {
 	asIs  string   // the batch in a copy of the table: its engine folds it as the table did
 	src   string   // the batch in insert order, as a materialized view saw it
 	made  []string // every staging table made
-	views map[string][]string
+	views map[string][]staged
 }
 
 // lacks reports whether db.table (the sink's own table when own) lacks
@@ -41,13 +41,13 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hit
 	if lostPartProof(f.engine) == proofNone {
 		return false, nil // the token is committed with the part
 	}
-	var want []string
+	var want []staged
 	if own {
 		t, err := v.table(ctx)
 		if err != nil {
 			return false, err
 		}
-		want = []string{t}
+		want = []staged{{table: t, cols: v.s.columns}}
 	} else if want, err = v.derived(ctx, db, table); err != nil {
 		return false, err
 	}
@@ -74,15 +74,15 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hit
 // missingKeys reports whether a row of a staging table in want has a key
 // that no part of db.table covering hits holds. The key is the whole row
 // for a table that keeps every row (MergeTree), the sorting key otherwise.
-func (v *verifier[T]) missingKeys(ctx context.Context, db, table string, hits []string, f tableFacts, want []string) (bool, error) {
-	key := f.sortingKey
-	if key == "" || lostPartProof(f.engine) == proofRows {
-		key = joinIdents(f.columns)
-	}
+func (v *verifier[T]) missingKeys(ctx context.Context, db, table string, hits []string, f tableFacts, want []staged) (bool, error) {
 	for _, w := range want {
+		key := f.sortingKey
+		if key == "" || lostPartProof(f.engine) == proofRows {
+			key = joinIdents(w.cols)
+		}
 		n, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
 			"SELECT toString(count()) AS c0 FROM %s.%s WHERE (%s) NOT IN (SELECT %s FROM %s.%s WHERE %s) SETTINGS transform_null_in = 1",
-			ident(v.s.opts.Database), ident(w), key, key, ident(db), ident(table), coveringRows(hits)), 1)
+			ident(v.s.opts.Database), ident(w.table), key, key, ident(db), ident(table), coveringRows(hits)), 1)
 		if err != nil {
 			return false, err
 		}
@@ -98,10 +98,11 @@ func (v *verifier[T]) missingKeys(ctx context.Context, db, table string, hits []
 func (v *verifier[T]) table(ctx context.Context) (string, error) {
 	if v.asIs == "" {
 		name := v.s.scratchName("eo_verify_", v.in)
+		v.made = append(v.made, name)
 		if err := v.s.stage(ctx, v.input, name, ""); err != nil {
 			return "", err
 		}
-		v.asIs, v.made = name, append(v.made, name)
+		v.asIs = name
 	}
 	return v.asIs, nil
 }
@@ -112,10 +113,14 @@ func (v *verifier[T]) table(ctx context.Context) (string, error) {
 func (v *verifier[T]) source(ctx context.Context) (string, error) {
 	if v.src == "" {
 		name := v.s.scratchName("eo_source_", v.in)
+		v.made = append(v.made, name)
 		if err := v.s.stage(ctx, v.input, name, " ENGINE = MergeTree ORDER BY tuple()"); err != nil {
 			return "", err
 		}
-		v.src, v.made = name, append(v.made, name)
+		if err := v.s.repairStep("staged"); err != nil {
+			return "", err
+		}
+		v.src = name
 	}
 	return v.src, nil
 }
@@ -123,7 +128,7 @@ func (v *verifier[T]) source(ctx context.Context) (string, error) {
 // derived returns staging copies of db.target (its engine and settings),
 // one per materialized view that reads the sink's table and writes to
 // target, each holding what that view derives from the batch.
-func (v *verifier[T]) derived(ctx context.Context, db, target string) ([]string, error) {
+func (v *verifier[T]) derived(ctx context.Context, db, target string) ([]staged, error) {
 	key := db + "." + target
 	if got, ok := v.views[key]; ok {
 		return got, nil
@@ -139,7 +144,7 @@ func (v *verifier[T]) derived(ctx context.Context, db, target string) ([]string,
 	if len(views) == 0 {
 		return nil, fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", v.s.opts.Database, v.s.table.Name, db, target)
 	}
-	var out []string
+	var out []staged
 	sdb := ident(v.s.opts.Database)
 	for _, q := range views {
 		name := v.s.scratchName("eo_derive_", v.in, key, q.name)
@@ -157,10 +162,10 @@ func (v *verifier[T]) derived(ctx context.Context, db, target string) ([]string,
 				return nil, fmt.Errorf("view %s: %s: %w", q.name, stmt, err)
 			}
 		}
-		out = append(out, name)
+		out = append(out, staged{table: name, cols: names})
 	}
 	if v.views == nil {
-		v.views = map[string][]string{}
+		v.views = map[string][]staged{}
 	}
 	v.views[key] = out
 	return out, nil
