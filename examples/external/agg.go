@@ -22,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/windowsink"
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
@@ -72,11 +73,12 @@ func eventSchema() []chsink.Column[Event] {
 	}
 }
 
+// minuteSchema maps a window row to org_minute's columns; windowsink adds
+// the version.
 func minuteSchema() []chsink.Column[minuteRow] {
 	return []chsink.Column[minuteRow]{
 		chsink.String("org", func(r *minuteRow) string { return r.Key }),
 		chsink.DateTime64("start", proto.PrecisionMilli, func(r *minuteRow) time.Time { return r.Start }),
-		chsink.UInt64("version", func(r *minuteRow) uint64 { return r.Version }),
 		chsink.UInt64("events", func(r *minuteRow) uint64 { return r.Result }),
 	}
 }
@@ -101,44 +103,33 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			return proc, err
 		}
 		proc.Participants["dedup"] = d
+		opts := chsink.Options{Database: cfg.Database, MaxDelay: 100 * time.Millisecond}
+		events, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "events"}, p, cfg.Storage, eventSchema, opts)
+		if err != nil {
+			return proc, err // the Source closes dedup
+		}
+		proc.Participants["events"] = events
 		w, err := window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{
 			Inputs: []int{p.Partition}, IdleTimeout: 200 * time.Millisecond,
 		})
 		if err != nil {
 			return proc, err
 		}
-		proc.Participants["window"] = w
-		opts := chsink.Options{Database: cfg.Database, MaxDelay: 100 * time.Millisecond}
-		events, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "events"}, p, cfg.Storage, eventSchema, opts)
-		if err != nil {
-			return proc, err // the Source closes dedup and window
-		}
-		proc.Participants["events"] = events
-		opts.OnMismatch = chsink.MismatchReinsert // windows closed by a Tick may move on replay
-		minutes, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "org_minute"}, p, cfg.Storage, minuteSchema, opts)
+		// The window's rows, their positions, Tick's rows and the replay
+		// policy in one participant.
+		minutes, err := windowsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "org_minute"}, p, cfg.Storage, w, minuteSchema,
+			windowsink.Options{Sink: opts})
 		if err != nil {
 			return proc, err // the Source closes events too
 		}
 		proc.Participants["org_minute"] = minutes
-		cursor := new(sink.Cursor) // positions for window rows
-		proc.Participants["cursor"] = cursor
 
-		var out window.Output[string, uint64]
 		var key []byte
-		emit := func(ctx context.Context) error {
-			for _, r := range out.Rows {
-				if err := minutes.Add(ctx, cursor.Next(), r); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
 		proc.Process = func(ctx context.Context, m kafka.Message) error {
 			ev, err := parseEvent(m)
 			if err != nil {
 				return err // stop, never skip
 			}
-			cursor.At(m.Offset)
 			key = dedup.AppendKey(key[:0], ev.Org, ev.ID)
 			if first, err := d.Observe(key, m.Time); err != nil || !first { // the record's timestamp: see package dedup
 				return err
@@ -146,17 +137,9 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			if err := events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
 				return err
 			}
-			out.Reset()
-			if err := w.Add(window.Event[string]{Input: p.Partition, Key: ev.Org, Time: ev.At, Value: ev.ID}, &out); err != nil {
-				return err
-			}
-			return emit(ctx)
+			return minutes.Add(ctx, m.Offset, window.Event[string]{Input: p.Partition, Key: ev.Org, Time: ev.At, Value: ev.ID})
 		}
-		proc.Tick = func(ctx context.Context) error {
-			out.Reset()
-			w.Tick(&out)
-			return emit(ctx)
-		}
+		proc.Tick = minutes.Tick
 		proc.TickInterval = 100 * time.Millisecond
 		return proc, nil
 	}
