@@ -1,6 +1,7 @@
 // Package embedded starts the servers the pipeline needs on one machine with
 // nothing installed by hand: ClickHouse (clickhouse-local from libchdb.so,
-// serving the native TCP protocol), Kafka (franz-go's kfake, in process),
+// serving the native TCP protocol), Kafka (Apache Kafka's broker in KRaft
+// mode, a java process; or franz-go's kfake, in process, for request hooks),
 // Redis (Debian's redis-server) and S3 (versitygw over a directory). The demo uses it directly; tests use it
 // through testkit.
 //
@@ -11,6 +12,10 @@
 //	ch.Addr()          // 127.0.0.1:port for ch-go
 //	ch.Kill()          // kill -9, waits until the process is gone
 //	ch.Restart(ctx)    // same directory and port, waits until ready
+//
+//	ak, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{Nodes: 3}) // 4.4.0; Version: ApacheKafka39
+//	defer ak.Close()
+//	ak.Node(2).Kill()  // kill -9 one broker; ak.Node(2).Start(ctx) brings it back
 //
 //	k, err := embedded.StartKafka(embedded.KafkaOptions{})
 //	defer k.Close()
@@ -49,6 +54,10 @@
 // into the cache the first time, keyed by a hash of its source. The Kafka
 // broker process (kfakeserver) is built the same way, from this module, so
 // StartKafkaProcess must run with the working directory inside the module.
+// Apache Kafka's jars (kafka_2.13 4.4.0 and 3.9.2 with their dependencies,
+// about 45 MB each) come from Maven (EnsureApacheKafka, EnsureMaven) into
+// the cache the first time, and a formatted KRaft directory per release and
+// node count beside them (kafka-format/), copied for each new cluster.
 // Apache ZooKeeper 3.9.3's jars (13 MB) come from Maven (EnsureMaven) into
 // the cache the first time; it runs on the installed java.
 // versitygw v1.8.0 is built with `go install` into the cache (about 100 s
