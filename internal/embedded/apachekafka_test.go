@@ -2,6 +2,7 @@ package embedded_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -123,3 +125,116 @@ func brokerConfigs(t *testing.T, brokers []string, id int, names map[string]stri
 }
 
 func itoa(i int) string { return string(rune('0' + i)) }
+
+// TestApacheKafkaCluster: three nodes, topics with three replicas and
+// min.insync.replicas 2. An acks=all produce goes on with the leader
+// killed (a new leader is elected); on a topic whose min.insync.replicas is
+// 3 the same kill makes it fail with NOT_ENOUGH_REPLICAS until the node is
+// back; nothing acknowledged is lost. (Two of three nodes down would also
+// take the KRaft controller quorum, each node being a controller too.)
+func TestApacheKafkaCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three brokers")
+	}
+	k := startApacheKafka(t, embedded.ApacheKafkaOptions{Nodes: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	require.Len(t, k.Brokers(), 3)
+	require.NoError(t, embedded.CreateTopic(ctx, k.Brokers(), "events", 1))
+	assert.Equal(t, map[string]string{"min.insync.replicas": "2", "default.replication.factor": "3"},
+		brokerConfigs(t, k.Brokers(), 1, map[string]string{"min.insync.replicas": "", "default.replication.factor": ""}))
+	admin, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...))
+	require.NoError(t, err)
+	defer admin.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "strict", 1, 3
+	cfg := kmsg.NewCreateTopicsRequestTopicConfig()
+	cfg.Name, cfg.Value = "min.insync.replicas", kmsg.StringPtr("3")
+	rt.Configs = append(rt.Configs, cfg)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, admin)
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+	require.NoError(t, embedded.CreateTopic(ctx, k.Brokers(), "strict", 1)) // waits for its leader
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordDeliveryTimeout(2*time.Minute))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(topic, v string) error {
+		return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte(v)}).FirstErr()
+	}
+	require.NoError(t, produce("events", "1"))
+	require.NoError(t, produce("strict", "1"))
+
+	leader := partitionLeader(t, ctx, k.Brokers(), "events")
+	t0 := time.Now()
+	require.NoError(t, k.Node(leader).Kill())
+	require.NoError(t, produce("events", "2"), "acks=all with one of three replicas down")
+	t.Logf("produce after killing leader %d: %s", leader, time.Since(t0).Round(time.Millisecond))
+	require.Eventually(t, func() bool { return partitionLeader(t, ctx, k.Brokers(), "events") != leader },
+		time.Minute, 200*time.Millisecond, "a new leader is elected")
+
+	// The ISR shrinks once the dead node's broker session expires; until
+	// then a produce may wait for it. One try each, so that the broker's
+	// error is returned rather than retried into a timeout.
+	strict, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordRetries(1), kgo.RecordDeliveryTimeout(10*time.Second))
+	require.NoError(t, err)
+	defer strict.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err = strict.ProduceSync(ctx, &kgo.Record{Topic: "strict", Value: []byte("2")}).FirstErr()
+		require.Error(t, err, "acks=all with 2 of the 3 in-sync replicas min.insync.replicas asks for")
+		if errors.Is(err, kerr.NotEnoughReplicas) || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.ErrorIs(t, err, kerr.NotEnoughReplicas)
+
+	require.NoError(t, k.Node(leader).Start(ctx))
+	require.NoError(t, produce("events", "3"))
+	require.NoError(t, produce("strict", "3"))
+
+	// Every acknowledged record once. On "strict" a refused or timed-out
+	// "2" may have been appended all the same (acks=all answers after the
+	// append): only the acknowledged ones are counted.
+	for _, topic := range []string{"events", "strict"} {
+		rd, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		require.NoError(t, err)
+		seen := map[string]int{}
+		for seen["3"] == 0 {
+			fs := rd.PollFetches(ctx)
+			require.NoError(t, ctx.Err())
+			fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
+		}
+		rd.Close()
+		assert.Equal(t, 1, seen["1"], topic)
+		assert.Equal(t, 1, seen["3"], topic)
+		if topic == "events" {
+			assert.Equal(t, 1, seen["2"], topic)
+		}
+	}
+}
+
+// partitionLeader returns the node id leading partition 0 of topic.
+func partitionLeader(t *testing.T, ctx context.Context, brokers []string, topic string) int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	require.NoError(t, err)
+	defer cl.Close()
+	for {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil && len(resp.Topics) == 1 && len(resp.Topics[0].Partitions) == 1 && resp.Topics[0].Partitions[0].Leader >= 0 {
+			return int(resp.Topics[0].Partitions[0].Leader)
+		}
+		require.NoError(t, ctx.Err())
+		time.Sleep(100 * time.Millisecond)
+	}
+}
