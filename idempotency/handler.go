@@ -483,6 +483,13 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 	case errors.Is(err, ErrPending):
 		h.m.claim(ctx, "pending")
 		h.retryLater(a, "delivery in progress")
+	case ctx.Err() != nil:
+		// The answer's deadline passed before or during the claim (a
+		// body read slowly, a store that did not answer in time).
+		h.m.claim(ctx, "error")
+		h.m.timeouts.Add(ctx, 1)
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: answer deadline passed while claiming", slog.String("key", d.Key), slog.Any("error", err))
+		h.retryLater(a, "delivery timed out, retry later")
 	default:
 		h.m.claim(ctx, "error")
 		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: claim failed", slog.String("key", d.Key), slog.Any("error", err))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/assert"
@@ -58,7 +59,10 @@ func handlerFor(t *testing.T, publish idempotency.Func) string {
 	require.NoError(t, err)
 	p := idempotency.GitHub()
 	p.Partition = nil
-	h, err := idempotency.NewHandler(store, publish, idempotency.Options{Provider: p, Secret: secret, MaxBodyBytes: 25 << 20})
+	// Generous deadlines: this test is about sizes, and reading, signing
+	// and validating 20 MiB under -race on a loaded machine takes seconds.
+	h, err := idempotency.NewHandler(store, publish, idempotency.Options{Provider: p, Secret: secret, MaxBodyBytes: 25 << 20,
+		ReadTimeout: 30 * time.Second, AnswerTimeout: time.Minute, SideEffectTimeout: 40 * time.Second, PendingTTL: 2 * time.Minute})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
