@@ -67,7 +67,7 @@ func TestNewRefusesInvalidOptions(t *testing.T) {
 		{name: "negative threshold", bucket: "b", opts: s3storage.Options{MultipartThreshold: -1}},
 		{name: "no attempts", bucket: "b", opts: s3storage.Options{MaxAttempts: -1}},
 		{name: "absolute prefix", bucket: "b", opts: s3storage.Options{Prefix: "/x/"}},
-		{name: "backoff upside down", bucket: "b", opts: s3storage.Options{BaseBackoff: 10, MaxBackoff: 5}},
+		{name: "backoff upside down", bucket: "b", opts: s3storage.Options{InitialBackoff: 10, MaxBackoff: 5}},
 	}
 	for _, tt := range tests {
 		_, err := s3storage.New(client, tt.bucket, tt.opts)

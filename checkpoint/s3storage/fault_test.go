@@ -92,7 +92,7 @@ func TestLostReplyResolved(t *testing.T) {
 	}))
 	defer front.Close()
 	c.Endpoint = front.URL
-	s := newStorage(t, c, s3storage.Options{BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	s := newStorage(t, c, s3storage.Options{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 
 	drop.Store(1)
 	v1, err := s.Create(ctx, "owner", []byte("epoch 1 by a"))
@@ -127,7 +127,7 @@ func TestServerKillRestart(t *testing.T) {
 	ctx := context.Background()
 	srv := s3kit.Start(t)
 	c := srv.NewBucket(t)
-	opts := s3storage.Options{MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+	opts := s3storage.Options{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 		MultipartThreshold: s3storage.MinPartSize, PartSize: s3storage.MinPartSize}
 	s := newStorage(t, c, opts)
 	_, err := s.Create(ctx, "kept", []byte("before"))

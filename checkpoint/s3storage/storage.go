@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+
+	"github.com/exactlyonce/exactlyonce/internal/backoff"
 )
 
 // Defaults for Options.
@@ -32,10 +34,10 @@ const (
 	DefaultPartConcurrency = 4
 	// DefaultMaxAttempts bounds the attempts of every request.
 	DefaultMaxAttempts = 5
-	// DefaultBaseBackoff and DefaultMaxBackoff bound the wait before a retry:
-	// a random time up to Base*2^(attempt-1), at most Max.
-	DefaultBaseBackoff = 50 * time.Millisecond
-	DefaultMaxBackoff  = 2 * time.Second
+	// DefaultInitialBackoff and DefaultMaxBackoff bound the wait before a
+	// retry: a random time up to Initial*2^(attempt-1), at most Max.
+	DefaultInitialBackoff = 50 * time.Millisecond
+	DefaultMaxBackoff     = 2 * time.Second
 )
 
 // Options configures New. The zero value is valid.
@@ -57,9 +59,15 @@ type Options struct {
 	// outages but hold a checkpoint longer before it fails. Default:
 	// DefaultMaxAttempts.
 	MaxAttempts int
-	// BaseBackoff and MaxBackoff bound the wait between attempts. Default:
-	// DefaultBaseBackoff and DefaultMaxBackoff.
-	BaseBackoff, MaxBackoff time.Duration
+	// InitialBackoff and MaxBackoff bound the wait between attempts: a
+	// random time (full jitter) up to InitialBackoff*2^(attempt-1), at most
+	// MaxBackoff. Default: DefaultInitialBackoff and DefaultMaxBackoff.
+	InitialBackoff, MaxBackoff time.Duration
+}
+
+// policy is the retry policy of every request: exponential, full jitter.
+func (o *Options) policy() backoff.Policy {
+	return backoff.Policy{Initial: o.InitialBackoff, Max: o.MaxBackoff, Multiplier: 2, Jitter: 1, MaxAttempts: o.MaxAttempts}
 }
 
 func (o *Options) setDefaults() error {
@@ -75,8 +83,8 @@ func (o *Options) setDefaults() error {
 	if o.PartConcurrency == 0 {
 		o.PartConcurrency = DefaultPartConcurrency
 	}
-	if o.BaseBackoff == 0 {
-		o.BaseBackoff = DefaultBaseBackoff
+	if o.InitialBackoff == 0 {
+		o.InitialBackoff = DefaultInitialBackoff
 	}
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = DefaultMaxBackoff
@@ -92,8 +100,9 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("%w: PartConcurrency %d is below 1", ErrInvalidOptions, o.PartConcurrency)
 	case o.MaxAttempts < 1:
 		return fmt.Errorf("%w: MaxAttempts %d is below 1", ErrInvalidOptions, o.MaxAttempts)
-	case o.BaseBackoff < 0 || o.MaxBackoff < o.BaseBackoff:
-		return fmt.Errorf("%w: backoff %v..%v", ErrInvalidOptions, o.BaseBackoff, o.MaxBackoff)
+	}
+	if err := o.policy().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return nil
 }
@@ -105,6 +114,7 @@ type Storage struct {
 	client *s3.Client
 	bucket string
 	opts   Options
+	policy backoff.Policy
 }
 
 var _ checkpoint.Storage = (*Storage)(nil)
@@ -122,7 +132,7 @@ func New(client *s3.Client, bucket string, opts Options) (*Storage, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Storage{client: client, bucket: bucket, opts: opts}, nil
+	return &Storage{client: client, bucket: bucket, opts: opts, policy: opts.policy()}, nil
 }
 
 // ClientConfig is what NewClient needs to reach an S3-compatible server
@@ -187,14 +197,10 @@ func (s *Storage) retry(ctx context.Context, fn func(ctx context.Context) error)
 		if !definite(err) {
 			ambiguous = true
 		}
-		if !Retryable(err) || attempt >= s.opts.MaxAttempts {
+		if !Retryable(err) || !s.policy.Retry(attempt) {
 			return ambiguous, err
 		}
-		wait := min(s.opts.BaseBackoff<<(attempt-1), s.opts.MaxBackoff)
-		if wait > 0 {
-			wait = rand.N(wait) + 1
-		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(s.policy.Delay(attempt, rand.Float64))
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -13,14 +13,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/backoff"
 )
 
+// backoff is the wait after the requests-th redelivery request of a GUID:
+// exponential, without jitter (the passes themselves are spaced by
+// Interval).
 func (r *Redeliverer) backoff(requests int) time.Duration {
-	d := r.opts.Backoff
-	for i := 1; i < requests && d < r.opts.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, r.opts.MaxBackoff)
+	p := backoff.Policy{Initial: min(r.opts.InitialBackoff, r.opts.MaxBackoff), Max: r.opts.MaxBackoff, Multiplier: 2}
+	return p.Delay(requests, nil)
 }
 
 // list returns the deliveries with an id above through that were delivered

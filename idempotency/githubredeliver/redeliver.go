@@ -27,11 +27,11 @@ const (
 	DefaultWindow = 72 * time.Hour
 	// DefaultInterval is Run's pause between passes.
 	DefaultInterval = time.Minute
-	// DefaultBackoff is the wait after a redelivery request before the
-	// same GUID is requested again without news; it doubles with every
+	// DefaultInitialBackoff is the wait after a redelivery request before
+	// the same GUID is requested again without news; it doubles with every
 	// request, up to DefaultMaxBackoff.
-	DefaultBackoff    = time.Minute
-	DefaultMaxBackoff = time.Hour
+	DefaultInitialBackoff = time.Minute
+	DefaultMaxBackoff     = time.Hour
 	// DefaultMaxWait bounds a rate-limit wait inside a pass.
 	DefaultMaxWait = time.Minute
 	// DefaultPerPage is the page size of the deliveries list (GitHub's
@@ -124,11 +124,12 @@ type Options struct {
 	Window time.Duration
 	// Interval is Run's pause between passes. Default DefaultInterval.
 	Interval time.Duration
-	// Backoff and MaxBackoff space out requests for a GUID whose
+	// InitialBackoff and MaxBackoff space out requests for a GUID whose
 	// redeliveries keep failing: after the n-th request the next waits
-	// Backoff<<(n-1), at most MaxBackoff, unless a failed attempt newer
-	// than the request is listed (then the next pass requests again).
-	Backoff, MaxBackoff time.Duration
+	// InitialBackoff<<(n-1), at most MaxBackoff, unless a failed attempt
+	// newer than the request is listed (then the next pass requests
+	// again). Default: DefaultInitialBackoff and DefaultMaxBackoff.
+	InitialBackoff, MaxBackoff time.Duration
 	// MaxWait bounds a rate-limit wait inside a pass. Default
 	// DefaultMaxWait.
 	MaxWait time.Duration
@@ -214,7 +215,7 @@ func New(hook Hook, opts Options) (*Redeliverer, error) {
 	}{
 		{"Window", &opts.Window, DefaultWindow},
 		{"Interval", &opts.Interval, DefaultInterval},
-		{"Backoff", &opts.Backoff, DefaultBackoff},
+		{"InitialBackoff", &opts.InitialBackoff, DefaultInitialBackoff},
 		{"MaxBackoff", &opts.MaxBackoff, DefaultMaxBackoff},
 		{"MaxWait", &opts.MaxWait, DefaultMaxWait},
 	} {

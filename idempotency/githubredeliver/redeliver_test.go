@@ -291,7 +291,7 @@ func TestPassWhileGatewayDown(t *testing.T) {
 	f, srv := newFake(t, "/orgs/octo-org/hooks/7", clk.Now)
 	f.add("g1", clk.Now().Add(-time.Minute), 503, false)
 	f.gatewayStatus = 503
-	r := newRedeliverer(t, srv, githubredeliver.OrgHook("octo-org", 7), clk, githubredeliver.Options{Backoff: 10 * time.Minute})
+	r := newRedeliverer(t, srv, githubredeliver.OrgHook("octo-org", 7), clk, githubredeliver.Options{InitialBackoff: 10 * time.Minute})
 	ctx := context.Background()
 
 	for i := range 3 {
@@ -333,7 +333,7 @@ func TestPassGoesOnPastADeliveryNotFound(t *testing.T) {
 	c := f.add("c", clk.Now().Add(-time.Minute), 0, false)
 	f.gone = map[int64]bool{gone: true}
 	f.gatewayStatus = 202
-	r := newRedeliverer(t, srv, githubredeliver.RepoHook("octo-org", "app", 42), clk, githubredeliver.Options{Backoff: 10 * time.Minute})
+	r := newRedeliverer(t, srv, githubredeliver.RepoHook("octo-org", "app", 42), clk, githubredeliver.Options{InitialBackoff: 10 * time.Minute})
 	ctx := context.Background()
 
 	res, err := r.Pass(ctx)

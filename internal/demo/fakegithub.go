@@ -278,7 +278,7 @@ func (d *demo) startGitHub(ctx context.Context) error {
 	d.prov.github = gh
 	r, err := githubredeliver.New(githubredeliver.RepoHook(ghHookOwner, ghHookRepo, ghHookID), githubredeliver.Options{
 		Token: ghToken, BaseURL: gh.URL(), HTTPClient: &http.Client{Timeout: 10 * time.Second},
-		Interval: 200 * time.Millisecond, Backoff: 300 * time.Millisecond, MaxBackoff: 2 * time.Second,
+		Interval: 200 * time.Millisecond, InitialBackoff: 300 * time.Millisecond, MaxBackoff: 2 * time.Second,
 		Logger: d.cfg.Logger,
 	})
 	if err != nil {
