@@ -154,16 +154,16 @@ func Totals(ctx context.Context, opts ch.Options, database, table string, from, 
 		count         proto.ColUInt64
 		out           []audit.Total
 	)
-	q := fmt.Sprintf(`SELECT toString(stage) AS stage, tenant, toInt64(toUnixTimestamp64Milli(bucket)) AS b,
+	q := fmt.Sprintf(`SELECT CAST(stage, 'String') AS s, tenant, toInt64(toUnixTimestamp64Milli(bucket)) AS b,
 	sum(c) AS n, toInt64(toUnixTimestamp64Milli(max(w))) AS u
 FROM (SELECT stage, tenant, bucket, counter, max(count) AS c, argMax(w0, count) AS w
       FROM (SELECT stage, tenant, bucket, counter, count, min(written) AS w0 FROM %s.%s
             WHERE bucket >= %s AND bucket < %s GROUP BY stage, tenant, bucket, counter, count)
       GROUP BY stage, tenant, bucket, counter)
-GROUP BY stage, tenant, bucket ORDER BY tenant, b, stage`, ident(database), ident(table), timeLit(from), timeLit(to))
+GROUP BY s, tenant, bucket ORDER BY tenant, b, s`, ident(database), ident(table), timeLit(from), timeLit(to))
 	err = c.Do(ctx, ch.Query{
 		Body: q,
-		Result: proto.Results{{Name: "stage", Data: &stage}, {Name: "tenant", Data: &tenant},
+		Result: proto.Results{{Name: "s", Data: &stage}, {Name: "tenant", Data: &tenant},
 			{Name: "b", Data: &bucket}, {Name: "n", Data: &count}, {Name: "u", Data: &upd}},
 		OnResult: func(context.Context, proto.Block) error {
 			for i := range stage.Rows() {
@@ -276,7 +276,7 @@ func TableCounts(ctx context.Context, opts ch.Options, database string, src Sour
 		out    []audit.Total
 	)
 	at := "toDateTime64(" + src.Time + ", 3, 'UTC')"
-	q := fmt.Sprintf(`SELECT toString(%s) AS t, toInt64(toUnixTimestamp64Milli(toStartOfInterval(%s, INTERVAL %d SECOND))) AS b, toUInt64(%s) AS n
+	q := fmt.Sprintf(`SELECT CAST(toString(%s), 'String') AS t, toInt64(toUnixTimestamp(toStartOfInterval(%s, INTERVAL %d SECOND))) * 1000 AS b, toUInt64(%s) AS n
 FROM %s.%s%s WHERE %s >= %s AND %s < %s GROUP BY t, b ORDER BY t, b`,
 		src.Tenant, at, int64(width/time.Second), src.Count, ident(database), ident(src.Table), final,
 		at, timeLit(from), at, timeLit(to))

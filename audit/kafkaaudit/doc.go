@@ -13,7 +13,10 @@
 //   - A delta is numbered before its first send and keeps its number until
 //     the broker acknowledged it (acks=all); a send that failed or whose
 //     answer was lost is sent again with the same number, and the folder
-//     counts it once. Deltas are never dropped while the process lives.
+//     counts it once. Deltas are never dropped while the process lives. The
+//     folder deduplicates per partition of the audit topic: a delta sent
+//     again lands where it did because it keeps its key (its tenant, hashed);
+//     do not add partitions to the audit topic while gateways run.
 //   - Counts are at most what the gateway published: a gateway killed before
 //     it sent its last deltas loses them (up to one Interval of counts, and
 //     any unsent after failures), which can hide a loss in the audit but
