@@ -193,3 +193,11 @@ func TestCompare(t *testing.T) {
 	later := audit.Compare(totals[:8], audit.CompareOptions{Now: now, Settle: settle, Checks: audit.DefaultChecks("events")})
 	assert.Equal(t, 1, later.Lost)
 }
+
+func TestWriteMetrics(t *testing.T) {
+	rep := &audit.Report{OKCount: 3, Lost: 1}
+	var b strings.Builder
+	require.NoError(t, rep.WriteMetrics(&b, t0))
+	assert.Contains(t, b.String(), "exactlyonce_audit_buckets{status=\"lost\"} 1\n")
+	assert.Contains(t, b.String(), "exactlyonce_audit_last_run_timestamp_seconds 1796119200\n")
+}
