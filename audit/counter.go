@@ -190,7 +190,15 @@ func compareKeys(a, b Key) int {
 //	width     uvarint, seconds
 //	n         uvarint, number of counts
 //	n times:  stage (uvarint length, bytes), tenant (same), bucket (varint,
-//	          Unix seconds), count (uvarint), in key order
+//	          Unix seconds), count (uvarint), changed since the last Flush
+//	          (byte, 0 or 1), in key order
+//
+// The changed flags are state: a restored Counter flushes only what had
+// not been flushed at the checkpoint (and what the replay changes), so the
+// audit table's write time of a count stays that of its first write,
+// which is what tells a late bucket (CompareOptions.Settle). They depend
+// on when Flush ran (a Tick), so two runs over the same records may
+// snapshot different flags, never different counts.
 const counterVersion = 1
 
 // Snapshot encodes the counts and the rows' cursor. Equal states encode to
@@ -209,16 +217,25 @@ func (c *Counter) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error
 		b = appendString(b, k.Tenant)
 		b = binary.AppendVarint(b, k.Bucket.Unix())
 		b = binary.AppendUvarint(b, c.counts[k])
+		_, dirty := c.dirty[k]
+		b = append(b, boolByte(dirty))
 	}
 	return b, nil
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
-// Restore replaces the counts with a Snapshot's and marks every count
-// changed, so the next Flush writes them all again. A damaged state wraps
+// Restore replaces the counts with a Snapshot's, with their changed
+// flags: the next Flush writes what had not been flushed. A damaged state wraps
 // ErrCorrupt, one of another format ErrUnsupportedVersion, one counted in
 // buckets of another width ErrBucketChanged; the Counter is then unchanged.
 func (c *Counter) Restore(ctx context.Context, state []byte) error {
@@ -233,9 +250,11 @@ func (c *Counter) Restore(ctx context.Context, state []byte) error {
 	c.counts = make(map[Key]uint64, len(st.Counts))
 	c.dirty = make(map[Key]struct{}, len(st.Counts))
 	c.newest = time.Time{}
-	for _, r := range st.Counts {
+	for i, r := range st.Counts {
 		c.counts[r.Key] = r.Count
-		c.dirty[r.Key] = struct{}{}
+		if st.changed[i] {
+			c.dirty[r.Key] = struct{}{}
+		}
 		if r.Bucket.After(c.newest) {
 			c.newest = r.Bucket
 		}
@@ -251,7 +270,10 @@ type State struct {
 	Bucket time.Duration
 	Next   sink.Position // the position of the next row
 	Counts []Row         // Counter empty: a state does not name its counter
-	cursor sink.Cursor
+	// Unflushed is how many counts changed since the last Flush.
+	Unflushed int
+	cursor    sink.Cursor
+	changed   []bool
 }
 
 // DecodeState decodes a Counter's Snapshot. Errors wrap ErrCorrupt or
@@ -311,6 +333,12 @@ func DecodeState(state []byte) (*State, error) {
 		if row.Count, err = binary.ReadUvarint(r); err != nil {
 			return nil, corrupt("count")
 		}
+		flag, err := r.ReadByte()
+		if err != nil || flag > 1 {
+			return nil, corrupt("changed flag")
+		}
+		st.changed = append(st.changed, flag == 1)
+		st.Unflushed += int(flag)
 		if len(st.Counts) > 0 && compareKeys(st.Counts[len(st.Counts)-1].Key, row.Key) >= 0 {
 			return nil, corrupt("counts out of order")
 		}

@@ -41,8 +41,8 @@
 //     the records in offset order), a restored chain counts every record
 //     once. TestCounterReplay restores a snapshot and replays.
 //   - A count only grows, so the newest row of a key is the one with the
-//     largest count; a row written again (a replay, a Flush after Restore,
-//     which marks every key) is harmless in the ReplacingMergeTree.
+//     largest count; a row written again (a replay) is harmless in the
+//     ReplacingMergeTree.
 //   - Compare flags a bucket as lost or duplicated only once it is settled:
 //     its end and the last change of its counts are older than
 //     CompareOptions.Settle (the allowed lateness plus the checkpoint

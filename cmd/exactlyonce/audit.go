@@ -37,7 +37,11 @@ type auditOutput struct {
 }
 
 type auditSummary struct {
-	OK, Pending, Late, Lost, Duplicated int
+	OK         int `json:"ok"`
+	Pending    int `json:"pending"`
+	Late       int `json:"late"`
+	Lost       int `json:"lost"`
+	Duplicated int `json:"duplicated"`
 }
 
 func runAudit(ctx context.Context, args []string, env func(string) string, stdout io.Writer) error {

@@ -138,7 +138,7 @@ func decodeDedup(ctx context.Context, b []byte, object func(name string) ([]byte
 	if len(b) < 24 {
 		return nil, fmt.Errorf("dedup state of %d bytes is too short", len(b))
 	}
-	if crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
+	if crc32.Checksum(b[:len(b)-4], castagnoli) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
 		return nil, errors.New("dedup state: checksum mismatch (corrupt)")
 	}
 	version := binary.LittleEndian.Uint16(b[8:])
@@ -200,7 +200,7 @@ func dedupEntries(b []byte, exact bool, expiries map[[16]byte]uint32) error {
 	if len(b) < 32 || string(b[:8]) != dedupMagic || binary.LittleEndian.Uint16(b[8:]) != 1 {
 		return errors.New("not a version 1 dedup snapshot")
 	}
-	if crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
+	if crc32.Checksum(b[:len(b)-4], castagnoli) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
 		return errors.New("checksum mismatch (corrupt)")
 	}
 	n := binary.LittleEndian.Uint64(b[20:])
