@@ -202,7 +202,7 @@ func TestCompare(t *testing.T) {
 	assert.True(t, rep.Failed())
 	assert.Equal(t, []string{audit.StageAccepted, audit.StageRead, audit.StageFirstSeen, events}, rep.Stages)
 	assert.Contains(t, rep.Findings, audit.Finding{Check: "gateway→kafka", Tenant: "short", Bucket: old, Upstream: 5, Downstream: 4, Status: audit.StatusLost})
-	assert.Len(t, rep.Findings, 4, "short fails one check: processor→events agrees")
+	assert.Len(t, rep.Findings, 4, "short fails one check: processor.first_seen→events agrees")
 	assert.Equal(t, [5]int{1, 1, 1, 1, 1}, [5]int{rep.OKCount, rep.Pending, rep.Late, rep.Lost, rep.Duplicated})
 
 	var out strings.Builder
@@ -220,4 +220,22 @@ func TestWriteMetrics(t *testing.T) {
 	require.NoError(t, rep.WriteMetrics(&b, t0))
 	assert.Contains(t, b.String(), "exactlyonce_audit_buckets{status=\"lost\"} 1\n")
 	assert.Contains(t, b.String(), "exactlyonce_audit_last_run_timestamp_seconds 1796119200\n")
+}
+
+// TestCompareByTheHour: a Counter's minutes summed into the hours of a
+// rollup's buckets.
+func TestCompareByTheHour(t *testing.T) {
+	events := audit.TableStage("hourly")
+	totals := []audit.Total{
+		{Key: audit.Key{Stage: audit.StageFirstSeen, Tenant: "a", Bucket: t0}, Count: 2},
+		{Key: audit.Key{Stage: audit.StageFirstSeen, Tenant: "a", Bucket: t0.Add(59 * time.Minute)}, Count: 3},
+		{Key: audit.Key{Stage: audit.StageFirstSeen, Tenant: "a", Bucket: t0.Add(time.Hour)}, Count: 1},
+		{Key: audit.Key{Stage: events, Tenant: "a", Bucket: t0}, Count: 5},
+		{Key: audit.Key{Stage: events, Tenant: "a", Bucket: t0.Add(time.Hour)}, Count: 2},
+	}
+	rep := audit.Compare(totals, audit.CompareOptions{Now: t0.Add(24 * time.Hour), Bucket: time.Hour, Checks: audit.DefaultChecks("hourly")})
+	require.Len(t, rep.Buckets, 2)
+	assert.Equal(t, map[string]uint64{audit.StageFirstSeen: 5, events: 5}, rep.Buckets[0].Counts)
+	assert.Equal(t, audit.StatusOK, rep.Buckets[0].Status)
+	assert.Equal(t, audit.StatusDuplicated, rep.Buckets[1].Status)
 }

@@ -32,13 +32,19 @@ type Check struct {
 
 // DefaultChecks are the comparisons of the SDK's pipeline: every delivery
 // the gateway accepted was read from Kafka (gateway→kafka), and each table
-// holds one row per first sight (processor→<table>).
+// holds one row per first sight (processor.first_seen→<table>).
 func DefaultChecks(tables ...string) []Check {
-	checks := []Check{{Name: "gateway→kafka", Upstream: StageAccepted, Downstream: StageRead, MayExceed: true}}
+	checks := []Check{GatewayCheck()}
 	for _, t := range tables {
-		checks = append(checks, Check{Name: "processor→" + t, Upstream: StageFirstSeen, Downstream: TableStage(t)})
+		checks = append(checks, Check{Name: StageFirstSeen + "→" + t, Upstream: StageFirstSeen, Downstream: TableStage(t)})
 	}
 	return checks
+}
+
+// GatewayCheck is DefaultChecks' first: Kafka holds at least every delivery
+// the gateway accepted (more after a lost acknowledgement).
+func GatewayCheck() Check {
+	return Check{Name: "gateway→kafka", Upstream: StageAccepted, Downstream: StageRead, MayExceed: true}
 }
 
 // Status is a bucket's verdict under one check.
@@ -115,7 +121,9 @@ type Report struct {
 // Failed reports whether a settled bucket differs.
 func (r *Report) Failed() bool { return r.Lost+r.Duplicated > 0 }
 
-// Compare pivots totals into buckets and runs the checks on each. A stage
+// Compare pivots totals into buckets of CompareOptions.Bucket (totals of
+// finer buckets, a Counter's minutes, are summed into it: an hourly
+// rollup is compared by the hour) and runs the checks on each. A stage
 // with no count in a bucket counts zero there.
 func Compare(totals []Total, opts CompareOptions) *Report {
 	if opts.Bucket == 0 {
@@ -132,10 +140,11 @@ func Compare(totals []Total, opts CompareOptions) *Report {
 	updated := map[bk]time.Time{}
 	var stages []string
 	for _, t := range totals {
-		k := bk{t.Tenant, t.Bucket.Unix()}
+		start := BucketOf(t.Bucket, opts.Bucket)
+		k := bk{t.Tenant, start.Unix()}
 		b := buckets[k]
 		if b == nil {
-			b = &Bucket{Tenant: t.Tenant, Start: t.Bucket.UTC(), Counts: map[string]uint64{}, Status: StatusOK}
+			b = &Bucket{Tenant: t.Tenant, Start: start, Counts: map[string]uint64{}, Status: StatusOK}
 			buckets[k] = b
 		}
 		b.Counts[t.Stage] += t.Count

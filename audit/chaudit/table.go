@@ -197,10 +197,34 @@ type Source struct {
 	// Columns are the columns the expressions need, checked before the
 	// query (default Tenant and Time).
 	Columns []string
+	// Vs is the stage the table's counts must equal (Check). Default
+	// audit.StageFirstSeen: one row per event the processor passed on.
+	Vs string
+	// As names the counts' stage, audit.TableStage(As), instead of the
+	// table's name: to count one table two ways.
+	As string
+}
+
+// Stage is the stage of the table's counts.
+func (s Source) Stage() string {
+	if s.As != "" {
+		return audit.TableStage(s.As)
+	}
+	return audit.TableStage(s.Table)
+}
+
+// Check is the comparison of src's counts with its Vs stage.
+func (s Source) Check() audit.Check {
+	vs := s.Vs
+	if vs == "" {
+		vs = audit.StageFirstSeen
+	}
+	return audit.Check{Name: vs + "→" + strings.TrimPrefix(s.Stage(), "clickhouse."), Upstream: vs, Downstream: s.Stage()}
 }
 
 // ParseSource reads a Source from the verifier's -table flag:
-// name[,tenant=col][,time=col][,count=expr][,final].
+// name[,tenant=col][,time=col][,count=expr][,final][,vs=stage][,as=name]. An
+// expression may not hold a comma.
 func ParseSource(s string) (Source, error) {
 	parts := strings.Split(s, ",")
 	src := Source{Table: strings.TrimSpace(parts[0])}
@@ -218,8 +242,12 @@ func ParseSource(s string) (Source, error) {
 			src.Count = v
 		case "final":
 			src.Final = true
+		case "vs":
+			src.Vs = v
+		case "as":
+			src.As = v
 		default:
-			return src, fmt.Errorf("chaudit: table %q: unknown part %q: want tenant=, time=, count= or final", s, p)
+			return src, fmt.Errorf("chaudit: table %q: unknown part %q: want tenant=, time=, count=, final, vs= or as=", s, p)
 		}
 	}
 	return src, nil
@@ -254,7 +282,7 @@ func isIdent(s string) bool {
 }
 
 // TableCounts counts src's rows per tenant and bucket of width, for event
-// times from..to, as totals of stage audit.TableStage(src.Table).
+// times from..to, as totals of stage src.Stage().
 func TableCounts(ctx context.Context, opts ch.Options, database string, src Source, width time.Duration, from, to time.Time) ([]audit.Total, error) {
 	src.defaults()
 	c, err := dial(ctx, opts)
@@ -280,7 +308,7 @@ func TableCounts(ctx context.Context, opts ch.Options, database string, src Sour
 FROM %s.%s%s WHERE %s >= %s AND %s < %s GROUP BY t, b ORDER BY t, b`,
 		src.Tenant, at, int64(width/time.Second), src.Count, ident(database), ident(src.Table), final,
 		at, timeLit(from), at, timeLit(to))
-	stage := audit.TableStage(src.Table)
+	stage := src.Stage()
 	err = c.Do(ctx, ch.Query{
 		Body:   q,
 		Result: proto.Results{{Name: "t", Data: &tenant}, {Name: "b", Data: &bucket}, {Name: "n", Data: &count}},

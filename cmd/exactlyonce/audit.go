@@ -55,7 +55,7 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 	bucket := fs.Duration("bucket", audit.DefaultBucket, "the buckets' width: the processor's and the gateway's")
 	settle := fs.Duration("settle", 5*time.Minute, "a bucket is judged this long after its end and its counts' last change: the allowed lateness plus the checkpoint interval plus the sinks' longest delay")
 	var tables listFlag
-	fs.Var(&tables, "table", "a table to count per bucket and compare with the first sights: name[,tenant=col][,time=col][,count=expr][,final] (repeatable)")
+	fs.Var(&tables, "table", "a table to count per bucket and compare with the first sights (or vs=stage): name[,tenant=col][,time=col][,count=expr][,final][,vs=stage] (repeatable)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	differences := fs.Bool("differences", false, "print only the buckets that are not ok")
 	metricsFile := fs.String("metrics-file", "", "also write the figures in the Prometheus text format to this file (for a node_exporter textfile collector), atomically")
@@ -72,13 +72,13 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 	}
 	from := audit.BucketOf(to.Add(-*since), *bucket)
 	var sources []chaudit.Source
-	var names []string
+	checks := []audit.Check{audit.GatewayCheck()}
 	for _, t := range tables {
 		src, err := chaudit.ParseSource(t)
 		if err != nil {
 			return fmt.Errorf("-table: %w", err)
 		}
-		sources, names = append(sources, src), append(names, src.Table)
+		sources, checks = append(sources, src), append(checks, src.Check())
 	}
 	opts := ch.Options{Address: *chAddr, Database: *database, User: *user, Password: env("CLICKHOUSE_PASSWORD")}
 	totals, err := chaudit.Totals(ctx, opts, *database, *auditTable, from, to)
@@ -92,7 +92,7 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 		}
 		totals = append(totals, rows...)
 	}
-	rep := audit.Compare(totals, audit.CompareOptions{Now: now, Bucket: *bucket, Settle: *settle, Checks: audit.DefaultChecks(names...)})
+	rep := audit.Compare(totals, audit.CompareOptions{Now: now, Bucket: *bucket, Settle: *settle, Checks: checks})
 	if *metricsFile != "" {
 		if err := writeAtomically(*metricsFile, func(w io.Writer) error { return rep.WriteMetrics(w, now) }); err != nil {
 			return fmt.Errorf("-metrics-file: %w", err)

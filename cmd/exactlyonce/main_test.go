@@ -94,13 +94,13 @@ func TestAuditFlagsLossAndDuplication(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.True(t, got.Failed)
 	assert.Equal(t, auditSummary{OK: 0, Pending: 1, Lost: 1, Duplicated: 1}, got.Summary)
-	assert.Contains(t, got.Findings, audit.Finding{Check: "processor→events", Tenant: "org-a", Bucket: hourAgo, Upstream: 5, Downstream: 4, Status: audit.StatusLost})
-	assert.Contains(t, got.Findings, audit.Finding{Check: "processor→events", Tenant: "org-b", Bucket: hourAgo.Add(time.Minute), Upstream: 2, Downstream: 3, Status: audit.StatusDuplicated})
+	assert.Contains(t, got.Findings, audit.Finding{Check: "processor.first_seen→events", Tenant: "org-a", Bucket: hourAgo, Upstream: 5, Downstream: 4, Status: audit.StatusLost})
+	assert.Contains(t, got.Findings, audit.Finding{Check: "processor.first_seen→events", Tenant: "org-b", Bucket: hourAgo.Add(time.Minute), Upstream: 2, Downstream: 3, Status: audit.StatusDuplicated})
 
 	metrics := filepath.Join(t.TempDir(), "audit.prom")
 	code, out, _ = exec(t, nil, "audit", "-clickhouse", addr, "-database", db, "-table", "events", "-differences", "-metrics-file", metrics)
 	assert.Equal(t, exitDifference, code)
-	assert.Contains(t, out, "LOST: processor→events org-a")
+	assert.Contains(t, out, "LOST: processor.first_seen→events org-a")
 	assert.Contains(t, out, "pending", "org-c's bucket is young")
 	b, err := os.ReadFile(metrics)
 	require.NoError(t, err)
@@ -361,4 +361,38 @@ func testOperatorCommands(t *testing.T, incremental bool) {
 	assert.Contains(t, errOut, "no such file or directory")
 	_, err = os.Stat(filepath.Join(dir, "missing"))
 	assert.True(t, os.IsNotExist(err), "a missing -state-dir is not created")
+}
+
+// TestDecodeStatesDamaged: a truncated or bit-flipped state of each kind is
+// reported, never a panic.
+func TestDecodeStatesDamaged(t *testing.T) {
+	ctx := context.Background()
+	w, err := window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{Inputs: []int{0}})
+	require.NoError(t, err)
+	var out window.Output[string, uint64]
+	require.NoError(t, w.Add(window.Event[string]{Input: 0, Key: "k", Time: time.Unix(100, 0), Value: "v"}, &out))
+	ws, err := w.Snapshot(ctx, 1)
+	require.NoError(t, err)
+	d, err := dedup.New(time.Hour, dedup.Options{})
+	require.NoError(t, err)
+	_, err = d.Observe([]byte("key"), time.Unix(100, 0))
+	require.NoError(t, err)
+	ds, err := d.Snapshot(ctx, 1)
+	require.NoError(t, err)
+	for name, state := range map[string][]byte{"window": ws, "dedup": ds} {
+		good := decodeState(ctx, name, state, nil)
+		require.Empty(t, good.Error, name)
+		assert.Equal(t, name, good.Kind)
+		for cut := 1; cut < len(state); cut++ {
+			si := decodeState(ctx, name, state[:cut], nil)
+			if si.Kind == name {
+				assert.NotEmpty(t, si.Error, "%s cut at %d", name, cut)
+			}
+		}
+		flipped := bytes.Clone(state)
+		flipped[len(flipped)/2] ^= 1
+		assert.Contains(t, decodeState(ctx, name, flipped, nil).Error, "checksum", name)
+	}
+	assert.Equal(t, uint64(1), decodeState(ctx, "dedup", ds, nil).Dedup.Keys)
+	assert.Equal(t, uint64(1), decodeState(ctx, "window", ws, nil).Window.Open)
 }

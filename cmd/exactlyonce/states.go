@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"strings"
 	"time"
 
@@ -242,81 +243,92 @@ func decodeWindow(b []byte) (*windowInfo, error) {
 	if version != 1 && version != 2 {
 		return nil, fmt.Errorf("window state version %d: this build reads 1 and 2", version)
 	}
-	r := bytes.NewReader(b[5 : len(b)-4])
-	bad := errors.New("window state: truncated")
-	varint := func() int64 {
-		v, err := binary.ReadVarint(r)
-		if err != nil {
-			panic(bad)
-		}
-		return v
-	}
-	uvarint := func() uint64 {
-		v, err := binary.ReadUvarint(r)
-		if err != nil {
-			panic(bad)
-		}
-		return v
-	}
-	skip := func(n uint64) {
-		if n > uint64(r.Len()) {
-			panic(bad)
-		}
-		_, _ = r.Seek(int64(n), 1)
-	}
+	r := &stickyReader{r: bytes.NewReader(b[5 : len(b)-4])}
 	var w windowInfo
-	var err error
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				if e, ok := p.(error); ok && e == bad {
-					err = bad
-					return
-				}
-				panic(p)
-			}
-		}()
-		w.Size, w.Slide = time.Duration(varint()), time.Duration(varint())
-		varint() // offset
+	w.Size, w.Slide = time.Duration(r.varint()), time.Duration(r.varint())
+	r.varint() // offset
+	if version == 2 {
+		w.Gap = time.Duration(r.varint())
+	}
+	if wm := r.varint(); wm != -1<<63 {
+		w.Watermark = time.Unix(0, wm).UTC()
+	}
+	w.Inputs = int(r.uvarint())
+	for i := 0; i < w.Inputs && r.err == nil; i++ {
+		r.varint() // id
+		if r.skip(1) == 1 {
+			r.varint() // newest event time
+		}
+	}
+	w.Open = r.uvarint()
+	for i := uint64(0); i < w.Open && r.err == nil; i++ {
+		r.skip(r.uvarint()) // key
+		start := time.Unix(0, r.varint()).UTC()
 		if version == 2 {
-			w.Gap = time.Duration(varint())
+			r.varint() // end
+			r.skip(1)  // flags
 		}
-		if wm := varint(); wm != -1<<63 {
-			w.Watermark = time.Unix(0, wm).UTC()
+		w.Events += r.uvarint()
+		r.skip(r.uvarint()) // accumulator
+		if w.FirstStart.IsZero() || start.Before(w.FirstStart) {
+			w.FirstStart = start
 		}
-		w.Inputs = int(uvarint())
-		for range w.Inputs {
-			varint()
-			has, _ := r.ReadByte()
-			if has == 1 {
-				varint()
-			}
+		if start.After(w.LastStart) {
+			w.LastStart = start
 		}
-		w.Open = uvarint()
-		for range w.Open {
-			skip(uvarint()) // key
-			start := time.Unix(0, varint()).UTC()
-			if version == 2 {
-				varint() // end
-				skip(1)  // flags
-			}
-			w.Events += uvarint()
-			skip(uvarint()) // accumulator
-			if w.FirstStart.IsZero() || start.Before(w.FirstStart) {
-				w.FirstStart = start
-			}
-			if start.After(w.LastStart) {
-				w.LastStart = start
-			}
-		}
-		if r.Len() != 0 {
-			err = fmt.Errorf("window state: %d bytes after the windows", r.Len())
-		}
-	}()
-	if err != nil {
-		return nil, err
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("window state: %w", r.err)
+	}
+	if n := r.r.Len(); n != 0 {
+		return nil, fmt.Errorf("window state: %d bytes after the windows", n)
 	}
 	return &w, nil
+}
+
+// stickyReader reads varints and skips bytes, keeping the first error:
+// the reads after it return zero.
+type stickyReader struct {
+	r   *bytes.Reader
+	err error
+}
+
+var errTruncated = errors.New("truncated")
+
+func (s *stickyReader) varint() int64 {
+	if s.err != nil {
+		return 0
+	}
+	v, err := binary.ReadVarint(s.r)
+	if err != nil {
+		s.err = errTruncated
+	}
+	return v
+}
+
+func (s *stickyReader) uvarint() uint64 {
+	if s.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(s.r)
+	if err != nil {
+		s.err = errTruncated
+	}
+	return v
+}
+
+// skip skips n bytes and returns the last one skipped (0 when none).
+func (s *stickyReader) skip(n uint64) byte {
+	if s.err != nil || n == 0 {
+		return 0
+	}
+	if n > uint64(s.r.Len()) {
+		s.err = errTruncated
+		return 0
+	}
+	_, _ = s.r.Seek(int64(n-1), io.SeekCurrent)
+	c, _ := s.r.ReadByte()
+	return c
 }
 
 func decodeSinkState(b []byte) (*sinkInfo, error) {
