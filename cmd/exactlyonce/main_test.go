@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,10 +22,12 @@ import (
 	"github.com/exactlyonce/exactlyonce/audit/chaudit"
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
 	"github.com/exactlyonce/exactlyonce/dedup"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
+	"github.com/exactlyonce/exactlyonce/testkit/s3kit"
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
@@ -395,4 +398,65 @@ func TestDecodeStatesDamaged(t *testing.T) {
 	}
 	assert.Equal(t, uint64(1), decodeState(ctx, "dedup", ds, nil).Dedup.Keys)
 	assert.Equal(t, uint64(1), decodeState(ctx, "window", ws, nil).Window.Open)
+}
+
+// TestOperatorCommandsOnS3: a processor's storage kept in an S3 bucket
+// (the checkpoints and journals of a pipeline run, copied there object by
+// object) reads the same through -s3-bucket, with the processor's S3
+// environment; a damaged object is reported; nothing is written.
+func TestOperatorCommandsOnS3(t *testing.T) {
+	addr, db := testkit.ClickHouse(t)
+	brokers := testkit.Kafka(t)
+	s3c := s3kit.Bucket(t)
+	topic := testkit.Name(t, "ops")
+	testkit.CreateTopic(t, brokers, topic, 2)
+	ctx := context.Background()
+	require.NoError(t, chaudit.CreateTable(ctx, ch.Options{Address: addr}, db, chaudit.DefaultTable))
+	require.NoError(t, testkit.Exec(ctx, addr, db, `CREATE TABLE events (tenant String, at DateTime64(3, 'UTC'), id String)
+		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`))
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}}
+	defer w.Close()
+	var msgs []kafka.Message
+	for i := range 50 {
+		msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprint("org", i%3)), Value: []byte(fmt.Sprint("e", i)), Time: time.Now().Add(-time.Hour)})
+	}
+	require.NoError(t, w.WriteMessages(ctx, msgs...))
+	dir := t.TempDir()
+	pipeline(t, brokers, topic, 2, len(msgs), addr, db, dir, true)
+
+	fsys, err := checkpoint.NewFSStorage(dir)
+	require.NoError(t, err)
+	bucket, err := s3storage.New(s3storage.NewClient(s3storage.ClientConfig{Endpoint: s3c.Endpoint, Region: s3c.Region,
+		AccessKeyID: s3c.AccessKeyID, SecretAccessKey: s3c.SecretAccessKey}), s3c.Bucket, s3storage.Options{Prefix: s3c.Prefix})
+	require.NoError(t, err)
+	names, err := fsys.List(ctx, "")
+	require.NoError(t, err)
+	for _, n := range names {
+		b, err := fsys.Get(ctx, n)
+		require.NoError(t, err)
+		require.NoError(t, bucket.Put(ctx, n, b))
+	}
+	env := map[string]string{"S3_ENDPOINT": s3c.Endpoint, "S3_ACCESS_KEY_ID": s3c.AccessKeyID, "S3_SECRET_ACCESS_KEY": s3c.SecretAccessKey, "S3_REGION": s3c.Region}
+	s3args := []string{"-s3-bucket", s3c.Bucket, "-s3-prefix", s3c.Prefix, "-topic", topic}
+
+	code, fromFS, _ := exec(t, nil, "show", "-state-dir", dir, "-topic", topic, "-partition", "1", "-json")
+	require.Equal(t, exitOK, code)
+	code, fromS3, errOut := exec(t, env, append([]string{"show", "-partition", "1", "-json"}, s3args...)...)
+	require.Equal(t, exitOK, code, errOut)
+	assert.JSONEq(t, fromFS, fromS3, "the same checkpoint, objects and journals through S3")
+	code, out, errOut := exec(t, env, append([]string{"verify"}, s3args...)...)
+	require.Equal(t, exitOK, code, out+errOut)
+
+	newest := slices.Max(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !strings.HasSuffix(n, ".ckpt") || !strings.Contains(n, "/1/") }))
+	require.NoError(t, bucket.Put(ctx, newest, []byte("EOCKPT01 not a checkpoint")))
+	code, out, _ = exec(t, env, append([]string{"verify"}, s3args...)...)
+	assert.Equal(t, exitDifference, code, out)
+	assert.Contains(t, out, "DAMAGED")
+	after, err := bucket.List(ctx, "")
+	require.NoError(t, err)
+	assert.Equal(t, names, after, "the commands wrote nothing")
+
+	code, _, errOut = exec(t, map[string]string{"S3_ENDPOINT": "http://127.0.0.1:1"}, "verify", "-s3-bucket", "b", "-topic", topic)
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "127.0.0.1:1")
 }
