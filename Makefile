@@ -23,8 +23,9 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # deps installs only what is missing: redis-server, npm, a C compiler (for
 # the cgo ClickHouse launcher), java and maven (for Apache Kafka and
-# ZooKeeper) from Debian, the chdb tarball (178 MB, under the same lock the
-# Go code takes), versitygw (unless S3_ENDPOINT is set), Go modules, Apache
+# ZooKeeper) and promtool (package prometheus, for the alert rules' tests)
+# from Debian, the chdb tarball (178 MB, under the same lock the Go code
+# takes), versitygw (unless S3_ENDPOINT is set), Go modules, Apache
 # ZooKeeper's jars (about 13 MB, with Maven, for the replicated ClickHouse
 # tests; unless CLICKHOUSE_ADDR is set), and Apache Kafka 4.4.0 and 3.9.2's
 # jars (about 45 MB each, with Maven; unless KAFKA_BROKERS is set or
@@ -41,6 +42,12 @@ deps:
 	if [ -n "$$pkgs" ]; then \
 		echo "deps: apt-get install$$pkgs"; \
 		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $$pkgs; \
+	fi
+	@# promtool checks and tests deploy/prometheus's alert rules (TestAlertRules);
+	@# it comes with Debian's prometheus package, without its recommends.
+	@if ! command -v promtool >/dev/null; then \
+		echo "deps: apt-get install --no-install-recommends prometheus (for promtool)"; \
+		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; \
 	fi
 	@if [ -z "$${CLICKHOUSE_ADDR:-}" ] && [ ! -f "$(CHDB_TGZ)" ]; then \
 		mkdir -p "$(CACHE_DIR)/chdb" && \

@@ -53,6 +53,10 @@ type Config struct {
 	// tables with NaiveDDL). Other joints change nothing here. Default:
 	// none.
 	Naive []Naive
+	// Audit counts every record read, first seen and duplicate per
+	// organisation and minute of event time into the audit table
+	// (package audit; create it with chaudit.CreateTable), exactly once.
+	Audit bool
 }
 
 // NewProcessor returns the chain of one partition: Decode → dedup by
@@ -134,6 +138,11 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			c.naiveView = &naiveViewSink{addr: cfg.ClickHouse.Addr, database: cfg.Sink.Database, client: client, partition: p.Partition}
 			proc.Participants["naive_mv"] = c.naiveView
 		}
+		if cfg.Audit {
+			if c.audit, err = newChainAudit(ctx, cfg, p, proc.Participants); err != nil {
+				return proc, err
+			}
+		}
 		proc.Participants["cursor"] = &c.cursor
 		proc.Process, proc.Tick, proc.TickInterval = c.process, c.tick, 500*time.Millisecond
 		if cfg.DeadLetterTopic != "" {
@@ -159,6 +168,7 @@ type chain struct {
 	log       *slog.Logger
 	naive     *naiveSink     // nil unless Config.Naive is NaiveSink
 	naiveView *naiveViewSink // nil unless Config.Naive is NaiveMV
+	audit     *chainAudit    // nil unless Config.Audit
 }
 
 func (c *chain) process(ctx context.Context, m kafka.Message) error {
@@ -174,8 +184,12 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 	// restart, a provider's late redelivery).
 	c.key = dedup.AppendKey(c.key[:0], ev.OrgID, ev.Source, ev.EventID)
 	first, err := c.dedup.Observe(c.key, ev.Time)
-	if err != nil || !first {
+	if err != nil {
 		return err
+	}
+	c.audit.count(m.Offset, ev, first)
+	if !first {
+		return nil
 	}
 	if err := c.events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
 		return err
@@ -199,6 +213,9 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 // tick lets the window operator close windows of an idle partition, so the
 // last hour of a quiet stream is written too.
 func (c *chain) tick(ctx context.Context) error {
+	if err := c.audit.flush(ctx); err != nil {
+		return err
+	}
 	if c.naiveView != nil {
 		if err := c.naiveView.tick(ctx); err != nil {
 			return err

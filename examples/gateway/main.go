@@ -132,6 +132,7 @@ type config struct {
 	acceptUnsigned  bool
 	shutdownTimeout time.Duration
 	kafka           kafkaSecurity
+	audit           auditFlags // audit.go
 }
 
 // claimCheck is where payloads too large for a Kafka record go.
@@ -213,6 +214,7 @@ func parse(args []string, getenv func(string) string, out io.Writer) (config, er
 	fs.SetOutput(out)
 	var c config
 	s, brokers, providers, naive, level := flags(fs, getenv, &c)
+	c.audit.register(fs, getenv) // audit.go
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage of gateway: every flag also reads the environment variable in brackets; the flag wins.\n")
 		fs.PrintDefaults()
@@ -410,6 +412,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		defer n.wait() // before the publisher closes
 		publish = n.publish
 	}
+
+	publish, stopAudit, err := withAudit(ctx, cfg, publish, log)
+	if err != nil {
+		return err
+	}
+	defer stopAudit() // after the server stopped, before the publisher closes
 
 	mux := http.NewServeMux()
 	presets := map[string]idempotency.Provider{"github": idempotency.GitHub(), "jira": idempotency.JiraCloud()}

@@ -100,6 +100,8 @@ type config struct {
 	kafkaSASL, kafkaUser   string
 	kafkaPassword          string
 	lastCheckpointTimeout  time.Duration
+	audit                  bool   // audit.go
+	auditTopic             string // audit.go
 }
 
 func parse(args []string, getenv func(string) string) (config, error) {
@@ -147,6 +149,8 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.kafkaUser, "kafka-user", env("KAFKA_USER", ""), "SASL user (KAFKA_USER)")
 	fs.StringVar(&c.kafkaPassword, "kafka-password", env("KAFKA_PASSWORD", ""), "SASL password (KAFKA_PASSWORD)")
 	fs.DurationVar(&c.lastCheckpointTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for the last checkpoint")
+	fs.BoolVar(&c.audit, "audit", env("PROCESSOR_AUDIT", "") == "true", "devmetrics: count every stage per organisation and minute into the audit table (cmd/exactlyonce audit) (PROCESSOR_AUDIT=true)")
+	fs.StringVar(&c.auditTopic, "audit-topic", env("KAFKA_AUDIT_TOPIC", ""), "also fold the gateways' audit counts from this topic into the audit table (KAFKA_AUDIT_TOPIC)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -168,7 +172,7 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	if c.deadLetterTopic != "" && c.pipeline != "devmetrics" {
 		return c, errors.New("-dlq: only the devmetrics chain has a dead-letter topic")
 	}
-	return c, nil
+	return c, checkAudit(c)
 }
 
 func tlsConfig(ca string) (*tls.Config, error) {
@@ -262,6 +266,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			DeadLetterTopic:     cfg.deadLetterTopic,
 			Naive:               naives,
 			DeadLetterTransport: &kafka.Transport{TLS: dialer.TLS, SASL: dialer.SASLMechanism},
+			Audit:               cfg.audit,
 		})
 	default:
 		if cfg.createTables {
@@ -271,9 +276,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		chain = newChain(chainConfig{ClickHouse: table, Sink: sinkOpts, Storage: storage, Logger: log})
 	}
+	if chain, err = withAudit(ctx, cfg, chOpts, table, sinkOpts, storage, chain); err != nil {
+		return err
+	}
 	srcOpts := cfg.group
 	srcOpts.Dialer, srcOpts.Logger, srcOpts.MeterProvider = dialer, log, mp
-	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.groupID, Topics: []string{cfg.topic}},
+	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.groupID, Topics: auditTopics(cfg)},
 		coord, chain, srcOpts)
 	if err != nil {
 		return err

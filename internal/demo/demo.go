@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/ch-go"
+	"github.com/exactlyonce/exactlyonce/audit"
+	"github.com/exactlyonce/exactlyonce/audit/chaudit"
 	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
@@ -106,6 +108,10 @@ type Result struct {
 	// naive figures differed from the ground truth (Config.Naive only).
 	Naive      map[devmetrics.Naive][]Figure
 	NaiveShows map[devmetrics.Naive]bool
+	// Audit is the audit's report (audit.go), AuditFlags whether it
+	// flagged each naive joint it can see (avg is not a count).
+	Audit      *audit.Report
+	AuditFlags map[devmetrics.Naive]bool
 }
 
 // Run runs the demo: servers, the gateway and processor binaries, the
@@ -208,6 +214,9 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 	} else {
 		d.say("Kafka: cannot read %s back: %v", d.topic, err)
 	}
+	if err := d.runAudit(ctx, expect(events)); err != nil {
+		return d.result, err
+	}
 	for _, n := range d.naives {
 		figs, err := d.naiveFigures(ctx, n, expect(events))
 		if err != nil {
@@ -269,7 +278,13 @@ func (d *demo) startServers(ctx context.Context) error {
 	if err := embedded.CreateTopic(ctx, srv.Brokers, d.dlq, 1); err != nil {
 		return err
 	}
+	if err := embedded.CreateTopic(ctx, srv.Brokers, d.auditTopic(), d.cfg.Partitions); err != nil { // audit.go
+		return err
+	}
 	if err := devmetrics.CreateTables(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.db); err != nil {
+		return err
+	}
+	if err := chaudit.CreateTable(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.db, chaudit.DefaultTable); err != nil { // audit.go
 		return err
 	}
 	if len(d.naives) > 0 {
@@ -302,7 +317,7 @@ func (d *demo) startPipeline(ctx context.Context) error {
 	// The idempotent producer: a produce retried after a lost
 	// acknowledgement is dropped by the broker, not written twice.
 	d.gatewayArgs = []string{"-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.srv.Brokers, ","),
-		"-topic=" + d.topic, "-retry-after=1s", d.logLevel()}
+		"-topic=" + d.topic, "-retry-after=1s", d.logLevel(), "-audit-topic=" + d.auditTopic()}
 	d.gatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}
 	storeArgs, storeName, closeStore, err := keyStore(ctx, d.cfg.Store)
 	if err != nil {
@@ -340,7 +355,7 @@ func (d *demo) startPipeline(ctx context.Context) error {
 			// Quick to notice a killed instance (kfake's smallest session
 			// timeout is 6 s) and to insert: the demo lasts seconds.
 			"-session-timeout=6s", "-rebalance-timeout=3s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
-			"-sink-max-delay=200ms", d.logLevel()}}
+			"-sink-max-delay=200ms", d.logLevel(), "-audit", "-audit-topic=" + d.auditTopic()}}
 	var procNaive []string
 	for _, n := range []devmetrics.Naive{devmetrics.NaiveSink, devmetrics.NaiveMV} {
 		if d.hasNaive(n) {

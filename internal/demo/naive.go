@@ -73,7 +73,7 @@ func (d *demo) startNaiveGateway(ctx context.Context) error {
 		return err
 	}
 	args := []string{"-naive=gateway", "-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.srv.Brokers, ","),
-		"-topic=" + d.naiveTopic(), "-retry-after=1s", d.logLevel()}
+		"-topic=" + d.naiveTopic(), "-retry-after=1s", d.logLevel(), "-audit-topic=" + d.auditTopic(), "-audit-stage=" + naiveGatewayStage}
 	if d.cfg.Faults {
 		args = append(args, "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.cfg.Seed+100))
 	}

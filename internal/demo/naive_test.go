@@ -36,4 +36,15 @@ func TestNaiveJoints(t *testing.T) {
 		require.NotEmpty(t, res.Naive[n], "naive %s", n)
 		assert.True(t, res.NaiveShows[n], "naive %s shows no bug: %+v", n, res.Naive[n])
 	}
+	// The audit alone (the stages' own counts, no ground truth) flags each
+	// joint that loses or doubles events in the buckets where it does;
+	// avg counts right and averages wrong, which counts cannot see.
+	require.NotNil(t, res.Audit)
+	for _, n := range devmetrics.Naives() {
+		if n == devmetrics.NaiveAvg {
+			assert.NotContains(t, res.AuditFlags, n)
+			continue
+		}
+		assert.True(t, res.AuditFlags[n], "the audit does not flag naive %s", n)
+	}
 }
