@@ -35,7 +35,7 @@ deps:
 	if [ -z "$${REDIS_ADDR:-}" ] && [ ! -x /usr/bin/redis-server ] && ! command -v redis-server >/dev/null; then pkgs="$$pkgs redis-server"; fi; \
 	if ! command -v npm >/dev/null; then pkgs="$$pkgs npm"; fi; \
 	if [ -z "$${CLICKHOUSE_ADDR:-}" ] && ! command -v gcc >/dev/null; then pkgs="$$pkgs gcc libc6-dev"; fi; \
-	if [ -z "$${KAFKA_BROKERS:-}" ] && [ "$${EXACTLYONCE_KAFKA:-}" != kfake ]; then \
+	if { [ -z "$${KAFKA_BROKERS:-}" ] && [ "$${EXACTLYONCE_KAFKA:-}" != kfake ]; } || [ -z "$${CLICKHOUSE_ADDR:-}" ]; then \
 		command -v java >/dev/null || pkgs="$$pkgs default-jre-headless"; \
 		command -v mvn >/dev/null || pkgs="$$pkgs maven"; \
 	fi; \
