@@ -208,10 +208,22 @@ func BenchmarkEndToEnd(b *testing.B) {
 					p99Ms:            ms(ck.p99),
 					skips:            float64(ck.skips),
 				})
+				fmt.Printf("round %d %-14s %9.0f ev/s, hold %.1f ms a barrier (%d), p99 <= %.1f ms, held %.2f%%, load %s\n",
+					round+1, v.name, total/d.Seconds(), ms(ck.held)/max(float64(ck.holds), 1), ck.holds, ms(ck.p99),
+					100*ck.held.Seconds()/(d.Seconds()*partitions), loadAvg())
 			}
 		}
 	}
 	report(b, variants, samples, events)
+}
+
+// loadAvg returns the machine's 1-minute load average, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
