@@ -182,4 +182,14 @@
 // missing or swapped base or delta fails Restore with an error wrapping
 // ErrCorrupt or checkpoint.ErrNotFound, and loads nothing. Full snapshots
 // of earlier releases (version 1) restore as before.
+//
+// Asynchronously (checkpoint.AsyncParticipant), the barrier hands over the
+// change log of the keys recorded before it and the delta is written while
+// the chain goes on logging into a second buffer: the delta holds exactly
+// the keys before the barrier, the same bytes the synchronous Snapshot
+// writes, and is still durable before the checkpoint file names it (the
+// coordinator writes the file after the pending part returned). A delta
+// that was not written (a failed or aborted checkpoint) goes back into the
+// next one, so no key is dropped from the chain of deltas. The dedup
+// incremental, model and kill tests take every checkpoint this way.
 package dedup

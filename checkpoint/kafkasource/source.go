@@ -175,7 +175,9 @@ type Processor struct {
 	Participants map[string]checkpoint.Participant
 	// Process handles one record. It is called from the chain goroutine
 	// only, in offset order, never concurrently with a participant's
-	// methods. Its ctx ends when the partition's ownership ends (the
+	// methods, except an AsyncParticipant's pending part and
+	// CheckpointCompleted, which run in the coordinator's goroutine beside
+	// it (the participant synchronises them). Its ctx ends when the partition's ownership ends (the
 	// generation ended or Run stopped): a sink fences on it. An error stops
 	// Run, unless ctx has ended.
 	Process func(ctx context.Context, m kafka.Message) error

@@ -48,14 +48,27 @@ type variant struct {
 	run  func(b *testing.B, env *e2eEnv) (firstToLast time.Duration, ck checkpoints)
 }
 
-// checkpoints is what a chain's checkpoints took: their number and the
-// time they held their chains (exactlyonce.checkpoint.duration: snapshots
-// and the checkpoint file's write).
+// checkpoints is what a chain's checkpoints took: their number, how long
+// they took, and the time they held their chains.
 type checkpoints struct {
 	count int
-	held  time.Duration
-	sinks time.Duration // of held: the two sinks' Snapshots (exactlyonce.sink.snapshot_duration)
+	dur   time.Duration // barrier to durable file, summed (exactlyonce.checkpoint.duration)
+	held  time.Duration // the chains held at barriers, summed (exactlyonce.checkpoint.hold)
+	holds int
+	sinks time.Duration // the two sinks' barrier parts (exactlyonce.sink.snapshot_duration)
+	// p50, p99 of the hold: the upper bound of the holdBuckets bucket
+	// that holds the quantile.
+	p50, p99 time.Duration
+	skips    int64 // interval barriers skipped while one was pending
 }
+
+// holdBuckets gives the hold histogram buckets fine enough for its p99.
+var holdBuckets = sdkmetric.WithView(sdkmetric.NewView(
+	sdkmetric.Instrument{Name: "exactlyonce.checkpoint.hold"},
+	sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
+		Boundaries: []float64{0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5},
+	}},
+))
 
 type e2eEnv struct {
 	brokers    []string
@@ -75,9 +88,12 @@ type sample struct {
 	kafkaCPUNsPerEvt float64 // the broker, its own process
 	allocsPerEvent   float64
 	bytesPerEvent    float64
-	ckptMs           float64 // mean time a checkpoint held its chain
-	sinksMs          float64 // of which the sinks' Snapshots
-	heldShare        float64 // share of the chains' time held by checkpoints
+	ckptMs           float64 // mean time from barrier to durable checkpoint
+	holdMs           float64 // mean time a barrier held its chain
+	sinksMs          float64 // the sinks' barrier parts, a checkpoint
+	heldShare        float64 // share of the chains' time held by barriers
+	p50Ms, p99Ms     float64 // of the hold
+	skips            float64
 }
 
 // BenchmarkEndToEnd runs E2E_EVENTS realistic gateway records (default
@@ -87,7 +103,11 @@ type sample struct {
 // consumption of the same topic:
 //
 //	raw             kafka-go, one partition Reader per partition, FetchMessage only
+//	fetch           kafkasource's own fetch path, a no-op Process, no checkpoints
 //	chain           the chain (ProcessBatch), checkpoints every 1 s: what main.go runs
+//	                (asynchronous: the chain goes on while the sinks insert)
+//	chain-sync      the same, checkpoint.Options.Synchronous: the whole
+//	                checkpoint at the barrier, as before asynchronous ones
 //	chain-nockpt    the same chain, no checkpoints
 //	chain-record    the chain one record at a time (Process), checkpoints every 1 s
 //
@@ -119,7 +139,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 
 	variants := []variant{
 		{name: "raw", desc: "raw kafka-go (a)", run: runRaw},
-		{name: "chain", desc: "chain, 1 s checkpoints", run: chainVariant(time.Second, false)},
+		{name: "fetch", desc: "kafkasource, no-op Process", run: runFetch},
+		{name: "chain", desc: "chain, 1 s checkpoints, async", run: chainVariant(time.Second, false)},
+		{name: "chain-sync", desc: "chain, 1 s checkpoints, synchronous", run: chainVariantWith(time.Second, false, kafkasource.Options{}, true)},
 		{name: "chain-nockpt", desc: "chain, checkpoints off (b)", run: chainVariant(-1, false)},
 		{name: "chain-record", desc: "chain per record, 1 s checkpoints", run: chainVariant(time.Second, true)},
 	}
@@ -127,7 +149,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	// (kafkasource.Options.KafkaGoReader), the fetch path before the
 	// Source's own decoder, to measure the two in the same run.
 	optIn := []variant{
-		{name: "chain-kafkago", desc: "chain on kafka-go's Reader, 1 s ckpts", run: chainVariantWith(time.Second, false, kafkasource.Options{KafkaGoReader: true})},
+		{name: "chain-kafkago", desc: "chain on kafka-go's Reader, 1 s ckpts", run: chainVariantWith(time.Second, false, kafkasource.Options{KafkaGoReader: true}, false)},
 	}
 	if only := os.Getenv(envVariants); only != "" {
 		variants = append(variants, optIn...)
@@ -178,14 +200,30 @@ func BenchmarkEndToEnd(b *testing.B) {
 					kafkaCPUNsPerEvt: float64(k1-k0) / total,
 					allocsPerEvent:   float64(ms1.Mallocs-ms0.Mallocs) / total,
 					bytesPerEvent:    float64(ms1.TotalAlloc-ms0.TotalAlloc) / total,
-					ckptMs:           ms(ck.held) / max(float64(ck.count), 1),
-					sinksMs:          ms(ck.sinks) / max(float64(ck.count), 1),
+					ckptMs:           ms(ck.dur) / max(float64(ck.count), 1),
+					holdMs:           ms(ck.held) / max(float64(ck.holds), 1),
+					sinksMs:          ms(ck.sinks) / max(float64(ck.holds), 1),
 					heldShare:        ck.held.Seconds() / (d.Seconds() * partitions),
+					p50Ms:            ms(ck.p50),
+					p99Ms:            ms(ck.p99),
+					skips:            float64(ck.skips),
 				})
+				fmt.Printf("round %d %-14s %9.0f ev/s, hold %.1f ms a barrier (%d), p99 <= %.1f ms, held %.2f%%, load %s\n",
+					round+1, v.name, total/d.Seconds(), ms(ck.held)/max(float64(ck.holds), 1), ck.holds, ms(ck.p99),
+					100*ck.held.Seconds()/(d.Seconds()*partitions), loadAvg())
 			}
 		}
 	}
 	report(b, variants, samples, events)
+}
+
+// loadAvg returns the machine's 1-minute load average, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -305,11 +343,12 @@ func runRaw(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
 // chainVariant runs main.go's chain (newChain with the default sink and
 // source options) with a consumer group of its own, on a fresh database.
 func chainVariant(interval time.Duration, perRecord bool) func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
-	return chainVariantWith(interval, perRecord, kafkasource.Options{})
+	return chainVariantWith(interval, perRecord, kafkasource.Options{}, false)
 }
 
-// chainVariantWith is chainVariant with the Source's options.
-func chainVariantWith(interval time.Duration, perRecord bool, srcOpts kafkasource.Options) func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
+// chainVariantWith is chainVariant with the Source's options, and
+// synchronous checkpoints (checkpoint.Options.Synchronous) if sync.
+func chainVariantWith(interval time.Duration, perRecord bool, srcOpts kafkasource.Options, sync bool) func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
 	return func(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -320,8 +359,8 @@ func chainVariantWith(interval time.Duration, perRecord bool, srcOpts kafkasourc
 		store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 		require.NoError(b, err)
 		reader := sdkmetric.NewManualReader()
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: interval, MeterProvider: mp})
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), holdBuckets)
+		coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: interval, MeterProvider: mp, Synchronous: sync})
 		require.NoError(b, err)
 		defer coord.Close()
 		var seen atomic.Int64
@@ -360,29 +399,106 @@ func chainVariantWith(interval time.Duration, perRecord bool, srcOpts kafkasourc
 	}
 }
 
-// checkpointsOf reads the checkpoint duration histogram.
+// checkpointsOf reads the checkpoint histograms.
 func checkpointsOf(b *testing.B, reader *sdkmetric.ManualReader) checkpoints {
 	var rm metricdata.ResourceMetrics
 	require.NoError(b, reader.Collect(context.Background(), &rm))
 	var ck checkpoints
+	var bounds []float64
+	var counts []uint64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "exactlyonce.checkpoint.skips" {
+				for _, dp := range d.DataPoints {
+					ck.skips += dp.Value
+				}
+			}
 			h, ok := m.Data.(metricdata.Histogram[float64])
 			if !ok {
 				continue
 			}
 			for _, dp := range h.DataPoints {
+				sum := time.Duration(dp.Sum * float64(time.Second))
 				switch m.Name {
 				case "exactlyonce.checkpoint.duration":
 					ck.count += int(dp.Count)
-					ck.held += time.Duration(dp.Sum * float64(time.Second))
+					ck.dur += sum
+				case "exactlyonce.checkpoint.hold":
+					ck.holds += int(dp.Count)
+					ck.held += sum
+					bounds = dp.Bounds
+					if counts == nil {
+						counts = make([]uint64, len(dp.BucketCounts))
+					}
+					for i, c := range dp.BucketCounts {
+						counts[i] += c
+					}
 				case "exactlyonce.sink.snapshot_duration":
-					ck.sinks += time.Duration(dp.Sum * float64(time.Second))
+					ck.sinks += sum
 				}
 			}
 		}
 	}
+	quantile := func(q float64) time.Duration {
+		want := uint64(q*float64(ck.holds) + 0.5)
+		var n uint64
+		for i, c := range counts {
+			if n += c; n >= max(want, 1) {
+				if i < len(bounds) {
+					return time.Duration(bounds[i] * float64(time.Second))
+				}
+				return time.Duration(float64(time.Second) * 10) // above the last bound
+			}
+		}
+		return 0
+	}
+	ck.p50, ck.p99 = quantile(0.5), quantile(0.99)
 	return ck
+}
+
+// runFetch reads every partition through kafkasource with a Process that
+// does nothing and no checkpoints: the SDK's own fetch path, the limit of
+// the chain on this stack.
+func runFetch(b *testing.B, env *e2eEnv) (time.Duration, checkpoints) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	storage, err := checkpoint.NewFSStorage(filepath.Join(b.TempDir(), "state"))
+	require.NoError(b, err)
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(b, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+	require.NoError(b, err)
+	defer coord.Close()
+	var seen atomic.Int64
+	total := int64(env.partitions * env.perPart)
+	noop := func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+		return &kafkasource.Processor{Process: func(context.Context, kafka.Message) error { seen.Add(1); return nil }}, nil
+	}
+	src, err := kafkasource.New(kafkasource.Group{Brokers: env.brokers, ID: fmt.Sprintf("e2e-%d", env.runs), Topics: []string{env.topic}},
+		coord, noop, kafkasource.Options{})
+	require.NoError(b, err)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	var first time.Time
+	for tick := time.NewTicker(time.Millisecond); ; <-tick.C {
+		n := seen.Load()
+		if n > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		if n == total {
+			tick.Stop()
+			break
+		}
+		select {
+		case err := <-done:
+			b.Fatalf("fetch: source stopped: %v", err)
+		default:
+		}
+	}
+	took := time.Since(first)
+	cancel()
+	require.NoError(b, <-done)
+	return took, checkpoints{}
 }
 
 // report prints the table of medians (and ranges over rounds) and reports
@@ -410,10 +526,25 @@ func report(b *testing.B, variants []variant, samples map[string][]sample, event
 		share := m / raw
 		fmt.Fprintf(&sb, "%-36s %9.0f [%6.0f-%6.0f] %7.1f%% %10.0f %10.0f %10.0f %10.1f\n", v.desc, m, lo, hi, 100*share, cpu, chc, kc, al)
 		if ckm, _, _ := med(v.name, func(s sample) float64 { return s.ckptMs }); ckm > 0 {
-			held, _, _ := med(v.name, func(s sample) float64 { return s.heldShare })
+			hm, hlo, hhi := med(v.name, func(s sample) float64 { return s.holdMs })
+			held, heldLo, heldHi := med(v.name, func(s sample) float64 { return 100 * s.heldShare })
 			sk, _, _ := med(v.name, func(s sample) float64 { return s.sinksMs })
-			fmt.Fprintf(&sb, "%-36s a checkpoint held its chain %.0f ms on average (the two sinks' Snapshots %.0f ms); checkpoints held the chains %.0f%% of the time\n",
-				"", ckm, sk, 100*held)
+			p50, _, _ := med(v.name, func(s sample) float64 { return s.p50Ms })
+			p99, p99lo, p99hi := med(v.name, func(s sample) float64 { return s.p99Ms })
+			skips, _, _ := med(v.name, func(s sample) float64 { return s.skips })
+			fmt.Fprintf(&sb, "%-36s barrier to durable checkpoint %.0f ms; a barrier held its chain %.1f ms [%.1f-%.1f] on average (the sinks' parts %.1f ms), p50 <= %.1f ms, p99 <= %.1f ms [%.1f-%.1f]; barriers held the chains %.2f%% [%.2f-%.2f] of the time; %.0f interval barriers skipped\n",
+				"", ckm, hm, hlo, hhi, sk, p50, p99, p99lo, p99hi, held, heldLo, heldHi, skips)
+		}
+		if v.name == "chain" || v.name == "chain-sync" {
+			if off, _, _ := med("chain-nockpt", eps); off > 0 {
+				var shares []string
+				for i, s := range samples[v.name] {
+					if i < len(samples["chain-nockpt"]) {
+						shares = append(shares, fmt.Sprintf("%.0f%%", 100*s.eventsPerSec/samples["chain-nockpt"][i].eventsPerSec))
+					}
+				}
+				fmt.Fprintf(&sb, "%-36s %.1f%% of checkpoints off (b), medians; by round: %s\n", "", 100*m/off, strings.Join(shares, " "))
+			}
 		}
 		if v.name != "raw" && len(samples[v.name]) > 1 {
 			// Each run beside the raw run of its round: the machine's load

@@ -26,6 +26,25 @@ func (s *Sink[T]) aheadAt() (time.Time, bool) {
 	return s.barrierAt.Add(s.cadence - lead), true
 }
 
+// barrierDue returns how long the flush timer waits for the next barrier
+// instead of flushing at MaxDelay, when the sink is snapshotted
+// asynchronously and barriers come steadily: the barrier then cuts the
+// batch itself, while a timer flush just before it would make the
+// barrier's cut wait for that insert (one batch is in flight at a time).
+// It waits until half an interval past the expected barrier, never past
+// twice MaxDelay after the batch's first row, so a stalled chain's rows
+// still reach ClickHouse.
+func (s *Sink[T]) barrierDue() (time.Duration, bool) {
+	if !s.async || s.cadence <= 0 || s.barrierAt.IsZero() || s.cadence > 2*s.opts.MaxDelay {
+		return 0, false
+	}
+	due := s.barrierAt.Add(s.cadence + s.cadence/2)
+	if limit := s.bufSince.Add(2 * s.opts.MaxDelay); due.After(limit) {
+		due = limit
+	}
+	return time.Until(due), true
+}
+
 // barrier notes that a barrier reached the sink now: it updates the
 // expected cadence and its jitter (moving averages over the intervals, as
 // TCP estimates a round trip, so one late barrier moves them by a quarter)

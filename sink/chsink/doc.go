@@ -154,6 +154,19 @@
 // the batch succeeds. An insert attempt that runs out of InsertTimeout has
 // an unknown outcome and is retried with the same token.
 //
+// Asynchronous checkpoints (checkpoint.AsyncParticipant) keep all of this:
+// SnapshotAsync cuts the barrier's batch and journals its intent before
+// its insert starts, exactly as a flush does, so a crash at any moment
+// after the barrier replays the batch as it was cut, with its token; the
+// state it hands the coordinator covers the cut batch only, and the
+// coordinator writes the checkpoint file only once that insert was
+// acknowledged, so a checkpoint never names a row ClickHouse might not
+// hold; rows added after the barrier go into the next batch and the next
+// checkpoint. A failed insert fails the pending part, and the checkpoint
+// writes nothing. Tested by TestAsyncInsertFailureAbortsCheckpoint,
+// TestRevokedWhilePending and TestRowsAfterTheBarrierNotInPendingCheckpoint,
+// and by checkpointtest.TestAsyncParticipant.
+//
 // Lost parts: a plain MergeTree writes a block's token to its
 // deduplication log before it renames the block's part in, so a server
 // killed between the two keeps the token without the rows, and a retry

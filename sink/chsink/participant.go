@@ -76,7 +76,11 @@ func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error
 //
 // A sink snapshotted this way does not flush ahead of the barrier (see
 // Options.NoFlushAhead): its barrier no longer waits for the last insert,
-// but it would wait for a flush ahead still in flight.
+// but it would wait for a flush ahead still in flight. For the same
+// reason, while barriers come at least every 2*MaxDelay, the MaxDelay
+// timer leaves the cut to the next barrier: it waits until half an
+// interval past the expected barrier, never past 2*MaxDelay after the
+// batch's first row.
 func (s *Sink[T]) SnapshotAsync(ctx context.Context, id checkpoint.ID) (checkpoint.PendingSnapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

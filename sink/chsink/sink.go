@@ -352,6 +352,9 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 			}
 		} else if s.n > 0 && !s.replaying && ctx.Err() == nil {
 			wait = s.opts.MaxDelay - time.Since(s.bufSince)
+			if w, ok := s.barrierDue(); ok && w > wait {
+				wait = w
+			}
 			ahead := false
 			if at, ok := s.aheadAt(); ok {
 				if w := time.Until(at); w < wait {

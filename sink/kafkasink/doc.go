@@ -95,6 +95,14 @@
 //     killing a kafkasource -> dedup -> kafkasink pipeline with SIGKILL at
 //     each point of the protocol, with a participant that declines
 //     barriers, and by restarting the broker under it.
+//   - With asynchronous checkpoints the pre-commit (sending the barrier's
+//     records and recording the transaction) runs in the coordinator's
+//     goroutine while the chain goes on: the barrier takes the records
+//     written before it, records written meanwhile are only buffered, so
+//     they never enter the prepared transaction, and the commit waits for
+//     the checkpoint file as before. An aborted barrier puts its records
+//     back before the later ones (TestSinkAsyncBarrier; TestKill9 kills
+//     after the pending pre-commit too).
 //   - A zombie (an earlier incarnation of the chain still running) is
 //     fenced: its next write or commit fails with kafkatxn.ErrFenced, and
 //     its open transaction is aborted.

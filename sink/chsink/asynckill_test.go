@@ -1,0 +1,245 @@
+package chsink_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
+)
+
+// envAsyncKillChild, set to a JSON asyncKillConfig, makes
+// TestAsyncKillChild a processor process.
+const envAsyncKillChild = "EXACTLYONCE_ASYNC_KILL_CHILD"
+
+// asyncKillConfig is the processor of TestAsyncKilled: records [from the
+// checkpoint, End), a barrier every 200 records through a real Coordinator
+// and Task.Begin, and a SIGKILL of itself at the N-th passage of KillAt:
+//
+//	intent    the barrier's batch is journaled, its insert not sent
+//	insert    2 ms after the insert was sent (while it runs)
+//	inserted  ClickHouse acknowledged it, the checkpoint file not written
+//	saved     the file is written, the offset not committed
+//	          (none: run to End and exit)
+type asyncKillConfig struct {
+	Addr, Database string
+	Dir            string
+	End            int64
+	KillAt         string
+	N              int64
+}
+
+func sinkPos(o int64, i int) sink.Position { return sink.Position{Offset: o, Index: uint32(i)} }
+
+func selfKill9() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// killAtInserted wraps the sink's pending part: the process dies once it
+// returned (the insert acknowledged) and before the coordinator writes the
+// file.
+type killAtInserted struct {
+	*chsink.Sink[event]
+	on    bool
+	n     int64
+	calls *atomic.Int64
+}
+
+func (k killAtInserted) SnapshotAsync(ctx context.Context, id checkpoint.ID) (checkpoint.PendingSnapshot, error) {
+	pend, err := k.Sink.SnapshotAsync(ctx, id)
+	if err != nil || !k.on {
+		return pend, err
+	}
+	return func(ctx context.Context) ([]byte, error) {
+		b, err := pend(ctx)
+		if err == nil && k.calls.Add(1) == k.n {
+			selfKill9()
+		}
+		return b, err
+	}, nil
+}
+
+// TestAsyncKillChild is the processor process of TestAsyncKilled.
+func TestAsyncKillChild(t *testing.T) {
+	raw := os.Getenv(envAsyncKillChild)
+	if raw == "" {
+		t.Skip("processor process of TestAsyncKilled")
+	}
+	var cfg asyncKillConfig
+	require.NoError(t, json.Unmarshal([]byte(raw), &cfg))
+	if err := runAsyncKillChild(cfg); err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(3)
+	}
+	fmt.Println("done")
+}
+
+func runAsyncKillChild(cfg asyncKillConfig) error {
+	ctx := context.Background()
+	storage, err := checkpoint.NewFSStorage(filepath.Join(cfg.Dir, "storage"))
+	if err != nil {
+		return err
+	}
+	p := checkpoint.TopicPartition{Topic: "events", Partition: 0}
+	s, err := chsink.New(ctx, chsink.Table{Addr: cfg.Addr, Name: "events"}, p, storage, eventSchema,
+		chsink.Options{Database: cfg.Database, MaxDelay: time.Hour})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var calls atomic.Int64
+	counting := func() bool { return calls.Add(1) == cfg.N }
+	switch cfg.KillAt {
+	case "intent":
+		s.SetHooks(nil, func() {
+			if counting() {
+				selfKill9()
+			}
+		})
+	case "insert":
+		s.SetHooks(nil, func() {
+			if counting() {
+				go func() { time.Sleep(2 * time.Millisecond); selfKill9() }()
+			}
+		})
+	}
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	if err != nil {
+		return err
+	}
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+	if err != nil {
+		return err
+	}
+	defer coord.Close()
+	part := killAtInserted{Sink: s, on: cfg.KillAt == "inserted", n: cfg.N, calls: &calls}
+	task, err := coord.Attach(ctx, p, map[string]checkpoint.Participant{"sink": part})
+	if err != nil {
+		return err
+	}
+	defer task.Detach()
+	commit := func(context.Context, int64) error {
+		if cfg.KillAt == "saved" && counting() {
+			selfKill9()
+		}
+		return nil
+	}
+	var next int64
+	if r := task.Restored(); r != nil {
+		next = r.NextOffset
+	}
+	for next < cfg.End {
+		to := min(next+50, cfg.End)
+		for o := next; o < to; o++ {
+			for i, r := range rowsOf(o) {
+				if err := s.Add(ctx, sinkPos(o, i), r); err != nil {
+					return err
+				}
+			}
+		}
+		next = to
+		select {
+		case err := <-task.Failures():
+			return err
+		default:
+		}
+		if next%200 == 0 {
+			if err := task.Begin(ctx, nil, next, checkpoint.Meta{}, commit); err != nil {
+				return err
+			}
+		}
+	}
+	return task.Checkpoint(ctx, nil, next, checkpoint.Meta{}, commit)
+}
+
+// TestAsyncKilled kills a processor whose checkpoints are asynchronous with
+// SIGKILL at every moment of a checkpoint's asynchronous part: after the
+// barrier's intent is journaled (the insert not sent), while the insert
+// runs, after ClickHouse acknowledged it and before the checkpoint file,
+// and after the file and before the offset commit, each at several
+// barriers, the chain having gone on with later rows each time. Every
+// restart restores the last durable checkpoint and replays from it; in the
+// end the table holds every row exactly once. A checkpoint that covered
+// rows after its barrier would lose them; one written before its insert
+// was acknowledged would lose the batch; a replay that cut batches anew
+// would duplicate rows.
+func TestAsyncKilled(t *testing.T) {
+	// A server of its own, restarted when it exits on its own (see
+	// TestFlushAheadKilled).
+	srv := testkit.StartClickHouse(t)
+	db := testkit.NewDatabase(t, srv.Addr())
+	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
+	env.exec(t, fmt.Sprintf(eventsDDL, db))
+	superCtx, stopSuper := context.WithCancel(context.Background())
+	superDone := make(chan struct{})
+	go func() {
+		defer close(superDone)
+		for superCtx.Err() == nil {
+			if err := srv.Crashed(); err != nil {
+				t.Logf("clickhouse exited on its own; restarting it: %v", err)
+				_, _ = srv.EnsureRunning(superCtx)
+			}
+			select {
+			case <-superCtx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { stopSuper(); <-superDone }()
+
+	cfg := asyncKillConfig{Addr: srv.Addr(), Database: db, Dir: t.TempDir(), End: 6000}
+	run := func(killAt string, n int64) (killed bool, out string) {
+		c := cfg
+		c.KillAt, c.N = killAt, n
+		raw, err := json.Marshal(c)
+		require.NoError(t, err)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAsyncKillChild$")
+		cmd.Env = append(os.Environ(), envAsyncKillChild+"="+string(raw))
+		b, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				return true, string(b)
+			}
+		}
+		require.NoError(t, err, "processor: %s", b)
+		require.Contains(t, string(b), "done")
+		return false, string(b)
+	}
+	schedule := []struct {
+		at string
+		n  int64
+	}{
+		{"intent", 2}, {"insert", 3}, {"inserted", 2}, {"saved", 2},
+		{"intent", 1}, {"insert", 1}, {"inserted", 3}, {"saved", 1},
+	}
+	killed := 0
+	for i, k := range schedule {
+		got, out := run(k.at, k.n)
+		if got {
+			killed++
+		}
+		t.Logf("round %d: kill at %s:%d: killed %v", i, k.at, k.n, got)
+		if !got && strings.Contains(out, "done") {
+			t.Logf("round %d ran to the end", i)
+		}
+	}
+	assert.GreaterOrEqual(t, killed, len(schedule)-2, "most planned kill points must be reached")
+	got, out := run("", 0)
+	require.False(t, got, out)
+	env.assertExact(t, cfg.End, false)
+}
