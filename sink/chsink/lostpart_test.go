@@ -21,7 +21,7 @@ import (
 
 // TestServerLostPart puts ClickHouse in the state a kill -9 between writing
 // a plain MergeTree's deduplication log and renaming the block's part in
-// leaves behind (TestDedupLogOutlivesPart in internal/testenv hits it with
+// leaves behind (TestDedupLogOutlivesPart in testkit hits it with
 // real kills): the token of a batch is kept, its part is gone. The sink,
 // replaying that batch after its own crash, must not take the server's
 // "duplicate" for an answer: it puts the table's rows back without firing
