@@ -49,7 +49,11 @@ func runLag(ctx context.Context, args []string, env func(string) string, stdout 
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(strings.Split(*brokers, ",")...), Timeout: *timeout}
+	// A Transport of its own, closed on return: kafka-go's shared default
+	// one answers Metadata from a cache that may predate the topic.
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(strings.Split(*brokers, ",")...), Timeout: *timeout, Transport: tr}
 	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{*topic}})
 	if err != nil {
 		return fmt.Errorf("Kafka at %s: %w", *brokers, err)

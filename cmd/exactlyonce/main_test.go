@@ -254,7 +254,9 @@ func testOperatorCommands(t *testing.T, incremental bool) {
 	require.NoError(t, chaudit.CreateTable(ctx, ch.Options{Address: addr}, db, chaudit.DefaultTable))
 	require.NoError(t, testkit.Exec(ctx, addr, db, `CREATE TABLE events (tenant String, at DateTime64(3, 'UTC'), id String)
 		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`))
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}}
+	// A Transport of its own: kafka-go's default one answers from metadata
+	// cached before this test created its topic on the shared broker.
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
 	defer w.Close()
 	base := time.Now().Add(-time.Hour).Truncate(time.Minute)
 	var msgs []kafka.Message
@@ -414,7 +416,9 @@ func TestOperatorCommandsOnS3(t *testing.T) {
 	require.NoError(t, chaudit.CreateTable(ctx, ch.Options{Address: addr}, db, chaudit.DefaultTable))
 	require.NoError(t, testkit.Exec(ctx, addr, db, `CREATE TABLE events (tenant String, at DateTime64(3, 'UTC'), id String)
 		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`))
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}}
+	// A Transport of its own: kafka-go's default one answers from metadata
+	// cached before this test created its topic on the shared broker.
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
 	defer w.Close()
 	var msgs []kafka.Message
 	for i := range 50 {
