@@ -197,7 +197,7 @@ func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, 
 	s.Bool(&c.acceptUnsigned, "accept-unsigned", "GATEWAY_ACCEPT_UNSIGNED",
 		"accept deliveries without a signature for a provider that has no secret: anyone who can reach the gateway can forge events")
 	s.Duration(&c.shutdownTimeout, "shutdown-timeout", "GATEWAY_SHUTDOWN_TIMEOUT", 20*time.Second,
-		"how long SIGTERM waits for deliveries in flight (slow readers are cut at once)")
+		"how long SIGTERM waits for deliveries in flight (slow readers are cut at their -read-timeout)")
 	s.Bool(&c.kafka.tls, "kafka-tls", "KAFKA_TLS", "connect to Kafka with TLS")
 	s.String(&c.kafka.ca, "kafka-ca", "KAFKA_CA_FILE", "", "PEM file of the CA that signed the brokers' certificates; default the system's")
 	s.String(&c.kafka.sasl, "kafka-sasl", "KAFKA_SASL", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512")
@@ -480,9 +480,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(sctx) }()
 	// Shutdown closes idle connections and waits for the others: cut the
-	// clients still sending a request (a slow reader is answered 408 at
-	// once, and retried), so only deliveries past their body hold it.
-	conns.cutReads()
+	// ones that have not begun a request; the rest finish or are cut by
+	// their read deadlines (a slow reader is answered 408, and retried).
+	conns.cutWaiting()
 	if err := <-shut; err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

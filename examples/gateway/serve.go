@@ -115,16 +115,19 @@ func (t *connTracker) track(c net.Conn, s http.ConnState) {
 	}
 }
 
-// cutReads ends every read in progress: a connection waiting for its
-// request or sending a body fails its read now (the Handler answers a body
-// cut short 408). A handler past its body read is not disturbed: it reads
-// no more, and its answer is written as usual.
-func (t *connTracker) cutReads() {
+// cutWaiting cuts the connections that have sent no byte of a request
+// yet: Shutdown closes only idle ones and would wait for these. A request
+// already on its way is left to finish within its own deadlines
+// (ReadHeaderTimeout for the headers, -read-timeout for the body, after
+// which the Handler answers 408): a delivery whose body is being sent at
+// SIGTERM is answered as usual, and a slow reader is cut at its deadline,
+// well inside -shutdown-timeout.
+func (t *connTracker) cutWaiting() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
 	for c, s := range t.conns {
-		if s == http.StateNew || s == http.StateActive {
+		if s == http.StateNew {
 			_ = c.SetReadDeadline(now)
 		}
 	}
