@@ -99,13 +99,13 @@ func TestFolderCountsEveryDeltaOnce(t *testing.T) {
 		a.Add(audit.StageAccepted, fmt.Sprint("org", i%3), t0.Add(time.Duration(i)*10*time.Second), 1)
 		b.Add(audit.StageAccepted, "org0", t0.Add(time.Duration(i)*time.Second), 2)
 	}
-	require.NoError(t, a.Flush(ctx))
-	require.NoError(t, b.Flush(ctx))
+	flushUntilSent(t, a)
+	flushUntilSent(t, b)
 	c, err := kafkaaudit.New(brokers, topic, kafkaaudit.Options{Source: "gw-c"})
 	require.NoError(t, err)
 	defer c.Close()
 	c.Add(audit.StageAccepted, "org9", t0, 1000)
-	require.NoError(t, c.Flush(ctx))
+	flushUntilSent(t, c)
 	// gw-c's delta again, as its Publisher sends it when the broker's
 	// answer was lost: same number, same key. Counted once.
 	again := audit.Delta{Source: "gw-c", Seq: 1, Stage: audit.StageAccepted, Tenant: "org9", Bucket: t0, Count: 1000}
@@ -243,4 +243,13 @@ func TestBadInput(t *testing.T) {
 	assert.Contains(t, err.Error(), "has no column org, at")
 	_, err = chaudit.ParseSource("t,tenat=x")
 	assert.ErrorContains(t, err, `unknown part "tenat=x"`)
+}
+
+// flushUntilSent flushes p until a send succeeds, as its own loop does:
+// a broker that just created the topic may answer NOT_LEADER for a moment,
+// and the unsent deltas go again under the same numbers.
+func flushUntilSent(t *testing.T, p *kafkaaudit.Publisher) {
+	t.Helper()
+	require.Eventually(t, func() bool { return p.Flush(context.Background()) == nil },
+		30*time.Second, 100*time.Millisecond, "the deltas were never sent")
 }
