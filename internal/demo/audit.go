@@ -28,11 +28,11 @@ import (
 // naiveGatewayStage is what the naive gateway counts its 2xx answers as.
 const naiveGatewayStage = "naive.gateway.accepted"
 
-func (d *demo) auditTopic() string { return d.topic + "_audit" }
+func (d *Pipeline) auditTopic() string { return d.Topic + "_audit" }
 
 // auditChecks returns the sources to count and the checks, the naive
 // joints' keyed by joint.
-func (d *demo) auditChecks() ([]chaudit.Source, []audit.Check, map[devmetrics.Naive]string) {
+func (d *Pipeline) auditChecks() ([]chaudit.Source, []audit.Check, map[devmetrics.Naive]string) {
 	sources := devmetrics.AuditSources()
 	naive := map[devmetrics.Naive]string{}
 	for _, n := range d.naives {
@@ -65,22 +65,22 @@ func (d *demo) auditChecks() ([]chaudit.Source, []audit.Check, map[devmetrics.Na
 }
 
 // auditReport reads the counts and compares them by the hour.
-func (d *demo) auditReport(ctx context.Context, sources []chaudit.Source, checks []audit.Check) (*audit.Report, error) {
-	opts := ch.Options{Address: d.srv.ClickHouseAddr}
+func (d *Pipeline) auditReport(ctx context.Context, sources []chaudit.Source, checks []audit.Check) (*audit.Report, error) {
+	opts := ch.Options{Address: d.Servers.ClickHouseAddr}
 	from, to := time.Unix(0, 0), time.Now().Add(100*365*24*time.Hour)
-	totals, err := chaudit.Totals(ctx, opts, d.db, "", from, to)
+	totals, err := chaudit.Totals(ctx, opts, d.DB, "", from, to)
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range sources {
-		t, err := chaudit.TableCounts(ctx, opts, d.db, s, time.Hour, from, to)
+		t, err := chaudit.TableCounts(ctx, opts, d.DB, s, time.Hour, from, to)
 		if err != nil {
 			return nil, err
 		}
 		totals = append(totals, t...)
 	}
 	if d.hasNaive(devmetrics.NaiveGateway) {
-		t, err := topicCounts(ctx, d.srv.Brokers, d.naiveTopic(), d.cfg.Partitions)
+		t, err := topicCounts(ctx, d.Servers.Brokers, d.naiveTopic(), d.Config.Partitions)
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +94,7 @@ func (d *demo) auditReport(ctx context.Context, sources []chaudit.Source, checks
 // deltas and counts are flushed within seconds of the last record), prints
 // the report beside the ground truth and says what it flags of each naive
 // joint.
-func (d *demo) runAudit(ctx context.Context, want expected) error {
+func (d *Pipeline) runAudit(ctx context.Context, want Expected) error {
 	sources, checks, naive := d.auditChecks()
 	correct := func(f audit.Finding) bool {
 		for _, name := range naive {
@@ -137,28 +137,28 @@ func (d *demo) runAudit(ctx context.Context, want expected) error {
 	}
 	d.result.Audit = rep
 	var rollup float64
-	for _, m := range want.metrics {
+	for _, m := range want.Metrics {
 		rollup += float64(m.PRsMerged + m.ReviewComments + m.Deployments + m.Incidents)
 	}
 	truth := map[string]float64{
-		audit.StageFirstSeen: float64(want.events), devmetrics.StageRollup: rollup,
-		audit.TableStage("normalized_events"): float64(want.events), audit.TableStage("employee_metrics_window"): float64(want.events),
+		audit.StageFirstSeen: float64(want.Events), devmetrics.StageRollup: rollup,
+		audit.TableStage("normalized_events"): float64(want.Events), audit.TableStage("employee_metrics_window"): float64(want.Events),
 		audit.TableStage("employee_metrics_hourly"): rollup,
 	}
-	d.say("audit (what `exactlyonce audit` sees: the stages' own counts per organisation and hour, no ground truth), beside the ground truth:")
-	writeAuditTotals(d.cfg.Stdout, rep, truth)
-	if d.cfg.Verbose {
-		_ = rep.WriteTable(d.cfg.Stdout, false)
+	d.Say("audit (what `exactlyonce audit` sees: the stages' own counts per organisation and hour, no ground truth), beside the ground truth:")
+	writeAuditTotals(d.Config.Stdout, rep, truth)
+	if d.Config.Verbose {
+		_ = rep.WriteTable(d.Config.Stdout, false)
 	}
 	if len(wrong) > 0 {
 		return fmt.Errorf("audit: the correct pipeline's stages differ in %d buckets (first: %+v), while the ground truth says exact", len(wrong), wrong[0])
 	}
-	d.say("audit: %d buckets, the correct pipeline's stages agree in every one", len(rep.Buckets))
+	d.Say("audit: %d buckets, the correct pipeline's stages agree in every one", len(rep.Buckets))
 	d.result.AuditFlags = map[devmetrics.Naive]bool{}
 	for _, n := range d.naives {
 		name, ok := naive[n]
 		if !ok {
-			d.say("audit: naive %s is not a count: every stage counts right, the average is what is wrong; the audit cannot see it", n)
+			d.Say("audit: naive %s is not a count: every stage counts right, the average is what is wrong; the audit cannot see it", n)
 			continue
 		}
 		var flagged []audit.Finding
@@ -169,11 +169,11 @@ func (d *demo) runAudit(ctx context.Context, want expected) error {
 		}
 		d.result.AuditFlags[n] = len(flagged) > 0
 		if len(flagged) == 0 {
-			d.say("audit: naive %s (%s): no bucket differs in this run", n, name)
+			d.Say("audit: naive %s (%s): no bucket differs in this run", n, name)
 			continue
 		}
 		f := flagged[0]
-		d.say("audit: naive %s (%s) flagged in %d buckets, e.g. %s %s: %s %d upstream, %d downstream", n, name, len(flagged),
+		d.Say("audit: naive %s (%s) flagged in %d buckets, e.g. %s %s: %s %d upstream, %d downstream", n, name, len(flagged),
 			f.Tenant, f.Bucket.Format("15:04"), strings.ToUpper(string(f.Status)), f.Upstream, f.Downstream)
 	}
 	return nil

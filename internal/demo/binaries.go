@@ -123,6 +123,25 @@ func (g *Gateway) URL() string { return "http://" + g.addr }
 // PID is the gateway's process id.
 func (g *Gateway) PID() int { return g.cmd.Process.Pid }
 
+// Kill kills the gateway with SIGKILL and waits for its exit; a later Stop
+// returns at once.
+func (g *Gateway) Kill() {
+	_ = g.cmd.Process.Kill()
+	<-g.done
+	g.done <- nil // for a later Stop
+}
+
+// Exited reports whether the gateway has exited, and how, without waiting.
+func (g *Gateway) Exited() (bool, error) {
+	select {
+	case err := <-g.done:
+		g.done <- err // for Stop
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
 func (g *Gateway) get(ctx context.Context, path string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

@@ -88,12 +88,12 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
 	for _, k := range cfg.Kinds {
 		c.log[k] = &FaultCount{}
 	}
-	c.d = &demo{
-		cfg: Config{Events: cfg.Events, Orgs: cfg.Orgs, Partitions: cfg.Partitions, Instances: cfg.Instances,
+	c.d = &Pipeline{
+		Config: Config{Events: cfg.Events, Orgs: cfg.Orgs, Partitions: cfg.Partitions, Instances: cfg.Instances,
 			Store: "redis", Seed: cfg.Seed, Dir: cfg.Dir, Checkpoints: cfg.Checkpoints, Logger: cfg.Logger,
 			Stdout: cfg.Stdout, Binaries: cfg.Binaries, Verbose: cfg.Verbose},
-		say: c.say,
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		Say: c.say,
+		Rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 	}
 	c.rng = rand.New(rand.NewPCG(cfg.Seed, 0xc4a05))
 	err := c.run(ctx)
@@ -206,7 +206,7 @@ func ownServerEnv(k string) string {
 type chaos struct {
 	cfg   ChaosConfig
 	res   *ChaosResult
-	d     *demo
+	d     *Pipeline
 	began time.Time
 	rng   *rand.Rand // the fault schedule's; drawn by the fault goroutine only
 
@@ -241,55 +241,55 @@ func (c *chaos) say(format string, a ...any) {
 func (c *chaos) run(ctx context.Context) error {
 	d := c.d
 	defer func() {
-		for i := len(d.close) - 1; i >= 0; i-- {
-			d.close[i]()
+		for i := len(d.Cleanups) - 1; i >= 0; i-- {
+			d.Cleanups[i]()
 		}
 	}()
 	c.say("chaos: %d events, %d processor instance(s), fault kinds %s, seed %d", c.cfg.Events, c.cfg.Instances,
 		strings.Join(c.cfg.Kinds, ","), c.cfg.Seed)
-	if err := d.startServers(ctx); err != nil {
+	if err := d.StartServers(ctx); err != nil {
 		return err
 	}
 	// When each row landed, for the webhook-to-row latency.
-	if err := execCH(ctx, d.srv.ClickHouseAddr, fmt.Sprintf(
-		"ALTER TABLE %s.normalized_events ADD COLUMN IF NOT EXISTS chaos_inserted_at DateTime64(3) DEFAULT now64(3)", d.db)); err != nil {
+	if err := execCH(ctx, d.Servers.ClickHouseAddr, fmt.Sprintf(
+		"ALTER TABLE %s.normalized_events ADD COLUMN IF NOT EXISTS chaos_inserted_at DateTime64(3) DEFAULT now64(3)", d.DB)); err != nil {
 		return fmt.Errorf("add the insert time column: %w", err)
 	}
 	if err := c.startPipeline(ctx); err != nil {
 		return err
 	}
-	examples, err := loadGitHubExamples(ctx)
+	examples, err := LoadGitHubExamples(ctx)
 	if err != nil {
 		return fmt.Errorf("GitHub's example payloads: %w", err)
 	}
-	tpl, err := pickTemplates(examples)
+	tpl, err := PickTemplates(examples)
 	if err != nil {
 		return err
 	}
-	if err := d.injectPoison(ctx); err != nil {
+	if err := d.InjectPoison(ctx); err != nil {
 		return err
 	}
-	events, err := c.deliver(ctx, newGenerator(d.rng, tpl, c.cfg.Orgs))
+	events, err := c.deliver(ctx, NewGenerator(d.Rng, tpl, c.cfg.Orgs))
 	if err != nil {
 		return err
 	}
 	if err := c.heal(ctx); err != nil {
 		return err
 	}
-	if err := d.awaitGitHubRecovered(ctx); err != nil {
+	if err := d.AwaitGitHubRecovered(ctx); err != nil {
 		return err
 	}
 	c.res.Sent = int64(len(events))
-	c.res.Requests = d.prov.requests.Load()
-	c.res.Duplicates = d.prov.duplicates.Load()
-	c.res.Retries = d.prov.retries.Load()
-	c.res.Replayed = d.prov.replayed.Load()
-	c.res.Ignored, c.res.Rejected = d.prov.ignored.Load(), d.prov.rejected.Load()
+	c.res.Requests = d.Provider.Requests.Load()
+	c.res.Duplicates = d.Provider.Duplicates.Load()
+	c.res.Retries = d.Provider.Retries.Load()
+	c.res.Replayed = d.Provider.Replayed.Load()
+	c.res.Ignored, c.res.Rejected = d.Provider.Ignored.Load(), d.Provider.Rejected.Load()
 	if err := c.verify(ctx, events); err != nil {
 		return err
 	}
 	if c.res.Pass {
-		if err := d.checkDeadLetters(ctx); err != nil {
+		if err := d.CheckDeadLetters(ctx); err != nil {
 			c.res.Pass = false
 			c.res.Differences = append(c.res.Differences, err.Error())
 		}
@@ -308,46 +308,46 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 			return fmt.Errorf("start Redis: %w", err)
 		}
 		c.redis = r
-		d.close = append(d.close, func() { _ = r.Stop() })
+		d.Cleanups = append(d.Cleanups, func() { _ = r.Stop() })
 		redisAddr, redisSays = r.Addr(), fmt.Sprintf("Redis (pid %d)", r.PID())
 	}
-	d.gatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
-		"-retry-after=1s", "-pending-ttl=8s", d.logLevel(), "-store=redis", "-redis=" + redisAddr,
-		"-redis-prefix=chaos:" + d.db + ":"} // this run's keys only, on a shared server too
-	d.gatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}
-	if err := d.startGateway(ctx, false); err != nil {
+	d.GatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.Servers.Brokers, ","), "-topic=" + d.Topic,
+		"-retry-after=1s", "-pending-ttl=8s", d.LogLevel(), "-store=redis", "-redis=" + redisAddr,
+		"-redis-prefix=chaos:" + d.DB + ":"} // this run's keys only, on a shared server too
+	d.GatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + WebhookSecret, "JIRA_WEBHOOK_SECRET=" + WebhookSecret}
+	if err := d.StartGateway(ctx, false); err != nil {
 		return err
 	}
-	c.say("gateway (examples/gateway, pid %d) on %s, idempotency keys in %s at %s", d.gw.PID(), d.gw.URL(), redisSays, redisAddr)
+	c.say("gateway (examples/gateway, pid %d) on %s, idempotency keys in %s at %s", d.Gateway.PID(), d.Gateway.URL(), redisSays, redisAddr)
 	// Jira's 30-minute retry window is compressed less than in the demo:
 	// the faults are not compressed, and a random schedule can keep the
 	// gateway failing for tens of seconds (six Redis outages and four
 	// gateway kills in 45 s of a 1 M-event run outlasted 36 s).
-	d.prov = &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: d.gw.URL(), dupRate: 0.05,
-		jiraWindow: 5 * time.Minute}
-	if err := d.startGitHub(ctx); err != nil {
+	d.Provider = &Provider{Client: &http.Client{Timeout: 10 * time.Second}, BaseURL: d.Gateway.URL(), DupRate: 0.05,
+		JiraWindow: 5 * time.Minute}
+	if err := d.StartGitHub(ctx); err != nil {
 		return err
 	}
-	d.sup = &Supervisor{Say: d.say, Instances: c.cfg.Instances, SharedGroup: true,
-		Group: "aggregator-" + d.db, Brokers: d.srv.Brokers,
-		Command: []string{d.bins.Processor, "-pipeline=devmetrics", "-listen=127.0.0.1:0",
-			"-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
-			"-clickhouse=" + d.srv.ClickHouseAddr, "-database=" + d.db, "-create-tables=false", "-dlq=" + d.dlq,
+	d.Supervisor = &Supervisor{Say: d.Say, Instances: c.cfg.Instances, SharedGroup: true,
+		Group: "aggregator-" + d.DB, Brokers: d.Servers.Brokers,
+		Command: []string{d.Binaries.Processor, "-pipeline=devmetrics", "-listen=127.0.0.1:0",
+			"-brokers=" + strings.Join(d.Servers.Brokers, ","), "-topic=" + d.Topic,
+			"-clickhouse=" + d.Servers.ClickHouseAddr, "-database=" + d.DB, "-create-tables=false", "-dlq=" + d.DLQ,
 			"-state-dir=" + c.stateDir(),
 			// A killed instance is noticed within 2 s (the broker expires
 			// it, see StartServers), checkpoints are frequent so that
 			// kills land in them.
 			"-session-timeout=" + c.sessionTimeout(), "-rebalance-timeout=2s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
-			"-sink-max-delay=200ms", "-checkpoint-interval=300ms", d.logLevel()}}
-	s3Args, s3Env, err := d.startCheckpointStore(ctx)
+			"-sink-max-delay=200ms", "-checkpoint-interval=300ms", d.LogLevel()}}
+	s3Args, s3Env, err := d.StartCheckpointStore(ctx)
 	if err != nil {
 		return err
 	}
-	d.sup.Command, d.sup.Env = append(d.sup.Command, s3Args...), s3Env
+	d.Supervisor.Command, d.Supervisor.Env = append(d.Supervisor.Command, s3Args...), s3Env
 	supCtx, stopSup := context.WithCancel(ctx)
 	supDone := make(chan struct{})
-	go func() { defer close(supDone); d.sup.Run(supCtx) }()
-	d.close = append(d.close, func() { stopSup(); <-supDone })
+	go func() { defer close(supDone); d.Supervisor.Run(supCtx) }()
+	d.Cleanups = append(d.Cleanups, func() { stopSup(); <-supDone })
 	return nil
 }
 
@@ -355,25 +355,25 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 // embedded broker, which allows it; Kafka refuses less than its
 // group.min.session.timeout.ms, 6 s by default.
 func (c *chaos) sessionTimeout() string {
-	if c.d.srv.Kafka == nil {
+	if c.d.Servers.Kafka == nil {
 		return "6s"
 	}
 	return "2s"
 }
 
-func (c *chaos) stateDir() string { return filepath.Join(c.d.dir, "processor", "state") }
+func (c *chaos) stateDir() string { return filepath.Join(c.d.Dir, "processor", "state") }
 
 // deliver sends every event through the providers while the fault
 // goroutine strikes, and returns the events without their bodies (what the
 // verdict needs). The deliveries advance no faster than Duration allows
 // and, with FaultsPerKind, no faster than the faults.
-func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
+func (c *chaos) deliver(ctx context.Context, g *Generator) ([]Delivery, error) {
 	d, n := c.d, c.cfg.Events
 	c.sentAt = make([]atomic.Int64, n)
-	events := make([]delivery, n)
+	events := make([]Delivery, n)
 	dups := make([]bool, n)
 	for i := range dups {
-		dups[i] = d.rng.Float64() < d.prov.dupRate
+		dups[i] = d.Rng.Float64() < d.Provider.DupRate
 	}
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	faultsDone := make(chan struct{})
@@ -395,14 +395,14 @@ func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
 	)
 	type job struct {
 		i  int
-		dl delivery
+		dl Delivery
 	}
 	jobs := make(chan job, 64)
 	for range 16 {
 		wg.Go(func() {
 			for j := range jobs {
 				c.sentAt[j.i].Store(time.Now().UnixMilli())
-				if err := d.prov.deliver(ctx, j.dl, dups[j.i]); err != nil {
+				if err := d.Provider.Deliver(ctx, j.dl, dups[j.i]); err != nil {
 					errOnce.Do(func() { deliverErr = err })
 					continue
 				}
@@ -410,15 +410,15 @@ func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
 			}
 		})
 	}
-	c.say("delivering %d webhooks of %d organisations (%v of event time) while faults strike", n, c.cfg.Orgs, eventSpan)
+	c.say("delivering %d webhooks of %d organisations (%v of event time) while faults strike", n, c.cfg.Orgs, EventSpan)
 	start := time.Now()
 	total := c.cfg.FaultsPerKind * len(c.cfg.Kinds)
 	for i := range n {
-		dl := g.nth(i, n, eventSpan)
+		dl := g.Nth(i, n, EventSpan)
 		// Pace: not before Duration*i/n, not ahead of the faults.
 		if c.cfg.Duration > 0 {
 			if wait := time.Until(start.Add(time.Duration(float64(c.cfg.Duration) * float64(i) / float64(n)))); wait > 0 {
-				if !sleep(ctx, nil, wait) {
+				if !Sleep(ctx, nil, wait) {
 					break
 				}
 			}
@@ -436,7 +436,7 @@ func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		events[i] = delivery{Provider: dl.Provider, ID: dl.ID, Want: dl.Want, Reject: dl.Reject} // no body: 1M of them would not fit
+		events[i] = Delivery{Provider: dl.Provider, ID: dl.ID, Want: dl.Want, Reject: dl.Reject} // no body: 1M of them would not fit
 	}
 	close(jobs)
 	wg.Wait()
@@ -455,7 +455,7 @@ func (c *chaos) deliver(ctx context.Context, g *generator) ([]delivery, error) {
 		return events, err
 	}
 	c.say("delivered: %d requests for %d webhooks (%d duplicate deliveries, %d retries after 503 or no answer, %d answered from the idempotency store)",
-		d.prov.requests.Load(), c.delivered.Load(), d.prov.duplicates.Load(), d.prov.retries.Load(), d.prov.replayed.Load())
+		d.Provider.Requests.Load(), c.delivered.Load(), d.Provider.Duplicates.Load(), d.Provider.Retries.Load(), d.Provider.Replayed.Load())
 	return events, nil
 }
 
@@ -490,20 +490,17 @@ func (c *chaos) watchGateway(ctx context.Context) {
 		case <-t.C:
 		}
 		c.gwMu.Lock()
-		gw := c.d.gw
-		select {
-		case err := <-gw.done:
-			gw.done <- err // for Stop
+		gw := c.d.Gateway
+		if exited, err := gw.Exited(); exited {
 			c.mu.Lock()
 			c.res.GatewayExits++
 			c.mu.Unlock()
 			c.say("gateway pid %d exited on its own (%v); restarting it", gw.PID(), err)
-			if serr := c.d.startGateway(context.WithoutCancel(ctx), false); serr != nil {
+			if serr := c.d.StartGateway(context.WithoutCancel(ctx), false); serr != nil {
 				c.say("restart the gateway: %v", serr)
 			} else {
-				c.d.prov.setBaseURL(c.d.gw.URL())
+				c.d.Provider.SetBaseURL(c.d.Gateway.URL())
 			}
-		default:
 		}
 		c.gwMu.Unlock()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -102,7 +101,7 @@ func (c *chaos) strike(ctx context.Context) {
 		}
 		c.setStatus("last: " + kind)
 		pause := time.Duration(c.rng.ExpFloat64() * float64(c.cfg.FaultInterval))
-		if !sleep(ctx, nil, pause) {
+		if !Sleep(ctx, nil, pause) {
 			return
 		}
 	}
@@ -131,7 +130,7 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(c.rng.Int64N(int64(hi-lo))) }
 	switch kind {
 	case KindProcessorKill:
-		pid, ok := d.sup.killOne(c.rng, -1)
+		pid, ok := d.Supervisor.KillOne(c.rng, -1)
 		c.kill("processor", ok)
 		return ok, fmt.Sprintf("processor pid %d killed", pid)
 	case KindProcessorKillCheckpoint:
@@ -149,42 +148,42 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 			// Redis client's own retries can otherwise bridge.
 			down = between(2500*time.Millisecond, 4*time.Second)
 		}
-		failedBefore := d.prov.retries.Load() + d.prov.githubFailed.Load()
+		failedBefore := d.Provider.Retries.Load() + d.Provider.GitHubFailed.Load()
 		_ = c.redis.Kill()
 		c.kill("redis", true)
-		sleep(ctx, nil, down)
+		Sleep(ctx, nil, down)
 		err := c.redis.Start(context.WithoutCancel(ctx))
 		if kind == KindRedisDown {
 			// Hit: deliveries answered 503 (or not at all) because it was
 			// down; the answers come up to the store timeout late.
-			failed := func() bool { return d.prov.retries.Load()+d.prov.githubFailed.Load() > failedBefore }
+			failed := func() bool { return d.Provider.Retries.Load()+d.Provider.GitHubFailed.Load() > failedBefore }
 			for deadline := time.Now().Add(3 * time.Second); !failed() && time.Now().Before(deadline) && ctx.Err() == nil; {
 				time.Sleep(20 * time.Millisecond)
 			}
 			hit = failed()
 			return hit, fmt.Sprintf("Redis down for %v, back empty (%v); %d deliveries failed meanwhile",
-				down.Round(time.Millisecond), errOrOK(err), d.prov.retries.Load()+d.prov.githubFailed.Load()-failedBefore)
+				down.Round(time.Millisecond), errOrOK(err), d.Provider.Retries.Load()+d.Provider.GitHubFailed.Load()-failedBefore)
 		}
 		return err == nil, fmt.Sprintf("Redis restarted empty (%v)", errOrOK(err))
 	case KindKafkaKill:
 		c.saveKafkaStats(ctx)
-		_ = d.srv.Kafka.Kill()
+		_ = d.Servers.Kafka.Kill()
 		c.kill("kafka", true)
 		down := between(300*time.Millisecond, 1500*time.Millisecond)
-		sleep(ctx, nil, down)
-		err := d.srv.Kafka.Start(context.WithoutCancel(ctx))
+		Sleep(ctx, nil, down)
+		err := d.Servers.Kafka.Start(context.WithoutCancel(ctx))
 		return err == nil, fmt.Sprintf("Kafka broker down for %v (%v)", down.Round(time.Millisecond), errOrOK(err))
 	case KindClickHouseKill:
 		return c.killClickHouse(ctx, between(300*time.Millisecond, 1500*time.Millisecond))
 	case KindS3Kill:
-		if d.s3 == nil {
+		if d.S3 == nil {
 			return false, ""
 		}
-		_ = d.s3.Kill()
+		_ = d.S3.Kill()
 		c.kill("s3", true)
 		down := between(300*time.Millisecond, 1500*time.Millisecond)
-		sleep(ctx, nil, down)
-		err := d.s3.Start(context.WithoutCancel(ctx))
+		Sleep(ctx, nil, down)
+		err := d.S3.Start(context.WithoutCancel(ctx))
 		return err == nil, fmt.Sprintf("S3 down for %v (%v)", down.Round(time.Millisecond), errOrOK(err))
 	}
 	// A wire-level Kafka fault. Its hits are counted by the broker.
@@ -192,7 +191,7 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 	if f.Kind == kafkafault.Slow {
 		f.Delay, f.Duration = between(50*time.Millisecond, 500*time.Millisecond), between(500*time.Millisecond, 2*time.Second)
 	}
-	if err := d.srv.Kafka.InjectFault(ctx, f); err != nil {
+	if err := d.Servers.Kafka.InjectFault(ctx, f); err != nil {
 		return false, fmt.Sprintf("not injected: %v", err)
 	}
 	return true, ""
@@ -228,12 +227,12 @@ func (c *chaos) kill(service string, ok bool) {
 // (a write under way), then kills it. After 200 looks it kills it anyway,
 // as a miss.
 func (c *chaos) killInCheckpoint(ctx context.Context) (bool, string) {
-	sup := c.d.sup
+	sup := c.d.Supervisor
 	before := c.tempFiles()
 	for try := 0; try < 200 && ctx.Err() == nil; try++ {
-		cmd := sup.instance(c.rng)
+		cmd := sup.Instance(c.rng)
 		if cmd == nil {
-			sleep(ctx, nil, 50*time.Millisecond)
+			Sleep(ctx, nil, 50*time.Millisecond)
 			continue
 		}
 		if cmd.Process.Signal(syscall.SIGSTOP) != nil {
@@ -247,15 +246,14 @@ func (c *chaos) killInCheckpoint(ctx context.Context) (bool, string) {
 			}
 		}
 		if fresh != "" {
-			_ = cmd.Process.Kill()
-			sup.kills.Add(1)
+			sup.KillProcess(cmd)
 			c.kill("processor", true)
 			return true, fmt.Sprintf("processor pid %d killed while writing %s (look %d)", cmd.Process.Pid, fresh, try+1)
 		}
 		_ = cmd.Process.Signal(syscall.SIGCONT)
-		sleep(ctx, nil, time.Duration(c.rng.IntN(40))*time.Millisecond)
+		Sleep(ctx, nil, time.Duration(c.rng.IntN(40))*time.Millisecond)
 	}
-	pid, ok := sup.killOne(c.rng, -1)
+	pid, ok := sup.KillOne(c.rng, -1)
 	c.kill("processor", ok)
 	return false, fmt.Sprintf("no checkpoint write caught in 200 looks; processor pid %d killed anyway", pid)
 }
@@ -278,16 +276,16 @@ func (c *chaos) tempFiles() map[string]bool {
 // killInReplay kills a processor, waits for its restart, and kills the new
 // process after after.
 func (c *chaos) killInReplay(ctx context.Context, after time.Duration) (bool, string) {
-	sup := c.d.sup
-	i, pid := sup.pick(c.rng)
+	sup := c.d.Supervisor
+	i, pid := sup.Pick(c.rng)
 	if i < 0 {
 		return false, "no processor running"
 	}
-	sup.killOne(c.rng, i)
+	sup.KillOne(c.rng, i)
 	c.kill("processor", true)
 	var next *exec.Cmd
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
-		if next = sup.cmdOf(i); next != nil && next.Process.Pid != pid {
+		if next = sup.CmdOf(i); next != nil && next.Process.Pid != pid {
 			break
 		}
 		next = nil
@@ -297,12 +295,11 @@ func (c *chaos) killInReplay(ctx context.Context, after time.Duration) (bool, st
 		return false, fmt.Sprintf("processor pid %d killed; it was not restarted in 10s", pid)
 	}
 	started := time.Now()
-	sleep(ctx, nil, after)
-	if sup.cmdOf(i) != next {
+	Sleep(ctx, nil, after)
+	if sup.CmdOf(i) != next {
 		return false, fmt.Sprintf("processor pid %d killed; its successor exited on its own", pid)
 	}
-	_ = next.Process.Kill()
-	sup.kills.Add(1)
+	sup.KillProcess(next)
 	c.kill("processor", true)
 	return true, fmt.Sprintf("processor pid %d killed, then its successor pid %d %v after its start (restoring and replaying)",
 		pid, next.Process.Pid, time.Since(started).Round(time.Millisecond))
@@ -311,8 +308,8 @@ func (c *chaos) killInReplay(ctx context.Context, after time.Duration) (bool, st
 // killInRebalance kills a processor so that the group rebalances, then
 // kills an instance while DescribeGroups shows the rebalance under way.
 func (c *chaos) killInRebalance(ctx context.Context) (bool, string) {
-	sup := c.d.sup
-	first, ok := sup.killOne(c.rng, -1)
+	sup := c.d.Supervisor
+	first, ok := sup.KillOne(c.rng, -1)
 	c.kill("processor", ok)
 	client := &kafka.Client{Addr: kafka.TCP(sup.Brokers...), Timeout: 2 * time.Second}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
@@ -321,8 +318,8 @@ func (c *chaos) killInRebalance(ctx context.Context) (bool, string) {
 			// Another process than the one just killed (which the
 			// supervisor may not have replaced yet).
 			if state := resp.Groups[0].GroupState; state == "PreparingRebalance" || state == "CompletingRebalance" {
-				if i, pid := sup.pick(c.rng); i >= 0 && pid != first {
-					sup.killOne(c.rng, i)
+				if i, pid := sup.Pick(c.rng); i >= 0 && pid != first {
+					sup.KillOne(c.rng, i)
 					c.kill("processor", true)
 					return true, fmt.Sprintf("processor pid %d killed, then pid %d while the group was %s", first, pid, state)
 				}
@@ -340,30 +337,28 @@ func (c *chaos) killGateway(ctx context.Context) (bool, string) {
 	c.gwMu.Lock()
 	defer c.gwMu.Unlock()
 	d := c.d
-	if d.srv.Kafka != nil { // your own Kafka answers at its pace: the kill may land between publishes
-		_ = d.srv.Kafka.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.Slow, Delay: time.Second, Duration: 3 * time.Second})
+	if d.Servers.Kafka != nil { // your own Kafka answers at its pace: the kill may land between publishes
+		_ = d.Servers.Kafka.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.Slow, Delay: time.Second, Duration: 3 * time.Second})
 	}
 	inFlight := 0.0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
-		claimed, err1 := d.gw.Counter(ctx, "exactlyonce_idempotency_claims_total", `outcome="claimed"`)
-		effects, err2 := d.gw.Counter(ctx, "exactlyonce_idempotency_side_effect_duration_seconds_count")
+		claimed, err1 := d.Gateway.Counter(ctx, "exactlyonce_idempotency_claims_total", `outcome="claimed"`)
+		effects, err2 := d.Gateway.Counter(ctx, "exactlyonce_idempotency_side_effect_duration_seconds_count")
 		if err1 == nil && err2 == nil && claimed > effects {
 			inFlight = claimed - effects
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	old := d.gw
-	_ = old.cmd.Process.Kill()
-	<-old.done
-	old.done <- nil // for a later Stop
+	old := d.Gateway
+	old.Kill()
 	c.kill("gateway", true)
-	if err := d.startGateway(context.WithoutCancel(ctx), false); err != nil {
+	if err := d.StartGateway(context.WithoutCancel(ctx), false); err != nil {
 		return false, fmt.Sprintf("gateway pid %d killed; restart failed: %v", old.PID(), err)
 	}
-	d.prov.setBaseURL(d.gw.URL())
+	d.Provider.SetBaseURL(d.Gateway.URL())
 	return inFlight > 0, fmt.Sprintf("gateway pid %d killed with %.0f claims between claim and complete; gateway pid %d on %s",
-		old.PID(), inFlight, d.gw.PID(), d.gw.URL())
+		old.PID(), inFlight, d.Gateway.PID(), d.Gateway.URL())
 }
 
 // killClickHouse kills ClickHouse as soon as system.processes shows an
@@ -371,7 +366,7 @@ func (c *chaos) killGateway(ctx context.Context) (bool, string) {
 func (c *chaos) killClickHouse(ctx context.Context, down time.Duration) (bool, string) {
 	d := c.d
 	hit := false
-	if conn, err := ch.Dial(ctx, ch.Options{Address: d.srv.ClickHouseAddr, DialTimeout: 2 * time.Second}); err == nil {
+	if conn, err := ch.Dial(ctx, ch.Options{Address: d.Servers.ClickHouseAddr, DialTimeout: 2 * time.Second}); err == nil {
 		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil && !hit; {
 			var n proto.ColUInt64
 			err := conn.Do(ctx, ch.Query{Body: "SELECT count() FROM system.processes WHERE query_kind = 'Insert'",
@@ -386,10 +381,10 @@ func (c *chaos) killClickHouse(ctx context.Context, down time.Duration) (bool, s
 		}
 		_ = conn.Close()
 	}
-	_ = d.srv.ClickHouse.Kill()
+	_ = d.Servers.ClickHouse.Kill()
 	c.kill("clickhouse", true)
-	sleep(ctx, nil, down)
-	ok := bringUp(context.WithoutCancel(ctx), d.srv.ClickHouse, func(t time.Duration) bool { return sleep(ctx, nil, t) }, c.say)
+	Sleep(ctx, nil, down)
+	ok := BringUp(context.WithoutCancel(ctx), d.Servers.ClickHouse, func(t time.Duration) bool { return Sleep(ctx, nil, t) }, c.say)
 	state := "during an insert"
 	if !hit {
 		state = "(no insert seen in 3s)"
@@ -400,10 +395,10 @@ func (c *chaos) killClickHouse(ctx context.Context, down time.Duration) (bool, s
 // saveKafkaStats adds the broker's wire-fault hits to kafkaBase before a
 // kill takes them away.
 func (c *chaos) saveKafkaStats(ctx context.Context) {
-	if c.d.srv.Kafka == nil {
+	if c.d.Servers.Kafka == nil {
 		return // your own Kafka: no wire faults
 	}
-	s, err := c.d.srv.Kafka.FaultStats(ctx)
+	s, err := c.d.Servers.Kafka.FaultStats(ctx)
 	if err != nil {
 		return
 	}
@@ -422,16 +417,16 @@ func (c *chaos) saveKafkaStats(ctx context.Context) {
 func (c *chaos) heal(ctx context.Context) error {
 	d := c.d
 	// Your own servers (nil here) were never killed.
-	if d.srv.Kafka != nil {
-		if err := d.srv.Kafka.Start(ctx); err != nil {
+	if d.Servers.Kafka != nil {
+		if err := d.Servers.Kafka.Start(ctx); err != nil {
 			return err
 		}
-		if err := d.srv.Kafka.ClearFaults(ctx); err != nil {
+		if err := d.Servers.Kafka.ClearFaults(ctx); err != nil {
 			return err
 		}
 		c.saveKafkaStats(ctx)
 	}
-	if d.srv.ClickHouse != nil && !bringUp(ctx, d.srv.ClickHouse, func(t time.Duration) bool { return sleep(ctx, nil, t) }, c.say) {
+	if d.Servers.ClickHouse != nil && !BringUp(ctx, d.Servers.ClickHouse, func(t time.Duration) bool { return Sleep(ctx, nil, t) }, c.say) {
 		return ctx.Err()
 	}
 	if c.redis != nil {
@@ -439,8 +434,8 @@ func (c *chaos) heal(ctx context.Context) error {
 			return err
 		}
 	}
-	if d.s3 != nil {
-		if err := d.s3.Start(ctx); err != nil {
+	if d.S3 != nil {
+		if err := d.S3.Start(ctx); err != nil {
 			return err
 		}
 	}
@@ -452,56 +447,4 @@ func (c *chaos) heal(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// pick returns a running instance and its pid, chosen by rng, or -1.
-func (s *Supervisor) pick(rng *rand.Rand) (int, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var running []int
-	for i, cmd := range s.cmds {
-		if cmd != nil {
-			running = append(running, i)
-		}
-	}
-	if len(running) == 0 {
-		return -1, 0
-	}
-	i := running[rng.IntN(len(running))]
-	return i, s.cmds[i].Process.Pid
-}
-
-// instance returns a running instance's command, chosen by rng, or nil.
-func (s *Supervisor) instance(rng *rand.Rand) *exec.Cmd {
-	i, _ := s.pick(rng)
-	if i < 0 {
-		return nil
-	}
-	return s.cmdOf(i)
-}
-
-// cmdOf returns instance i's running command, or nil.
-func (s *Supervisor) cmdOf(i int) *exec.Cmd {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i < 0 || i >= len(s.cmds) {
-		return nil
-	}
-	return s.cmds[i]
-}
-
-// killOne kills instance i (-1: one chosen by rng) with SIGKILL at once,
-// unlike Kill, which waits for a stable group first. It returns the pid
-// killed.
-func (s *Supervisor) killOne(rng *rand.Rand, i int) (int, bool) {
-	if i < 0 {
-		i, _ = s.pick(rng)
-	}
-	cmd := s.cmdOf(i)
-	if cmd == nil {
-		return 0, false
-	}
-	_ = cmd.Process.Kill()
-	s.kills.Add(1)
-	return cmd.Process.Pid, true
 }

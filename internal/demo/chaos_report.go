@@ -105,27 +105,27 @@ func (c *chaos) collectFaults() {
 // verify waits until every Kafka record is checkpointed and ClickHouse
 // holds exactly what was sent, or the convergence timeout passes, and
 // fills the result with what ClickHouse holds.
-func (c *chaos) verify(ctx context.Context, events []delivery) error {
+func (c *chaos) verify(ctx context.Context, events []Delivery) error {
 	d := c.d
-	want := expect(events)
-	c.res.Counted, c.res.Accepted = want.events, c.delivered.Load()
-	c.res.ProcessorExits = d.sup.Failures()
+	want := Expect(events)
+	c.res.Counted, c.res.Accepted = want.Events, c.delivered.Load()
+	c.res.ProcessorExits = d.Supervisor.Failures()
 	c.collectFaults()
-	timeout := max(convergeTimeout(), time.Duration(c.cfg.Events/500)*time.Second)
+	timeout := max(ConvergeTimeout(), time.Duration(c.cfg.Events/500)*time.Second)
 	deadline := time.Now().Add(timeout)
 	var (
-		got observed
+		got Observed
 		gap []string
 	)
 	for {
-		lag, lagErr := checkpointLag(ctx, d.srv.Brokers, d.topic, c.cfg.Partitions, d.sup.Joined())
-		o, err := observe(ctx, d.srv.ClickHouseAddr, d.db)
+		lag, lagErr := CheckpointLag(ctx, d.Servers.Brokers, d.Topic, c.cfg.Partitions, d.Supervisor.Joined())
+		o, err := Observe(ctx, d.Servers.ClickHouseAddr, d.DB)
 		if err == nil {
-			got, gap = o, diff(want, o)
+			got, gap = o, Diff(want, o)
 			if len(gap) == 0 && lagErr == nil && lag == 0 {
 				break
 			}
-			if o.rows > uint64(want.events) {
+			if o.Rows > uint64(want.Events) {
 				break // a duplicate never goes away
 			}
 		} else {
@@ -137,7 +137,7 @@ func (c *chaos) verify(ctx context.Context, events []delivery) error {
 			}
 			break
 		}
-		c.setStatus(fmt.Sprintf("converging: %d rows of %d", o.rows, want.events))
+		c.setStatus(fmt.Sprintf("converging: %d rows of %d", o.Rows, want.Events))
 		time.Sleep(500 * time.Millisecond)
 	}
 	c.res.Differences = gap
@@ -160,26 +160,26 @@ func (c *chaos) verify(ctx context.Context, events []delivery) error {
 func (c *chaos) diagnose(ctx context.Context) []string {
 	d := c.d
 	var out []string
-	client := &kafka.Client{Addr: kafka.TCP(d.srv.Brokers...), Timeout: 5 * time.Second}
+	client := &kafka.Client{Addr: kafka.TCP(d.Servers.Brokers...), Timeout: 5 * time.Second}
 	all := make([]int, c.cfg.Partitions)
 	for p := range all {
 		all[p] = p
 	}
 	committed := map[int]int64{}
-	if resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: d.sup.Group, Topics: map[string][]int{d.topic: all}}); err == nil {
-		for _, p := range resp.Topics[d.topic] {
+	if resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: d.Supervisor.Group, Topics: map[string][]int{d.Topic: all}}); err == nil {
+		for _, p := range resp.Topics[d.Topic] {
 			committed[p.Partition] = p.CommittedOffset
 		}
 	}
 	for p := range all {
 		end := int64(-1)
-		if conn, err := kafka.DialLeader(ctx, "tcp", d.srv.Brokers[0], d.topic, p); err == nil {
+		if conn, err := kafka.DialLeader(ctx, "tcp", d.Servers.Brokers[0], d.Topic, p); err == nil {
 			end, _ = conn.ReadLastOffset()
 			_ = conn.Close()
 		}
 		out = append(out, fmt.Sprintf("partition %d: end offset %d, committed %d", p, end, committed[p]))
 	}
-	if resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{d.sup.Group}}); err == nil {
+	if resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{d.Supervisor.Group}}); err == nil {
 		for _, g := range resp.Groups {
 			out = append(out, fmt.Sprintf("group %s: %s, %d members", g.GroupID, g.GroupState, len(g.Members)))
 			for _, m := range g.Members {
@@ -191,36 +191,36 @@ func (c *chaos) diagnose(ctx context.Context) []string {
 	}
 	var pids []int
 	for i := range c.cfg.Instances {
-		if cmd := d.sup.cmdOf(i); cmd != nil {
+		if cmd := d.Supervisor.CmdOf(i); cmd != nil {
 			pids = append(pids, cmd.Process.Pid)
 		}
 	}
-	out = append(out, fmt.Sprintf("processors running: %v; starts %d, kills %d, exits on their own %d", pids, d.sup.Starts(), d.sup.Kills(), d.sup.Failures()))
+	out = append(out, fmt.Sprintf("processors running: %v; starts %d, kills %d, exits on their own %d", pids, d.Supervisor.Starts(), d.Supervisor.Kills(), d.Supervisor.Failures()))
 	return out
 }
 
 // fill puts what ClickHouse holds beside the ground truth.
-func (c *chaos) fill(want expected, got observed) {
+func (c *chaos) fill(want Expected, got Observed) {
 	r := c.res
-	r.Lost = max(int64(want.events)-int64(got.distinct), 0)
-	r.Duplicated = int64(got.rows) - int64(got.distinct)
+	r.Lost = max(int64(want.Events)-int64(got.Distinct), 0)
+	r.Duplicated = int64(got.Rows) - int64(got.Distinct)
 	var deployments, incidents uint64
-	for _, n := range got.deployments {
+	for _, n := range got.Deployments {
 		deployments += n
 	}
-	for _, n := range got.incidents {
+	for _, n := range got.Incidents {
 		incidents += n
 	}
 	r.Tables = map[string]uint64{
-		"normalized_events":             got.rows,
-		"employee_metrics_hourly":       uint64(len(got.hourly)),
-		"employee_metrics_window FINAL": uint64(len(got.window)),
+		"normalized_events":             got.Rows,
+		"employee_metrics_hourly":       uint64(len(got.Hourly)),
+		"employee_metrics_window FINAL": uint64(len(got.Window)),
 		"deployments FINAL":             deployments,
 		"incidents FINAL":               incidents,
 	}
 	type sums struct{ merged, comments, reviews, latency, deployments, incidents, hours float64 }
 	var w, win, hr sums
-	for _, m := range want.metrics {
+	for _, m := range want.Metrics {
 		w.merged += float64(m.PRsMerged)
 		w.comments += float64(m.ReviewComments)
 		w.reviews += float64(m.Reviews)
@@ -229,11 +229,11 @@ func (c *chaos) fill(want expected, got observed) {
 		w.incidents += float64(m.Incidents)
 		w.hours++
 	}
-	for k, m := range got.window {
+	for k, m := range got.Window {
 		win.merged += float64(m.PRsMerged)
 		win.comments += float64(m.ReviewComments)
 		win.reviews += float64(m.Reviews)
-		if a := got.windowAvg[k]; !math.IsNaN(a) {
+		if a := got.WindowAvg[k]; !math.IsNaN(a) {
 			win.latency += a * float64(m.Reviews)
 		}
 		win.deployments += float64(m.Deployments)
@@ -241,7 +241,7 @@ func (c *chaos) fill(want expected, got observed) {
 		win.hours++
 	}
 	hourlyReviews := 0.0
-	for k, m := range got.hourly {
+	for k, m := range got.Hourly {
 		hr.merged += float64(m.PRsMerged)
 		hr.comments += float64(m.ReviewComments)
 		hr.deployments += float64(m.Deployments)
@@ -249,9 +249,9 @@ func (c *chaos) fill(want expected, got observed) {
 		hr.hours++
 		// The rollup keeps an average, not a count, of reviews: weigh it
 		// with the ground truth's count to compare the total latency.
-		if a := got.hourlyAvg[k]; !math.IsNaN(a) {
-			hr.latency += a * float64(want.metrics[k].Reviews)
-			hourlyReviews += float64(want.metrics[k].Reviews)
+		if a := got.HourlyAvg[k]; !math.IsNaN(a) {
+			hr.latency += a * float64(want.Metrics[k].Reviews)
+			hourlyReviews += float64(want.Metrics[k].Reviews)
 		}
 	}
 	avg := func(total, n float64) float64 {
@@ -269,21 +269,21 @@ func (c *chaos) fill(want expected, got observed) {
 		{"average review latency (s)", avg(w.latency, w.reviews), avg(win.latency, win.reviews), avg(hr.latency, hourlyReviews)},
 		{"deployments", w.deployments, win.deployments, hr.deployments},
 		{"incidents", w.incidents, win.incidents, hr.incidents},
-		{"deployments FINAL rows", float64(want.deploymentsTotal), float64(deployments), nan},
-		{"incidents FINAL rows", float64(want.incidentsTotal), float64(incidents), nan},
+		{"deployments FINAL rows", float64(want.DeploymentsTotal), float64(deployments), nan},
+		{"incidents FINAL rows", float64(want.IncidentsTotal), float64(incidents), nan},
 	}
 }
 
 // latency returns the p50 and p99 of the time from each counted event's
 // first send to its row's insert (the earliest, for a replayed one).
-func (c *chaos) latency(ctx context.Context, events []delivery) (p50, p99 time.Duration, err error) {
+func (c *chaos) latency(ctx context.Context, events []Delivery) (p50, p99 time.Duration, err error) {
 	sent := make(map[string]int64, len(events))
 	for i, e := range events {
 		if e.Want != nil {
 			sent[e.Want.EventID] = c.sentAt[i].Load()
 		}
 	}
-	conn, err := ch.Dial(ctx, ch.Options{Address: c.d.srv.ClickHouseAddr, DialTimeout: 5 * time.Second})
+	conn, err := ch.Dial(ctx, ch.Options{Address: c.d.Servers.ClickHouseAddr, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -294,7 +294,7 @@ func (c *chaos) latency(ctx context.Context, events []delivery) (p50, p99 time.D
 		lat []int64
 	)
 	err = conn.Do(ctx, ch.Query{
-		Body:   fmt.Sprintf("SELECT event_id, toUnixTimestamp64Milli(min(chaos_inserted_at)) AS at FROM %s.normalized_events GROUP BY event_id", c.d.db),
+		Body:   fmt.Sprintf("SELECT event_id, toUnixTimestamp64Milli(min(chaos_inserted_at)) AS at FROM %s.normalized_events GROUP BY event_id", c.d.DB),
 		Result: proto.Results{{Name: "event_id", Data: &ids}, {Name: "at", Data: &at}},
 		OnResult: func(context.Context, proto.Block) error {
 			for i := range ids.Rows() {
@@ -384,7 +384,7 @@ func (r *ChaosResult) printTable(out io.Writer) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "webhook to row: p50 %v, p99 %v\n", r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond))
 	if len(r.Differences) > 0 {
-		fmt.Fprintf(w, "DIFFERENCES:\n  %s\n", summarize(r.Differences))
+		fmt.Fprintf(w, "DIFFERENCES:\n  %s\n", Summarize(r.Differences))
 	}
 	fmt.Fprintf(w, "elapsed %v, seed %d\n", r.Elapsed.Round(time.Second), r.Seed)
 }
@@ -411,9 +411,9 @@ func (r *ChaosResult) writeJSON(path string) error {
 // missing says, for the counted events ClickHouse lacks, whether Kafka holds
 // them (the processors skipped them) or not (acknowledged to the provider
 // but never written, or lost by the broker).
-func (c *chaos) missing(ctx context.Context, events []delivery) string {
+func (c *chaos) missing(ctx context.Context, events []Delivery) string {
 	d := c.d
-	conn, err := ch.Dial(ctx, ch.Options{Address: d.srv.ClickHouseAddr, DialTimeout: 5 * time.Second})
+	conn, err := ch.Dial(ctx, ch.Options{Address: d.Servers.ClickHouseAddr, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return "missing events: " + err.Error()
 	}
@@ -421,7 +421,7 @@ func (c *chaos) missing(ctx context.Context, events []delivery) string {
 	have := map[string]bool{}
 	var ids proto.ColStr
 	err = conn.Do(ctx, ch.Query{
-		Body:   fmt.Sprintf("SELECT event_id FROM %s.normalized_events", d.db),
+		Body:   fmt.Sprintf("SELECT event_id FROM %s.normalized_events", d.DB),
 		Result: proto.Results{{Name: "event_id", Data: &ids}},
 		OnResult: func(context.Context, proto.Block) error {
 			for i := range ids.Rows() {
@@ -434,7 +434,7 @@ func (c *chaos) missing(ctx context.Context, events []delivery) string {
 	if err != nil {
 		return "missing events: " + err.Error()
 	}
-	inKafka, err := topicEventIDs(ctx, d.srv.Brokers, d.topic, c.cfg.Partitions)
+	inKafka, err := topicEventIDs(ctx, d.Servers.Brokers, d.Topic, c.cfg.Partitions)
 	if err != nil {
 		return "missing events: read Kafka: " + err.Error()
 	}

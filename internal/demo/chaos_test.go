@@ -126,7 +126,7 @@ func TestChaosOnYourServers(t *testing.T) {
 		t.Cleanup(func() { _ = srv.Stop() })
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); watchClickHouse(ctx, srv, t.Logf) }()
+		go func() { defer close(done); WatchClickHouse(ctx, srv, t.Logf) }()
 		t.Cleanup(func() { stop(); <-done })
 		return srv.Addr()
 	})

@@ -59,40 +59,40 @@ const topic = "webhooks"
 // lostAckEvery-th delivery, about 3% of the publishes.
 const lostAckEvery = 30
 
-// webhookSecret signs the simulated deliveries; the gateway verifies them.
-const webhookSecret = "demo-webhook-secret"
+// WebhookSecret signs the simulated deliveries; the gateway verifies them.
+const WebhookSecret = "demo-webhook-secret"
 
-// demo is one run: its servers, the gateway, the supervised processors and
+// Pipeline is one run: its servers, the gateway, the supervised processors and
 // the simulated providers. Run walks it through its phases.
-type demo struct {
-	cfg   Config
-	say   func(format string, a ...any)
-	dir   string
-	rng   *rand.Rand // drawn from the demo's goroutine only
-	close []func()   // run in reverse order at the end
+type Pipeline struct {
+	Config   Config
+	Say      func(format string, a ...any)
+	Dir      string
+	Rng      *rand.Rand // drawn from the demo's goroutine only
+	Cleanups []func()   // run in reverse order at the end
 
-	srv    *Servers
-	bins   Binaries
-	topic  string
-	dlq    string // dead-letter topic of the processor
-	poison []int64
-	db     string
+	Servers  *Servers
+	Binaries Binaries
+	Topic    string
+	DLQ      string // dead-letter topic of the processor
+	poison   []int64
+	DB       string
 
-	gatewayArgs []string // without the fault flags
-	gatewayEnv  []string
+	GatewayArgs []string // without the fault flags
+	GatewayEnv  []string
 	storeName   string
-	gw          *Gateway
+	Gateway     *Gateway
 	gwStarts    uint64
-	prov        *provider
-	sup         *Supervisor
+	Provider    *Provider
+	Supervisor  *Supervisor
 	faults      *FaultPlan
 	board       *dashboard
 	result      Result
-	s3          *embedded.S3 // the embedded S3 of -checkpoints s3, nil otherwise
+	S3          *embedded.S3 // the embedded S3 of -checkpoints s3, nil otherwise
 
 	naives    []devmetrics.Naive
 	naiveGW   *Gateway  // NaiveGateway only
-	naiveProv *provider // sends to naiveGW
+	naiveProv *Provider // sends to naiveGW
 }
 
 // Result is what a run counted on its way.
@@ -142,44 +142,44 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 		cfg.Stdout = os.Stdout
 	}
 	began := time.Now()
-	d := &demo{
-		cfg: cfg,
-		say: func(format string, a ...any) {
+	d := &Pipeline{
+		Config: cfg,
+		Say: func(format string, a ...any) {
 			fmt.Fprintf(cfg.Stdout, "[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
 		},
-		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		Rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		naives: naives,
 	}
 	defer func() {
-		for i := len(d.close) - 1; i >= 0; i-- {
-			d.close[i]()
+		for i := len(d.Cleanups) - 1; i >= 0; i-- {
+			d.Cleanups[i]()
 		}
 	}()
-	if err := d.startServers(ctx); err != nil {
+	if err := d.StartServers(ctx); err != nil {
 		return d.result, err
 	}
 	if err := d.startPipeline(ctx); err != nil {
 		return d.result, err
 	}
-	examples, err := loadGitHubExamples(ctx)
+	examples, err := LoadGitHubExamples(ctx)
 	if err != nil {
 		return d.result, fmt.Errorf("GitHub's example payloads: %w", err)
 	}
-	tpl, err := pickTemplates(examples)
+	tpl, err := PickTemplates(examples)
 	if err != nil {
 		return d.result, err
 	}
-	events := generate(d.rng, tpl, cfg.Events, cfg.Orgs, eventSpan)
-	if err := d.injectPoison(ctx); err != nil {
+	events := generate(d.Rng, tpl, cfg.Events, cfg.Orgs, EventSpan)
+	if err := d.InjectPoison(ctx); err != nil {
 		return d.result, err
 	}
 	sched := Schedule{Events: cfg.Events, Kills: cfg.Kills, KillClickHouse: cfg.KillClickHouse, KillKafka: cfg.KillKafka}
 	if cfg.Faults {
 		sched.LostAckEvery = lostAckEvery
 	}
-	d.faults = NewFaultPlan(sched, d.rng)
-	d.close = append(d.close, d.faults.Stop) // before the servers stop
-	d.board = &dashboard{addr: d.srv.ClickHouseAddr, db: d.db, early: map[string]uint64{}}
+	d.faults = NewFaultPlan(sched, d.Rng)
+	d.Cleanups = append(d.Cleanups, d.faults.Stop) // before the servers stop
+	d.board = &dashboard{addr: d.Servers.ClickHouseAddr, db: d.DB, early: map[string]uint64{}}
 	boardCtx, stopBoard := context.WithCancel(ctx)
 	boardDone := make(chan struct{})
 	go func() { defer close(boardDone); d.board.run(boardCtx, 200*time.Millisecond) }()
@@ -194,31 +194,31 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 			return d.result, err
 		}
 	}
-	if err := d.awaitGitHubRecovered(ctx); err != nil {
+	if err := d.AwaitGitHubRecovered(ctx); err != nil {
 		return d.result, err
 	}
-	d.faults.Finish(ctx, d.sup, d.say)
+	d.faults.Finish(ctx, d.Supervisor, d.Say)
 	if err := d.awaitExact(ctx, events); err != nil {
 		return d.result, err
 	}
-	early, err := d.board.verdict(expect(events).counts)
+	early, err := d.board.verdict(Expect(events).counts)
 	if err != nil {
 		return d.result, err
 	}
-	d.say("%s", early)
-	d.say("processor: %d instance(s), %d starts, %d killed with SIGKILL, %d exits with an error (restarted from the last checkpoint)",
-		cfg.Instances, d.sup.Starts(), d.sup.Kills(), d.sup.Failures())
-	if records, distinct, err := topicDeliveries(ctx, d.srv.Brokers, d.topic, cfg.Partitions); err == nil {
-		d.say("Kafka: %d records in %s for %d distinct deliveries: %d written twice (%d before the gateway restart, the others by the restarted gateway), each counted once by the processor's dedup",
-			records, d.topic, distinct, records-distinct, d.result.Records-d.result.Distinct)
+	d.Say("%s", early)
+	d.Say("processor: %d instance(s), %d starts, %d killed with SIGKILL, %d exits with an error (restarted from the last checkpoint)",
+		cfg.Instances, d.Supervisor.Starts(), d.Supervisor.Kills(), d.Supervisor.Failures())
+	if records, distinct, err := topicDeliveries(ctx, d.Servers.Brokers, d.Topic, cfg.Partitions); err == nil {
+		d.Say("Kafka: %d records in %s for %d distinct deliveries: %d written twice (%d before the gateway restart, the others by the restarted gateway), each counted once by the processor's dedup",
+			records, d.Topic, distinct, records-distinct, d.result.Records-d.result.Distinct)
 	} else {
-		d.say("Kafka: cannot read %s back: %v", d.topic, err)
+		d.Say("Kafka: cannot read %s back: %v", d.Topic, err)
 	}
-	if err := d.runAudit(ctx, expect(events)); err != nil {
+	if err := d.runAudit(ctx, Expect(events)); err != nil {
 		return d.result, err
 	}
 	for _, n := range d.naives {
-		figs, err := d.naiveFigures(ctx, n, expect(events))
+		figs, err := d.naiveFigures(ctx, n, Expect(events))
 		if err != nil {
 			return d.result, err
 		}
@@ -235,56 +235,56 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 	return d.result, nil
 }
 
-// startServers starts ClickHouse and Kafka, embedded unless the environment
+// StartServers starts ClickHouse and Kafka, embedded unless the environment
 // names real ones, builds the binaries, and creates the topics and the
 // tables.
-func (d *demo) startServers(ctx context.Context) error {
-	d.dir = d.cfg.Dir
-	if d.dir == "" {
+func (d *Pipeline) StartServers(ctx context.Context) error {
+	d.Dir = d.Config.Dir
+	if d.Dir == "" {
 		var err error
-		if d.dir, err = os.MkdirTemp("", "exactlyonce-demo-"); err != nil {
+		if d.Dir, err = os.MkdirTemp("", "exactlyonce-demo-"); err != nil {
 			return err
 		}
-		d.close = append(d.close, func() { os.RemoveAll(d.dir) })
+		d.Cleanups = append(d.Cleanups, func() { os.RemoveAll(d.Dir) })
 	}
 	built := make(chan error, 1)
-	d.bins = d.cfg.Binaries
-	if d.bins == (Binaries{}) {
+	d.Binaries = d.Config.Binaries
+	if d.Binaries == (Binaries{}) {
 		go func() {
 			var err error
-			d.bins, err = BuildBinaries(ctx, filepath.Join(d.dir, "bin"))
+			d.Binaries, err = BuildBinaries(ctx, filepath.Join(d.Dir, "bin"))
 			built <- err
 		}()
 	} else {
 		built <- nil
 	}
-	srv, err := StartServers(ctx, d.dir, d.say)
+	srv, err := StartServers(ctx, d.Dir, d.Say)
 	if err != nil {
 		<-built
 		return err
 	}
-	d.srv = srv
-	d.close = append(d.close, srv.Stop)
+	d.Servers = srv
+	d.Cleanups = append(d.Cleanups, srv.Stop)
 	if err := <-built; err != nil {
 		return err
 	}
-	d.say("gateway and processor: the binaries of examples/gateway and examples/processor (-pipeline devmetrics) in %s", filepath.Dir(d.bins.Gateway))
+	d.Say("gateway and processor: the binaries of examples/gateway and examples/processor (-pipeline devmetrics) in %s", filepath.Dir(d.Binaries.Gateway))
 	runID := fmt.Sprintf("%d", time.Now().UnixNano())
-	d.topic, d.db = topic+"_"+runID, "demo_"+runID
-	d.dlq = d.topic + "_dlq"
-	if err := embedded.CreateTopic(ctx, srv.Brokers, d.topic, d.cfg.Partitions); err != nil {
+	d.Topic, d.DB = topic+"_"+runID, "demo_"+runID
+	d.DLQ = d.Topic + "_dlq"
+	if err := embedded.CreateTopic(ctx, srv.Brokers, d.Topic, d.Config.Partitions); err != nil {
 		return err
 	}
-	if err := embedded.CreateTopic(ctx, srv.Brokers, d.dlq, 1); err != nil {
+	if err := embedded.CreateTopic(ctx, srv.Brokers, d.DLQ, 1); err != nil {
 		return err
 	}
-	if err := embedded.CreateTopic(ctx, srv.Brokers, d.auditTopic(), d.cfg.Partitions); err != nil { // audit.go
+	if err := embedded.CreateTopic(ctx, srv.Brokers, d.auditTopic(), d.Config.Partitions); err != nil { // audit.go
 		return err
 	}
-	if err := devmetrics.CreateTables(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.db); err != nil {
+	if err := devmetrics.CreateTables(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.DB); err != nil {
 		return err
 	}
-	if err := chaudit.CreateTable(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.db, chaudit.DefaultTable); err != nil { // audit.go
+	if err := chaudit.CreateTable(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.DB, chaudit.DefaultTable); err != nil { // audit.go
 		return err
 	}
 	if len(d.naives) > 0 {
@@ -292,70 +292,70 @@ func (d *demo) startServers(ctx context.Context) error {
 			return err
 		}
 	}
-	d.say("database %s: normalized_events → mv_employee_metrics_hourly → employee_metrics_hourly, deployments and incidents (ReplacingMergeTree, read with FINAL), employee_metrics_window (window operator, ReplacingMergeTree by window)", d.db)
+	d.Say("database %s: normalized_events → mv_employee_metrics_hourly → employee_metrics_hourly, deployments and incidents (ReplacingMergeTree, read with FINAL), employee_metrics_window (window operator, ReplacingMergeTree by window)", d.DB)
 	return nil
 }
 
 // stderr receives the binaries' logs.
-func (d *demo) stderr() io.Writer { return os.Stderr }
+func (d *Pipeline) stderr() io.Writer { return os.Stderr }
 
 // createTopic creates a topic on the run's brokers.
 func createTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
 	return embedded.CreateTopic(ctx, brokers, topic, partitions)
 }
 
-// logLevel is the binaries' -log-level.
-func (d *demo) logLevel() string {
-	if d.cfg.Verbose {
+// LogLevel is the binaries' -log-level.
+func (d *Pipeline) LogLevel() string {
+	if d.Config.Verbose {
 		return "-log-level=warn"
 	}
 	return "-log-level=error"
 }
 
 // startPipeline starts the gateway and the supervised stream processors.
-func (d *demo) startPipeline(ctx context.Context) error {
+func (d *Pipeline) startPipeline(ctx context.Context) error {
 	// The idempotent producer: a produce retried after a lost
 	// acknowledgement is dropped by the broker, not written twice.
-	d.gatewayArgs = []string{"-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.srv.Brokers, ","),
-		"-topic=" + d.topic, "-retry-after=1s", d.logLevel(), "-audit-topic=" + d.auditTopic()}
-	d.gatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}
-	storeArgs, storeName, closeStore, err := keyStore(ctx, d.cfg.Store)
+	d.GatewayArgs = []string{"-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.Servers.Brokers, ","),
+		"-topic=" + d.Topic, "-retry-after=1s", d.LogLevel(), "-audit-topic=" + d.auditTopic()}
+	d.GatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + WebhookSecret, "JIRA_WEBHOOK_SECRET=" + WebhookSecret}
+	storeArgs, storeName, closeStore, err := keyStore(ctx, d.Config.Store)
 	if err != nil {
 		return err
 	}
-	d.gatewayArgs, d.storeName = append(d.gatewayArgs, storeArgs...), storeName
-	d.close = append(d.close, closeStore)
-	if err := d.startGateway(ctx, d.cfg.Faults); err != nil {
+	d.GatewayArgs, d.storeName = append(d.GatewayArgs, storeArgs...), storeName
+	d.Cleanups = append(d.Cleanups, closeStore)
+	if err := d.StartGateway(ctx, d.Config.Faults); err != nil {
 		return err
 	}
-	d.say("gateway (examples/gateway, pid %d) listening on %s (idempotency keys in %s)", d.gw.PID(), d.gw.URL(), storeName)
+	d.Say("gateway (examples/gateway, pid %d) listening on %s (idempotency keys in %s)", d.Gateway.PID(), d.Gateway.URL(), storeName)
 	if d.hasNaive(devmetrics.NaiveGateway) {
 		if err := d.startNaiveGateway(ctx); err != nil {
 			return err
 		}
 	}
 	// GitHub waits 10 s for an answer, then records the delivery as failed.
-	d.prov = &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: d.gw.URL()}
-	if err := d.startGitHub(ctx); err != nil {
+	d.Provider = &Provider{Client: &http.Client{Timeout: 10 * time.Second}, BaseURL: d.Gateway.URL()}
+	if err := d.StartGitHub(ctx); err != nil {
 		return err
 	}
-	if d.cfg.Faults {
-		d.prov.dupRate = 0.1
+	if d.Config.Faults {
+		d.Provider.DupRate = 0.1
 	}
 
 	// The stream processor runs as its own process, so that it can be killed
 	// with SIGKILL like a crashed pod. The supervisor restarts it.
 	listen := "-listen=127.0.0.1:0"
-	d.sup = &Supervisor{Say: d.say, Instances: d.cfg.Instances, SharedGroup: d.cfg.Instances > 1,
-		Group: "aggregator-" + d.db, Brokers: d.srv.Brokers,
-		Command: []string{d.bins.Processor, "-pipeline=devmetrics", listen,
-			"-brokers=" + strings.Join(d.srv.Brokers, ","), "-topic=" + d.topic,
-			"-clickhouse=" + d.srv.ClickHouseAddr, "-database=" + d.db, "-create-tables=false", "-dlq=" + d.dlq,
-			"-state-dir=" + filepath.Join(d.dir, "processor", "state"),
+	d.Supervisor = &Supervisor{Say: d.Say, Instances: d.Config.Instances, SharedGroup: d.Config.Instances > 1,
+		Group: "aggregator-" + d.DB, Brokers: d.Servers.Brokers,
+		Command: []string{d.Binaries.Processor, "-pipeline=devmetrics", listen,
+			"-brokers=" + strings.Join(d.Servers.Brokers, ","), "-topic=" + d.Topic,
+			"-clickhouse=" + d.Servers.ClickHouseAddr, "-database=" + d.DB, "-create-tables=false", "-dlq=" + d.DLQ,
+			"-state-dir=" + filepath.Join(d.Dir, "processor", "state"),
 			// Quick to notice a killed instance (kfake's smallest session
 			// timeout is 6 s) and to insert: the demo lasts seconds.
 			"-session-timeout=6s", "-rebalance-timeout=3s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
-			"-sink-max-delay=200ms", d.logLevel(), "-audit", "-audit-topic=" + d.auditTopic()}}
+			"-sink-max-delay=200ms", d.LogLevel(), "-audit", "-audit-topic=" + d.auditTopic()}}
 	var procNaive []string
 	for _, n := range []devmetrics.Naive{devmetrics.NaiveSink, devmetrics.NaiveMV} {
 		if d.hasNaive(n) {
@@ -363,62 +363,62 @@ func (d *demo) startPipeline(ctx context.Context) error {
 		}
 	}
 	if len(procNaive) > 0 {
-		d.sup.Command = append(d.sup.Command, "-naive="+strings.Join(procNaive, ","))
+		d.Supervisor.Command = append(d.Supervisor.Command, "-naive="+strings.Join(procNaive, ","))
 	}
-	s3Args, s3Env, err := d.startCheckpointStore(ctx)
+	s3Args, s3Env, err := d.StartCheckpointStore(ctx)
 	if err != nil {
 		return err
 	}
-	d.sup.Command, d.sup.Env = append(d.sup.Command, s3Args...), s3Env
+	d.Supervisor.Command, d.Supervisor.Env = append(d.Supervisor.Command, s3Args...), s3Env
 	supCtx, stopSup := context.WithCancel(ctx)
 	supDone := make(chan struct{})
-	go func() { defer close(supDone); d.sup.Run(supCtx) }()
-	d.close = append(d.close, func() { stopSup(); <-supDone })
+	go func() { defer close(supDone); d.Supervisor.Run(supCtx) }()
+	d.Cleanups = append(d.Cleanups, func() { stopSup(); <-supDone })
 	return nil
 }
 
-// startGateway starts the next gateway process, with Kafka publish faults
+// StartGateway starts the next gateway process, with Kafka publish faults
 // if faults is set. A gateway with keys in memory starts with none.
-func (d *demo) startGateway(ctx context.Context, faults bool) error {
-	args := d.gatewayArgs
+func (d *Pipeline) StartGateway(ctx context.Context, faults bool) error {
+	args := d.GatewayArgs
 	if faults {
 		// Its own seed per incarnation: it draws in its HTTP handlers.
-		args = append(slices.Clone(args), "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.cfg.Seed+d.gwStarts))
-		if d.srv.Kafka == nil {
+		args = append(slices.Clone(args), "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.Config.Seed+d.gwStarts))
+		if d.Servers.Kafka == nil {
 			// No broker to lose acknowledgements at the wire: the gateway
 			// loses them itself, after the write (the retry writes again).
 			args = append(args, "-inject-lost-acks=0.03")
 		}
 	}
-	gw, err := StartGateway(ctx, d.bins.Gateway, args, d.gatewayEnv, d.stderr())
+	gw, err := StartGateway(ctx, d.Binaries.Gateway, args, d.GatewayEnv, d.stderr())
 	if err != nil {
 		return err
 	}
 	d.gwStarts++
-	d.gw = gw
-	d.close = append(d.close, func() { _ = gw.Stop() })
+	d.Gateway = gw
+	d.Cleanups = append(d.Cleanups, func() { _ = gw.Stop() })
 	return nil
 }
 
 // publishCounts reads the faults the running gateway injected from its
 // /metrics.
-func (d *demo) publishCounts(ctx context.Context) (unreachable, ackLost float64, err error) {
-	if unreachable, err = d.gw.Counter(ctx, "gateway_injected_faults_total", `fault="unreachable"`); err != nil {
+func (d *Pipeline) publishCounts(ctx context.Context) (unreachable, ackLost float64, err error) {
+	if unreachable, err = d.Gateway.Counter(ctx, "gateway_injected_faults_total", `fault="unreachable"`); err != nil {
 		return
 	}
-	ackLost, err = d.gw.Counter(ctx, "gateway_injected_faults_total", `fault="ack_lost"`)
+	ackLost, err = d.Gateway.Counter(ctx, "gateway_injected_faults_total", `fault="ack_lost"`)
 	return
 }
 
 // deliver is stage 1: the providers deliver every event, some twice at
 // once, and retry until accepted, while the fault plan strikes.
-func (d *demo) deliver(ctx context.Context, events []delivery) error {
-	d.say("delivering %d webhooks (GitHub example payloads varied, Jira issue payloads, pings, 30%% of GitHub ones form-encoded) of %d organisations (%v of event time)",
-		len(events), d.cfg.Orgs, eventSpan)
+func (d *Pipeline) deliver(ctx context.Context, events []Delivery) error {
+	d.Say("delivering %d webhooks (GitHub example payloads varied, Jira issue payloads, pings, 30%% of GitHub ones form-encoded) of %d organisations (%v of event time)",
+		len(events), d.Config.Orgs, EventSpan)
 	// Which events are delivered twice is drawn up front, from the seed.
 	dups := make([]bool, len(events))
 	for i := range dups {
-		dups[i] = d.rng.Float64() < d.prov.dupRate
+		dups[i] = d.Rng.Float64() < d.Provider.DupRate
 	}
 	var (
 		delivered  atomic.Int64
@@ -433,7 +433,7 @@ func (d *demo) deliver(ctx context.Context, events []delivery) error {
 				if d.naiveProv != nil {
 					d.deliverNaive(ctx, events[i], dups[i])
 				}
-				if err := d.prov.deliver(ctx, events[i], dups[i]); err != nil {
+				if err := d.Provider.Deliver(ctx, events[i], dups[i]); err != nil {
 					errOnce.Do(func() { deliverErr = err })
 					continue
 				}
@@ -442,7 +442,7 @@ func (d *demo) deliver(ctx context.Context, events []delivery) error {
 		})
 	}
 	for i := range events {
-		d.faults.At(ctx, i, d.sup, d.srv, d.say)
+		d.faults.At(ctx, i, d.Supervisor, d.Servers, d.Say)
 		if w := events[i].Want; w != nil {
 			d.board.sending(w.Time)
 		}
@@ -467,25 +467,25 @@ func (d *demo) deliver(ctx context.Context, events []delivery) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	d.say("delivered: %d requests for %d webhooks (%d duplicate deliveries, %d retries after 503, %d answered from the idempotency store; %d pings and uncounted activities answered 200 unpublished, %d unnormalizable payloads answered 422)",
-		d.prov.requests.Load(), delivered.Load(), d.prov.duplicates.Load(), d.prov.retries.Load(), d.prov.replayed.Load(),
-		d.prov.ignored.Load(), d.prov.rejected.Load())
+	d.Say("delivered: %d requests for %d webhooks (%d duplicate deliveries, %d retries after 503, %d answered from the idempotency store; %d pings and uncounted activities answered 200 unpublished, %d unnormalizable payloads answered 422)",
+		d.Provider.Requests.Load(), delivered.Load(), d.Provider.Duplicates.Load(), d.Provider.Retries.Load(), d.Provider.Replayed.Load(),
+		d.Provider.Ignored.Load(), d.Provider.Rejected.Load())
 	unreachable, ackLost, err := d.publishCounts(ctx)
 	if err != nil {
 		return fmt.Errorf("the gateway's /metrics: %w", err)
 	}
-	records, distinct, err := topicDeliveries(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions)
+	records, distinct, err := topicDeliveries(ctx, d.Servers.Brokers, d.Topic, d.Config.Partitions)
 	if err != nil {
-		return fmt.Errorf("read %s back: %w", d.topic, err)
+		return fmt.Errorf("read %s back: %w", d.Topic, err)
 	}
 	d.result.Records, d.result.Distinct = records, distinct
-	if d.srv.Kafka != nil {
-		armed, hit := d.faults.LostAcks(ctx, d.srv)
+	if d.Servers.Kafka != nil {
+		armed, hit := d.faults.LostAcks(ctx, d.Servers)
 		d.result.LostAcks = hit
-		d.say("Kafka publishes (idempotent producer): %d acknowledgements lost at the wire (of %d armed: the broker wrote the batch and closed the connection instead of answering), %.0f publishes failed before the write (injected at the gateway); the topic holds %d records for %d distinct deliveries: %d written twice",
+		d.Say("Kafka publishes (idempotent producer): %d acknowledgements lost at the wire (of %d armed: the broker wrote the batch and closed the connection instead of answering), %.0f publishes failed before the write (injected at the gateway); the topic holds %d records for %d distinct deliveries: %d written twice",
 			hit, armed, unreachable, records, distinct, records-distinct)
 	} else {
-		d.say("Kafka publishes: %.0f acknowledgements lost (injected at the gateway after the write), %.0f publishes failed before the write (injected); the topic holds %d records for %d distinct deliveries: %d written twice",
+		d.Say("Kafka publishes: %.0f acknowledgements lost (injected at the gateway after the write), %.0f publishes failed before the write (injected); the topic holds %d records for %d distinct deliveries: %d written twice",
 			ackLost, unreachable, records, distinct, records-distinct)
 	}
 	return nil
@@ -497,27 +497,27 @@ func (d *demo) deliver(ctx context.Context, events []delivery) error {
 // gateway publishes those events again and the stream processor's dedup
 // must drop them; keys in Redis survive and the gateway answers with the
 // stored 2xx.
-func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []delivery) error {
-	if err := d.gw.Stop(); err != nil {
+func (d *Pipeline) redeliverAfterGatewayRestart(ctx context.Context, events []Delivery) error {
+	if err := d.Gateway.Stop(); err != nil {
 		return fmt.Errorf("gateway: SIGTERM: %w", err)
 	}
-	if err := d.startGateway(ctx, false); err != nil {
+	if err := d.StartGateway(ctx, false); err != nil {
 		return err
 	}
-	d.prov.setBaseURL(d.gw.URL())
+	d.Provider.SetBaseURL(d.Gateway.URL())
 	n := max(len(events)/20, 1)
-	replayedBefore := d.prov.replayed.Load()
+	replayedBefore := d.Provider.Replayed.Load()
 	for range n {
-		if err := d.prov.deliver(ctx, events[d.rng.IntN(len(events))], false); err != nil {
+		if err := d.Provider.Deliver(ctx, events[d.Rng.IntN(len(events))], false); err != nil {
 			return err
 		}
 	}
-	records, distinct, err := topicDeliveries(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions)
+	records, distinct, err := topicDeliveries(ctx, d.Servers.Brokers, d.Topic, d.Config.Partitions)
 	if err != nil {
-		return fmt.Errorf("read %s back: %w", d.topic, err)
+		return fmt.Errorf("read %s back: %w", d.Topic, err)
 	}
-	d.say("fault: gateway restarted (SIGTERM, pid %d now); %d past deliveries redelivered by hand: %d written to Kafka again, %d answered from the idempotency store",
-		d.gw.PID(), n, (records-distinct)-(d.result.Records-d.result.Distinct), d.prov.replayed.Load()-replayedBefore)
+	d.Say("fault: gateway restarted (SIGTERM, pid %d now); %d past deliveries redelivered by hand: %d written to Kafka again, %d answered from the idempotency store",
+		d.Gateway.PID(), n, (records-distinct)-(d.result.Records-d.result.Distinct), d.Provider.Replayed.Load()-replayedBefore)
 	return nil
 }
 
@@ -526,22 +526,22 @@ func (d *demo) redeliverAfterGatewayRestart(ctx context.Context, events []delive
 // at once on a duplicate, or with the gap after a timeout. Requiring the
 // checkpoints first means a replay still pending after the last kill cannot
 // add a duplicate after the verdict.
-func (d *demo) awaitExact(ctx context.Context, events []delivery) error {
-	want := expect(events)
-	deadline := time.Now().Add(convergeTimeout())
+func (d *Pipeline) awaitExact(ctx context.Context, events []Delivery) error {
+	want := Expect(events)
+	deadline := time.Now().Add(ConvergeTimeout())
 	for {
 		var gap []string
-		lag, lagErr := checkpointLag(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions, d.sup.Joined())
-		got, err := observe(ctx, d.srv.ClickHouseAddr, d.db)
+		lag, lagErr := CheckpointLag(ctx, d.Servers.Brokers, d.Topic, d.Config.Partitions, d.Supervisor.Joined())
+		got, err := Observe(ctx, d.Servers.ClickHouseAddr, d.DB)
 		if err == nil {
-			gap = diff(want, got)
+			gap = Diff(want, got)
 			if len(gap) == 0 && lagErr == nil && lag == 0 {
-				d.say("every Kafka record checkpointed; ClickHouse: normalized_events %d rows = %d distinct events sent; %d employee-hours exact in employee_metrics_hourly (materialized view) and employee_metrics_window FINAL (merged PRs, review comments, reviews and their average latency, deployments, incidents); deployments FINAL %d and incidents FINAL %d exact",
-					got.rows, want.events, len(want.metrics), want.deploymentsTotal, want.incidentsTotal)
-				return d.checkDeadLetters(ctx)
+				d.Say("every Kafka record checkpointed; ClickHouse: normalized_events %d rows = %d distinct events sent; %d employee-hours exact in employee_metrics_hourly (materialized view) and employee_metrics_window FINAL (merged PRs, review comments, reviews and their average latency, deployments, incidents); deployments FINAL %d and incidents FINAL %d exact",
+					got.Rows, want.Events, len(want.Metrics), want.DeploymentsTotal, want.IncidentsTotal)
+				return d.CheckDeadLetters(ctx)
 			}
-			if got.rows > uint64(want.events) {
-				return fmt.Errorf("DUPLICATES in ClickHouse:\n  %s", summarize(gap))
+			if got.Rows > uint64(want.Events) {
+				return fmt.Errorf("DUPLICATES in ClickHouse:\n  %s", Summarize(gap))
 			}
 			if len(gap) == 0 {
 				gap = []string{fmt.Sprintf("exact, but %d records not yet checkpointed (%v)", lag, lagErr)}
@@ -551,23 +551,23 @@ func (d *demo) awaitExact(ctx context.Context, events []delivery) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			if os.Getenv("PIPELINE_DUMP") != "" {
-				d.sup.Signal(syscall.SIGQUIT) // the processors' goroutines, to see where they stall
+				d.Supervisor.Signal(syscall.SIGQUIT) // the processors' goroutines, to see where they stall
 				time.Sleep(time.Second)
 			}
 			return fmt.Errorf("ClickHouse did not converge to the expected result (Kafka holds %d records):\n  %s",
-				kafkaRecords(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions), summarize(gap))
+				kafkaRecords(ctx, d.Servers.Brokers, d.Topic, d.Config.Partitions), Summarize(gap))
 		}
 		if os.Getenv("PIPELINE_GAP") != "" { // say what is still missing, every half second
 
-			d.say("gap: %s", summarize(gap))
+			d.Say("gap: %s", Summarize(gap))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 }
 
-// convergeTimeout bounds the wait for ClickHouse to hold the expected result
+// ConvergeTimeout bounds the wait for ClickHouse to hold the expected result
 // once every event was delivered (PIPELINE_CONVERGE overrides it).
-func convergeTimeout() time.Duration {
+func ConvergeTimeout() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("PIPELINE_CONVERGE")); err == nil {
 		return d
 	}

@@ -13,15 +13,15 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 )
 
-// injectPoison writes two records no gateway would publish (no delivery
+// InjectPoison writes two records no gateway would publish (no delivery
 // headers, a value that is no payload) to the topic, as a misconfigured
 // producer would. The processor cannot normalize them: each must reach the
 // dead-letter topic exactly once, through every kill and replay, while the
 // partition goes on.
-func (d *demo) injectPoison(ctx context.Context) error {
-	cl := &kafka.Client{Addr: kafka.TCP(d.srv.Brokers...), Timeout: 10 * time.Second}
+func (d *Pipeline) InjectPoison(ctx context.Context) error {
+	cl := &kafka.Client{Addr: kafka.TCP(d.Servers.Brokers...), Timeout: 10 * time.Second}
 	for i, value := range []string{"not json at all", `{"org_id":"acme-00","note":"hand-written"}`} {
-		resp, err := cl.Produce(ctx, &kafka.ProduceRequest{Topic: d.topic, Partition: i % d.cfg.Partitions,
+		resp, err := cl.Produce(ctx, &kafka.ProduceRequest{Topic: d.Topic, Partition: i % d.Config.Partitions,
 			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte(value))})})
 		if err == nil {
 			err = resp.Error
@@ -29,21 +29,21 @@ func (d *demo) injectPoison(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("write a poison record: %w", err)
 		}
-		d.poison = append(d.poison, int64(i%d.cfg.Partitions)<<32|resp.BaseOffset)
+		d.poison = append(d.poison, int64(i%d.Config.Partitions)<<32|resp.BaseOffset)
 	}
-	d.say("fault: 2 records that are no webhook written straight to Kafka (poison records for the dead-letter topic)")
+	d.Say("fault: 2 records that are no webhook written straight to Kafka (poison records for the dead-letter topic)")
 	return nil
 }
 
-// checkDeadLetters checks that the dead-letter topic holds each poison
+// CheckDeadLetters checks that the dead-letter topic holds each poison
 // record exactly once.
-func (d *demo) checkDeadLetters(ctx context.Context) error {
+func (d *Pipeline) CheckDeadLetters(ctx context.Context) error {
 	tr := &kafka.Transport{} // not the default one's pooled connections: see topicDeliveries
 	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(d.srv.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	cl := &kafka.Client{Addr: kafka.TCP(d.Servers.Brokers...), Timeout: 10 * time.Second, Transport: tr}
 	var got []int64
 	for offset := int64(0); ; {
-		resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: d.dlq, Partition: 0, Offset: offset,
+		resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: d.DLQ, Partition: 0, Offset: offset,
 			MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
 		if err == nil {
 			err = resp.Error
@@ -79,6 +79,6 @@ func (d *demo) checkDeadLetters(ctx context.Context) error {
 	if !slices.Equal(got, want) {
 		return fmt.Errorf("dead-letter topic holds %d records %x, want each of the %d poison records %x once", len(got), got, len(want), want)
 	}
-	d.say("dead-letter topic %s: each of the %d poison records exactly once", d.dlq, len(want))
+	d.Say("dead-letter topic %s: each of the %d poison records exactly once", d.DLQ, len(want))
 	return nil
 }

@@ -39,7 +39,7 @@ type fakeGitHub struct {
 	srv  *http.Server
 	ln   net.Listener
 	done chan error
-	send func(ctx context.Context, d delivery) (int, error) // one POST to the gateway
+	send func(ctx context.Context, d Delivery) (int, error) // one POST to the gateway
 	ctx  context.Context                                    // ends the redeliveries in flight
 	stop context.CancelFunc
 
@@ -60,7 +60,7 @@ type fakeGitHub struct {
 
 // storedPayload locates a delivery's body in fakeGitHub.bodies.
 type storedPayload struct {
-	d   delivery // without its Body
+	d   Delivery // without its Body
 	off int64
 	n   int
 }
@@ -80,7 +80,7 @@ type hookDelivery struct {
 	RepositoryID int64     `json:"repository_id"`
 }
 
-func startFakeGitHub(send func(ctx context.Context, d delivery) (int, error)) (*fakeGitHub, error) {
+func startFakeGitHub(send func(ctx context.Context, d Delivery) (int, error)) (*fakeGitHub, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func (g *fakeGitHub) Close() error {
 }
 
 // deliver sends d once and records the outcome, as GitHub does.
-func (g *fakeGitHub) deliver(ctx context.Context, d delivery, redelivery bool) int {
+func (g *fakeGitHub) deliver(ctx context.Context, d Delivery, redelivery bool) int {
 	g.mu.Lock()
 	if _, ok := g.payloads[d.ID]; !ok {
 		if _, err := g.bodies.WriteAt(d.Body, g.bodiesEnd); err != nil {
@@ -263,23 +263,23 @@ func (g *fakeGitHub) outstanding() (guids []string, failed, redelivers int) {
 	return guids, len(g.failed), g.redelivers
 }
 
-// startGitHub starts the fake GitHub and a githubredeliver.Redeliverer
+// StartGitHub starts the fake GitHub and a githubredeliver.Redeliverer
 // against its REST API, a pass every 200 ms (GitHub's 3-day window and
 // minutes of backoff compressed into the demo's seconds). Both stop at the
 // end of the demo.
-func (d *demo) startGitHub(ctx context.Context) error {
-	gh, err := startFakeGitHub(func(ctx context.Context, dl delivery) (int, error) {
-		status, _, _, err := d.prov.post(ctx, dl, 0)
+func (d *Pipeline) StartGitHub(ctx context.Context) error {
+	gh, err := startFakeGitHub(func(ctx context.Context, dl Delivery) (int, error) {
+		status, _, _, err := d.Provider.post(ctx, dl, 0)
 		return status, err
 	})
 	if err != nil {
 		return err
 	}
-	d.prov.github = gh
+	d.Provider.github = gh
 	r, err := githubredeliver.New(githubredeliver.RepoHook(ghHookOwner, ghHookRepo, ghHookID), githubredeliver.Options{
 		Token: ghToken, BaseURL: gh.URL(), HTTPClient: &http.Client{Timeout: 10 * time.Second},
 		Interval: 200 * time.Millisecond, InitialBackoff: 300 * time.Millisecond, MaxBackoff: 2 * time.Second,
-		Logger: d.cfg.Logger,
+		Logger: d.Config.Logger,
 	})
 	if err != nil {
 		_ = gh.Close()
@@ -290,24 +290,24 @@ func (d *demo) startGitHub(ctx context.Context) error {
 	go func() {
 		defer close(done)
 		if err := r.Run(rctx); err != nil && rctx.Err() == nil {
-			d.say("redeliverer stopped: %v", err)
+			d.Say("redeliverer stopped: %v", err)
 		}
 	}()
-	d.close = append(d.close, func() { stop(); <-done; _ = gh.Close() })
-	d.say("GitHub (fake REST API on %s) sends each delivery once and never retries; a redeliverer lists hook %d's failed deliveries and requests their redelivery", gh.URL(), ghHookID)
+	d.Cleanups = append(d.Cleanups, func() { stop(); <-done; _ = gh.Close() })
+	d.Say("GitHub (fake REST API on %s) sends each delivery once and never retries; a redeliverer lists hook %d's failed deliveries and requests their redelivery", gh.URL(), ghHookID)
 	return nil
 }
 
-// awaitGitHubRecovered waits until every GitHub delivery that failed has
+// AwaitGitHubRecovered waits until every GitHub delivery that failed has
 // been redelivered successfully (or answered a final 4xx).
-func (d *demo) awaitGitHubRecovered(ctx context.Context) error {
+func (d *Pipeline) AwaitGitHubRecovered(ctx context.Context) error {
 	// Thousands of failed deliveries after a long run take a while.
-	timeout := max(convergeTimeout(), time.Duration(d.cfg.Events/500)*time.Second)
+	timeout := max(ConvergeTimeout(), time.Duration(d.Config.Events/500)*time.Second)
 	deadline := time.Now().Add(timeout)
 	for {
-		open, failed, redelivers := d.prov.github.outstanding()
+		open, failed, redelivers := d.Provider.github.outstanding()
 		if len(open) == 0 {
-			d.say("GitHub: %d deliveries failed (503 or no answer), which GitHub never retries; the redeliverer requested %d redeliveries through the REST API; every failed delivery has succeeded since",
+			d.Say("GitHub: %d deliveries failed (503 or no answer), which GitHub never retries; the redeliverer requested %d redeliveries through the REST API; every failed delivery has succeeded since",
 				failed, redelivers)
 			return nil
 		}

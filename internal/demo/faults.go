@@ -103,7 +103,7 @@ func (f *FaultPlan) At(ctx context.Context, i int, sup *Supervisor, srv *Servers
 			if !f.sleep(ctx, 2*time.Second) {
 				return
 			}
-			if bringUp(ctx, chServer, func(d time.Duration) bool { return f.sleep(ctx, d) }, say) {
+			if BringUp(ctx, chServer, func(d time.Duration) bool { return f.sleep(ctx, d) }, say) {
 				say("ClickHouse is back")
 			}
 		})
@@ -112,12 +112,12 @@ func (f *FaultPlan) At(ctx context.Context, i int, sup *Supervisor, srv *Servers
 
 // sleep waits for d and reports whether the plan is still running then.
 func (f *FaultPlan) sleep(ctx context.Context, d time.Duration) bool {
-	return sleep(ctx, f.stopped, d)
+	return Sleep(ctx, f.stopped, d)
 }
 
-// sleep waits for d and reports whether neither ctx ended nor stop closed
+// Sleep waits for d and reports whether neither ctx ended nor stop closed
 // meanwhile (a nil stop never closes).
-func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+func Sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

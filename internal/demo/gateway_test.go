@@ -40,13 +40,13 @@ func TestGatewayRealPayloads(t *testing.T) {
 	defer cancel()
 	gw, err := StartGateway(ctx, binaries(t).Gateway,
 		[]string{"-pipeline=devmetrics", "-brokers=" + strings.Join(brokers, ","), "-topic=" + topic, "-log-level=warn"},
-		[]string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}, os.Stderr)
+		[]string{"GITHUB_WEBHOOK_SECRET=" + WebhookSecret, "JIRA_WEBHOOK_SECRET=" + WebhookSecret}, os.Stderr)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, gw.Stop()) }()
-	p := &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: gw.URL()}
+	p := &Provider{Client: &http.Client{Timeout: 10 * time.Second}, BaseURL: gw.URL()}
 
 	want := map[string]devmetrics.Event{} // delivery id → the event its record must decode to
-	post := func(d delivery) int {
+	post := func(d Delivery) int {
 		t.Helper()
 		status, _, _, err := p.post(ctx, d, 0)
 		require.NoError(t, err)
@@ -62,7 +62,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 			for _, body := range bodies {
 				for _, form := range []bool{false, true} {
 					n++
-					d := delivery{Provider: "github", ID: fmt.Sprintf("gh-%d", n), EventType: name, Body: body, Form: form}
+					d := Delivery{Provider: "github", ID: fmt.Sprintf("gh-%d", n), EventType: name, Body: body, Form: form}
 					ev, nerr := devmetrics.Normalize("github", name, d.ID, body)
 					status := post(d)
 					if nerr != nil {
@@ -84,7 +84,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 			WebhookEvent string `json:"webhookEvent"`
 		}
 		require.NoError(t, json.Unmarshal(body, &h))
-		d := delivery{Provider: "jira", ID: fmt.Sprintf("jira-%d", i), EventType: h.WebhookEvent, Body: body}
+		d := Delivery{Provider: "jira", ID: fmt.Sprintf("jira-%d", i), EventType: h.WebhookEvent, Body: body}
 		ev, err := devmetrics.Normalize("jira", d.EventType, d.ID, body)
 		require.NoError(t, err)
 		status := post(d)
@@ -109,7 +109,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idempotency.HeaderGitHubEvent, "pull_request_review")
 	req.Header.Set(idempotency.HeaderGitHubDelivery, "gh-bad")
-	req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub([]byte(webhookSecret), badBody))
+	req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub([]byte(WebhookSecret), badBody))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	reason, _ := io.ReadAll(resp.Body)

@@ -10,9 +10,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 )
 
-// delivery is one webhook the simulated providers send, and what the
+// Delivery is one webhook the simulated providers send, and what the
 // pipeline must make of it.
-type delivery struct {
+type Delivery struct {
 	Provider  string // "github" or "jira"
 	ID        string // X-GitHub-Delivery / X-Atlassian-Webhook-Identifier
 	EventType string // X-GitHub-Event / Jira's webhookEvent
@@ -39,7 +39,7 @@ type templates struct {
 	merged, review, comment, deployment, opened, ping map[string]any
 }
 
-func pickTemplates(ex map[string][]githubExample) (templates, error) {
+func PickTemplates(ex map[string][]githubExample) (templates, error) {
 	var t templates
 	find := func(event string, ok func(map[string]any) bool) (map[string]any, error) {
 		for _, e := range ex[event] {
@@ -76,8 +76,8 @@ func pickTemplates(ex map[string][]githubExample) (templates, error) {
 	return t, err
 }
 
-// generator builds the deliveries of one run from a seed.
-type generator struct {
+// Generator builds the deliveries of one run from a seed.
+type Generator struct {
 	rng       *rand.Rand
 	tpl       templates
 	orgs      int
@@ -101,23 +101,23 @@ const employeesPerOrg = 6
 // event time in time order: mostly activities the metrics count, plus pings,
 // activities they do not count, and a few payloads that cannot be
 // normalized.
-func generate(rng *rand.Rand, tpl templates, n, orgs int, span time.Duration) []delivery {
-	g := newGenerator(rng, tpl, orgs)
-	out := make([]delivery, n)
+func generate(rng *rand.Rand, tpl templates, n, orgs int, span time.Duration) []Delivery {
+	g := NewGenerator(rng, tpl, orgs)
+	out := make([]Delivery, n)
 	for i := range out {
-		out[i] = g.nth(i, n, span)
+		out[i] = g.Nth(i, n, span)
 	}
 	return out
 }
 
-func newGenerator(rng *rand.Rand, tpl templates, orgs int) *generator {
-	return &generator{rng: rng, tpl: tpl, orgs: orgs, incidents: make([][]incident, orgs)}
+func NewGenerator(rng *rand.Rand, tpl templates, orgs int) *Generator {
+	return &Generator{rng: rng, tpl: tpl, orgs: orgs, incidents: make([][]incident, orgs)}
 }
 
-// nth builds delivery i of n spread over span of event time; called for
+// Nth builds delivery i of n spread over span of event time; called for
 // i = 0, 1, ... n-1 in order (the chaos run builds them as it goes rather
 // than all at once).
-func (g *generator) nth(i, n int, span time.Duration) delivery {
+func (g *Generator) Nth(i, n int, span time.Duration) Delivery {
 	step := span / time.Duration(n)
 	t := eventStart.Add(time.Duration(i)*step + time.Duration(g.rng.Int64N(int64(step))))
 	if last := n - i; last <= 2*g.orgs {
@@ -142,7 +142,7 @@ func (g *generator) nth(i, n int, span time.Duration) delivery {
 	return g.next(g.rng.IntN(g.orgs), t)
 }
 
-func (g *generator) next(org int, t time.Time) delivery {
+func (g *Generator) next(org int, t time.Time) Delivery {
 	g.seq++
 	emp := g.rng.IntN(employeesPerOrg)
 	other := (emp + 1 + g.rng.IntN(employeesPerOrg-1)) % employeesPerOrg
@@ -200,12 +200,12 @@ func obj(p map[string]any, key string) map[string]any {
 
 func ghTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-func (g *generator) github(kind string, org, emp, other int, t time.Time) delivery {
+func (g *Generator) github(kind string, org, emp, other int, t time.Time) Delivery {
 	t = t.Truncate(time.Second) // GitHub's times have seconds
 	orgLogin, login, otherLogin := ghOrgName(org), ghLogin(org, emp), ghLogin(org, other)
 	repo := fmt.Sprintf("service-%d", g.rng.IntN(4))
 	number := 1 + g.rng.IntN(5000)
-	d := delivery{
+	d := Delivery{
 		Provider: "github",
 		ID:       fmt.Sprintf("%08x-%04x-11f1-%04x-%012x", g.rng.Uint32(), g.seq&0xffff, g.rng.Uint32()&0xffff, g.rng.Uint64()&0xffffffffffff),
 		Form:     g.rng.IntN(10) < 3,
@@ -325,9 +325,9 @@ func jiraIssuePayload(site, event, key, issueType, status, reporter, actor strin
 	return p
 }
 
-func (g *generator) jira(kind string, org, emp, other int, t time.Time) delivery {
+func (g *Generator) jira(kind string, org, emp, other int, t time.Time) Delivery {
 	site, acct, otherAcct := jiraSiteName(org), jiraAcct(org, emp), jiraAcct(org, other)
-	d := delivery{Provider: "jira", ID: fmt.Sprintf("%d", 900000000+g.seq*7+g.rng.IntN(7))}
+	d := Delivery{Provider: "jira", ID: fmt.Sprintf("%d", 900000000+g.seq*7+g.rng.IntN(7))}
 	want := &devmetrics.Event{OrgID: site, Source: "jira", EventID: d.ID, Time: t.Truncate(time.Millisecond)}
 	t = want.Time
 	var p map[string]any
@@ -370,6 +370,6 @@ func (g *generator) jira(kind string, org, emp, other int, t time.Time) delivery
 	return d
 }
 
-// eventSpan is the event time the generated deliveries cover: several
+// EventSpan is the event time the generated deliveries cover: several
 // hourly windows per employee.
-const eventSpan = 4 * time.Hour
+const EventSpan = 4 * time.Hour

@@ -14,7 +14,7 @@ import (
 // send normalizes to the event the generator built independently, is
 // answered 2xx unpublished when it counts nothing, or is rejected.
 func TestGeneratedDeliveriesNormalize(t *testing.T) {
-	tpl, err := pickTemplates(githubExamples(t))
+	tpl, err := PickTemplates(githubExamples(t))
 	require.NoError(t, err)
 	ds := generate(rand.New(rand.NewPCG(7, 7)), tpl, 3000, 12, 4*time.Hour)
 	kinds := map[string]int{}
@@ -49,7 +49,7 @@ func TestGeneratedDeliveriesNormalize(t *testing.T) {
 // the verdict's deadline). Several seeds, since which kinds come last is
 // drawn.
 func TestEveryTenantEndsOnACountedEvent(t *testing.T) {
-	tpl, err := pickTemplates(githubExamples(t))
+	tpl, err := PickTemplates(githubExamples(t))
 	require.NoError(t, err)
 	const orgs = 12
 	end := eventStart.Add(4*time.Hour - time.Second)

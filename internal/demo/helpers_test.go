@@ -21,7 +21,7 @@ func githubExamples(t *testing.T) map[string][]githubExample {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ex, err := loadGitHubExamples(ctx)
+	ex, err := LoadGitHubExamples(ctx)
 	if errors.Is(err, embedded.ErrNotInstalled) && os.Getenv("CI") != "true" {
 		t.Skip(err)
 	}

@@ -25,7 +25,7 @@ type gatewayRig struct {
 	redis   *embedded.Redis
 	topic   string
 	gw      *Gateway
-	prov    *provider
+	prov    *Provider
 	args    []string
 	gwStart func() *Gateway
 }
@@ -56,23 +56,23 @@ func newGatewayRig(t *testing.T) *gatewayRig {
 		"-redis=" + r.Addr(), "-retry-after=1s", "-pending-ttl=" + pendingTTL.String(), "-log-level=error"}
 	rig.gwStart = func() *Gateway {
 		gw, err := StartGateway(ctx, bins.Gateway, rig.args,
-			[]string{"GITHUB_WEBHOOK_SECRET=" + webhookSecret, "JIRA_WEBHOOK_SECRET=" + webhookSecret}, os.Stderr)
+			[]string{"GITHUB_WEBHOOK_SECRET=" + WebhookSecret, "JIRA_WEBHOOK_SECRET=" + WebhookSecret}, os.Stderr)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = gw.Stop() })
 		return gw
 	}
 	rig.gw = rig.gwStart()
-	rig.prov = &provider{client: &http.Client{Timeout: 20 * time.Second}, baseURL: rig.gw.URL()}
+	rig.prov = &Provider{Client: &http.Client{Timeout: 20 * time.Second}, BaseURL: rig.gw.URL()}
 	return rig
 }
 
 // jiraIncident is a Jira delivery the metrics count.
-func jiraIncident(seed uint64) delivery {
-	g := newGenerator(rand.New(rand.NewPCG(seed, 1)), templates{}, 1)
+func jiraIncident(seed uint64) Delivery {
+	g := NewGenerator(rand.New(rand.NewPCG(seed, 1)), templates{}, 1)
 	return g.jira(devmetrics.TypeIncidentOpened, 0, 0, 1, eventStart)
 }
 
-func (r *gatewayRig) post(d delivery) int {
+func (r *gatewayRig) post(d Delivery) int {
 	status, _, _, err := r.prov.post(r.t.Context(), d, 0)
 	require.NoError(r.t, err)
 	return status
@@ -86,7 +86,7 @@ func (r *gatewayRig) records() int64 {
 // until the gateway's metrics show the claim taken and the publish not
 // returned (with ProduceLostAck: and the broker wrote it at least once),
 // and kills the gateway with SIGKILL there; then starts a new one.
-func (r *gatewayRig) killMidPublish(d delivery, fault kafkafault.Fault) {
+func (r *gatewayRig) killMidPublish(d Delivery, fault kafkafault.Fault) {
 	ctx := r.t.Context()
 	require.NoError(r.t, r.kafka.InjectFault(ctx, fault))
 	posted := make(chan struct{})
@@ -109,7 +109,7 @@ func (r *gatewayRig) killMidPublish(d delivery, fault kafkafault.Fault) {
 	<-posted
 	require.NoError(r.t, r.kafka.ClearFaults(ctx))
 	r.gw = r.gwStart()
-	r.prov.setBaseURL(r.gw.URL())
+	r.prov.SetBaseURL(r.gw.URL())
 }
 
 // TestGatewayKilledBetweenClaimAndComplete: the gateway dies with SIGKILL

@@ -30,11 +30,11 @@ func kafkaRecords(ctx context.Context, brokers []string, topic string, partition
 	return total
 }
 
-// checkpointLag counts the records of the topic past the highest offset any
+// CheckpointLag counts the records of the topic past the highest offset any
 // of groups has committed. A processor commits an offset only after the
 // checkpoint that covers it completed, and restores from its newest
 // checkpoint, so at lag 0 no record will be processed again.
-func checkpointLag(ctx context.Context, brokers []string, topic string, partitions int, groups []string) (int64, error) {
+func CheckpointLag(ctx context.Context, brokers []string, topic string, partitions int, groups []string) (int64, error) {
 	ends := make([]int64, partitions)
 	for p := range partitions {
 		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, p)

@@ -31,7 +31,7 @@ func TestCheckpointLagCountsUnknownGroupAsNoCommits(t *testing.T) {
 	}
 	require.NoError(t, w.WriteMessages(ctx, msgs...))
 
-	lag, err := checkpointLag(ctx, brokers, topic, 2, []string{testkit.Name(t, "never-joined")})
+	lag, err := CheckpointLag(ctx, brokers, topic, 2, []string{testkit.Name(t, "never-joined")})
 	require.NoError(t, err)
 	require.EqualValues(t, 6, lag)
 
@@ -45,7 +45,7 @@ func TestCheckpointLagCountsUnknownGroupAsNoCommits(t *testing.T) {
 			require.NoError(t, p.Error)
 		}
 	}
-	lag, err = checkpointLag(ctx, brokers, topic, 2, []string{testkit.Name(t, "never-joined"), group})
+	lag, err = CheckpointLag(ctx, brokers, topic, 2, []string{testkit.Name(t, "never-joined"), group})
 	require.NoError(t, err)
 	require.EqualValues(t, 4, lag)
 }

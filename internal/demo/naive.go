@@ -32,21 +32,21 @@ type Figure struct {
 }
 
 // hasNaive reports whether joint n runs the naive way.
-func (d *demo) hasNaive(n devmetrics.Naive) bool { return slices.Contains(d.naives, n) }
+func (d *Pipeline) hasNaive(n devmetrics.Naive) bool { return slices.Contains(d.naives, n) }
 
 // naiveTopic is where the naive gateway publishes.
-func (d *demo) naiveTopic() string { return d.topic + "_naive" }
+func (d *Pipeline) naiveTopic() string { return d.Topic + "_naive" }
 
 // setUpNaive creates what the naive joint needs once the servers run.
-func (d *demo) setUpNaive(ctx context.Context) error {
-	conn, err := ch.Dial(ctx, ch.Options{Address: d.srv.ClickHouseAddr, DialTimeout: 10 * time.Second})
+func (d *Pipeline) setUpNaive(ctx context.Context) error {
+	conn, err := ch.Dial(ctx, ch.Options{Address: d.Servers.ClickHouseAddr, DialTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	var queries []string
 	for _, n := range d.naives {
-		queries = append(queries, devmetrics.NaiveDDL(d.db, n)...)
+		queries = append(queries, devmetrics.NaiveDDL(d.DB, n)...)
 	}
 	if d.hasNaive(devmetrics.NaiveMerge) {
 		// Background merges are held back on the ReplacingMergeTree tables
@@ -55,7 +55,7 @@ func (d *demo) setUpNaive(ctx context.Context) error {
 		// collapse later. A table setting, so that it survives the
 		// ClickHouse restarts (SYSTEM STOP MERGES would not).
 		for _, t := range []string{"deployments", "incidents", "employee_metrics_window"} {
-			queries = append(queries, "ALTER TABLE "+d.db+"."+t+" MODIFY SETTING max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1")
+			queries = append(queries, "ALTER TABLE "+d.DB+"."+t+" MODIFY SETTING max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1")
 		}
 	}
 	for _, q := range queries {
@@ -68,23 +68,23 @@ func (d *demo) setUpNaive(ctx context.Context) error {
 
 // startNaiveGateway starts the naive gateway beside the correct one, on a
 // topic of its own, with the same injected faults.
-func (d *demo) startNaiveGateway(ctx context.Context) error {
-	if err := createTopic(ctx, d.srv.Brokers, d.naiveTopic(), d.cfg.Partitions); err != nil {
+func (d *Pipeline) startNaiveGateway(ctx context.Context) error {
+	if err := createTopic(ctx, d.Servers.Brokers, d.naiveTopic(), d.Config.Partitions); err != nil {
 		return err
 	}
-	args := []string{"-naive=gateway", "-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.srv.Brokers, ","),
-		"-topic=" + d.naiveTopic(), "-retry-after=1s", d.logLevel(), "-audit-topic=" + d.auditTopic(), "-audit-stage=" + naiveGatewayStage}
-	if d.cfg.Faults {
-		args = append(args, "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.cfg.Seed+100))
+	args := []string{"-naive=gateway", "-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.Servers.Brokers, ","),
+		"-topic=" + d.naiveTopic(), "-retry-after=1s", d.LogLevel(), "-audit-topic=" + d.auditTopic(), "-audit-stage=" + naiveGatewayStage}
+	if d.Config.Faults {
+		args = append(args, "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.Config.Seed+100))
 	}
-	gw, err := StartGateway(ctx, d.bins.Gateway, args, d.gatewayEnv, d.stderr())
+	gw, err := StartGateway(ctx, d.Binaries.Gateway, args, d.GatewayEnv, d.stderr())
 	if err != nil {
 		return fmt.Errorf("naive gateway: %w", err)
 	}
-	d.close = append(d.close, func() { _ = gw.Stop() })
-	d.naiveProv = &provider{client: &http.Client{Timeout: 10 * time.Second}, baseURL: gw.URL()}
+	d.Cleanups = append(d.Cleanups, func() { _ = gw.Stop() })
+	d.naiveProv = &Provider{Client: &http.Client{Timeout: 10 * time.Second}, BaseURL: gw.URL()}
 	d.naiveGW = gw
-	d.say("naive gateway (examples/gateway -naive gateway, pid %d) on %s beside the correct one: each delivery goes to both; it answers 2xx before Kafka acknowledged the event", gw.PID(), gw.URL())
+	d.Say("naive gateway (examples/gateway -naive gateway, pid %d) on %s beside the correct one: each delivery goes to both; it answers 2xx before Kafka acknowledged the event", gw.PID(), gw.URL())
 	return nil
 }
 
@@ -92,7 +92,7 @@ func (d *demo) startNaiveGateway(ctx context.Context) error {
 // retries 408, 409, 425, 429 and 5xx, GitHub never retries (the naive
 // gateway answers 2xx anyway). Answers are not checked: the naive
 // gateway's figure is what reached Kafka.
-func (d *demo) deliverNaive(ctx context.Context, dl delivery, dup bool) {
+func (d *Pipeline) deliverNaive(ctx context.Context, dl Delivery, dup bool) {
 	n := 1
 	if dup {
 		n = 2
@@ -115,8 +115,8 @@ func (d *demo) deliverNaive(ctx context.Context, dl delivery, dup bool) {
 
 // naiveFigures computes the report of the naive joint, once the correct
 // pipeline is exact.
-func (d *demo) naiveFigures(ctx context.Context, naive devmetrics.Naive, want expected) ([]Figure, error) {
-	conn, err := ch.Dial(ctx, ch.Options{Address: d.srv.ClickHouseAddr, Database: d.db, DialTimeout: 10 * time.Second})
+func (d *Pipeline) naiveFigures(ctx context.Context, naive devmetrics.Naive, want Expected) ([]Figure, error) {
+	conn, err := ch.Dial(ctx, ch.Options{Address: d.Servers.ClickHouseAddr, Database: d.DB, DialTimeout: 10 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (d *demo) naiveFigures(ctx context.Context, naive devmetrics.Naive, want ex
 		return v[0], nil
 	}
 	var sum struct{ prs, comments, deployments, incidents, reviews, latency float64 }
-	for _, m := range want.metrics {
+	for _, m := range want.Metrics {
 		sum.prs += float64(m.PRsMerged)
 		sum.comments += float64(m.ReviewComments)
 		sum.deployments += float64(m.Deployments)
@@ -141,21 +141,21 @@ func (d *demo) naiveFigures(ctx context.Context, naive devmetrics.Naive, want ex
 	var lines []line
 	switch naive {
 	case devmetrics.NaiveGateway:
-		_, naive, err := topicDeliveries(ctx, d.srv.Brokers, d.naiveTopic(), d.cfg.Partitions)
+		_, naive, err := topicDeliveries(ctx, d.Servers.Brokers, d.naiveTopic(), d.Config.Partitions)
 		if err != nil {
 			return nil, err
 		}
-		_, right, err := topicDeliveries(ctx, d.srv.Brokers, d.topic, d.cfg.Partitions)
+		_, right, err := topicDeliveries(ctx, d.Servers.Brokers, d.Topic, d.Config.Partitions)
 		if err != nil {
 			return nil, err
 		}
-		return []Figure{{Metric: "events in Kafka (distinct deliveries)", Truth: float64(want.events), Naive: float64(naive), Correct: float64(right)}}, nil
+		return []Figure{{Metric: "events in Kafka (distinct deliveries)", Truth: float64(want.Events), Naive: float64(naive), Correct: float64(right)}}, nil
 	case devmetrics.NaiveSink:
 		lines = []line{
-			{"rows in the events table", float64(want.events), "(SELECT count() FROM naive_sink_events)", "(SELECT count() FROM normalized_events)"},
-			{"distinct events in it", float64(want.events), "(SELECT uniqExact(source, event_id) FROM naive_sink_events)", "(SELECT uniqExact(source, event_id) FROM normalized_events)"},
-			{"events lost", 0, "(SELECT " + strconv.Itoa(want.events) + " - uniqExact(source, event_id) FROM naive_sink_events)",
-				"(SELECT " + strconv.Itoa(want.events) + " - uniqExact(source, event_id) FROM normalized_events)"},
+			{"rows in the events table", float64(want.Events), "(SELECT count() FROM naive_sink_events)", "(SELECT count() FROM normalized_events)"},
+			{"distinct events in it", float64(want.Events), "(SELECT uniqExact(source, event_id) FROM naive_sink_events)", "(SELECT uniqExact(source, event_id) FROM normalized_events)"},
+			{"events lost", 0, "(SELECT " + strconv.Itoa(want.Events) + " - uniqExact(source, event_id) FROM naive_sink_events)",
+				"(SELECT " + strconv.Itoa(want.Events) + " - uniqExact(source, event_id) FROM normalized_events)"},
 			{"events written twice or more", 0, "(SELECT count() - uniqExact(source, event_id) FROM naive_sink_events)",
 				"(SELECT count() - uniqExact(source, event_id) FROM normalized_events)"},
 		}
@@ -172,7 +172,7 @@ func (d *demo) naiveFigures(ctx context.Context, naive devmetrics.Naive, want ex
 			{"review comments (hourly rollup)", sum.comments, "(SELECT sumMerge(review_comments) FROM naive_hourly)", "(SELECT sumMerge(review_comments) FROM employee_metrics_hourly)"},
 			{"deployments (hourly rollup)", sum.deployments, "(SELECT sumMerge(deployments) FROM naive_hourly)", "(SELECT sumMerge(deployments) FROM employee_metrics_hourly)"},
 			{"incidents (hourly rollup)", sum.incidents, "(SELECT sumMerge(incidents) FROM naive_hourly)", "(SELECT sumMerge(incidents) FROM employee_metrics_hourly)"},
-			{"rows in the events table", float64(want.events), "(SELECT count() FROM naive_mv_events)", "(SELECT count() FROM normalized_events)"},
+			{"rows in the events table", float64(want.Events), "(SELECT count() FROM naive_mv_events)", "(SELECT count() FROM normalized_events)"},
 		}
 	case devmetrics.NaiveAvg:
 		lines = []line{
@@ -190,14 +190,14 @@ func (d *demo) naiveFigures(ctx context.Context, naive devmetrics.Naive, want ex
 		wrong := func(got map[string]float64) (n float64) {
 			keys := make(map[string]devmetrics.Metrics, len(got))
 			for k := range got {
-				keys[k] = want.metrics[k]
+				keys[k] = want.Metrics[k]
 			}
-			for _, k := range union(want.metrics, keys) {
+			for _, k := range union(want.Metrics, keys) {
 				a, ok := got[k]
 				if !ok {
 					a = math.NaN()
 				}
-				if !sameAvg(want.metrics[k], a) {
+				if !sameAvg(want.Metrics[k], a) {
 					n++
 				}
 			}
@@ -217,7 +217,7 @@ type line struct {
 }
 
 // queryFigures runs each line's two queries.
-func (d *demo) queryFigures(q func(string) (float64, error), lines []line) ([]Figure, error) {
+func (d *Pipeline) queryFigures(q func(string) (float64, error), lines []line) ([]Figure, error) {
 	figs := make([]Figure, 0, len(lines))
 	for _, l := range lines {
 		naive, err := q(l.naive)
@@ -235,7 +235,7 @@ func (d *demo) queryFigures(q func(string) (float64, error), lines []line) ([]Fi
 
 // hourAvgs reads the average review latency of every employee-hour of a
 // rollup table (nan for an hour without reviews in the correct one).
-func (d *demo) hourAvgs(ctx context.Context, conn *ch.Client, table string) (map[string]float64, error) {
+func (d *Pipeline) hourAvgs(ctx context.Context, conn *ch.Client, table string) (map[string]float64, error) {
 	var org, emp proto.ColStr
 	var hour proto.ColInt64
 	var avg proto.ColFloat64
@@ -259,7 +259,7 @@ func same(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 
 // reportNaive prints the figures side by side and says whether the naive
 // joint showed its bug. It fails only if the correct column is not exact.
-func (d *demo) reportNaive(naive devmetrics.Naive, figs []Figure) (shows bool, err error) {
+func (d *Pipeline) reportNaive(naive devmetrics.Naive, figs []Figure) (shows bool, err error) {
 	what := map[devmetrics.Naive]string{
 		devmetrics.NaiveGateway: "the gateway answers 2xx before Kafka acknowledged (a background publish that fails is lost; the provider does not retry a 2xx)",
 		devmetrics.NaiveSink:    "a buffering sink outside the checkpoints (flushed every 1,000 rows or 5 s when a record arrives, a batch dropped after its retries)",
@@ -267,13 +267,13 @@ func (d *demo) reportNaive(naive devmetrics.Naive, figs []Figure) (shows bool, e
 		devmetrics.NaiveMV:      "inserts without deduplicate_blocks_in_dependent_materialized_views (a batch replayed after a kill is dropped by the events table but counted again by its rollup view)",
 		devmetrics.NaiveAvg:     "the hourly rollup averaging every event, 0 for an event that is no review (the avgState(toFloat64(0)) placeholder)",
 	}[naive]
-	d.say("naive %s: %s; beside it the correct pipeline, on the same deliveries and faults:", naive, what)
+	d.Say("naive %s: %s; beside it the correct pipeline, on the same deliveries and faults:", naive, what)
 	width := len("metric")
 	for _, f := range figs {
 		width = max(width, len(f.Metric))
 	}
 	row := func(metric, truth, naive, correct string) {
-		fmt.Fprintf(d.cfg.Stdout, "    %-*s %14s %14s %14s\n", width, metric, truth, naive, correct)
+		fmt.Fprintf(d.Config.Stdout, "    %-*s %14s %14s %14s\n", width, metric, truth, naive, correct)
 	}
 	row("metric", "ground truth", "naive", "correct")
 	for _, f := range figs {
@@ -286,9 +286,9 @@ func (d *demo) reportNaive(naive devmetrics.Naive, figs []Figure) (shows bool, e
 		}
 	}
 	if shows {
-		d.say("naive %s: its figures are wrong, the correct pipeline's exact", naive)
+		d.Say("naive %s: its figures are wrong, the correct pipeline's exact", naive)
 	} else {
-		d.say("naive %s: no difference in this run: the faults that expose it did not hit it this time (run again, or with more -events or -kills)", naive)
+		d.Say("naive %s: no difference in this run: the faults that expose it did not hit it this time (run again, or with more -events or -kills)", naive)
 	}
 	return shows, err
 }

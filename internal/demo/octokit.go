@@ -25,9 +25,9 @@ type githubExample struct {
 	Body   json.RawMessage
 }
 
-// loadGitHubExamples returns every example payload of api.github.com, by
+// LoadGitHubExamples returns every example payload of api.github.com, by
 // event type, fetching the package into the cache first if needed.
-func loadGitHubExamples(ctx context.Context) (map[string][]githubExample, error) {
+func LoadGitHubExamples(ctx context.Context) (map[string][]githubExample, error) {
 	tgz, err := embedded.NpmPack(ctx, embedded.OctokitDir, octokitPackage, octokitVersion)
 	if err != nil {
 		return nil, err

@@ -16,7 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 )
 
-// provider simulates GitHub and Jira Cloud sending webhooks: real-shaped
+// Provider simulates GitHub and Jira Cloud sending webhooks: real-shaped
 // payloads with each provider's headers and signature, GitHub's form
 // content type for some hooks, and sometimes a delivery sent twice at once,
 // as a provider does when its first attempt timed out on its side.
@@ -30,50 +30,50 @@ import (
 // once and records it; one answered 503, or not answered, stays failed
 // until a githubredeliver.Redeliverer asks the fake's REST API to redeliver
 // it.
-type provider struct {
-	client  *http.Client
-	dupRate float64
+type Provider struct {
+	Client  *http.Client
+	DupRate float64
 	github  *fakeGitHub
 	// jiraWindow is how long Jira keeps retrying a delivery here.
 	// Default jiraRetryWindow.
-	jiraWindow time.Duration
+	JiraWindow time.Duration
 
 	mu      sync.Mutex
-	baseURL string // the gateway; it changes when the gateway restarts
+	BaseURL string // the gateway; it changes when the gateway restarts
 
-	requests, retries, duplicates, replayed atomic.Int64
-	ignored, rejected, githubFailed         atomic.Int64
+	Requests, Retries, Duplicates, Replayed atomic.Int64
+	Ignored, Rejected, GitHubFailed         atomic.Int64
 }
 
-func (p *provider) jiraRetryWindow() time.Duration {
-	if p.jiraWindow > 0 {
-		return p.jiraWindow
+func (p *Provider) jiraRetryWindow() time.Duration {
+	if p.JiraWindow > 0 {
+		return p.JiraWindow
 	}
 	return jiraRetryWindow
 }
 
-func (p *provider) setBaseURL(u string) {
+func (p *Provider) SetBaseURL(u string) {
 	p.mu.Lock()
-	p.baseURL = u
+	p.BaseURL = u
 	p.mu.Unlock()
 }
 
-func (p *provider) gatewayURL() string {
+func (p *Provider) gatewayURL() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.baseURL
+	return p.BaseURL
 }
 
 // jiraRetryWindow is how long Jira Cloud keeps retrying a delivery: about
 // 30 minutes, compressed like Retry-After (a fiftieth).
 const jiraRetryWindow = 30 * time.Minute / 50
 
-// deliver sends d until it gets a final answer. It returns an error for an
+// Deliver sends d until it gets a final answer. It returns an error for an
 // answer other than the one the pipeline owes d: a 4xx for a valid
 // delivery would be an event lost for good.
-func (p *provider) deliver(ctx context.Context, d delivery, dup bool) error {
+func (p *Provider) Deliver(ctx context.Context, d Delivery, dup bool) error {
 	if dup {
-		p.duplicates.Add(1)
+		p.Duplicates.Add(1)
 		var wg sync.WaitGroup
 		var errs [2]error
 		for i := range errs {
@@ -97,14 +97,14 @@ func retried(status int) bool {
 	return status >= 500
 }
 
-func (p *provider) deliverOne(ctx context.Context, d delivery, redelivery bool) error {
+func (p *Provider) deliverOne(ctx context.Context, d Delivery, redelivery bool) error {
 	if d.Provider == "github" && p.github != nil {
 		status := p.github.deliver(ctx, d, redelivery)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if retried(status) || status == 0 {
-			p.githubFailed.Add(1) // failed for good, unless redelivered
+			p.GitHubFailed.Add(1) // failed for good, unless redelivered
 			return nil
 		}
 		return p.final(d, status, false)
@@ -112,7 +112,7 @@ func (p *provider) deliverOne(ctx context.Context, d delivery, redelivery bool) 
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			p.retries.Add(1)
+			p.Retries.Add(1)
 		}
 		status, retryAfter, replayed, err := p.post(ctx, d, attempt)
 		switch {
@@ -135,28 +135,28 @@ func (p *provider) deliverOne(ctx context.Context, d delivery, redelivery bool) 
 }
 
 // final checks the final answer to d against what the pipeline owes it.
-func (p *provider) final(d delivery, status int, replayed bool) error {
+func (p *Provider) final(d Delivery, status int, replayed bool) error {
 	switch {
 	case d.Reject:
 		if status/100 != 4 {
 			return fmt.Errorf("delivery %s (%s %s) cannot be normalized but was answered %d, not 4xx", d.ID, d.Provider, d.EventType, status)
 		}
-		p.rejected.Add(1)
+		p.Rejected.Add(1)
 	case d.Want == nil:
 		if status != http.StatusOK {
 			return fmt.Errorf("delivery %s (%s %s) counts nothing and should be answered 200 unpublished, got %d", d.ID, d.Provider, d.EventType, status)
 		}
-		p.ignored.Add(1)
+		p.Ignored.Add(1)
 	case status/100 != 2:
 		return fmt.Errorf("delivery %s (%s %s) refused with %d: the provider gives up, the event is lost", d.ID, d.Provider, d.EventType, status)
 	case replayed:
-		p.replayed.Add(1)
+		p.Replayed.Add(1)
 	}
 	return nil
 }
 
-func (p *provider) post(ctx context.Context, d delivery, attempt int) (status int, retryAfter time.Duration, replayed bool, err error) {
-	p.requests.Add(1)
+func (p *Provider) post(ctx context.Context, d Delivery, attempt int) (status int, retryAfter time.Duration, replayed bool, err error) {
+	p.Requests.Add(1)
 	body, contentType := d.Body, "application/json"
 	if d.Form {
 		body, contentType = []byte("payload="+url.QueryEscape(string(d.Body))), "application/x-www-form-urlencoded"
@@ -166,7 +166,7 @@ func (p *provider) post(ctx context.Context, d delivery, attempt int) (status in
 		return 0, 0, false, err
 	}
 	req.Header.Set("Content-Type", contentType)
-	sig := idempotency.SignGitHub([]byte(webhookSecret), body) // "sha256=<hex HMAC>", the form both providers use
+	sig := idempotency.SignGitHub([]byte(WebhookSecret), body) // "sha256=<hex HMAC>", the form both providers use
 	if d.Provider == "jira" {
 		req.Header.Set("User-Agent", "Atlassian Webhook HTTP Client")
 		req.Header.Set(idempotency.HeaderJiraWebhookID, d.ID)
@@ -181,7 +181,7 @@ func (p *provider) post(ctx context.Context, d delivery, attempt int) (status in
 		req.Header.Set(idempotency.HeaderGitHubHookID, strconv.Itoa(ghHookID))
 		req.Header.Set(idempotency.HeaderGitHubSignature, sig)
 	}
-	resp, err := p.client.Do(req)
+	resp, err := p.Client.Do(req)
 	if err != nil {
 		return 0, 0, false, err
 	}

@@ -23,20 +23,20 @@ type s3Location struct {
 	Endpoint, Bucket string
 }
 
-// startCheckpointStore prepares the processors' storage: nothing for "fs",
+// StartCheckpointStore prepares the processors' storage: nothing for "fs",
 // a server and a bucket for "s3". It returns the processor flags and
 // environment (credentials) that name it.
-func (d *demo) startCheckpointStore(ctx context.Context) (args, env []string, err error) {
-	switch d.cfg.Checkpoints {
+func (d *Pipeline) StartCheckpointStore(ctx context.Context) (args, env []string, err error) {
+	switch d.Config.Checkpoints {
 	case "", "fs":
 		return nil, nil, nil
 	case "s3":
 	default:
-		return nil, nil, fmt.Errorf("-checkpoints %q: want fs or s3", d.cfg.Checkpoints)
+		return nil, nil, fmt.Errorf("-checkpoints %q: want fs or s3", d.Config.Checkpoints)
 	}
 	endpoint := os.Getenv("S3_ENDPOINT")
 	if endpoint == "" {
-		dir := filepath.Join(d.dir, "s3")
+		dir := filepath.Join(d.Dir, "s3")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, nil, err
 		}
@@ -44,16 +44,16 @@ func (d *demo) startCheckpointStore(ctx context.Context) (args, env []string, er
 		if err != nil {
 			return nil, nil, fmt.Errorf("start S3 (versitygw): %w", err)
 		}
-		d.close = append(d.close, func() { _ = srv.Stop() })
-		d.s3 = srv
+		d.Cleanups = append(d.Cleanups, func() { _ = srv.Stop() })
+		d.S3 = srv
 		endpoint = srv.Endpoint()
-		d.say("S3 (versitygw, pid %d) listening on %s", srv.PID(), endpoint)
+		d.Say("S3 (versitygw, pid %d) listening on %s", srv.PID(), endpoint)
 	}
-	loc := s3Location{Endpoint: endpoint, Bucket: "pipeline-" + d.db[len("demo_"):]}
+	loc := s3Location{Endpoint: endpoint, Bucket: "pipeline-" + d.DB[len("demo_"):]}
 	if _, err := s3Client(loc).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(loc.Bucket)}); err != nil {
 		return nil, nil, fmt.Errorf("create bucket %s on %s: %w", loc.Bucket, endpoint, err)
 	}
-	d.say("checkpoints and sink journals in s3://%s on %s", loc.Bucket, endpoint)
+	d.Say("checkpoints and sink journals in s3://%s on %s", loc.Bucket, endpoint)
 	key, secret := s3Credentials()
 	return []string{"-s3-endpoint=" + loc.Endpoint, "-s3-bucket=" + loc.Bucket},
 		[]string{"S3_ACCESS_KEY_ID=" + key, "S3_SECRET_ACCESS_KEY=" + secret}, nil

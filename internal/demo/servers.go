@@ -39,7 +39,7 @@ func StartServers(ctx context.Context, dir string, say func(string, ...any)) (*S
 		s.ClickHouse, s.ClickHouseAddr = ch, ch.Addr()
 		watchCtx, stopWatch := context.WithCancel(context.Background())
 		watched := make(chan struct{})
-		go func() { defer close(watched); watchClickHouse(watchCtx, ch, say) }()
+		go func() { defer close(watched); WatchClickHouse(watchCtx, ch, say) }()
 		s.stop = append(s.stop, func() { _ = ch.Stop() }, func() { stopWatch(); <-watched })
 		say("ClickHouse %s listening on %s", ch.Version(), s.ClickHouseAddr)
 	}
@@ -71,12 +71,12 @@ func (s *Servers) Stop() {
 	s.stop = nil
 }
 
-// watchClickHouse restarts the embedded ClickHouse if it exits on its own, as
+// WatchClickHouse restarts the embedded ClickHouse if it exits on its own, as
 // systemd or Kubernetes would, and says why it stopped.
-func watchClickHouse(ctx context.Context, c *embedded.ClickHouse, say func(string, ...any)) {
+func WatchClickHouse(ctx context.Context, c *embedded.ClickHouse, say func(string, ...any)) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
-	wait := func(d time.Duration) bool { return sleep(ctx, nil, d) }
+	wait := func(d time.Duration) bool { return Sleep(ctx, nil, d) }
 	for {
 		select {
 		case <-ctx.Done():
@@ -85,17 +85,17 @@ func watchClickHouse(ctx context.Context, c *embedded.ClickHouse, say func(strin
 		}
 		if err := c.Crashed(); err != nil {
 			say("ClickHouse exited on its own; restarting it: %v", err)
-			bringUp(ctx, c, wait, say)
+			BringUp(ctx, c, wait, say)
 		}
 	}
 }
 
-// bringUp starts ClickHouse unless it runs, and tries again after a failed
+// BringUp starts ClickHouse unless it runs, and tries again after a failed
 // start (clickhouse-local can abort while it starts) until it serves, wait
 // says to give up, or ctx ends. It reports whether ClickHouse serves. The
 // fault plan and the watchdog may both call it: one starts the server, the
 // other finds it running.
-func bringUp(ctx context.Context, c *embedded.ClickHouse, wait func(time.Duration) bool, say func(string, ...any)) bool {
+func BringUp(ctx context.Context, c *embedded.ClickHouse, wait func(time.Duration) bool, say func(string, ...any)) bool {
 	backoff := 200 * time.Millisecond
 	for {
 		_, err := c.EnsureRunning(ctx)

@@ -194,3 +194,61 @@ func awaitStableGroup(ctx context.Context, brokers []string, group string, timeo
 		}
 	}
 }
+
+// Pick returns a running instance and its pid, chosen by rng, or -1.
+func (s *Supervisor) Pick(rng *rand.Rand) (int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var running []int
+	for i, cmd := range s.cmds {
+		if cmd != nil {
+			running = append(running, i)
+		}
+	}
+	if len(running) == 0 {
+		return -1, 0
+	}
+	i := running[rng.IntN(len(running))]
+	return i, s.cmds[i].Process.Pid
+}
+
+// Instance returns a running instance's command, chosen by rng, or nil.
+func (s *Supervisor) Instance(rng *rand.Rand) *exec.Cmd {
+	i, _ := s.Pick(rng)
+	if i < 0 {
+		return nil
+	}
+	return s.CmdOf(i)
+}
+
+// CmdOf returns instance i's running command, or nil.
+func (s *Supervisor) CmdOf(i int) *exec.Cmd {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i < 0 || i >= len(s.cmds) {
+		return nil
+	}
+	return s.cmds[i]
+}
+
+// KillOne kills instance i (-1: one chosen by rng) with SIGKILL at once,
+// unlike Kill, which waits for a stable group first. It returns the pid
+// killed.
+func (s *Supervisor) KillOne(rng *rand.Rand, i int) (int, bool) {
+	if i < 0 {
+		i, _ = s.Pick(rng)
+	}
+	cmd := s.CmdOf(i)
+	if cmd == nil {
+		return 0, false
+	}
+	s.KillProcess(cmd)
+	return cmd.Process.Pid, true
+}
+
+// KillProcess kills cmd, a running instance, with SIGKILL and counts it in
+// Kills.
+func (s *Supervisor) KillProcess(cmd *exec.Cmd) {
+	_ = cmd.Process.Kill()
+	s.kills.Add(1)
+}

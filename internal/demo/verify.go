@@ -13,26 +13,26 @@ import (
 	"github.com/exactlyonce/exactlyonce/examples/devmetrics"
 )
 
-// expected is what ClickHouse must hold once the pipeline caught up:
+// Expected is what ClickHouse must hold once the pipeline caught up:
 // computed here from the events the generator built, independently of the
 // pipeline (the normalizer included).
-type expected struct {
-	events  int
-	metrics map[string]devmetrics.Metrics // org|employee|unix hour → the hour's metrics
+type Expected struct {
+	Events  int
+	Metrics map[string]devmetrics.Metrics // org|employee|unix hour → the hour's metrics
 	counts  map[string]uint64             // org|employee|unix hour → its events: the final row's version
 	// deployments and incidents per org|employee|unix hour, as the
 	// ReplacingMergeTree tables must count them: one row per deployment or
 	// incident, in the hour it was deployed or opened.
 	deployments, incidents           map[string]uint64
-	deploymentsTotal, incidentsTotal int
+	DeploymentsTotal, IncidentsTotal int
 }
 
 func hourKey(org, employee string, t time.Time) string {
 	return fmt.Sprintf("%s|%s|%d", org, employee, t.Truncate(time.Hour).Unix())
 }
 
-func expect(ds []delivery) expected {
-	e := expected{metrics: map[string]devmetrics.Metrics{}, counts: map[string]uint64{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
+func Expect(ds []Delivery) Expected {
+	e := Expected{Metrics: map[string]devmetrics.Metrics{}, counts: map[string]uint64{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
 	deployed := map[string]bool{}
 	opened := map[string]bool{}
 	for _, d := range ds {
@@ -40,42 +40,42 @@ func expect(ds []delivery) expected {
 			continue
 		}
 		ev := *d.Want
-		e.events++
+		e.Events++
 		k := hourKey(ev.OrgID, ev.EmployeeID, ev.Time)
-		e.metrics[k] = devmetrics.Agg{}.Add(e.metrics[k], ev)
+		e.Metrics[k] = devmetrics.Agg{}.Add(e.Metrics[k], ev)
 		e.counts[k]++
 		switch ev.Type {
 		case devmetrics.TypeDeployment:
 			if id := ev.OrgID + "|" + ev.Subject; !deployed[id] {
 				deployed[id] = true
 				e.deployments[k]++
-				e.deploymentsTotal++
+				e.DeploymentsTotal++
 			}
 		case devmetrics.TypeIncidentOpened, devmetrics.TypeIncidentTransitioned:
 			if id := ev.OrgID + "|" + ev.Subject; !opened[id] {
 				opened[id] = true
 				e.incidents[hourKey(ev.OrgID, ev.EmployeeID, ev.Opened)]++
-				e.incidentsTotal++
+				e.IncidentsTotal++
 			}
 		}
 	}
 	return e
 }
 
-// observed is what ClickHouse holds.
-type observed struct {
-	rows, distinct uint64
-	hourly         map[string]devmetrics.Metrics // employee_metrics_hourly; Reviews is 1 when an average exists
-	hourlyAvg      map[string]float64
-	window         map[string]devmetrics.Metrics // employee_metrics_window FINAL
-	windowAvg      map[string]float64
-	deployments    map[string]uint64 // deployments FINAL
-	incidents      map[string]uint64 // incidents FINAL
+// Observed is what ClickHouse holds.
+type Observed struct {
+	Rows, Distinct uint64
+	Hourly         map[string]devmetrics.Metrics // employee_metrics_hourly; Reviews is 1 when an average exists
+	HourlyAvg      map[string]float64
+	Window         map[string]devmetrics.Metrics // employee_metrics_window FINAL
+	WindowAvg      map[string]float64
+	Deployments    map[string]uint64 // deployments FINAL
+	Incidents      map[string]uint64 // incidents FINAL
 }
 
-func observe(ctx context.Context, addr, db string) (observed, error) {
-	o := observed{hourly: map[string]devmetrics.Metrics{}, hourlyAvg: map[string]float64{}, window: map[string]devmetrics.Metrics{},
-		windowAvg: map[string]float64{}, deployments: map[string]uint64{}, incidents: map[string]uint64{}}
+func Observe(ctx context.Context, addr, db string) (Observed, error) {
+	o := Observed{Hourly: map[string]devmetrics.Metrics{}, HourlyAvg: map[string]float64{}, Window: map[string]devmetrics.Metrics{},
+		WindowAvg: map[string]float64{}, Deployments: map[string]uint64{}, Incidents: map[string]uint64{}}
 	conn, err := ch.Dial(ctx, ch.Options{Address: addr, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return o, err
@@ -89,7 +89,7 @@ func observe(ctx context.Context, addr, db string) (observed, error) {
 	}); err != nil {
 		return o, err
 	}
-	o.rows, o.distinct = rows[0], distinct[0]
+	o.Rows, o.Distinct = rows[0], distinct[0]
 
 	var org, emp proto.ColStr
 	var hour proto.ColInt64
@@ -117,7 +117,7 @@ func observe(ctx context.Context, addr, db string) (observed, error) {
 			"sumMerge(prs_merged) AS p, sumMerge(review_comments) AS c, toUInt64(NOT isNaN(avgMerge(review_latency_s))) AS r, " +
 			"avgMerge(review_latency_s) AS a, sumMerge(deployments) AS d, sumMerge(incidents) AS i FROM " + db +
 			".employee_metrics_hourly GROUP BY org_id, employee_id, hour",
-		Result: results, OnResult: read(o.hourly, o.hourlyAvg),
+		Result: results, OnResult: read(o.Hourly, o.HourlyAvg),
 	}); err != nil {
 		return o, err
 	}
@@ -127,12 +127,12 @@ func observe(ctx context.Context, addr, db string) (observed, error) {
 		Body: "SELECT org_id AS o, employee_id AS e, toInt64(toUnixTimestamp(window_start)) AS h, prs_merged AS p, " +
 			"review_comments AS c, reviews AS r, ifNull(avg_review_latency_s, nan) AS a, deployments AS d, incidents AS i FROM " +
 			db + ".employee_metrics_window FINAL",
-		Result: results, OnResult: read(o.window, o.windowAvg),
+		Result: results, OnResult: read(o.Window, o.WindowAvg),
 	}); err != nil {
 		return o, err
 	}
 	var n proto.ColUInt64
-	for table, into := range map[string]map[string]uint64{"deployments": o.deployments, "incidents": o.incidents} {
+	for table, into := range map[string]map[string]uint64{"deployments": o.Deployments, "incidents": o.Incidents} {
 		at := map[string]string{"deployments": "deployed_at", "incidents": "opened_at"}[table]
 		if err := conn.Do(ctx, ch.Query{
 			Body: "SELECT CAST(org_id, 'String') AS o, employee_id AS e, toInt64(toUnixTimestamp(toStartOfHour(" + at + "))) AS h, " +
@@ -151,33 +151,33 @@ func observe(ctx context.Context, addr, db string) (observed, error) {
 	return o, nil
 }
 
-// diff lists every difference between what ClickHouse must hold and what it
+// Diff lists every difference between what ClickHouse must hold and what it
 // holds; empty means exact.
-func diff(e expected, o observed) []string {
+func Diff(e Expected, o Observed) []string {
 	var d []string
-	if o.rows != uint64(e.events) || o.distinct != uint64(e.events) {
-		d = append(d, fmt.Sprintf("normalized_events: %d rows, %d distinct, want %d of each", o.rows, o.distinct, e.events))
+	if o.Rows != uint64(e.Events) || o.Distinct != uint64(e.Events) {
+		d = append(d, fmt.Sprintf("normalized_events: %d rows, %d distinct, want %d of each", o.Rows, o.Distinct, e.Events))
 	}
-	for _, k := range union(e.metrics, o.window) {
-		want, got := e.metrics[k], o.window[k]
+	for _, k := range union(e.Metrics, o.Window) {
+		want, got := e.Metrics[k], o.Window[k]
 		if want != (devmetrics.Metrics{PRsMerged: got.PRsMerged, ReviewComments: got.ReviewComments, Reviews: got.Reviews,
 			Deployments: got.Deployments, Incidents: got.Incidents, ReviewLatencyS: want.ReviewLatencyS}) ||
-			!sameAvg(want, o.windowAvg[k]) {
-			d = append(d, fmt.Sprintf("employee_metrics_window %s: %+v avg %g, want %+v avg %g", k, got, o.windowAvg[k], want, avgOf(want)))
+			!sameAvg(want, o.WindowAvg[k]) {
+			d = append(d, fmt.Sprintf("employee_metrics_window %s: %+v avg %g, want %+v avg %g", k, got, o.WindowAvg[k], want, avgOf(want)))
 		}
 	}
-	for _, k := range union(e.metrics, o.hourly) {
-		want, got := e.metrics[k], o.hourly[k]
+	for _, k := range union(e.Metrics, o.Hourly) {
+		want, got := e.Metrics[k], o.Hourly[k]
 		hasAvg := uint64(0)
 		if want.Reviews > 0 {
 			hasAvg = 1
 		}
 		if got != (devmetrics.Metrics{PRsMerged: want.PRsMerged, ReviewComments: want.ReviewComments, Reviews: hasAvg,
-			Deployments: want.Deployments, Incidents: want.Incidents}) || !sameAvg(want, o.hourlyAvg[k]) {
-			d = append(d, fmt.Sprintf("employee_metrics_hourly %s: %+v avg %g, want %+v avg %g", k, got, o.hourlyAvg[k], want, avgOf(want)))
+			Deployments: want.Deployments, Incidents: want.Incidents}) || !sameAvg(want, o.HourlyAvg[k]) {
+			d = append(d, fmt.Sprintf("employee_metrics_hourly %s: %+v avg %g, want %+v avg %g", k, got, o.HourlyAvg[k], want, avgOf(want)))
 		}
 	}
-	for name, pair := range map[string][2]map[string]uint64{"deployments": {e.deployments, o.deployments}, "incidents": {e.incidents, o.incidents}} {
+	for name, pair := range map[string][2]map[string]uint64{"deployments": {e.deployments, o.Deployments}, "incidents": {e.incidents, o.Incidents}} {
 		for _, k := range union(pair[0], pair[1]) {
 			if pair[0][k] != pair[1][k] {
 				d = append(d, fmt.Sprintf("%s FINAL %s: %d, want %d", name, k, pair[1][k], pair[0][k]))
@@ -219,7 +219,7 @@ func union[V any](a, b map[string]V) []string {
 	return keys
 }
 
-func summarize(d []string) string {
+func Summarize(d []string) string {
 	if len(d) > 10 {
 		d = append(d[:10:10], fmt.Sprintf("... and %d more", len(d)-10))
 	}
