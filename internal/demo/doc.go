@@ -11,11 +11,13 @@
 //	go run ./internal/cmd/demo            # embedded ClickHouse and Kafka
 //	go run ./internal/cmd/demo -events 20000 -kills 5
 //
-// Its pieces are usable on their own (the chaos runner reuses them):
-// StartServers (embedded ClickHouse with a watchdog, Kafka in its own
-// process), BuildBinaries and StartGateway, Supervisor (keeps processor
-// processes running, kills one with SIGKILL on request), FaultPlan (what
-// to kill at which delivery), and Run, the whole demo from a Config.
+// Its pieces are usable on their own (the chaos run, package
+// internal/chaos, drives them): StartServers (embedded ClickHouse with a
+// watchdog, Kafka in its own process), BuildBinaries and StartGateway,
+// Supervisor (keeps processor processes running, kills one with SIGKILL on
+// request), Pipeline (one run's servers, gateway, processors and
+// providers), FaultPlan (what to kill at which delivery), and Run, the
+// whole demo from a Config.
 //
 // Providers behave like the real ones. GitHub sends payloads built from
 // GitHub's own examples (@octokit/webhooks-examples, fetched into the cache)
@@ -45,33 +47,6 @@
 // (SIGTERM) with manual redeliveries, two poison records written straight
 // to Kafka. CLICKHOUSE_ADDR and KAFKA_BROKERS point it at your own servers
 // instead (which are then not killed).
-//
-// # The chaos run
-//
-// RunChaos (make chaos, command internal/cmd/chaos; chaos*.go) is the same
-// pipeline under a long randomized schedule drawn from a seed, with the
-// faults the demo does not inject (ChaosKinds): processors killed at random,
-// while they write a checkpoint (frozen with SIGSTOP until a checkpoint
-// file is being written), right after a restart while they restore and
-// replay their sink journals, and while their consumer group rebalances;
-// the gateway killed between claim and complete (Kafka's answers held
-// back until its metrics show claims whose publish has not returned);
-// Redis restarted, and down for 2.5 to 4 s; the broker killed, and failing
-// single produce, fetch, offset-commit and group requests, losing produce
-// acknowledgements after the write, dropping connections and answering
-// slowly (package kafkafault); ClickHouse killed during an insert; the S3
-// server killed with checkpoints on S3. The deliveries advance with the
-// schedule, so faults land while data flows. It prints a live progress
-// line and a closing table: faults by kind (and how many landed on the
-// moment they aim at), SIGKILLs by service, events sent and accepted, rows
-// per table, lost and duplicated events, every metric against the ground
-// truth, and the latency from a webhook's first send to its row (p50,
-// p99); it writes the same as JSON and fails, printing the seed, on any
-// difference. The seed replays the events and the order of the faults,
-// not their exact timing. TestChaos is its short version in make test.
-// With a server of your own named in the environment (CLICKHOUSE_ADDR,
-// KAFKA_BROKERS, REDIS_ADDR, S3_ENDPOINT) the run uses it and leaves out
-// the kinds that would kill or instrument it; the other kinds still run.
 //
 // The broker runs with ExpireMembers: kfake alone keeps a processor killed
 // while its group rebalances as a member for good (see package

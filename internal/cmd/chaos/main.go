@@ -5,7 +5,7 @@
 // and S3 killed at the joints that matter and the broker failing single
 // requests. It prints a live progress line, the faults as they strike, and
 // a closing table; it exits 1 on any difference and prints the seed that
-// replays the schedule. See internal/demo (chaos.go); -h lists the flags.
+// replays the schedule. See internal/chaos; -h lists the flags.
 // CLICKHOUSE_ADDR, KAFKA_BROKERS, REDIS_ADDR and S3_ENDPOINT point it at
 // servers of your own, which it uses and never kills: the fault kinds
 // aimed at them are left out.
@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/demo"
+	"github.com/exactlyonce/exactlyonce/internal/chaos"
 )
 
 func main() {
@@ -40,7 +40,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	var cfg demo.ChaosConfig
+	var cfg chaos.Config
 	var kinds string
 	fs.IntVar(&cfg.Events, "events", 20000, "webhooks the providers send")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "spread the deliveries over at least this long (0: as fast as the pipeline and the faults go)")
@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Instances, "instances", 2, "processor instances in one consumer group")
 	fs.IntVar(&cfg.FaultsPerKind, "faults-per-kind", 10, "faults of each kind (0: draw faults until the deliveries are done)")
 	fs.DurationVar(&cfg.FaultInterval, "fault-interval", 300*time.Millisecond, "mean pause between two faults")
-	fs.StringVar(&kinds, "kinds", "", "comma-separated fault kinds (default: all the configuration allows): "+strings.Join(demo.ChaosKinds(), ","))
+	fs.StringVar(&kinds, "kinds", "", "comma-separated fault kinds (default: all the configuration allows): "+strings.Join(chaos.Kinds(), ","))
 	fs.IntVar(&cfg.Orgs, "orgs", 12, "organisations (the partitioning key)")
 	fs.IntVar(&cfg.Partitions, "partitions", 4, "partitions of the Kafka topic")
 	fs.StringVar(&cfg.Checkpoints, "checkpoints", "fs", "where processors keep checkpoints: fs or s3 (an embedded versitygw; adds the s3-kill fault)")
@@ -66,6 +66,6 @@ func run(ctx context.Context, args []string) error {
 		level = slog.LevelWarn
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	_, err := demo.RunChaos(ctx, cfg)
+	_, err := chaos.Run(ctx, cfg)
 	return err
 }

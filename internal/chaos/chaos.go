@@ -1,4 +1,4 @@
-package demo
+package chaos
 
 import (
 	"context"
@@ -18,19 +18,20 @@ import (
 
 	"github.com/ClickHouse/ch-go"
 
+	"github.com/exactlyonce/exactlyonce/internal/demo"
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
 // The chaos run (make chaos, command internal/cmd/chaos) is the demo's
 // pipeline under a long randomized schedule of faults: every kind of
-// ChaosKinds, drawn at random from the seed, one after another while the
+// Kinds, drawn at random from the seed, one after another while the
 // providers deliver, then the same verdict as the demo, reported as a table
 // and as JSON. It reuses the demo's servers, binaries, providers, fake
 // GitHub with its redeliverer, supervisor and verification.
 
-// ChaosConfig is one chaos run. The zero value of every field but Events
+// Config is one chaos run. The zero value of every field but Events
 // is valid.
-type ChaosConfig struct {
+type Config struct {
 	// Events the providers send. Required.
 	Events int
 	// Orgs (the partitioning key), Partitions of the topic and processor
@@ -47,7 +48,7 @@ type ChaosConfig struct {
 	// FaultInterval is the mean pause between two faults. Default 300ms.
 	FaultInterval time.Duration
 	// Kinds are the fault kinds to inject. Default: every one of
-	// ChaosKinds that the configuration allows (s3-kill needs Checkpoints
+	// Kinds that the configuration allows (s3-kill needs Checkpoints
 	// s3, processor-kill-checkpoint needs fs).
 	Kinds []string
 	// Seed of the events and of the fault schedule.
@@ -66,30 +67,30 @@ type ChaosConfig struct {
 	// Logger receives the harness's own logs. Default: discards.
 	Logger *slog.Logger
 	// Binaries to run. Default: BuildBinaries into Dir.
-	Binaries Binaries
+	Binaries demo.Binaries
 }
 
-// ErrChaosMismatch is wrapped by RunChaos's error when ClickHouse does not
+// ErrMismatch is wrapped by Run's error when ClickHouse does not
 // hold exactly what the providers sent (an event lost or counted twice, a
 // metric off).
-var ErrChaosMismatch = errors.New("chaos: the pipeline's result differs from the ground truth")
+var ErrMismatch = errors.New("chaos: the pipeline's result differs from the ground truth")
 
-// RunChaos runs the pipeline under randomized faults and returns the
+// Run runs the pipeline under randomized faults and returns the
 // result. The error is non-nil when the run could not be carried out, or
-// wraps ErrChaosMismatch when any figure differs from the ground truth; the
+// wraps ErrMismatch when any figure differs from the ground truth; the
 // result is filled as far as the run got either way.
-func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
+func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	began := time.Now()
-	res := &ChaosResult{Seed: cfg.Seed, Events: cfg.Events, Instances: cfg.Instances, Kinds: cfg.Kinds}
+	res := &Result{Seed: cfg.Seed, Events: cfg.Events, Instances: cfg.Instances, Kinds: cfg.Kinds}
 	c := &chaos{cfg: cfg, res: res, began: began, log: map[string]*FaultCount{}}
 	for _, k := range cfg.Kinds {
 		c.log[k] = &FaultCount{}
 	}
-	c.d = &Pipeline{
-		Config: Config{Events: cfg.Events, Orgs: cfg.Orgs, Partitions: cfg.Partitions, Instances: cfg.Instances,
+	c.d = &demo.Pipeline{
+		Config: demo.Config{Events: cfg.Events, Orgs: cfg.Orgs, Partitions: cfg.Partitions, Instances: cfg.Instances,
 			Store: "redis", Seed: cfg.Seed, Dir: cfg.Dir, Checkpoints: cfg.Checkpoints, Logger: cfg.Logger,
 			Stdout: cfg.Stdout, Binaries: cfg.Binaries, Verbose: cfg.Verbose},
 		Say: c.say,
@@ -102,7 +103,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
 	}
 	res.Elapsed = time.Since(began)
 	if err == nil && !res.Pass {
-		err = fmt.Errorf("%w (seed %d)", ErrChaosMismatch, cfg.Seed)
+		err = fmt.Errorf("%w (seed %d)", ErrMismatch, cfg.Seed)
 	}
 	res.printTable(cfg.Stdout)
 	if cfg.JSON != "" {
@@ -120,7 +121,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
 	return res, nil
 }
 
-func (cfg *ChaosConfig) setDefaults() error {
+func (cfg *Config) setDefaults() error {
 	if cfg.Events <= 0 {
 		return errors.New("chaos: -events must be positive")
 	}
@@ -151,15 +152,15 @@ func (cfg *ChaosConfig) setDefaults() error {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(cfg.Kinds) == 0 {
-		for _, k := range ChaosKinds() {
+		for _, k := range Kinds() {
 			if cfg.refuse(k) == nil {
 				cfg.Kinds = append(cfg.Kinds, k)
 			}
 		}
 	}
 	for _, k := range cfg.Kinds {
-		if !slices.Contains(ChaosKinds(), k) {
-			return fmt.Errorf("chaos: unknown fault kind %q (kinds: %s)", k, strings.Join(ChaosKinds(), ","))
+		if !slices.Contains(Kinds(), k) {
+			return fmt.Errorf("chaos: unknown fault kind %q (kinds: %s)", k, strings.Join(Kinds(), ","))
 		}
 		if err := cfg.refuse(k); err != nil {
 			return err
@@ -172,7 +173,7 @@ func (cfg *ChaosConfig) setDefaults() error {
 // or instruments a server the run starts itself, and the environment names
 // the user's own instead (that server is used, never killed), or it needs
 // the other checkpoint store.
-func (cfg *ChaosConfig) refuse(k string) error {
+func (cfg *Config) refuse(k string) error {
 	if env := ownServerEnv(k); env != "" && os.Getenv(env) != "" {
 		return fmt.Errorf("chaos: %s kills or instruments the embedded server, and %s names your own (unset it, or leave %s out of -kinds)", k, env, k)
 	}
@@ -204,9 +205,9 @@ func ownServerEnv(k string) string {
 
 // chaos is one run.
 type chaos struct {
-	cfg   ChaosConfig
-	res   *ChaosResult
-	d     *Pipeline
+	cfg   Config
+	res   *Result
+	d     *demo.Pipeline
 	began time.Time
 	rng   *rand.Rand // the fault schedule's; drawn by the fault goroutine only
 
@@ -258,18 +259,18 @@ func (c *chaos) run(ctx context.Context) error {
 	if err := c.startPipeline(ctx); err != nil {
 		return err
 	}
-	examples, err := LoadGitHubExamples(ctx)
+	examples, err := demo.LoadGitHubExamples(ctx)
 	if err != nil {
 		return fmt.Errorf("GitHub's example payloads: %w", err)
 	}
-	tpl, err := PickTemplates(examples)
+	tpl, err := demo.PickTemplates(examples)
 	if err != nil {
 		return err
 	}
 	if err := d.InjectPoison(ctx); err != nil {
 		return err
 	}
-	events, err := c.deliver(ctx, NewGenerator(d.Rng, tpl, c.cfg.Orgs))
+	events, err := c.deliver(ctx, demo.NewGenerator(d.Rng, tpl, c.cfg.Orgs))
 	if err != nil {
 		return err
 	}
@@ -314,7 +315,7 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 	d.GatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.Servers.Brokers, ","), "-topic=" + d.Topic,
 		"-retry-after=1s", "-pending-ttl=8s", d.LogLevel(), "-store=redis", "-redis=" + redisAddr,
 		"-redis-prefix=chaos:" + d.DB + ":"} // this run's keys only, on a shared server too
-	d.GatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + WebhookSecret, "JIRA_WEBHOOK_SECRET=" + WebhookSecret}
+	d.GatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + demo.WebhookSecret, "JIRA_WEBHOOK_SECRET=" + demo.WebhookSecret}
 	if err := d.StartGateway(ctx, false); err != nil {
 		return err
 	}
@@ -323,12 +324,12 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 	// the faults are not compressed, and a random schedule can keep the
 	// gateway failing for tens of seconds (six Redis outages and four
 	// gateway kills in 45 s of a 1 M-event run outlasted 36 s).
-	d.Provider = &Provider{Client: &http.Client{Timeout: 10 * time.Second}, BaseURL: d.Gateway.URL(), DupRate: 0.05,
+	d.Provider = &demo.Provider{Client: &http.Client{Timeout: 10 * time.Second}, BaseURL: d.Gateway.URL(), DupRate: 0.05,
 		JiraWindow: 5 * time.Minute}
 	if err := d.StartGitHub(ctx); err != nil {
 		return err
 	}
-	d.Supervisor = &Supervisor{Say: d.Say, Instances: c.cfg.Instances, SharedGroup: true,
+	d.Supervisor = &demo.Supervisor{Say: d.Say, Instances: c.cfg.Instances, SharedGroup: true,
 		Group: "aggregator-" + d.DB, Brokers: d.Servers.Brokers,
 		Command: []string{d.Binaries.Processor, "-pipeline=devmetrics", "-listen=127.0.0.1:0",
 			"-brokers=" + strings.Join(d.Servers.Brokers, ","), "-topic=" + d.Topic,
@@ -367,10 +368,10 @@ func (c *chaos) stateDir() string { return filepath.Join(c.d.Dir, "processor", "
 // goroutine strikes, and returns the events without their bodies (what the
 // verdict needs). The deliveries advance no faster than Duration allows
 // and, with FaultsPerKind, no faster than the faults.
-func (c *chaos) deliver(ctx context.Context, g *Generator) ([]Delivery, error) {
+func (c *chaos) deliver(ctx context.Context, g *demo.Generator) ([]demo.Delivery, error) {
 	d, n := c.d, c.cfg.Events
 	c.sentAt = make([]atomic.Int64, n)
-	events := make([]Delivery, n)
+	events := make([]demo.Delivery, n)
 	dups := make([]bool, n)
 	for i := range dups {
 		dups[i] = d.Rng.Float64() < d.Provider.DupRate
@@ -395,7 +396,7 @@ func (c *chaos) deliver(ctx context.Context, g *Generator) ([]Delivery, error) {
 	)
 	type job struct {
 		i  int
-		dl Delivery
+		dl demo.Delivery
 	}
 	jobs := make(chan job, 64)
 	for range 16 {
@@ -410,15 +411,15 @@ func (c *chaos) deliver(ctx context.Context, g *Generator) ([]Delivery, error) {
 			}
 		})
 	}
-	c.say("delivering %d webhooks of %d organisations (%v of event time) while faults strike", n, c.cfg.Orgs, EventSpan)
+	c.say("delivering %d webhooks of %d organisations (%v of event time) while faults strike", n, c.cfg.Orgs, demo.EventSpan)
 	start := time.Now()
 	total := c.cfg.FaultsPerKind * len(c.cfg.Kinds)
 	for i := range n {
-		dl := g.Nth(i, n, EventSpan)
+		dl := g.Nth(i, n, demo.EventSpan)
 		// Pace: not before Duration*i/n, not ahead of the faults.
 		if c.cfg.Duration > 0 {
 			if wait := time.Until(start.Add(time.Duration(float64(c.cfg.Duration) * float64(i) / float64(n)))); wait > 0 {
-				if !Sleep(ctx, nil, wait) {
+				if !demo.Sleep(ctx, nil, wait) {
 					break
 				}
 			}
@@ -436,7 +437,7 @@ func (c *chaos) deliver(ctx context.Context, g *Generator) ([]Delivery, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		events[i] = Delivery{Provider: dl.Provider, ID: dl.ID, Want: dl.Want, Reject: dl.Reject} // no body: 1M of them would not fit
+		events[i] = demo.Delivery{Provider: dl.Provider, ID: dl.ID, Want: dl.Want, Reject: dl.Reject} // no body: 1M of them would not fit
 	}
 	close(jobs)
 	wg.Wait()

@@ -1,4 +1,4 @@
-package demo
+package chaos
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/ClickHouse/ch-go/proto"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/exactlyonce/exactlyonce/internal/demo"
 	"github.com/exactlyonce/exactlyonce/internal/embedded/kafkafault"
 )
 
@@ -61,8 +62,8 @@ const (
 // kafkafault.Kind.
 const kafkaKindPrefix = "kafka-"
 
-// ChaosKinds lists every fault kind of a chaos run.
-func ChaosKinds() []string {
+// Kinds lists every fault kind of a chaos run.
+func Kinds() []string {
 	kinds := []string{KindProcessorKill, KindProcessorKillCheckpoint, KindProcessorKillReplay, KindProcessorKillRebalance,
 		KindGatewayKill, KindRedisRestart, KindRedisDown, KindKafkaKill, KindClickHouseKill, KindS3Kill}
 	for _, k := range kafkafault.Kinds() {
@@ -101,7 +102,7 @@ func (c *chaos) strike(ctx context.Context) {
 		}
 		c.setStatus("last: " + kind)
 		pause := time.Duration(c.rng.ExpFloat64() * float64(c.cfg.FaultInterval))
-		if !Sleep(ctx, nil, pause) {
+		if !demo.Sleep(ctx, nil, pause) {
 			return
 		}
 	}
@@ -151,7 +152,7 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 		failedBefore := d.Provider.Retries.Load() + d.Provider.GitHubFailed.Load()
 		_ = c.redis.Kill()
 		c.kill("redis", true)
-		Sleep(ctx, nil, down)
+		demo.Sleep(ctx, nil, down)
 		err := c.redis.Start(context.WithoutCancel(ctx))
 		if kind == KindRedisDown {
 			// Hit: deliveries answered 503 (or not at all) because it was
@@ -170,7 +171,7 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 		_ = d.Servers.Kafka.Kill()
 		c.kill("kafka", true)
 		down := between(300*time.Millisecond, 1500*time.Millisecond)
-		Sleep(ctx, nil, down)
+		demo.Sleep(ctx, nil, down)
 		err := d.Servers.Kafka.Start(context.WithoutCancel(ctx))
 		return err == nil, fmt.Sprintf("Kafka broker down for %v (%v)", down.Round(time.Millisecond), errOrOK(err))
 	case KindClickHouseKill:
@@ -182,7 +183,7 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 		_ = d.S3.Kill()
 		c.kill("s3", true)
 		down := between(300*time.Millisecond, 1500*time.Millisecond)
-		Sleep(ctx, nil, down)
+		demo.Sleep(ctx, nil, down)
 		err := d.S3.Start(context.WithoutCancel(ctx))
 		return err == nil, fmt.Sprintf("S3 down for %v (%v)", down.Round(time.Millisecond), errOrOK(err))
 	}
@@ -232,7 +233,7 @@ func (c *chaos) killInCheckpoint(ctx context.Context) (bool, string) {
 	for try := 0; try < 200 && ctx.Err() == nil; try++ {
 		cmd := sup.Instance(c.rng)
 		if cmd == nil {
-			Sleep(ctx, nil, 50*time.Millisecond)
+			demo.Sleep(ctx, nil, 50*time.Millisecond)
 			continue
 		}
 		if cmd.Process.Signal(syscall.SIGSTOP) != nil {
@@ -251,7 +252,7 @@ func (c *chaos) killInCheckpoint(ctx context.Context) (bool, string) {
 			return true, fmt.Sprintf("processor pid %d killed while writing %s (look %d)", cmd.Process.Pid, fresh, try+1)
 		}
 		_ = cmd.Process.Signal(syscall.SIGCONT)
-		Sleep(ctx, nil, time.Duration(c.rng.IntN(40))*time.Millisecond)
+		demo.Sleep(ctx, nil, time.Duration(c.rng.IntN(40))*time.Millisecond)
 	}
 	pid, ok := sup.KillOne(c.rng, -1)
 	c.kill("processor", ok)
@@ -295,7 +296,7 @@ func (c *chaos) killInReplay(ctx context.Context, after time.Duration) (bool, st
 		return false, fmt.Sprintf("processor pid %d killed; it was not restarted in 10s", pid)
 	}
 	started := time.Now()
-	Sleep(ctx, nil, after)
+	demo.Sleep(ctx, nil, after)
 	if sup.CmdOf(i) != next {
 		return false, fmt.Sprintf("processor pid %d killed; its successor exited on its own", pid)
 	}
@@ -383,8 +384,8 @@ func (c *chaos) killClickHouse(ctx context.Context, down time.Duration) (bool, s
 	}
 	_ = d.Servers.ClickHouse.Kill()
 	c.kill("clickhouse", true)
-	Sleep(ctx, nil, down)
-	ok := BringUp(context.WithoutCancel(ctx), d.Servers.ClickHouse, func(t time.Duration) bool { return Sleep(ctx, nil, t) }, c.say)
+	demo.Sleep(ctx, nil, down)
+	ok := demo.BringUp(context.WithoutCancel(ctx), d.Servers.ClickHouse, func(t time.Duration) bool { return demo.Sleep(ctx, nil, t) }, c.say)
 	state := "during an insert"
 	if !hit {
 		state = "(no insert seen in 3s)"
@@ -426,7 +427,7 @@ func (c *chaos) heal(ctx context.Context) error {
 		}
 		c.saveKafkaStats(ctx)
 	}
-	if d.Servers.ClickHouse != nil && !BringUp(ctx, d.Servers.ClickHouse, func(t time.Duration) bool { return Sleep(ctx, nil, t) }, c.say) {
+	if d.Servers.ClickHouse != nil && !demo.BringUp(ctx, d.Servers.ClickHouse, func(t time.Duration) bool { return demo.Sleep(ctx, nil, t) }, c.say) {
 		return ctx.Err()
 	}
 	if c.redis != nil {

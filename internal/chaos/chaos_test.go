@@ -1,4 +1,4 @@
-package demo
+package chaos
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/demo"
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/stretchr/testify/assert"
@@ -25,7 +26,7 @@ import (
 // killed during an insert), then the S3 server holding the checkpoints
 // killed three times. Each run must end with every event exactly once and
 // every metric exact, after at least 20 SIGKILLs across all services.
-// Replay a failure with CHAOS_SEED=N go test -run TestChaos ./internal/demo.
+// Replay a failure with CHAOS_SEED=N go test -run TestChaos ./internal/chaos.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end chaos runs of about a minute")
@@ -44,19 +45,19 @@ func TestChaos(t *testing.T) {
 	t.Logf("seed %d (set CHAOS_SEED to replay it)", seed)
 	tests := []struct {
 		name     string
-		cfg      ChaosConfig
+		cfg      Config
 		minKills int
 		killed   []string
 	}{
 		{
 			name:     "every kind",
-			cfg:      ChaosConfig{Events: 2000, FaultsPerKind: 2},
+			cfg:      Config{Events: 2000, FaultsPerKind: 2},
 			minKills: 20,
 			killed:   []string{"processor", "gateway", "redis", "kafka", "clickhouse"},
 		},
 		{
 			name: "checkpoints on S3",
-			cfg: ChaosConfig{Events: 1000, FaultsPerKind: 3, Checkpoints: "s3",
+			cfg: Config{Events: 1000, FaultsPerKind: 3, Checkpoints: "s3",
 				Kinds: []string{KindS3Kill, KindProcessorKill, KindProcessorKillReplay}},
 			minKills: 9,
 			killed:   []string{"s3", "processor"},
@@ -69,7 +70,7 @@ func TestChaos(t *testing.T) {
 			cfg := tt.cfg
 			cfg.Seed, cfg.Dir, cfg.Stdout, cfg.Binaries = seed, t.TempDir(), testWriter{t}, binaries(t)
 			cfg.JSON = filepath.Join(cfg.Dir, "chaos.json")
-			res, err := RunChaos(ctx, cfg)
+			res, err := Run(ctx, cfg)
 			require.NoError(t, err)
 			assert.True(t, res.Pass)
 			assert.Zero(t, res.Lost, "lost events")
@@ -126,7 +127,7 @@ func TestChaosOnYourServers(t *testing.T) {
 		t.Cleanup(func() { _ = srv.Stop() })
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); WatchClickHouse(ctx, srv, t.Logf) }()
+		go func() { defer close(done); demo.WatchClickHouse(ctx, srv, t.Logf) }()
 		t.Cleanup(func() { stop(); <-done })
 		return srv.Addr()
 	})
@@ -138,14 +139,14 @@ func TestChaosOnYourServers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	_, err := RunChaos(ctx, ChaosConfig{Events: 10, Kinds: []string{KindProcessorKill, KindKafkaKill}, Stdout: io.Discard})
+	_, err := Run(ctx, Config{Events: 10, Kinds: []string{KindProcessorKill, KindKafkaKill}, Stdout: io.Discard})
 	require.ErrorContains(t, err, "KAFKA_BROKERS", "a kind that kills your Kafka")
-	_, err = RunChaos(ctx, ChaosConfig{Events: 10, Kinds: []string{KindClickHouseKill}, Stdout: io.Discard})
+	_, err = Run(ctx, Config{Events: 10, Kinds: []string{KindClickHouseKill}, Stdout: io.Discard})
 	require.ErrorContains(t, err, "CLICKHOUSE_ADDR")
 
-	cfg := ChaosConfig{Events: 1000, FaultsPerKind: 2, Seed: uint64(time.Now().UnixNano()),
+	cfg := Config{Events: 1000, FaultsPerKind: 2, Seed: uint64(time.Now().UnixNano()),
 		Dir: t.TempDir(), Stdout: testWriter{t}, Binaries: binaries(t)}
-	res, err := RunChaos(ctx, cfg)
+	res, err := Run(ctx, cfg)
 	require.NoError(t, err, "seed %d", cfg.Seed)
 	assert.True(t, res.Pass)
 	assert.Zero(t, res.Lost, "lost events")
@@ -164,7 +165,7 @@ func TestChaosOnYourServers(t *testing.T) {
 // "lost: 0, duplicated: 0" and an empty fault table, which read as a pass.
 func TestChaosTableSaysWhatWasNotVerified(t *testing.T) {
 	var b strings.Builder
-	r := &ChaosResult{Seed: 7, Faults: map[string]*FaultCount{KindProcessorKill: {Injected: 200, Hit: 200}}}
+	r := &Result{Seed: 7, Faults: map[string]*FaultCount{KindProcessorKill: {Injected: 200, Hit: 200}}}
 	r.printTable(&b)
 	assert.Contains(t, b.String(), "NOT VERIFIED")
 	assert.NotContains(t, b.String(), "lost: 0")

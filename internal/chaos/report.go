@@ -1,4 +1,4 @@
-package demo
+package chaos
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/internal/demo"
 )
 
 // FaultCount is what the faults of one kind did.
@@ -41,9 +42,9 @@ type MetricCheck struct {
 	Hourly float64 `json:"hourly_mv"` // NaN (null in JSON) where the table does not hold it
 }
 
-// ChaosResult is the outcome of a chaos run; RunChaos prints it as a table
+// Result is the outcome of a chaos run; Run prints it as a table
 // and writes it as JSON.
-type ChaosResult struct {
+type Result struct {
 	Seed      uint64                 `json:"seed"`
 	Events    int                    `json:"events"`
 	Instances int                    `json:"processor_instances"`
@@ -83,7 +84,7 @@ type ChaosResult struct {
 	Error       string        `json:"error,omitempty"`
 }
 
-func (r *ChaosResult) totalFaults() int {
+func (r *Result) totalFaults() int {
 	n := 0
 	for _, f := range r.Faults {
 		n += f.Injected
@@ -105,23 +106,23 @@ func (c *chaos) collectFaults() {
 // verify waits until every Kafka record is checkpointed and ClickHouse
 // holds exactly what was sent, or the convergence timeout passes, and
 // fills the result with what ClickHouse holds.
-func (c *chaos) verify(ctx context.Context, events []Delivery) error {
+func (c *chaos) verify(ctx context.Context, events []demo.Delivery) error {
 	d := c.d
-	want := Expect(events)
+	want := demo.Expect(events)
 	c.res.Counted, c.res.Accepted = want.Events, c.delivered.Load()
 	c.res.ProcessorExits = d.Supervisor.Failures()
 	c.collectFaults()
-	timeout := max(ConvergeTimeout(), time.Duration(c.cfg.Events/500)*time.Second)
+	timeout := max(demo.ConvergeTimeout(), time.Duration(c.cfg.Events/500)*time.Second)
 	deadline := time.Now().Add(timeout)
 	var (
-		got Observed
+		got demo.Observed
 		gap []string
 	)
 	for {
-		lag, lagErr := CheckpointLag(ctx, d.Servers.Brokers, d.Topic, c.cfg.Partitions, d.Supervisor.Joined())
-		o, err := Observe(ctx, d.Servers.ClickHouseAddr, d.DB)
+		lag, lagErr := demo.CheckpointLag(ctx, d.Servers.Brokers, d.Topic, c.cfg.Partitions, d.Supervisor.Joined())
+		o, err := demo.Observe(ctx, d.Servers.ClickHouseAddr, d.DB)
 		if err == nil {
-			got, gap = o, Diff(want, o)
+			got, gap = o, demo.Diff(want, o)
 			if len(gap) == 0 && lagErr == nil && lag == 0 {
 				break
 			}
@@ -200,7 +201,7 @@ func (c *chaos) diagnose(ctx context.Context) []string {
 }
 
 // fill puts what ClickHouse holds beside the ground truth.
-func (c *chaos) fill(want Expected, got Observed) {
+func (c *chaos) fill(want demo.Expected, got demo.Observed) {
 	r := c.res
 	r.Lost = max(int64(want.Events)-int64(got.Distinct), 0)
 	r.Duplicated = int64(got.Rows) - int64(got.Distinct)
@@ -276,7 +277,7 @@ func (c *chaos) fill(want Expected, got Observed) {
 
 // latency returns the p50 and p99 of the time from each counted event's
 // first send to its row's insert (the earliest, for a replayed one).
-func (c *chaos) latency(ctx context.Context, events []Delivery) (p50, p99 time.Duration, err error) {
+func (c *chaos) latency(ctx context.Context, events []demo.Delivery) (p50, p99 time.Duration, err error) {
 	sent := make(map[string]int64, len(events))
 	for i, e := range events {
 		if e.Want != nil {
@@ -321,7 +322,7 @@ func (c *chaos) latency(ctx context.Context, events []Delivery) (p50, p99 time.D
 }
 
 // printTable writes the result as the closing table.
-func (r *ChaosResult) printTable(out io.Writer) {
+func (r *Result) printTable(out io.Writer) {
 	// One write: a test's writer logs each write as one entry.
 	w := &bytes.Buffer{}
 	defer func() { _, _ = out.Write(w.Bytes()) }()
@@ -384,7 +385,7 @@ func (r *ChaosResult) printTable(out io.Writer) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "webhook to row: p50 %v, p99 %v\n", r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond))
 	if len(r.Differences) > 0 {
-		fmt.Fprintf(w, "DIFFERENCES:\n  %s\n", Summarize(r.Differences))
+		fmt.Fprintf(w, "DIFFERENCES:\n  %s\n", demo.Summarize(r.Differences))
 	}
 	fmt.Fprintf(w, "elapsed %v, seed %d\n", r.Elapsed.Round(time.Second), r.Seed)
 }
@@ -400,7 +401,7 @@ func (m MetricCheck) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]any{"metric": m.Metric, "want": f(m.Want), "window_final": f(m.Window), "hourly_mv": f(m.Hourly)})
 }
 
-func (r *ChaosResult) writeJSON(path string) error {
+func (r *Result) writeJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
@@ -411,7 +412,7 @@ func (r *ChaosResult) writeJSON(path string) error {
 // missing says, for the counted events ClickHouse lacks, whether Kafka holds
 // them (the processors skipped them) or not (acknowledged to the provider
 // but never written, or lost by the broker).
-func (c *chaos) missing(ctx context.Context, events []Delivery) string {
+func (c *chaos) missing(ctx context.Context, events []demo.Delivery) string {
 	d := c.d
 	conn, err := ch.Dial(ctx, ch.Options{Address: d.Servers.ClickHouseAddr, DialTimeout: 5 * time.Second})
 	if err != nil {
