@@ -34,10 +34,6 @@
 // so a lost ack writes no duplicate (the default, kafkapub.New, writes it
 // again; the processor's dedup drops it either way).
 //
-// -inject-publish-failures and -inject-lost-acks make a fraction of Kafka
-// publishes fail before or after the write, for demos and tests (make demo
-// uses them); the gateway warns loudly when they are set.
-//
 // On SIGTERM or SIGINT it stops being ready, stops accepting connections,
 // cuts the clients still sending a request (answered 408, so they retry),
 // finishes the deliveries in flight (bounded by -shutdown-timeout), exits 0
@@ -125,8 +121,7 @@ type config struct {
 	compression     string
 	claimCheck      claimCheck
 	idempotent      bool
-	naive           bool
-	faults          faultRates
+	demo            demoFlags // the demo harness's build only (demo.go)
 	githubSecret    string
 	jiraSecret      string
 	acceptUnsigned  bool
@@ -157,9 +152,9 @@ func (c config) secret(provider string) string {
 }
 
 // flags registers every setting on fs, each with its environment variable.
-func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, *string, *string, *string, *string) {
+func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, *string, *string, *string) {
 	s := newSettings(fs, getenv)
-	var brokers, providers, naive, level string
+	var brokers, providers, level string
 	s.String(&c.pipeline, "pipeline", "GATEWAY_PIPELINE", "tenant-minute",
 		"what to publish: tenant-minute (every signed delivery, keyed by the provider's tenant) or devmetrics (normalizable deliveries of the per-employee metrics, keyed by organisation; others answered 200 or 422 unpublished)")
 	s.String(&level, "log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error")
@@ -191,7 +186,6 @@ func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, 
 	s.String(&c.claimCheck.region, "s3-region", "S3_REGION", "us-east-1", "S3 region of -claim-check-bucket")
 	s.Bool(&c.idempotent, "idempotent-producer", "KAFKA_IDEMPOTENT",
 		"publish with Kafka's idempotent producer (producer id and sequence numbers: the broker drops a batch retried after a lost acknowledgement instead of writing it twice); needs brokers with idempotence enabled, the default since Kafka 3.0")
-	s.String(&naive, "naive", "GATEWAY_NAIVE", "", "FOR DEMONSTRATION: gateway answers 2xx before Kafka acknowledged the event (the first article's bug: a failed publish is lost); make demo NAIVE=gateway")
 	s.String(&c.githubSecret, "github-secret", "GITHUB_WEBHOOK_SECRET", "", "GitHub webhook secret")
 	s.String(&c.jiraSecret, "jira-secret", "JIRA_WEBHOOK_SECRET", "", "Jira webhook secret")
 	s.Bool(&c.acceptUnsigned, "accept-unsigned", "GATEWAY_ACCEPT_UNSIGNED",
@@ -203,8 +197,8 @@ func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, 
 	s.String(&c.kafka.sasl, "kafka-sasl", "KAFKA_SASL", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512")
 	s.String(&c.kafka.user, "kafka-user", "KAFKA_USER", "", "SASL user")
 	s.String(&c.kafka.passwd, "kafka-password", "KAFKA_PASSWORD", "", "SASL password")
-	c.faults.flags(s)
-	return s, &brokers, &providers, &naive, &level
+	c.demo.register(s)
+	return s, &brokers, &providers, &level
 }
 
 // parse reads flags, each defaulting to its environment variable. -h
@@ -213,7 +207,7 @@ func parse(args []string, getenv func(string) string, out io.Writer) (config, er
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(out)
 	var c config
-	s, brokers, providers, naive, level := flags(fs, getenv, &c)
+	s, brokers, providers, level := flags(fs, getenv, &c)
 	c.audit.register(fs, getenv) // audit.go
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage of gateway: every flag also reads the environment variable in brackets; the flag wins.\n")
@@ -249,14 +243,7 @@ func parse(args []string, getenv func(string) string, out io.Writer) (config, er
 	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
 		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)
 	}
-	switch *naive {
-	case "":
-	case "gateway":
-		c.naive = true
-	default:
-		return c, fmt.Errorf("-naive %q: the gateway runs only the naive gateway", *naive)
-	}
-	if err := c.faults.validate(); err != nil {
+	if err := c.demo.validate(); err != nil {
 		return c, err
 	}
 	if c.store != "memory" && c.store != "redis" {
@@ -397,21 +384,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		publish = pub.Publish
 		probes = append(probes, probe{"kafka", pub.Ping})
 	}
-	if cfg.faults.on() {
-		log.Warn("INJECTING KAFKA PUBLISH FAULTS: for demos and tests only", "fail_before_write", cfg.faults.before, "lose_ack", cfg.faults.after)
-		f, err := newFaultyPublish(publish, cfg.faults, mp)
-		if err != nil {
-			return err
-		}
-		publish = f.publish
+	publish, stopDemo, err := cfg.demo.wrap(publish, log, mp)
+	if err != nil {
+		return err
 	}
-
-	if cfg.naive {
-		log.Warn("NAIVE GATEWAY: deliveries are answered 2xx before Kafka acknowledged them; a failed publish loses the event (for demonstrations only)")
-		n := &naivePublish{next: publish, log: log}
-		defer n.wait() // before the publisher closes
-		publish = n.publish
-	}
+	defer stopDemo() // before the publisher closes
 
 	publish, stopAudit, err := withAudit(ctx, cfg, publish, log)
 	if err != nil {

@@ -135,7 +135,7 @@ func TestHelpListsEveryFlagAndItsVariable(t *testing.T) {
 	require.ErrorIs(t, err, flag.ErrHelp)
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	var c config
-	s, _, _, _, _ := flags(fs, env(nil), &c)
+	s, _, _, _ := flags(fs, env(nil), &c)
 	fs.VisitAll(func(f *flag.Flag) {
 		v, ok := s.env[f.Name]
 		if assert.True(t, ok, "-%s has no environment variable", f.Name) {
@@ -231,7 +231,7 @@ func TestREADMESettings(t *testing.T) {
 func settingsTable() string {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	var c config
-	s, _, _, _, _ := flags(fs, env(nil), &c)
+	s, _, _, _ := flags(fs, env(nil), &c)
 	var b strings.Builder
 	b.WriteString("| flag | environment | default | |\n|---|---|---|---|\n")
 	fs.VisitAll(func(f *flag.Flag) {
@@ -249,4 +249,17 @@ func settingsTable() string {
 	})
 	b.WriteString("| | `S3_ACCESS_KEY_ID`, `S3_SECRET_ACCESS_KEY` | | credentials of `-claim-check-bucket` (environment only) |\n")
 	return b.String()
+}
+
+// The gateway you build and deploy has none of the demo harness's flags
+// (they were 4 of its flags on main: #32); the harness's build, -tags demo,
+// adds them (demo.go).
+func TestDeployedGatewayHasNoDemoFlags(t *testing.T) {
+	var out bytes.Buffer
+	require.ErrorIs(t, run(context.Background(), []string{"-h"}, env(nil), &out), flag.ErrHelp)
+	for _, f := range []string{"-inject-publish-failures", "-inject-lost-acks", "-inject-seed", "-naive"} {
+		assert.NotContains(t, out.String(), f)
+	}
+	assert.ErrorContains(t, run(context.Background(), []string{"-naive", "gateway"}, env(nil), io.Discard),
+		"flag provided but not defined: -naive")
 }

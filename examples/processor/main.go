@@ -82,7 +82,7 @@ type config struct {
 	pipeline               string
 	logLevel               slog.Level
 	deadLetterTopic        string
-	naive                  string
+	demo                   demoFlags           // the demo harness's build only (demo.go)
 	group                  kafkasource.Options // the consumer group's timing
 	sinkMaxDelay           time.Duration
 	listen, topic, groupID string
@@ -118,7 +118,7 @@ func parse(args []string, getenv func(string) string) (config, error) {
 		"the chain: tenant-minute (chain.go: events, counts per tenant and minute) or devmetrics (package examples/devmetrics: per-employee hourly metrics, for a gateway with -pipeline devmetrics) (PROCESSOR_PIPELINE)")
 	fs.StringVar(&c.deadLetterTopic, "dlq", env("KAFKA_DLQ_TOPIC", ""),
 		"devmetrics: dead-letter topic of records it cannot normalize, each written once; empty: such a record stops the process (KAFKA_DLQ_TOPIC)")
-	fs.StringVar(&c.naive, "naive", "", "FOR DEMONSTRATION, beside the correct sinks (devmetrics only): sink runs the first article's buffering sink outside the checkpoints, into naive_sink_events; mv a sink that inserts without deduplicate_blocks_in_dependent_materialized_views, into naive_mv_events and its view (make demo NAIVE=sink or NAIVE=mv; both: sink,mv)")
+	c.demo.register(fs)
 	fs.TextVar(&c.logLevel, "log-level", levelFlag(env("LOG_LEVEL", "info")), "log level: debug, info, warn or error (LOG_LEVEL)")
 	fs.DurationVar(&c.group.SessionTimeout, "session-timeout", kafkasource.DefaultSessionTimeout, "consumer group session timeout: how soon a dead instance's partitions move")
 	fs.DurationVar(&c.group.RebalanceTimeout, "rebalance-timeout", kafkasource.DefaultRebalanceTimeout, "consumer group rebalance timeout")
@@ -158,16 +158,8 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
 		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)
 	}
-	if c.naive != "" {
-		naives, err := devmetrics.ParseNaives(c.naive)
-		if err != nil {
-			return c, err
-		}
-		for _, n := range naives {
-			if (n != devmetrics.NaiveSink && n != devmetrics.NaiveMV) || c.pipeline != "devmetrics" {
-				return c, fmt.Errorf("-naive %q: the processor runs only the naive sink and mv, with -pipeline devmetrics", c.naive)
-			}
-		}
+	if _, err := c.demo.naives(c.pipeline); err != nil {
+		return c, err
 	}
 	if c.deadLetterTopic != "" && c.pipeline != "devmetrics" {
 		return c, errors.New("-dlq: only the devmetrics chain has a dead-letter topic")
@@ -250,14 +242,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	sinkOpts := chsink.Options{Database: cfg.database, User: cfg.chUser, Password: cfg.chPassword, Client: chOpts,
 		MaxDelay: cfg.sinkMaxDelay, Logger: log, MeterProvider: mp}
 	var chain kafkasource.NewProcessor
-	naives, _ := devmetrics.ParseNaives(cfg.naive) // checked by parse
+	naives, _ := cfg.demo.naives(cfg.pipeline) // checked by parse
 	switch cfg.pipeline {
 	case "devmetrics":
 		if cfg.createTables {
 			if err := devmetrics.CreateTables(ctx, chOpts, cfg.database); err != nil {
 				return err
 			}
-			if err := createNaiveTables(ctx, chOpts, cfg.database, naives); err != nil {
+			if err := cfg.demo.createTables(ctx, chOpts, cfg.database); err != nil {
 				return err
 			}
 		}
@@ -363,24 +355,4 @@ func openStorage(cfg config) (checkpoint.Storage, error) {
 		return nil, fmt.Errorf("-s3-bucket: %w", err)
 	}
 	return st, nil
-}
-
-// createNaiveTables creates what the naive joints need (-naive).
-func createNaiveTables(ctx context.Context, opts ch.Options, database string, naives []devmetrics.Naive) error {
-	if len(naives) == 0 {
-		return nil
-	}
-	c, err := ch.Dial(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("connect to ClickHouse at %s: %w", opts.Address, err)
-	}
-	defer c.Close()
-	for _, n := range naives {
-		for _, q := range devmetrics.NaiveDDL(database, n) {
-			if err := c.Do(ctx, ch.Query{Body: q}); err != nil {
-				return fmt.Errorf("create the naive tables: %w", err)
-			}
-		}
-	}
-	return nil
 }

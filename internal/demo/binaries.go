@@ -30,11 +30,14 @@ type Binaries struct {
 const modulePath = "github.com/exactlyonce/exactlyonce"
 
 // BuildBinaries builds examples/gateway and examples/processor into dir
-// with the go tool. The current directory must be inside the module (go
-// run and go test run there); the build cache makes a second build quick.
+// with the go tool, with the build tag demo: the binaries users deploy
+// plus the harness's fault and naive flags (examples/gateway/demo.go,
+// examples/processor/demo.go), which a plain build does not have. The
+// current directory must be inside the module (go run and go test run
+// there); the build cache makes a second build quick.
 func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
 	b := Binaries{Gateway: filepath.Join(dir, "gateway"), Processor: filepath.Join(dir, "processor")}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "demo", "-o", dir+string(filepath.Separator),
 		modulePath+"/examples/gateway", modulePath+"/examples/processor")
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
 	if out, err := cmd.CombinedOutput(); err != nil {
