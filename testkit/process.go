@@ -157,6 +157,11 @@ func (p *Process) Terminate(d time.Duration) error {
 	return p.Wait(d)
 }
 
+// Signal sends sig and returns at once, for a test that acts while the
+// process handles it (a delivery in flight during a graceful stop); Wait
+// or Exited tell when it is gone.
+func (p *Process) Signal(sig syscall.Signal) { p.t.Helper(); p.signal(sig, false) }
+
 // Restart kills the process if it runs and starts it again.
 func (p *Process) Restart() {
 	p.t.Helper()

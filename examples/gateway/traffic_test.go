@@ -284,10 +284,9 @@ func TestSIGTERMDrains(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	help := exec.Command(bin, "-h")
-	out, err = help.CombinedOutput()
-	require.NoError(t, err, "-h exits 0")
-	assert.Contains(t, string(out), "GATEWAY_SHUTDOWN_TIMEOUT")
+	help := testkit.Command(t, bin, []string{"-h"})
+	require.NoError(t, help.Wait(time.Minute), "-h exits 0")
+	assert.Contains(t, help.Logs(), "GATEWAY_SHUTDOWN_TIMEOUT")
 
 	k, err := embedded.StartKafka(embedded.KafkaOptions{}) // with fault injection
 	require.NoError(t, err)
@@ -295,19 +294,8 @@ func TestSIGTERMDrains(t *testing.T) {
 	topic := testkit.Name(t, "webhooks")
 	testkit.CreateTopic(t, k.Brokers(), topic, 1)
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "-providers", "github", "-github-secret", testSecret, "-listen", addr,
-		"-brokers", strings.Join(k.Brokers(), ","), "-topic", topic, "-shutdown-timeout", "15s")
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", logs.String())
-		}
-	})
+	gw := testkit.Command(t, bin, []string{"-providers", "github", "-github-secret", testSecret, "-listen", addr,
+		"-brokers", strings.Join(k.Brokers(), ","), "-topic", topic, "-shutdown-timeout", "15s"})
 	g := &testGateway{url: "http://" + addr}
 	require.Eventually(t, func() bool { s, _ := g.get("/readyz"); return s == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
 
@@ -328,13 +316,13 @@ func TestSIGTERMDrains(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // the deliveries are read and publishing
 	start := time.Now()
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	gw.Signal(syscall.SIGTERM)
 	select {
-	case err := <-exited:
-		assert.NoError(t, err, "exit status 0")
+	case <-gw.Exited():
+		assert.NoError(t, gw.Err(), "exit status 0")
 	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Signal(syscall.SIGQUIT)
-		<-exited
+		gw.Signal(syscall.SIGQUIT) // its goroutines, in the log
+		<-gw.Exited()
 		t.Fatal("no exit within the shutdown timeout")
 	}
 	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
@@ -342,5 +330,5 @@ func TestSIGTERMDrains(t *testing.T) {
 	for range n {
 		assert.Equal(t, http.StatusAccepted, <-statuses, "a delivery in flight is drained, not cut")
 	}
-	assert.Contains(t, logs.String(), "gateway stopped cleanly")
+	assert.Contains(t, gw.Logs(), "gateway stopped cleanly")
 }

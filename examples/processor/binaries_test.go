@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,65 +25,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type proc struct {
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan error
-}
-
-func start(t *testing.T, bin string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start())
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s output:\n%s", filepath.Base(bin), p.out.String())
-		}
-	})
-	return p
-}
-
-func (p *proc) signal(t *testing.T, sig syscall.Signal) error {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(sig))
-	return p.wait(t)
-}
-
-// wait returns the process's exit error once it has exited.
-func (p *proc) wait(t *testing.T) error {
-	t.Helper()
-	select {
-	case err := <-p.done:
-		p.done <- err // for the cleanup
-		return err
-	case <-time.After(time.Minute):
-		t.Fatalf("%s did not exit", p.cmd.Path)
-		return nil
-	}
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -105,14 +44,11 @@ func get(url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func waitReady(t *testing.T, addr string, p *proc) {
+func waitReady(t *testing.T, addr string, p *testkit.Process) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		select {
-		case err := <-p.done:
-			p.done <- err
-			t.Fatalf("%s exited: %v\n%s", p.cmd.Path, err, p.out.String())
-		default:
+		if !p.Running() {
+			t.Fatalf("exited before it was ready: %v", p.Err())
 		}
 		code, _ := get("http://" + addr + "/readyz")
 		return code == http.StatusOK
@@ -151,19 +87,19 @@ func TestBinaries(t *testing.T) {
 	kafkaFlags := []string{"-brokers", brokers, "-topic", "webhooks", "-kafka-tls", "-kafka-ca", caFile}
 
 	// No secrets: refused, loudly.
-	out, err := exec.Command(gatewayBin, append([]string{"-listen", freeAddr(t)}, kafkaFlags...)...).CombinedOutput()
-	require.Error(t, err)
-	assert.Contains(t, string(out), "no webhook secret")
+	refused := testkit.Command(t, gatewayBin, append([]string{"-listen", freeAddr(t)}, kafkaFlags...))
+	require.Error(t, refused.Wait(time.Minute))
+	assert.Contains(t, refused.Logs(), "no webhook secret")
 
 	const secret = "s3cret"
 	gwAddr := freeAddr(t)
 	gwArgs := append([]string{"-listen", gwAddr, "-store", "redis", "-redis", redisAddr,
 		"-github-secret", secret, "-jira-secret", secret}, kafkaFlags...)
-	gw := start(t, gatewayBin, gwArgs...)
+	gw := testkit.Command(t, gatewayBin, gwArgs)
 	procAddr := freeAddr(t)
 	procArgs := append([]string{"-listen", procAddr, "-group", "processor", "-clickhouse", chAddr, "-database", db,
 		"-state-dir", t.TempDir(), "-checkpoint-interval", "200ms"}, kafkaFlags...)
-	pr := start(t, processorBin, procArgs...)
+	pr := testkit.Command(t, processorBin, procArgs)
 	waitReady(t, gwAddr, gw)
 	waitReady(t, procAddr, pr)
 
@@ -192,11 +128,11 @@ func TestBinaries(t *testing.T) {
 	require.Eventually(t, func() bool { return count("SELECT count() FROM events") == 20 }, time.Minute, 50*time.Millisecond)
 
 	// kill -9 the processor, deliver more, start it again.
-	require.Error(t, pr.signal(t, syscall.SIGKILL))
+	pr.Kill()
 	for i := 20; i < 40; i++ {
 		send(i)
 	}
-	pr = start(t, processorBin, procArgs...)
+	pr.Start()
 	waitReady(t, procAddr, pr)
 	require.Eventually(t, func() bool { return count("SELECT count() FROM events") >= 40 }, time.Minute, 50*time.Millisecond)
 	// The SDK's metrics on /metrics.
@@ -211,8 +147,7 @@ func TestBinaries(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "the processor's metrics on /metrics")
 
 	// kill -9 the gateway; the restarted one answers redeliveries from Redis.
-	require.Error(t, gw.signal(t, syscall.SIGKILL))
-	gw = start(t, gatewayBin, gwArgs...)
+	gw.Restart() // SIGKILL, then start again
 	waitReady(t, gwAddr, gw)
 	for i := range 5 {
 		send(i)
@@ -238,8 +173,8 @@ func TestBinaries(t *testing.T) {
 		idempotency.HeaderGitHubSignature, hex.EncodeToString(mac.Sum(nil)), idempotency.HeaderGitHubDelivery,
 		idempotency.HeaderGitHubEvent, len(body), body[:10])
 	time.Sleep(200 * time.Millisecond) // the server is reading the body
-	require.NoError(t, gw.cmd.Process.Signal(syscall.SIGTERM))
-	require.Eventually(t, func() bool { return strings.Contains(gw.out.String(), "shutting down") }, 10*time.Second, 10*time.Millisecond)
+	gw.Signal(syscall.SIGTERM)
+	require.Eventually(t, func() bool { return strings.Contains(gw.Logs(), "shutting down") }, 10*time.Second, 10*time.Millisecond)
 	_, err = net.DialTimeout("tcp", gwAddr, time.Second)
 	assert.Error(t, err, "no new connection once shutting down")
 	_, err = io.WriteString(conn, body[10:])
@@ -248,12 +183,12 @@ func TestBinaries(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusAccepted, resp.StatusCode, "the delivery in flight is finished")
-	assert.NoError(t, gw.wait(t))
-	assert.Contains(t, gw.out.String(), "gateway stopped cleanly")
+	assert.NoError(t, gw.Wait(time.Minute))
+	assert.Contains(t, gw.Logs(), "gateway stopped cleanly")
 	require.Eventually(t, func() bool { return count("SELECT count() FROM events WHERE event_id = 'in-flight'") == 1 },
 		time.Minute, 50*time.Millisecond, "and published")
 
 	// SIGTERM of the processor: a last checkpoint, then a clean exit.
-	assert.NoError(t, pr.signal(t, syscall.SIGTERM))
-	assert.Contains(t, pr.out.String(), "last checkpoint taken")
+	assert.NoError(t, pr.Terminate(time.Minute))
+	assert.Contains(t, pr.Logs(), "last checkpoint taken")
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,4 +117,22 @@ func TestKafkaWrongCA(t *testing.T) {
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "stopped at once, not at the test's deadline")
 	assert.Contains(t, err.Error(), "certificate signed by unknown authority")
 	t.Logf("stopped: %v", err)
+}
+
+// syncBuffer collects the output of run in a goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
