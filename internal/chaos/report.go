@@ -461,39 +461,16 @@ func (c *chaos) missing(ctx context.Context, events []demo.Delivery) string {
 // topicEventIDs returns the event id of every record of topic, with where
 // it lies ("p/offset").
 func topicEventIDs(ctx context.Context, brokers []string, topic string, partitions int) (map[string]string, error) {
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
 	out := map[string]string{}
-	for p := range partitions {
-		for offset := int64(0); ; {
-			resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: offset,
-				MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 50 * time.Millisecond})
-			if err == nil {
-				err = resp.Error
-			}
-			if err != nil {
-				return nil, err
-			}
-			if offset >= resp.HighWatermark {
-				break
-			}
-			for {
-				r, err := resp.Records.ReadRecord()
-				if err != nil {
-					break
-				}
-				if r.Offset < offset {
-					continue
-				}
-				offset = r.Offset + 1
-				if md, err := kafkapub.ReadMetadata(kafka.Message{Headers: r.Headers}); err == nil {
-					if _, ok := out[md.EventID]; !ok {
-						out[md.EventID] = fmt.Sprintf("%d/%d", p, r.Offset)
-					}
-				}
+	err := demo.ScanTopic(ctx, brokers, topic, partitions, func(m kafka.Message) {
+		if md, err := kafkapub.ReadMetadata(m); err == nil {
+			if _, ok := out[md.EventID]; !ok {
+				out[md.EventID] = fmt.Sprintf("%d/%d", m.Partition, m.Offset)
 			}
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

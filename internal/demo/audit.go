@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -205,47 +204,17 @@ func writeAuditTotals(w io.Writer, rep *audit.Report, truth map[string]float64) 
 // time, decoded as the processor decodes them: what a full scan of the
 // topic gives the audit.
 func topicCounts(ctx context.Context, brokers []string, topic string, partitions int) ([]audit.Total, error) {
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
 	counts := map[audit.Key]uint64{}
 	stage := "kafka." + topic
-	for p := range partitions {
-		for offset := int64(0); ; {
-			resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: offset,
-				MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 50 * time.Millisecond})
-			if err == nil {
-				err = resp.Error
-			}
-			if err != nil {
-				return nil, err
-			}
-			if offset >= resp.HighWatermark {
-				break
-			}
-			for {
-				r, err := resp.Records.ReadRecord()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					return nil, err
-				}
-				if r.Offset < offset {
-					continue
-				}
-				offset = r.Offset + 1
-				value, err := io.ReadAll(r.Value)
-				if err != nil {
-					return nil, err
-				}
-				ev, err := devmetrics.Decode(kafka.Message{Headers: r.Headers, Value: value, Offset: r.Offset})
-				if err != nil {
-					continue // not counted, or poison
-				}
-				counts[audit.Key{Stage: stage, Tenant: ev.OrgID, Bucket: audit.BucketOf(ev.Time, time.Hour)}]++
-			}
+	err := ScanTopic(ctx, brokers, topic, partitions, func(m kafka.Message) {
+		ev, err := devmetrics.Decode(m)
+		if err != nil {
+			return // not counted, or poison
 		}
+		counts[audit.Key{Stage: stage, Tenant: ev.OrgID, Bucket: audit.BucketOf(ev.Time, time.Hour)}]++
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := make([]audit.Total, 0, len(counts))
 	for k, n := range counts {

@@ -110,12 +110,32 @@ func offsetFetch(ctx context.Context, client *kafka.Client, req *kafka.OffsetFet
 // record beyond the distinct ones is a delivery written twice (a lost ack,
 // a restarted gateway that forgot its keys).
 func topicDeliveries(ctx context.Context, brokers []string, topic string, partitions int) (records, distinct int64, err error) {
+	seen := map[string]bool{}
+	err = ScanTopic(ctx, brokers, topic, partitions, func(m kafka.Message) {
+		md, err := kafkapub.ReadMetadata(m)
+		if err != nil {
+			return // a poison record: no delivery
+		}
+		records++
+		seen[md.Source+"|"+md.EventID] = true
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return records, int64(len(seen)), nil
+}
+
+// ScanTopic reads every record of topic's partitions 0 to partitions-1,
+// from the first offset to the high watermark at the time of the read, and
+// calls fn with each (Partition, Offset, Headers and Value set), partition
+// by partition in offset order. It is the full scan the audit, the naive
+// report and the chaos report take of what Kafka holds.
+func ScanTopic(ctx context.Context, brokers []string, topic string, partitions int, fn func(kafka.Message)) error {
 	// A transport of its own: kafka-go's default one pools connections, and
 	// a pooled connection to a broker killed since fails with EOF.
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
 	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
-	seen := map[string]bool{}
 	for p := range partitions {
 		for offset := int64(0); ; {
 			resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: offset,
@@ -124,7 +144,7 @@ func topicDeliveries(ctx context.Context, brokers []string, topic string, partit
 				err = resp.Error
 			}
 			if err != nil {
-				return 0, 0, err
+				return err
 			}
 			if offset >= resp.HighWatermark {
 				break
@@ -135,20 +155,19 @@ func topicDeliveries(ctx context.Context, brokers []string, topic string, partit
 					break
 				}
 				if err != nil {
-					return 0, 0, err
+					return err
 				}
 				if r.Offset < offset {
-					continue
+					continue // the fetch answers from the start of a batch
 				}
 				offset = r.Offset + 1
-				md, err := kafkapub.ReadMetadata(kafka.Message{Headers: r.Headers})
+				value, err := io.ReadAll(r.Value)
 				if err != nil {
-					continue // a poison record: no delivery
+					return err
 				}
-				records++
-				seen[md.Source+"|"+md.EventID] = true
+				fn(kafka.Message{Topic: topic, Partition: p, Offset: r.Offset, Headers: r.Headers, Value: value, Time: r.Time})
 			}
 		}
 	}
-	return records, int64(len(seen)), nil
+	return nil
 }
