@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+
+	"github.com/exactlyonce/exactlyonce/internal/backoff"
 )
 
 // Defaults of ProducerOptions.
@@ -20,13 +23,32 @@ const (
 	DefaultDeliveryTimeout = 30 * time.Second
 	// DefaultRequestTimeout bounds each produce request on the wire.
 	DefaultRequestTimeout = 5 * time.Second
-	// DefaultRetryBackoff is the pause between two attempts of a batch.
-	DefaultRetryBackoff = 50 * time.Millisecond
+	// DefaultInitialBackoff and DefaultMaxBackoff bound the pause between
+	// two attempts of a request: it doubles from 50 ms after each failure
+	// of the same request up to 1 s, lowered by up to a fifth at random
+	// (the Java client's retry.backoff.ms and retry.backoff.max.ms, with
+	// its 20 % jitter).
+	DefaultInitialBackoff = 50 * time.Millisecond
+	DefaultMaxBackoff     = time.Second
+)
+
+// backoffMultiplier and backoffJitter complete the retry policy.
+const (
+	backoffMultiplier = 2
+	backoffJitter     = 0.2
 )
 
 var (
-	// ErrInvalid is returned for an unusable configuration or argument.
-	ErrInvalid = errors.New("kafkatxn: invalid argument")
+	// ErrInvalidOptions is wrapped by the error of a constructor
+	// (NewProducer, NewTxProducer, NewReader, and CommitPrepared's client)
+	// whose required arguments are missing or whose options cannot work: a
+	// configuration to fix, found at start-up.
+	ErrInvalidOptions = errors.New("kafkatxn: invalid options")
+	// ErrInvalidArgument is wrapped by the error of a call given an
+	// argument it cannot use (Produce without a topic or records,
+	// SendOffsets without a group, a Txn without its ids): nothing was
+	// sent.
+	ErrInvalidArgument = errors.New("kafkatxn: invalid argument")
 	// ErrClosed is returned by Produce after Close.
 	ErrClosed = errors.New("kafkatxn: producer closed")
 	// ErrOutcomeUnknown is wrapped by Produce errors after which the batch
@@ -45,8 +67,9 @@ type ProducerOptions struct {
 	DeliveryTimeout time.Duration
 	// RequestTimeout: see DefaultRequestTimeout.
 	RequestTimeout time.Duration
-	// RetryBackoff: see DefaultRetryBackoff.
-	RetryBackoff time.Duration
+	// InitialBackoff and MaxBackoff: see DefaultInitialBackoff. The
+	// attempts of a batch are bounded by DeliveryTimeout, not by a count.
+	InitialBackoff, MaxBackoff time.Duration
 	// Transport for broker connections. Default: a new kafka.Transport,
 	// closed by Close.
 	Transport *kafka.Transport
@@ -55,8 +78,8 @@ type ProducerOptions struct {
 }
 
 func (o *ProducerOptions) setDefaults() error {
-	if o.DeliveryTimeout < 0 || o.RequestTimeout < 0 || o.RetryBackoff < 0 {
-		return fmt.Errorf("%w: negative timeout or backoff", ErrInvalid)
+	if o.DeliveryTimeout < 0 || o.RequestTimeout < 0 || o.InitialBackoff < 0 || o.MaxBackoff < 0 {
+		return fmt.Errorf("%w: negative timeout or backoff", ErrInvalidOptions)
 	}
 	if o.DeliveryTimeout == 0 {
 		o.DeliveryTimeout = DefaultDeliveryTimeout
@@ -64,13 +87,30 @@ func (o *ProducerOptions) setDefaults() error {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
-	if o.RetryBackoff == 0 {
-		o.RetryBackoff = DefaultRetryBackoff
+	if o.InitialBackoff == 0 {
+		o.InitialBackoff = DefaultInitialBackoff
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = max(DefaultMaxBackoff, o.InitialBackoff)
+	}
+	if o.MaxBackoff < o.InitialBackoff {
+		return fmt.Errorf("%w: MaxBackoff %v below InitialBackoff %v", ErrInvalidOptions, o.MaxBackoff, o.InitialBackoff)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	return nil
+}
+
+// policy is the retry policy of every request: doubling waits with 20 %
+// jitter, bounded in time by the caller (DeliveryTimeout).
+func (o *ProducerOptions) policy() backoff.Policy {
+	return backoff.Policy{Initial: o.InitialBackoff, Max: o.MaxBackoff, Multiplier: backoffMultiplier, Jitter: backoffJitter}
+}
+
+// wait returns the pause after the attempt-th failed attempt (from 1).
+func (o *ProducerOptions) wait(attempt int) time.Duration {
+	return o.policy().Delay(attempt, rand.Float64)
 }
 
 // Producer is an idempotent Kafka producer (KIP-98): every batch carries the
@@ -114,7 +154,7 @@ type partState struct {
 // and returns an idempotent Producer.
 func NewProducer(ctx context.Context, brokers []string, opts ProducerOptions) (*Producer, error) {
 	if len(brokers) == 0 {
-		return nil, fmt.Errorf("%w: no brokers", ErrInvalid)
+		return nil, fmt.Errorf("%w: no brokers", ErrInvalidOptions)
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
@@ -157,7 +197,7 @@ func (p *Producer) initProducerID(ctx context.Context, pid int64, epoch int16) e
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("kafkatxn: init producer id: %w (last error: %w)", ctx.Err(), lastErr)
-		case <-time.After(p.opts.RetryBackoff):
+		case <-time.After(p.opts.wait(attempt + 1)):
 		}
 	}
 }
@@ -179,7 +219,7 @@ func (p *Producer) ProducerID() (id int64, epoch int16) {
 // that the next batch of the partition follows it in sequence.
 func (p *Producer) Produce(ctx context.Context, topic string, partition int, recs ...Record) (int64, error) {
 	if topic == "" || partition < 0 || len(recs) == 0 {
-		return 0, fmt.Errorf("%w: topic, partition and at least one record are required", ErrInvalid)
+		return 0, fmt.Errorf("%w: topic, partition and at least one record are required", ErrInvalidArgument)
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -223,7 +263,7 @@ func (p *Producer) send(tp topicPartition, ps *partState, recs []Record) (int64,
 	batch := encode(nil, h, recs, p.opts.Now())
 	unknown := false // an attempt may have been written
 	var lastErr error
-	for {
+	for attempt := 1; ; attempt++ {
 		if unknown && ps.next >= 0 {
 			// The broker dedups a retry by its sequence window, but a
 			// broker that restarted may have lost that window (kfake keeps
@@ -268,7 +308,7 @@ func (p *Producer) send(tp topicPartition, ps *partState, recs []Record) (int64,
 				_ = p.bump(context.Background(), epoch)
 			}
 			return 0, p.fail(unknown, fmt.Errorf("delivery timeout: %w", lastErr))
-		case <-time.After(p.opts.RetryBackoff):
+		case <-time.After(p.opts.wait(attempt)):
 		}
 	}
 }

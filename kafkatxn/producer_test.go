@@ -71,7 +71,7 @@ func TestProducerLostAcks(t *testing.T) {
 	loseAcks(k.Cluster(), 3)
 	ctx := context.Background()
 
-	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{RetryBackoff: time.Millisecond})
+	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{InitialBackoff: time.Millisecond})
 	require.NoError(t, err)
 	defer p.Close()
 	var wg sync.WaitGroup
@@ -145,7 +145,7 @@ func testProducerKill9(t *testing.T, srv killableBroker) {
 	ctx := context.Background()
 	// A real broker takes seconds to come back: the delivery timeout covers
 	// a restart on a loaded machine.
-	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond, DeliveryTimeout: 2 * time.Minute})
+	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{InitialBackoff: 20 * time.Millisecond, DeliveryTimeout: 2 * time.Minute})
 	require.NoError(t, err)
 	defer p.Close()
 

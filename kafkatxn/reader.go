@@ -53,10 +53,10 @@ type Reader struct {
 // NewReader returns a Reader of topic's partition starting at offset.
 func NewReader(brokers []string, topic string, partition int, offset int64, opts ReaderOptions) (*Reader, error) {
 	if len(brokers) == 0 || topic == "" || partition < 0 || offset < 0 {
-		return nil, fmt.Errorf("%w: brokers, topic, partition >= 0 and offset >= 0 are required", ErrInvalid)
+		return nil, fmt.Errorf("%w: brokers, topic, partition >= 0 and offset >= 0 are required", ErrInvalidOptions)
 	}
 	if opts.MaxBytes < 0 || opts.MaxWait < 0 {
-		return nil, fmt.Errorf("%w: negative MaxBytes or MaxWait", ErrInvalid)
+		return nil, fmt.Errorf("%w: negative MaxBytes or MaxWait", ErrInvalidOptions)
 	}
 	if opts.MaxBytes == 0 {
 		opts.MaxBytes = DefaultMaxBytes

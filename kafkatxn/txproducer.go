@@ -57,7 +57,7 @@ type TxOptions struct {
 
 func (o *TxOptions) setDefaults() error {
 	if o.TransactionTimeout < 0 {
-		return fmt.Errorf("%w: negative TransactionTimeout", ErrInvalid)
+		return fmt.Errorf("%w: negative TransactionTimeout", ErrInvalidOptions)
 	}
 	if o.TransactionTimeout == 0 {
 		o.TransactionTimeout = DefaultTransactionTimeout
@@ -128,7 +128,7 @@ type txClient struct {
 
 func newTxClient(brokers []string, opts TxOptions) (*txClient, error) {
 	if len(brokers) == 0 {
-		return nil, fmt.Errorf("%w: no brokers", ErrInvalid)
+		return nil, fmt.Errorf("%w: no brokers", ErrInvalidOptions)
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func (c *txClient) close() {
 // and aborts their open transaction, and returns a TxProducer.
 func NewTxProducer(ctx context.Context, brokers []string, transactionalID string, opts TxOptions) (*TxProducer, error) {
 	if transactionalID == "" {
-		return nil, fmt.Errorf("%w: empty transactional id", ErrInvalid)
+		return nil, fmt.Errorf("%w: empty transactional id", ErrInvalidOptions)
 	}
 	c, err := newTxClient(brokers, opts)
 	if err != nil {
@@ -193,8 +193,7 @@ const concurrentTxBackoff = 20 * time.Millisecond
 func (c *txClient) retry(ctx context.Context, op string, f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.DeliveryTimeout)
 	defer cancel()
-	backoff := c.opts.RetryBackoff
-	for {
+	for attempt := 1; ; attempt++ {
 		rctx, rcancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 		err := f(rctx)
 		rcancel()
@@ -209,15 +208,14 @@ func (c *txClient) retry(ctx context.Context, op string, f func(ctx context.Cont
 		if !coordinatorErr(err) {
 			return fmt.Errorf("kafkatxn: %s: %w", op, err)
 		}
-		wait := backoff
+		wait := c.opts.wait(attempt)
 		if isKafkaErr(err, kafka.ConcurrentTransactions) {
 			// The id's previous transaction is still writing its markers
 			// (Kafka answers this to the first request after every EndTxn
 			// for a few milliseconds; kfake never does): a short, fixed
 			// wait, as the Java client's 20 ms for this error.
-			wait = min(backoff, concurrentTxBackoff)
-		} else {
-			backoff = min(2*backoff, time.Second)
+			wait = min(c.opts.InitialBackoff, concurrentTxBackoff)
+			attempt-- // not a failure that grows the backoff
 		}
 		select {
 		case <-ctx.Done():
@@ -315,7 +313,7 @@ func (p *TxProducer) begin(ctx context.Context) error {
 // can go on.
 func (p *TxProducer) Produce(ctx context.Context, topic string, partition int, recs ...Record) (int64, error) {
 	if topic == "" || partition < 0 || len(recs) == 0 {
-		return 0, fmt.Errorf("%w: topic, partition and at least one record are required", ErrInvalid)
+		return 0, fmt.Errorf("%w: topic, partition and at least one record are required", ErrInvalidArgument)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -421,7 +419,7 @@ func (p *TxProducer) send(ctx context.Context, tp topicPartition, ps *txPart, re
 				return 0, p.broken
 			}
 			return 0, fmt.Errorf("kafkatxn: produce %s/%d: delivery timeout: %w", tp.topic, tp.partition, lastErr)
-		case <-time.After(p.c.opts.RetryBackoff):
+		case <-time.After(p.c.opts.wait(attempt + 1)):
 		}
 	}
 }
@@ -459,7 +457,7 @@ func (p *TxProducer) produceRaw(ctx context.Context, tp topicPartition, batch []
 // the next offset to read.
 func (p *TxProducer) SendOffsets(ctx context.Context, group string, generation int, member string, offsets map[string]map[int]int64) error {
 	if group == "" || len(offsets) == 0 {
-		return fmt.Errorf("%w: group and offsets are required", ErrInvalid)
+		return fmt.Errorf("%w: group and offsets are required", ErrInvalidArgument)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -596,7 +594,7 @@ func (p *TxProducer) Close() error {
 // they were written.
 func CommitPrepared(ctx context.Context, brokers []string, txn Txn, opts TxOptions) error {
 	if txn.TransactionalID == "" || txn.ProducerID < 0 {
-		return fmt.Errorf("%w: a transaction needs a transactional id and a producer id", ErrInvalid)
+		return fmt.Errorf("%w: a transaction needs a transactional id and a producer id", ErrInvalidArgument)
 	}
 	if len(txn.Partitions) == 0 {
 		return nil // nothing was written: nothing to commit

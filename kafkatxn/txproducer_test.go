@@ -205,7 +205,7 @@ func TestTxProducerCoordinatorFaults(t *testing.T) {
 	loseAcks(c, 4)
 	ctx := context.Background()
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{
-		ProducerOptions: kafkatxn.ProducerOptions{RetryBackoff: time.Millisecond},
+		ProducerOptions: kafkatxn.ProducerOptions{InitialBackoff: time.Millisecond},
 	})
 	require.NoError(t, err)
 	defer p.Close()
@@ -262,7 +262,7 @@ func testTxProducerRestart(t *testing.T, brokers []string, stop, start func()) {
 	ctx := context.Background()
 	// A real broker takes seconds to come back: the delivery timeout covers
 	// a restart on a loaded machine.
-	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{RetryBackoff: 20 * time.Millisecond, DeliveryTimeout: 2 * time.Minute}}
+	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{InitialBackoff: 20 * time.Millisecond, DeliveryTimeout: 2 * time.Minute}}
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, "txkill-tx", opts)
 	require.NoError(t, err)
 	defer func() { p.Close() }()

@@ -91,7 +91,7 @@
 // its partition's last checkpoint after an exponential backoff, bounded by
 // Restart.MaxBackoff, while the other partitions go on; each restart is
 // counted in exactlyonce.kafkasource.chain.restarts. Defaults: 1 s initial backoff,
-// doubling, at most 1 min, ±10 % jitter, reset after 5 min without a
+// doubling, at most 1 min, up to 10 % shorter at random, reset after 5 min without a
 // failure, unlimited attempts (see Restart). Any other chain error ends
 // Run.
 //

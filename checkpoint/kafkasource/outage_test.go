@@ -82,8 +82,8 @@ func TestClickHouseOutage(t *testing.T) {
 			}
 			s, err := chsink.New(ctx, chsink.Table{Addr: addr, Name: "offsets"},
 				p, storage, offsetSchema,
-				chsink.Options{Database: db, MaxDelay: 50 * time.Millisecond, MaxRetries: 2,
-					RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
+				chsink.Options{Database: db, MaxDelay: 50 * time.Millisecond, MaxAttempts: 3,
+					InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
 			if err != nil {
 				return nil, err
 			}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/backoff"
 	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
@@ -41,7 +42,8 @@ var ErrRestartsExhausted = errors.New("kafkasource: chain restarts exhausted")
 // skipped, and the caller decides.
 //
 // The n-th consecutive restart of a partition waits
-// min(MaxBackoff, InitialBackoff * Multiplier^(n-1)), spread by ±Jitter.
+// min(MaxBackoff, InitialBackoff * Multiplier^(n-1)), lowered by a random
+// fraction of at most Jitter.
 // A chain that ran ResetAfter without failing starts over at
 // InitialBackoff. Each restart adds one to the exactlyonce.kafkasource.chain.restarts
 // counter (topic and partition attributes) and logs a warning with the
@@ -65,8 +67,8 @@ type Restart struct {
 	// Multiplier of the backoff after each failed restart; at least 1.
 	// Default: DefaultRestartMultiplier (2).
 	Multiplier float64
-	// Jitter spreads each backoff by a random fraction in [-Jitter, +Jitter],
-	// so chains of many partitions do not hammer a returning server at the
+	// Jitter lowers each backoff by a random fraction of at most Jitter, so
+	// chains of many partitions do not hammer a returning server at the
 	// same instant; in [0, 1). Default: DefaultRestartJitter (0.1);
 	// negative means none.
 	Jitter float64
@@ -111,17 +113,10 @@ func (r *Restart) setDefaults() error {
 }
 
 // backoff returns the wait before the attempt-th consecutive restart (1
-// for the first).
+// for the first), by the SDK's one retry policy (internal/backoff).
 func (r *Restart) backoff(attempt int) time.Duration {
-	d := float64(r.InitialBackoff)
-	for i := 1; i < attempt && d < float64(r.MaxBackoff); i++ {
-		d *= r.Multiplier
-	}
-	d = min(d, float64(r.MaxBackoff))
-	if r.Jitter > 0 {
-		d *= 1 + r.Jitter*(2*rand.Float64()-1)
-	}
-	return time.Duration(d)
+	p := backoff.Policy{Initial: r.InitialBackoff, Max: r.MaxBackoff, Multiplier: r.Multiplier, Jitter: r.Jitter}
+	return p.Delay(attempt, rand.Float64)
 }
 
 // IsRetryable reports whether a chain's error says a server or the network

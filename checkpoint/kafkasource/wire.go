@@ -28,6 +28,7 @@ import (
 	"github.com/segmentio/kafka-go/compress"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/backoff"
 )
 
 // errMalformed marks a fetch response or record batch this decoder cannot
@@ -117,11 +118,13 @@ func (f *wireFetcher) fetchBatch(ctx context.Context) ([]kafka.Message, error) {
 		}
 		f.log.Log(ctx, level, "kafkasource: fetch failed, retrying", "topic", f.topic, "partition", f.partition,
 			"offset", f.next, "failures", f.failed, "err", err)
-		backoff := min(100*time.Millisecond<<min(f.failed-1, 4), time.Second)
+		// Doubling from 100 ms to 1 s, no jitter: each partition's fetcher
+		// is on its own schedule already.
+		wait := backoff.Policy{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2}.Delay(f.failed, nil)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 	}
 }

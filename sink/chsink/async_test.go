@@ -26,7 +26,7 @@ type asyncChain struct {
 func newAsyncChain(t *testing.T, env chEnv, addr string, storage checkpoint.Storage) *asyncChain {
 	t.Helper()
 	ctx := context.Background()
-	s := env.newSinkAt(t, addr, storage, chsink.Options{MaxDelay: time.Hour, MaxRetries: 1, RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
+	s := env.newSinkAt(t, addr, storage, chsink.Options{MaxDelay: time.Hour, MaxAttempts: 2, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})

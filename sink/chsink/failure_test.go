@@ -29,7 +29,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	store := checkpoint.NewMemStorage()
 
 	// Down for longer than the retry budget: the checkpoint fails, bounded.
-	s1 := env.newSink(t, store, chsink.Options{MaxRetries: 3, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	s1 := env.newSink(t, store, chsink.Options{MaxAttempts: 4, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	require.NoError(t, feed(ctx, t, s1, 0, 100))
 	state1, err := s1.Snapshot(ctx, 1)
 	require.NoError(t, err)
@@ -45,7 +45,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	srv.Restart()
 	env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
 
-	s2 := env.newSink(t, store, chsink.Options{MaxRetries: 20, RetryBase: 50 * time.Millisecond, RetryMax: 300 * time.Millisecond})
+	s2 := env.newSink(t, store, chsink.Options{MaxAttempts: 21, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 300 * time.Millisecond})
 	require.NoError(t, s2.Restore(ctx, state1))
 	require.NoError(t, feed(ctx, t, s2, 100, 300))
 
@@ -178,7 +178,7 @@ func TestNaiveSinkLosesRowsRealSinkDoesNot(t *testing.T) {
 
 	naive := &naiveSink{addr: px.Addr(), db: env.db, batch: 50, delay: time.Hour, lastFlush: time.Now()}
 	store := checkpoint.NewMemStorage()
-	real := env.newSinkAt(t, px.Addr(), store, chsink.Options{MaxRows: 50, MaxRetries: 2, RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
+	real := env.newSinkAt(t, px.Addr(), store, chsink.Options{MaxRows: 50, MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 
 	naiveFeed := func(from, to int64) {
 		for o := from; o < to; o++ {

@@ -93,7 +93,7 @@ func runAheadChild(t *testing.T, cfg aheadConfig) error {
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		s, err = chsink.New(ctx, chsink.Table{Addr: cfg.Addr, Name: "events"}, checkpoint.TopicPartition{Topic: "events"},
 			storage, eventSchema, chsink.Options{Database: cfg.Database, MaxDelay: time.Hour, FlushAheadMinRows: 50,
-				MaxRetries: 30, RetryMax: time.Second})
+				MaxAttempts: 31, MaxBackoff: time.Second})
 		if err == nil || time.Now().After(deadline) {
 			break
 		}

@@ -143,15 +143,11 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 			return nil, &InsertError{Intent: in, Attempts: attempt + 1, Err: errors.Join(err, ctx.Err())}
 		}
 		retryable := timedOut || IsRetryable(err)
-		if !retryable || attempt >= s.opts.MaxRetries {
+		if !retryable || !s.opts.policy().Retry(attempt+1) {
 			return nil, &InsertError{Intent: in, Attempts: attempt + 1, Permanent: !retryable, Err: err}
 		}
 		s.m.retries.Add(ctx, 1, s.m.attrs)
-		ceil := s.opts.RetryBase << min(attempt, 20)
-		if ceil > s.opts.RetryMax || ceil <= 0 {
-			ceil = s.opts.RetryMax
-		}
-		delay := time.Duration(rand.Int64N(int64(ceil) + 1))
+		delay := s.opts.policy().Delay(attempt+1, rand.Float64)
 		s.opts.Logger.Debug("chsink: insert failed, retrying", "token", in.Token, "attempt", attempt+1, "delay", delay, "err", err)
 		t := time.NewTimer(delay)
 		select {

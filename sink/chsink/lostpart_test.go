@@ -303,7 +303,7 @@ func TestRepairCrashAtEveryStep(t *testing.T) {
 			env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
 
 			crashed := errors.New("injected: crashed during the repair")
-			s := env.newSink(t, store, chsink.Options{MaxRetries: 1})
+			s := env.newSink(t, store, chsink.Options{MaxAttempts: 2})
 			dead := false // from the step on, as after a crash there
 			s.SetAfterRepairStep(func(step string) error {
 				dead = dead || step == tc.step

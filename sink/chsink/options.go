@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/backoff"
 )
 
 // Defaults for Options.
@@ -23,11 +24,14 @@ const (
 	// its insert, which outweighs that round trip only from tens of
 	// thousands of rows (BenchmarkFlushPolicy and BENCHMARKS.md).
 	DefaultFlushAheadMinRows = 50_000
-	DefaultMaxRetries        = 5
-	DefaultRetryBase         = 100 * time.Millisecond
-	DefaultRetryMax          = 5 * time.Second
-	DefaultInsertTimeout     = 30 * time.Second
-	DefaultDialTimeout       = 2 * time.Second
+	// DefaultMaxAttempts, DefaultInitialBackoff and DefaultMaxBackoff are
+	// the insert's retries: 6 attempts (the first and 5 retries), the
+	// waits between them growing from 100 ms to at most 5 s.
+	DefaultMaxAttempts    = 6
+	DefaultInitialBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Second
+	DefaultInsertTimeout  = 30 * time.Second
+	DefaultDialTimeout    = 2 * time.Second
 )
 
 // MismatchPolicy says what to do when replayed rows differ from the
@@ -146,14 +150,17 @@ type Options struct {
 	// effect.
 	FlushAheadMinRows int
 
-	// MaxRetries bounds attempts after the first failed insert of a batch;
-	// default DefaultMaxRetries; negative means no retry. When exhausted the
-	// error is returned and the checkpoint fails; the batch is never dropped.
-	MaxRetries int
-	// RetryBase and RetryMax shape the exponential backoff with full jitter:
-	// attempt n sleeps rand[0, min(RetryMax, RetryBase*2^n)). Defaults
-	// DefaultRetryBase and DefaultRetryMax.
-	RetryBase, RetryMax time.Duration
+	// MaxAttempts bounds the attempts to insert a batch, the first one
+	// included; default DefaultMaxAttempts; 1 means no retry. When
+	// exhausted the error is returned and the checkpoint fails; the batch
+	// is never dropped.
+	MaxAttempts int
+	// InitialBackoff and MaxBackoff shape the exponential backoff with full
+	// jitter (package internal/backoff, the SDK's one policy): the n-th
+	// retry waits a random time in [0, min(MaxBackoff,
+	// InitialBackoff*2^(n-1))]. Defaults DefaultInitialBackoff and
+	// DefaultMaxBackoff.
+	InitialBackoff, MaxBackoff time.Duration
 	// InsertTimeout bounds one insert attempt; default DefaultInsertTimeout.
 	InsertTimeout time.Duration
 
@@ -206,17 +213,14 @@ func (o *Options) setDefaults() error {
 	if o.FlushAheadMinRows == 0 {
 		o.FlushAheadMinRows = DefaultFlushAheadMinRows
 	}
-	if o.MaxRetries == 0 {
-		o.MaxRetries = DefaultMaxRetries
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
 	}
-	if o.MaxRetries < 0 {
-		o.MaxRetries = 0
+	if o.InitialBackoff == 0 {
+		o.InitialBackoff = DefaultInitialBackoff
 	}
-	if o.RetryBase == 0 {
-		o.RetryBase = DefaultRetryBase
-	}
-	if o.RetryMax == 0 {
-		o.RetryMax = DefaultRetryMax
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = DefaultMaxBackoff
 	}
 	if o.InsertTimeout == 0 {
 		o.InsertTimeout = DefaultInsertTimeout
@@ -235,8 +239,10 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("%w: Options.MaxRows is %d: want 0 (DefaultMaxRows) or 1 to 1000000, below the server's max_insert_block_size", ErrInvalidOptions, o.MaxRows)
 	case o.KeepCheckpoints < 0:
 		return fmt.Errorf("%w: Options.KeepCheckpoints is %d: want 0 (checkpoint.DefaultKeep) or the checkpoint store's Keep", ErrInvalidOptions, o.KeepCheckpoints)
-	case o.RetryMax < o.RetryBase:
-		return fmt.Errorf("%w: Options.RetryMax (%v) is below RetryBase (%v): want RetryMax >= RetryBase", ErrInvalidOptions, o.RetryMax, o.RetryBase)
+	case o.MaxBackoff < o.InitialBackoff:
+		return fmt.Errorf("%w: Options.MaxBackoff (%v) is below InitialBackoff (%v): want MaxBackoff >= InitialBackoff", ErrInvalidOptions, o.MaxBackoff, o.InitialBackoff)
+	case o.MaxAttempts < 0:
+		return fmt.Errorf("%w: Options.MaxAttempts is %d: want 0 (DefaultMaxAttempts) or at least 1 (1: no retry)", ErrInvalidOptions, o.MaxAttempts)
 	case o.OnMismatch < MismatchFail || o.OnMismatch > MismatchReinsert:
 		return fmt.Errorf("%w: Options.OnMismatch is %d: want MismatchFail (the zero value), MismatchKeepFirst or MismatchReinsert", ErrInvalidOptions, o.OnMismatch)
 	case o.OnOutsideWindow < WindowFail || o.OnOutsideWindow > WindowSkip:
@@ -246,10 +252,15 @@ func (o *Options) setDefaults() error {
 		name string
 		v    int64
 	}{{"MaxBytes", int64(o.MaxBytes)}, {"MaxDelay", int64(o.MaxDelay)}, {"FlushAheadMinRows", int64(o.FlushAheadMinRows)},
-		{"RetryBase", int64(o.RetryBase)}, {"InsertTimeout", int64(o.InsertTimeout)}, {"DialTimeout", int64(o.DialTimeout)}} {
+		{"InitialBackoff", int64(o.InitialBackoff)}, {"InsertTimeout", int64(o.InsertTimeout)}, {"DialTimeout", int64(o.DialTimeout)}} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: Options.%s is negative: want 0 (its default) or more", ErrInvalidOptions, f.name)
 		}
 	}
 	return nil
+}
+
+// policy is the insert's retry policy: exponential, doubling, full jitter.
+func (o *Options) policy() backoff.Policy {
+	return backoff.Policy{Initial: o.InitialBackoff, Max: o.MaxBackoff, Multiplier: 2, Jitter: 1, MaxAttempts: o.MaxAttempts}
 }

@@ -23,7 +23,8 @@ func TestNewInvalidOptions(t *testing.T) {
 		{"MaxRows too large", eventSchema, chsink.Options{MaxRows: 2_000_000}},
 		{"negative MaxBytes", eventSchema, chsink.Options{MaxBytes: -1}},
 		{"negative FlushAheadMinRows", eventSchema, chsink.Options{FlushAheadMinRows: -1}},
-		{"RetryMax below RetryBase", eventSchema, chsink.Options{RetryBase: 2, RetryMax: 1}},
+		{"MaxBackoff below InitialBackoff", eventSchema, chsink.Options{InitialBackoff: 2, MaxBackoff: 1}},
+		{"negative MaxAttempts", eventSchema, chsink.Options{MaxAttempts: -1}},
 		{"unknown MismatchPolicy", eventSchema, chsink.Options{OnMismatch: 99}},
 		{"unknown WindowPolicy", eventSchema, chsink.Options{OnOutsideWindow: 99}},
 	}

@@ -150,7 +150,7 @@ func TestFailedBackgroundInsertSurfaces(t *testing.T) {
 			env := setup(t, eventsDDL)
 			ctx := context.Background()
 			store := checkpoint.NewMemStorage()
-			s := env.newSink(t, store, chsink.Options{MaxRows: 50, RetryBase: 10 * time.Millisecond})
+			s := env.newSink(t, store, chsink.Options{MaxRows: 50, InitialBackoff: 10 * time.Millisecond})
 			require.NoError(t, feed(ctx, t, s, 0, 100))
 			state, err := s.Snapshot(ctx, 1)
 			require.NoError(t, err)

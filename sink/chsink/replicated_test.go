@@ -41,7 +41,7 @@ func TestReadOnlyReplicaKeepsBatches(t *testing.T) {
 	// The server retries a read-only insert itself first (20 times by
 	// default, backing off to 10 s): without that the test takes
 	// seconds, and the sink sees what it sees after the server's retries.
-	opts := chsink.Options{Database: db, MaxRows: 20, MaxRetries: 2, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+	opts := chsink.Options{Database: db, MaxRows: 20, MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 		Client: ch.Options{Settings: []ch.Setting{{Key: "insert_keeper_max_retries", Value: "0"}}}}
 	newSink := func() *chsink.Sink[event] {
 		s, err := chsink.New(ctx, chsink.Table{Addr: addr, Name: "events"},

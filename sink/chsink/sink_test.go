@@ -118,7 +118,7 @@ func TestQuietStreamFlushesWithinMaxDelay(t *testing.T) {
 func TestPermanentErrorFailsCheckpoint(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{RetryBase: 50 * time.Millisecond})
+	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{InitialBackoff: 50 * time.Millisecond})
 	env.exec(t, "ALTER TABLE "+env.db+".events DROP COLUMN note")
 	require.NoError(t, feed(ctx, t, s, 0, 10))
 
@@ -144,7 +144,7 @@ func TestConnectionCutDuringInsertLeavesOneCopy(t *testing.T) {
 	env.withRollup(t)
 	ctx := context.Background()
 	px := newProxy(t, env.addr)
-	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemStorage(), chsink.Options{RetryBase: 20 * time.Millisecond})
+	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemStorage(), chsink.Options{InitialBackoff: 20 * time.Millisecond})
 
 	require.NoError(t, feed(ctx, t, s, 0, 3000))
 	px.cutAfter.Store(20 << 10) // the insert block is larger than any query
@@ -163,7 +163,7 @@ func TestInsertTimeoutIsRetried(t *testing.T) {
 	ctx := context.Background()
 	px := newProxy(t, env.addr)
 	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemStorage(),
-		chsink.Options{RetryBase: 20 * time.Millisecond, InsertTimeout: 500 * time.Millisecond})
+		chsink.Options{InitialBackoff: 20 * time.Millisecond, InsertTimeout: 500 * time.Millisecond})
 
 	require.NoError(t, feed(ctx, t, s, 0, 3000))
 	px.stall.Store(true)

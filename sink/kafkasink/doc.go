@@ -6,12 +6,12 @@
 // # Tour
 //
 // New returns the Sink of one source partition's chain. Process hands it
-// records with Write; the chain's checkpoints do the rest:
+// records with Add; the chain's checkpoints do the rest:
 //
 //	s, err := kafkasink.New(brokers, "enricher", p, kafkasink.Options{})
 //	proc.Participants["out"] = s
 //	proc.Process = func(ctx context.Context, m kafka.Message) error {
-//		return s.Write(ctx, "enriched", m.Partition, kafkatxn.Record{Key: m.Key, Value: enrich(m.Value)})
+//		return s.Add(ctx, "enriched", m.Partition, kafkatxn.Record{Key: m.Key, Value: enrich(m.Value)})
 //	}
 //
 // Downstream, read the output with isolation read_committed and aborted
@@ -25,13 +25,13 @@
 // incarnation fences this one (as Kafka Streams does per task), and at most
 // one transaction of the chain is open at a time.
 //
-//  1. Write buffers records per output partition and sends them, in
+//  1. Add buffers records per output partition and sends them, in
 //     batches of Options.BatchSize, inside the open transaction.
 //  2. Snapshot (the barrier) sends the rest and returns the transaction's
 //     identity (transactional id, producer id, epoch, and each partition's
 //     first offset): the pre-commit. The checkpoint stores it.
 //  3. CheckpointCompleted commits the transaction (EndTxn); the next
-//     Write begins a new one, with its own epoch.
+//     Add begins a new one, with its own epoch.
 //  4. Restore, after a crash, commits the transaction its checkpoint
 //     recorded (kafkatxn.CommitPrepared): the checkpoint completed, so its
 //     output must be visible, whether or not the commit happened before

@@ -30,7 +30,7 @@ func Example() {
 	defer s.Close()
 	fmt.Println("transactional id:", s.TransactionalID())
 	for _, v := range []string{"a", "b", "c"} {
-		if err := s.Write(ctx, "out", 0, kafkatxn.Record{Value: []byte(v)}); err != nil {
+		if err := s.Add(ctx, "out", 0, kafkatxn.Record{Value: []byte(v)}); err != nil {
 			fmt.Println(err)
 			return
 		}

@@ -180,7 +180,7 @@ func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*ch
 				if err != nil || !first {
 					return err
 				}
-				if err := s.Write(ctx, outTopic, m.Partition, kafkatxn.Record{Key: m.Value, Value: m.Value}); err != nil {
+				if err := s.Add(ctx, outTopic, m.Partition, kafkatxn.Record{Key: m.Value, Value: m.Value}); err != nil {
 					return err
 				}
 				w := written.Add(1)

@@ -18,9 +18,12 @@ import (
 const DefaultBatchSize = 500
 
 var (
-	// ErrInvalid is wrapped by New's error for a missing argument or an
-	// invalid option.
-	ErrInvalid = errors.New("kafkasink: invalid argument")
+	// ErrInvalidOptions is wrapped by New's error for a missing argument
+	// or an invalid option.
+	ErrInvalidOptions = errors.New("kafkasink: invalid options")
+	// ErrInvalidArgument is wrapped by Add's error for a record without
+	// a topic or with a negative partition: nothing was buffered.
+	ErrInvalidArgument = errors.New("kafkasink: invalid argument")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("kafkasink: closed")
 	// ErrUnconfirmed is wrapped by a Snapshot *Error when the transaction
@@ -84,10 +87,10 @@ type Options struct {
 // takes the records written before it, and the pending part sends them and
 // records the transaction's identity in the coordinator's goroutine, while
 // records written after the barrier are buffered for the next transaction.
-// Write, SnapshotAsync and Restore are called from the chain's goroutine;
+// Add, SnapshotAsync and Restore are called from the chain's goroutine;
 // the pending part and CheckpointCompleted from the coordinator's; the
 // sink synchronises them with one mutex, which is not held while the
-// pending part sends (Write only buffers meanwhile, so the producer is the
+// pending part sends (Add only buffers meanwhile, so the producer is the
 // pending part's alone).
 type Sink struct {
 	brokers []string
@@ -126,10 +129,10 @@ var _ checkpoint.AsyncParticipant = (*Sink)(nil)
 // or restore, after a restore has resolved the restored transaction.
 func New(brokers []string, prefix string, src checkpoint.TopicPartition, opts Options) (*Sink, error) {
 	if len(brokers) == 0 || prefix == "" || src.Topic == "" || src.Partition < 0 {
-		return nil, fmt.Errorf("%w: brokers, a prefix and a source partition are required", ErrInvalid)
+		return nil, fmt.Errorf("%w: brokers, a prefix and a source partition are required", ErrInvalidOptions)
 	}
 	if opts.BatchSize < 0 {
-		return nil, fmt.Errorf("%w: negative BatchSize", ErrInvalid)
+		return nil, fmt.Errorf("%w: negative BatchSize", ErrInvalidOptions)
 	}
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultBatchSize
@@ -169,20 +172,20 @@ func (s *Sink) producer(ctx context.Context) (*kafkatxn.TxProducer, error) {
 	return p, nil
 }
 
-// Write adds recs for topic's partition to the open transaction. They are
+// Add adds recs for topic's partition to the open transaction. They are
 // buffered and sent in batches of BatchSize, and become visible to
 // read_committed consumers when the next checkpoint completes. While a
 // prepared transaction waits for its checkpoint to complete, records are
 // only buffered. An error (a failed send, a fenced producer) is sticky:
 // the chain must restart from its last checkpoint.
-func (s *Sink) Write(ctx context.Context, topic string, partition int, recs ...kafkatxn.Record) error {
+func (s *Sink) Add(ctx context.Context, topic string, partition int, recs ...kafkatxn.Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
 		return err
 	}
 	if topic == "" || partition < 0 {
-		return fmt.Errorf("%w: topic and partition >= 0 are required", ErrInvalid)
+		return fmt.Errorf("%w: topic and partition >= 0 are required", ErrInvalidArgument)
 	}
 	op := outPartition{topic, partition}
 	buf, ok := s.bufs[op]
@@ -307,7 +310,7 @@ func (s *Sink) SnapshotAsync(ctx context.Context, id checkpoint.ID) (checkpoint.
 		}
 		start := time.Now()
 		defer func() { s.m.precommit.Record(context.Background(), time.Since(start).Seconds(), s.m.opt) }()
-		// The producer is this part's alone until preparing ends: Write
+		// The producer is this part's alone until preparing ends: Add
 		// only buffers meanwhile.
 		var err error
 		for _, op := range order {
@@ -351,10 +354,10 @@ func (s *Sink) putBack(bufs map[outPartition][]kafkatxn.Record, order []outParti
 }
 
 // CheckpointCompleted commits the transaction prepared at checkpoint id or
-// before; records buffered meanwhile go into the next transaction (Write
+// before; records buffered meanwhile go into the next transaction (Add
 // sends them once a batch is full, the next barrier at the latest). The
-// lock is not held during the commit, so the chain's Write does not wait
-// for it: while a transaction is prepared, Write only buffers. A
+// lock is not held during the commit, so the chain's Add does not wait
+// for it: while a transaction is prepared, Add only buffers. A
 // repeated notification does nothing. A failed commit is returned (the
 // chain restarts, and the restore commits the transaction); one that says
 // the producer was fenced (kafkatxn.ErrFenced) means another incarnation of

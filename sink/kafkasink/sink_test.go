@@ -17,7 +17,7 @@ import (
 func write(t *testing.T, s *kafkasink.Sink, topic string, vals ...string) {
 	t.Helper()
 	for _, v := range vals {
-		require.NoError(t, s.Write(context.Background(), topic, 0, kafkatxn.Record{Value: []byte(v)}))
+		require.NoError(t, s.Add(context.Background(), topic, 0, kafkatxn.Record{Value: []byte(v)}))
 	}
 }
 
@@ -61,7 +61,7 @@ func TestSinkBarrier(t *testing.T) {
 	_, err = s.Snapshot(ctx, 5)
 	assert.ErrorIs(t, err, kafkasink.ErrUnconfirmed)
 	assert.True(t, kafkasource.IsRetryable(err), "%v", err)
-	assert.ErrorIs(t, s.Write(ctx, topic, 0, kafkatxn.Record{}), kafkasink.ErrUnconfirmed, "the sink stays failed")
+	assert.ErrorIs(t, s.Add(ctx, topic, 0, kafkatxn.Record{}), kafkasink.ErrUnconfirmed, "the sink stays failed")
 }
 
 // TestSinkRestore: a sink dies after its pre-commit; the chain's next
@@ -117,17 +117,19 @@ func TestSinkInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := kafkasink.New(tt.brokers, tt.prefix, tt.src, tt.opts)
-			assert.ErrorIs(t, err, kafkasink.ErrInvalid)
+			assert.ErrorIs(t, err, kafkasink.ErrInvalidOptions)
 		})
 	}
 	s, err := kafkasink.New([]string{"127.0.0.1:1"}, "p", src, kafkasink.Options{})
 	require.NoError(t, err)
+	assert.ErrorIs(t, s.Add(context.Background(), "", 0, kafkatxn.Record{}), kafkasink.ErrInvalidArgument, "no topic")
+	assert.ErrorIs(t, s.Add(context.Background(), "t", -1, kafkatxn.Record{}), kafkasink.ErrInvalidArgument, "a negative partition")
 	for _, give := range []string{"", "{", `{"v":2}`, `{"v":1,"txn":{"id":"","pid":1}}`} {
 		assert.ErrorIs(t, s.Restore(context.Background(), []byte(give)), kafkasink.ErrCorruptState, "state %q", give)
 	}
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
-	assert.ErrorIs(t, s.Write(context.Background(), "t", 0, kafkatxn.Record{}), kafkasink.ErrClosed)
+	assert.ErrorIs(t, s.Add(context.Background(), "t", 0, kafkatxn.Record{}), kafkasink.ErrClosed)
 }
 
 // TestSinkAsyncBarrier: the pending part of a barrier sends only the
