@@ -94,7 +94,7 @@ func (e *EffectError) Unwrap() error { return e.Err }
 //   - A key another caller holds returns ErrPending; a key stored with
 //     another fingerprint, ErrFingerprintMismatch; neither runs fn.
 //   - A store failure while claiming is returned wrapped; fn did not run
-//     (IsDefinite tells whether the claim may have been taken).
+//     (IsOutcomeUnknown tells whether the claim may have been taken).
 //   - fn's failure returns an *EffectError after releasing the key.
 //   - fn's success completes the key with fn's Response and returns nil,
 //     even if completing fails (see Outcome.CompleteErr).

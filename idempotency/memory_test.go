@@ -67,7 +67,7 @@ func TestMemoryStoreBound(t *testing.T) {
 	// Only pending keys left: never evicted.
 	_, err = s.Claim(ctx, "pending-3", "fp", time.Minute)
 	assert.ErrorIs(t, err, idempotency.ErrStoreFull)
-	assert.True(t, idempotency.IsDefinite(err))
+	assert.False(t, idempotency.IsOutcomeUnknown(err))
 
 	// Expiry frees room.
 	clock.Add(time.Minute)

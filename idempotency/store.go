@@ -8,8 +8,8 @@ import (
 )
 
 // Errors a [Store] returns. They are definite answers: the store was reached,
-// and the call changed nothing. [IsDefinite] tells them apart from errors whose
-// outcome is unknown.
+// and the call changed nothing. [IsOutcomeUnknown] tells them apart from
+// errors whose outcome is unknown.
 var (
 	// ErrPending is returned by Claim when another claim holds the key. The
 	// caller must not run the side effect; it should ask its client to retry.
@@ -34,9 +34,9 @@ var (
 	// maximum number of pending keys and can evict nothing.
 	ErrStoreFull = errors.New("idempotency: store full")
 
-	// ErrInvalid is returned by a Store for an empty key or a TTL that is
-	// not positive: a bad argument to one call.
-	ErrInvalid = errors.New("idempotency: invalid argument")
+	// ErrInvalidArgument is returned by a Store for an empty key or a TTL
+	// that is not positive: a bad argument to one call.
+	ErrInvalidArgument = errors.New("idempotency: invalid argument")
 
 	// ErrInvalidOptions is wrapped by the errors NewHandler, NewMemoryStore
 	// and the backends' constructors return for a missing argument or an
@@ -58,20 +58,24 @@ func (e *DoneError) Error() string {
 // Is reports whether target is ErrDone.
 func (e *DoneError) Is(target error) bool { return target == ErrDone }
 
-// IsDefinite reports whether err is a definite answer from a store: one of
-// the sentinel errors above, or a *DoneError. The call changed nothing.
+// IsOutcomeUnknown reports whether a store's error leaves it open whether
+// the call took effect (a timeout, a dropped connection): a Claim may have
+// taken the key, which then stays pending until its TTL runs out; a
+// Complete may have marked it done; a Release may have deleted it.
 //
-// Any other error from a store (a timeout, a dropped connection) leaves the
-// outcome unknown: a Claim may have taken the key, which then stays pending
-// until its TTL runs out; a Complete may have marked it done; a Release may
-// have deleted it.
-func IsDefinite(err error) bool {
-	for _, s := range []error{ErrPending, ErrDone, ErrFingerprintMismatch, ErrClaimLost, ErrStoreFull, ErrInvalid} {
+// It is false for nil and for a definite answer, one of the sentinel errors
+// above or a *DoneError: the call changed nothing. kafkapub and kafkatxn
+// name the same idea the same way.
+func IsOutcomeUnknown(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, s := range []error{ErrPending, ErrDone, ErrFingerprintMismatch, ErrClaimLost, ErrStoreFull, ErrInvalidArgument} {
 		if errors.Is(err, s) {
-			return true
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // Claim is a pending hold on a key, returned by Store.Claim. Its Token is
@@ -126,13 +130,13 @@ type Store interface {
 
 // CheckClaimArgs validates the arguments of Store.Claim and Store.Complete:
 // key must not be empty and ttl must be positive. Backends call it so that
-// every Store rejects the same input with ErrInvalid.
+// every Store rejects the same input with ErrInvalidArgument.
 func CheckClaimArgs(key string, ttl time.Duration) error {
 	if key == "" {
-		return fmt.Errorf("%w: empty key", ErrInvalid)
+		return fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
 	if ttl <= 0 {
-		return fmt.Errorf("%w: ttl %v is not positive", ErrInvalid, ttl)
+		return fmt.Errorf("%w: ttl %v is not positive", ErrInvalidArgument, ttl)
 	}
 	return nil
 }

@@ -17,5 +17,5 @@
 // give one claim), token-guarded Complete and Release that report
 // idempotency.ErrClaimLost and never overwrite a successor's claim, pending
 // and done TTLs, fingerprint checks on pending and done keys, byte-exact
-// replayed responses, and ErrInvalid for empty keys and non-positive TTLs.
+// replayed responses, and ErrInvalidArgument for empty keys and non-positive TTLs.
 package idempotencytest

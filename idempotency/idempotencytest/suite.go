@@ -66,7 +66,7 @@ func testClaimPending(t *testing.T, s idempotency.Store, key string) {
 	require.NoError(t, err)
 	_, err = s.Claim(ctx, key, "fp", longTTL)
 	assert.ErrorIs(t, err, idempotency.ErrPending)
-	assert.True(t, idempotency.IsDefinite(err))
+	assert.False(t, idempotency.IsOutcomeUnknown(err))
 }
 
 func testCompleteThenReplay(t *testing.T, s idempotency.Store, key string) {
@@ -89,7 +89,7 @@ func testCompleteThenReplay(t *testing.T, s idempotency.Store, key string) {
 		var done *idempotency.DoneError
 		require.ErrorAs(t, err, &done, tt.name)
 		assert.ErrorIs(t, err, idempotency.ErrDone)
-		assert.True(t, idempotency.IsDefinite(err))
+		assert.False(t, idempotency.IsOutcomeUnknown(err))
 		want := idempotency.Record{Key: k, Fingerprint: "fp", Response: tt.give}
 		if len(want.Response.Body) == 0 {
 			want.Response.Body = nil
@@ -265,11 +265,11 @@ func testInvalidArguments(t *testing.T, s idempotency.Store, key string) {
 	}
 	for _, tt := range tests {
 		_, err := s.Claim(ctx, tt.key, "fp", tt.ttl)
-		assert.ErrorIs(t, err, idempotency.ErrInvalid, tt.name)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidArgument, tt.name)
 	}
 	c, err := s.Claim(ctx, key, "fp", longTTL)
 	require.NoError(t, err, "rejected claims took nothing")
-	assert.ErrorIs(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, 0), idempotency.ErrInvalid)
+	assert.ErrorIs(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, 0), idempotency.ErrInvalidArgument)
 	_, err = s.Claim(ctx, key, "fp", longTTL)
 	assert.ErrorIs(t, err, idempotency.ErrPending, "a rejected Complete changed nothing")
 }

@@ -38,7 +38,7 @@ type Options struct {
 // published again. Downstream deduplication absorbs them; nothing is lost.
 //
 // Errors other than the idempotency sentinels (a timeout, a refused
-// connection) leave the outcome unknown; see idempotency.IsDefinite. go-redis
+// connection) leave the outcome unknown; see idempotency.IsOutcomeUnknown. go-redis
 // replays a command whose reply was lost: a replayed Claim returns the claim
 // it made, but a replayed Complete or Release reports ErrClaimLost although
 // its first run took effect (the key is done, or absent). A Store is safe
