@@ -145,15 +145,46 @@ func TestAuditBadInput(t *testing.T) {
 // record is processed, takes a checkpoint and stops.
 func pipeline(t *testing.T, brokers []string, topic string, partitions, records int, addr, db, dir string, incremental bool) {
 	t.Helper()
+	p := startPipeline(t, brokers, topic, addr, db, dir, incremental)
+	p.await(t, records)
+	p.stop(t)
+}
+
+// running is a pipeline started by startPipeline.
+type running struct {
+	src    *kafkasource.Source
+	seen   *atomic.Int64 // records processed
+	cancel func()
+	done   chan error
+}
+
+// await waits until the pipeline processed records records, lets a tick
+// flush the audit counts and takes two checkpoints.
+func (r *running) await(t *testing.T, records int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return r.seen.Load() == int64(records) }, 60*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a tick flushes the counts
+	require.NoError(t, r.src.Checkpoint(context.Background()))
+	require.NoError(t, r.src.Checkpoint(context.Background()))
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	require.NoError(t, <-r.done)
+}
+
+// startPipeline starts the chain of pipeline in consumer group "ops".
+func startPipeline(t *testing.T, brokers []string, topic string, addr, db, dir string, incremental bool) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	storage, err := checkpoint.NewFSStorage(dir)
 	require.NoError(t, err)
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Hour})
 	require.NoError(t, err)
-	defer coord.Close()
 	type ev struct {
 		Tenant, ID string
 		At         time.Time
@@ -222,13 +253,11 @@ func pipeline(t *testing.T, brokers []string, topic string, partitions, records 
 		kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	require.Eventually(t, func() bool { return seen.Load() == int64(records) }, 60*time.Second, 20*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // a tick flushes the counts
-	require.NoError(t, src.Checkpoint(ctx))
-	require.NoError(t, src.Checkpoint(ctx))
-	cancel()
-	require.NoError(t, <-done)
+	go func() {
+		defer coord.Close()
+		done <- src.Run(ctx)
+	}()
+	return &running{src: src, seen: &seen, cancel: cancel, done: done}
 }
 
 // TestOperatorCommands runs a checkpointed pipeline on Kafka and
