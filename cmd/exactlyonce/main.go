@@ -3,7 +3,8 @@
 // checkpoints, sink journals and lag without writing Go.
 //
 //	exactlyonce audit -clickhouse ch:9000 -database webhooks -since 2h \
-//		-table normalized_events,tenant=org_id,time=event_time
+//		-table normalized_events,tenant=org_id,time=event_time \
+//		[-brokers kafka:9092 -scan-topic webhooks -scan-table normalized_events -scan-id event_id]
 //	exactlyonce checkpoints -state-dir /var/lib/processor -topic webhooks -partition 3
 //	exactlyonce show -state-dir /var/lib/processor -topic webhooks -partition 3 [-id 120]
 //	exactlyonce lag -brokers kafka:9092 -group processor -topic webhooks -state-dir /var/lib/processor
@@ -13,9 +14,12 @@
 //
 // audit compares the stages' counts per tenant and event-time bucket (see
 // package audit) and exits 1 when a settled bucket differs: lost or
-// duplicated events. Every command but rewind is read-only; -s3-bucket
-// (with the S3_ENDPOINT, S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY of the
-// processor) reads checkpoints kept in S3 instead of -state-dir.
+// duplicated events; with -scan-topic it also reads the topic and the
+// table by event id and names the ids lost or duplicated, one part of the
+// id space at a time (-scan-shards bounds its memory). Every command but
+// rewind is read-only; -s3-bucket (with the S3_ENDPOINT, S3_ACCESS_KEY_ID
+// and S3_SECRET_ACCESS_KEY of the processor) reads checkpoints kept in S3
+// instead of -state-dir.
 //
 // rewind is the one command that writes, and only with -yes (without it,
 // it prints what it would do): it makes an older checkpoint of a partition
