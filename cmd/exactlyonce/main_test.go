@@ -110,6 +110,44 @@ func TestAuditFlagsLossAndDuplication(t *testing.T) {
 	assert.Contains(t, string(b), `exactlyonce_audit_buckets{status="lost"} 1`)
 }
 
+// TestAuditSinkCheck: where the sinks counted the rows they had
+// acknowledged (audit.SinkStage), the verifier compares those with the
+// table too, so a row lost after its acknowledgement (a part ClickHouse
+// lost) is flagged on the sink's side as well as end to end; a table
+// whose sink counted nothing gets no such check.
+func TestAuditSinkCheck(t *testing.T) {
+	addr, db := setUpAudit(t)
+	ctx := context.Background()
+	b, b2 := hourAgo.Format("2006-01-02 15:04:05"), hourAgo.Add(time.Minute).Format("2006-01-02 15:04:05")
+	require.NoError(t, testkit.Exec(ctx, addr, db, fmt.Sprintf(`INSERT INTO audit_counts (stage, tenant, bucket, counter, count, written) VALUES
+		('sink.events', 'org-a', '%[1]s', 'webhooks/0', 3, '%[1]s'), ('sink.events', 'org-a', '%[1]s', 'webhooks/1', 2, '%[1]s'),
+		('sink.events', 'org-b', '%[2]s', 'webhooks/0', 2, '%[2]s')`, b, b2)))
+	code, out, errOut := exec(t, nil, "audit", "-clickhouse", addr, "-database", db, "-table", "events", "-settle", "10m", "-json")
+	require.Equal(t, exitOK, code, "%s%s", out, errOut)
+	var got auditOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Contains(t, got.Stages, "sink.events")
+	assert.Equal(t, auditSummary{OK: 2}, got.Summary)
+
+	require.NoError(t, testkit.Exec(ctx, addr, db, "DELETE FROM events WHERE id = 'a3'"))
+	code, out, errOut = exec(t, nil, "audit", "-clickhouse", addr, "-database", db, "-table", "events", "-settle", "10m", "-json")
+	require.Equal(t, exitDifference, code, "%s%s", out, errOut)
+	got = auditOutput{}
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Contains(t, got.Findings, audit.Finding{Check: "sink.events→events", Tenant: "org-a", Bucket: hourAgo, Upstream: 5, Downstream: 4, Status: audit.StatusLost})
+	assert.Contains(t, got.Findings, audit.Finding{Check: "processor.first_seen→events", Tenant: "org-a", Bucket: hourAgo, Upstream: 5, Downstream: 4, Status: audit.StatusLost})
+
+	// Another table counted under the same rows: its sink counted
+	// nothing, so it has only the first sights' check.
+	code, out, errOut = exec(t, nil, "audit", "-clickhouse", addr, "-database", db, "-table", "events,as=events_again", "-settle", "10m", "-json")
+	require.Equal(t, exitDifference, code, "%s%s", out, errOut)
+	got = auditOutput{}
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	for _, f := range got.Findings {
+		assert.NotEqual(t, "sink.events→events_again", f.Check)
+	}
+}
+
 // TestAuditBadInput: an unreachable server, a database without the audit
 // table, a table without the audit schema, a mistyped column, bad flags:
 // exit 2 with a clear message.

@@ -194,6 +194,7 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 	if err := c.events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
 		return err
 	}
+	c.audit.sunk("normalized_events", ev)
 	if c.naive != nil {
 		c.naive.add(ctx, ev)
 	}

@@ -104,6 +104,7 @@ func TestChaos(t *testing.T) {
 			assert.False(t, res.Audit.Failed(), "audit findings: %+v", res.Audit.Findings)
 			assert.Equal(t, uint64(res.Counted), auditTotal(res.Audit, audit.StageFirstSeen))
 			assert.Equal(t, uint64(res.Counted), auditTotal(res.Audit, audit.TableStage("normalized_events")))
+			assert.Equal(t, uint64(res.Counted), auditTotal(res.Audit, audit.SinkStage("normalized_events")), "rows the sink acknowledged")
 		})
 	}
 }

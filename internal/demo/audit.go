@@ -59,6 +59,11 @@ func (d *Pipeline) auditChecks() ([]chaudit.Source, []audit.Check, map[devmetric
 	for _, s := range sources {
 		checks = append(checks, s.Check())
 	}
+	for _, s := range devmetrics.AuditSources() { // the naive joints' sinks count nothing
+		if c, ok := s.SinkCheck(); ok {
+			checks = append(checks, c)
+		}
+	}
 	if _, ok := naive[devmetrics.NaiveGateway]; ok {
 		checks = append(checks, audit.Check{Name: naive[devmetrics.NaiveGateway], Upstream: naiveGatewayStage, Downstream: "kafka." + d.naiveTopic(), MayExceed: true})
 	}
@@ -181,7 +186,7 @@ func AuditTruth(want Expected) map[string]float64 {
 	return map[string]float64{
 		audit.StageFirstSeen: float64(want.Events), devmetrics.StageRollup: rollup,
 		audit.TableStage("normalized_events"): float64(want.Events), audit.TableStage("employee_metrics_window"): float64(want.Events),
-		audit.TableStage("employee_metrics_hourly"): rollup,
+		audit.TableStage("employee_metrics_hourly"): rollup, audit.SinkStage("normalized_events"): float64(want.Events),
 	}
 }
 
