@@ -47,6 +47,15 @@ func GatewayCheck() Check {
 	return Check{Name: "gateway→kafka", Upstream: StageAccepted, Downstream: StageRead, MayExceed: true}
 }
 
+// SinkCheck compares the rows a sink of table acknowledged (SinkStage)
+// with the rows the table holds (TableStage): fewer in the table is a loss
+// after the acknowledgement (a part ClickHouse lost), more is a row
+// written twice or by another writer. With the first sights' check beside
+// it, a difference says on which side of the sink it happened.
+func SinkCheck(table string) Check {
+	return Check{Name: SinkStage(table) + "→" + table, Upstream: SinkStage(table), Downstream: TableStage(table)}
+}
+
 // Status is a bucket's verdict under one check.
 type Status string
 

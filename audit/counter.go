@@ -38,6 +38,16 @@ const (
 // ("clickhouse.<table>").
 func TableStage(table string) string { return "clickhouse." + table }
 
+// SinkStage is the stage of the rows a sink of table acknowledged
+// ("sink.<table>"): the chain adds each row to its Counter once the sink's
+// Add returned nil. The Counter and the sink are participants of one
+// chain, and a checkpoint completes only after the sink's inserts through
+// its barrier are acknowledged, so the counts of a completed checkpoint
+// are exactly the rows ClickHouse acknowledged before it, and a replay
+// counts each row once more only where it was not checkpointed.
+// SinkCheck compares them with the rows the table holds.
+func SinkStage(table string) string { return "sink." + table }
+
 // Defaults of Options.
 const (
 	DefaultBucket    = time.Minute

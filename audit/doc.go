@@ -20,6 +20,11 @@
 //     checkpointed state, restored with the offsets, so a replay after a
 //     crash counts every record once;
 //
+//   - the chain counts each row a sink took under SinkStage(table), in the
+//     same Counter once the sink's Add returned: a completed checkpoint's
+//     count is what ClickHouse acknowledged (SinkCheck compares it with
+//     the table);
+//
 //   - the Counter's rows go to ClickHouse through the SDK's own sink
 //     (audit/chaudit: chsink with its journal and insert tokens) into a
 //     ReplacingMergeTree keyed by stage, tenant, bucket and counter,

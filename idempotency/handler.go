@@ -149,8 +149,10 @@ type Options struct {
 
 	// Now is the clock for latency metrics. Default time.Now.
 	Now func() time.Time
-	// Logger receives warnings about failed side effects, lost claims,
-	// failed store calls and damaged stored responses. Default: discards.
+	// Logger receives one line for every 503 answered, with its reason
+	// (busy, pending, check, claim, claim_deadline, answer_deadline,
+	// effect) and the key, and warnings about lost claims, failed store
+	// calls and damaged stored responses. Default: discards.
 	Logger *slog.Logger
 	// MeterProvider receives the metrics. Default: no-op.
 	MeterProvider metric.MeterProvider
@@ -330,7 +332,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := &answer{w: w, now: h.opts.Now}
 	h.serve(a, r, time.Now())
 	if a.status == 0 { // every path answers; this keeps the promise if one did not
-		h.retryLater(a, "delivery not answered, retry later")
+		h.retryLater(r.Context(), a, "unanswered", "", nil, "delivery not answered, retry later")
 	}
 	h.m.duration.Record(r.Context(), a.at.Sub(start).Seconds(), h.m.statusOpt(a.status))
 }
@@ -414,7 +416,7 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 		defer func() { <-h.slots }()
 	default:
 		h.m.reject(r.Context(), "busy")
-		h.retryLater(a, "gateway busy, retry later")
+		h.retryLater(r.Context(), a, "busy", d.Key, nil, "gateway busy, retry later")
 		return
 	}
 
@@ -435,10 +437,8 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 				h.m.ignored.Add(ctx, 1, h.m.opt("reason", "check"))
 				a.text(http.StatusOK, err.Error())
 			default:
-				h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: check failed; answering 503",
-					slog.String("key", d.Key), slog.Any("error", err))
 				h.m.reject(ctx, "check_transient")
-				h.retryLater(a, "check failed, retry later")
+				h.retryLater(ctx, a, "check", d.Key, err, "check failed, retry later")
 			}
 			return
 		}
@@ -475,25 +475,23 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 				slog.String("key", d.Key), slog.Any("error", out.CompleteErr))
 		}
 	case errors.As(err, &effErr):
-		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: side effect failed; released", slog.String("key", d.Key), slog.Any("error", effErr.Err))
+		// runAndAnswer logged the failure with its answer.
 		h.released(ctx, d.Key, effErr.ReleaseErr)
 	case errors.Is(err, ErrFingerprintMismatch):
 		h.m.claim(ctx, "mismatch")
 		a.text(http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
 	case errors.Is(err, ErrPending):
 		h.m.claim(ctx, "pending")
-		h.retryLater(a, "delivery in progress")
+		h.retryLater(ctx, a, "pending", d.Key, nil, "delivery in progress")
 	case ctx.Err() != nil:
 		// The answer's deadline passed before or during the claim (a
 		// body read slowly, a store that did not answer in time).
 		h.m.claim(ctx, "error")
 		h.m.timeouts.Add(ctx, 1)
-		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: answer deadline passed while claiming", slog.String("key", d.Key), slog.Any("error", err))
-		h.retryLater(a, "delivery timed out, retry later")
+		h.retryLater(ctx, a, "claim_deadline", d.Key, err, "delivery timed out, retry later")
 	default:
 		h.m.claim(ctx, "error")
-		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: claim failed", slog.String("key", d.Key), slog.Any("error", err))
-		h.retryLater(a, "idempotency store unavailable")
+		h.retryLater(ctx, a, "claim", d.Key, err, "idempotency store unavailable")
 	}
 }
 
@@ -511,7 +509,7 @@ func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery) (Resp
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		if a.text(http.StatusServiceUnavailable, "delivery timed out, retry later", "Retry-After", h.retryAfterSecs()) {
+		if h.retryLater(ctx, a, "answer_deadline", d.Key, nil, "delivery timed out, retry later") {
 			h.m.timeouts.Add(ctx, 1)
 		}
 		err = <-done // the goroutine is ours: wait for it before the key is settled
@@ -533,7 +531,12 @@ func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery) (Resp
 		h.m.reject(ctx, reason)
 		a.text(rej.Status, rej.Reason)
 	default:
-		h.retryLater(a, "delivery failed, retry later")
+		if !h.retryLater(ctx, a, "effect", d.Key, err, "delivery failed, retry later") {
+			// Answered 503 at the deadline already; the failure that
+			// followed is worth its own line.
+			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: side effect failed after the answer deadline; releasing",
+				slog.String("key", d.Key), slog.Any("error", err))
+		}
 	}
 	return Response{}, err
 }
@@ -566,8 +569,27 @@ func (h *Handler) released(ctx context.Context, key string, err error) {
 	h.m.releases.Add(ctx, 1, h.m.opt("result", result))
 }
 
-func (h *Handler) retryLater(a *answer, msg string) {
-	a.text(http.StatusServiceUnavailable, msg, "Retry-After", h.retryAfterSecs())
+// retryLater answers 503 with Retry-After, unless the request was answered
+// already, and logs why: every 503 has a line naming its reason (one of
+// unanswered, busy, check, pending, claim_deadline, claim, answer_deadline,
+// effect) and the key, so an operator can tell an overloaded gateway from a
+// failing store or broker. A duplicate of a pending key is the protocol at
+// work and logs at Info; every other reason at Warn. It reports whether it
+// answered.
+func (h *Handler) retryLater(ctx context.Context, a *answer, reason, key string, err error, msg string) bool {
+	if !a.text(http.StatusServiceUnavailable, msg, "Retry-After", h.retryAfterSecs()) {
+		return false
+	}
+	level := slog.LevelWarn
+	if reason == "pending" {
+		level = slog.LevelInfo
+	}
+	attrs := []slog.Attr{slog.String("reason", reason), slog.String("key", key)}
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	h.opts.Logger.LogAttrs(ctx, level, "idempotency: answered 503, retry later", attrs...)
+	return true
 }
 
 func (h *Handler) retryAfterSecs() string {

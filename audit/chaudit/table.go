@@ -222,6 +222,17 @@ func (s Source) Check() audit.Check {
 	return audit.Check{Name: vs + "→" + strings.TrimPrefix(s.Stage(), "clickhouse."), Upstream: vs, Downstream: s.Stage()}
 }
 
+// SinkCheck is the comparison of the rows src's sink acknowledged
+// (audit.SinkStage) with the rows counted in the table; ok is false for a
+// source that does not count rows (Count or As set), which has no such
+// check.
+func (s Source) SinkCheck() (c audit.Check, ok bool) {
+	if s.Count != "" || s.As != "" {
+		return audit.Check{}, false
+	}
+	return audit.SinkCheck(s.Table), true
+}
+
 // ParseSource reads a Source from the verifier's -table flag:
 // name[,tenant=col][,time=col][,count=expr][,final][,vs=stage][,as=name]. An
 // expression may not hold a comma.

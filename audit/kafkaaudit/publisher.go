@@ -54,15 +54,24 @@ type Publisher struct {
 }
 
 // New returns a Publisher to topic on brokers. It does not connect yet.
+// Missing brokers or topic, a Bucket that is not whole seconds (the
+// processor's Counter refuses it) or a negative Interval is an error
+// wrapping audit.ErrInvalidOptions.
 func New(brokers []string, topic string, opts Options) (*Publisher, error) {
 	if len(brokers) == 0 || topic == "" {
-		return nil, errors.New("kafkaaudit: brokers and topic are required")
+		return nil, fmt.Errorf("%w: kafkaaudit: brokers and topic are required", audit.ErrInvalidOptions)
 	}
 	if opts.Bucket == 0 {
 		opts.Bucket = audit.DefaultBucket
 	}
 	if opts.Interval == 0 {
 		opts.Interval = DefaultInterval
+	}
+	if opts.Bucket < time.Second || opts.Bucket%time.Second != 0 {
+		return nil, fmt.Errorf("%w: kafkaaudit: Bucket %v: want whole seconds", audit.ErrInvalidOptions, opts.Bucket)
+	}
+	if opts.Interval < 0 {
+		return nil, fmt.Errorf("%w: kafkaaudit: Interval %v is negative", audit.ErrInvalidOptions, opts.Interval)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

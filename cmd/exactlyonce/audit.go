@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,7 @@ type auditOutput struct {
 	Stages   []string        `json:"stages"`
 	Buckets  []audit.Bucket  `json:"buckets"`
 	Findings []audit.Finding `json:"findings"`
+	Scan     *scanReport     `json:"scan,omitempty"` // -scan-topic
 }
 
 type auditSummary struct {
@@ -58,6 +60,8 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 	fs.Var(&tables, "table", "a table to count per bucket and compare with the first sights (or vs=stage): name[,tenant=col][,time=col][,count=expr][,final][,vs=stage] (repeatable)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	differences := fs.Bool("differences", false, "print only the buckets that are not ok")
+	var sc scanFlags
+	sc.register(fs, env)
 	metricsFile := fs.String("metrics-file", "", "also write the figures in the Prometheus text format to this file (for a node_exporter textfile collector), atomically")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -92,7 +96,21 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 		}
 		totals = append(totals, rows...)
 	}
+	// A table whose sink counted its acknowledged rows is compared with
+	// them too.
+	for _, src := range sources {
+		c, ok := src.SinkCheck()
+		if ok && slices.ContainsFunc(totals, func(t audit.Total) bool { return t.Stage == c.Upstream }) {
+			checks = append(checks, c)
+		}
+	}
 	rep := audit.Compare(totals, audit.CompareOptions{Now: now, Bucket: *bucket, Settle: *settle, Checks: checks})
+	var scan *scanReport
+	if sc.topic != "" {
+		if scan, err = sc.scan(ctx, opts, *database, now, *settle); err != nil {
+			return err
+		}
+	}
 	if *metricsFile != "" {
 		if err := writeAtomically(*metricsFile, func(w io.Writer) error { return rep.WriteMetrics(w, now) }); err != nil {
 			return fmt.Errorf("-metrics-file: %w", err)
@@ -101,7 +119,7 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 	if *asJSON {
 		out := auditOutput{From: from, To: to, Bucket: bucket.String(), Settle: settle.String(), Failed: rep.Failed(),
 			Summary: auditSummary{rep.OKCount, rep.Pending, rep.Late, rep.Lost, rep.Duplicated},
-			Stages:  rep.Stages, Buckets: rep.Buckets, Findings: rep.Findings}
+			Stages:  rep.Stages, Buckets: rep.Buckets, Findings: rep.Findings, Scan: scan}
 		if out.Buckets == nil {
 			out.Buckets = []audit.Bucket{}
 		}
@@ -129,7 +147,10 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 	if len(rep.Buckets) == 0 && !*asJSON {
 		fmt.Fprintln(stdout, "no counts in this range: is the pipeline writing audit counts (and -database right)?")
 	}
-	if rep.Failed() {
+	if scan != nil && !*asJSON {
+		writeScan(stdout, scan)
+	}
+	if rep.Failed() || scan != nil && scan.failed() {
 		return errFound
 	}
 	return nil

@@ -3,20 +3,35 @@
 // checkpoints, sink journals and lag without writing Go.
 //
 //	exactlyonce audit -clickhouse ch:9000 -database webhooks -since 2h \
-//		-table normalized_events,tenant=org_id,time=event_time
+//		-table normalized_events,tenant=org_id,time=event_time \
+//		[-brokers kafka:9092 -scan-topic webhooks -scan-table normalized_events -scan-id event_id]
 //	exactlyonce checkpoints -state-dir /var/lib/processor -topic webhooks -partition 3
 //	exactlyonce show -state-dir /var/lib/processor -topic webhooks -partition 3 [-id 120]
 //	exactlyonce lag -brokers kafka:9092 -group processor -topic webhooks -state-dir /var/lib/processor
 //	exactlyonce verify -state-dir /var/lib/processor -topic webhooks
+//	exactlyonce rewind -state-dir /var/lib/processor -topic webhooks -partition 3 -to 118 \
+//		-brokers kafka:9092 -group processor [-yes]
 //
 // audit compares the stages' counts per tenant and event-time bucket (see
 // package audit) and exits 1 when a settled bucket differs: lost or
-// duplicated events. Every command is read-only; -s3-bucket (with the
-// S3_ENDPOINT, S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY of the processor)
-// reads checkpoints kept in S3 instead of -state-dir. Exit status: 0 all
-// well, 1 a difference or a damaged checkpoint found, 2 the command could
-// not run (bad flags, a server unreachable, a table without the audit
-// schema).
+// duplicated events; with -scan-topic it also reads the topic and the
+// table by event id and names the ids lost or duplicated, one part of the
+// id space at a time (-scan-shards bounds its memory). Every command but
+// rewind is read-only; -s3-bucket (with the S3_ENDPOINT, S3_ACCESS_KEY_ID
+// and S3_SECRET_ACCESS_KEY of the processor) reads checkpoints kept in S3
+// instead of -state-dir.
+//
+// rewind is the one command that writes, and only with -yes (without it,
+// it prints what it would do): it makes an older checkpoint of a partition
+// the newest, so the next processor restores from it and replays. It is
+// fenced like an owner: it refuses while the processors' consumer group
+// has a member, and claims the partition's sink journals before it deletes
+// anything, so a processor that still runs unseen cannot insert.
+//
+// Exit status: 0 all well, 1 a difference or a damaged checkpoint found, 2
+// the command could not run (bad flags, a server unreachable, a table
+// without the audit schema, a damaged or pruned rewind target), 3 rewind
+// refused because the consumer group has live members.
 package main
 
 import (
@@ -41,6 +56,7 @@ const (
 	exitOK         = 0
 	exitDifference = 1 // the command ran and found something wrong
 	exitError      = 2 // the command could not run
+	exitRefused    = 3 // a writing command refused: the partition may be live
 )
 
 // errFound is returned by a command that ran and found a difference or
@@ -59,6 +75,7 @@ func commands() []command {
 		{"show", "decode one checkpoint: dedup keys, windows, sink journals, audit counts", runShow},
 		{"lag", "consumer lag per partition beside its last checkpoint's age", runLag},
 		{"verify", "check every checkpoint and sink journal of a topic is intact", runVerify},
+		{"rewind", "make an older checkpoint of a partition its newest (writes; fenced against live processors)", runRewind},
 	}
 }
 
@@ -86,6 +103,9 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 			return exitDifference
 		case errors.Is(err, flag.ErrHelp):
 			return exitError
+		case errors.Is(err, errLive):
+			fmt.Fprintf(stderr, "exactlyonce %s: %v\n", c.name, err)
+			return exitRefused
 		}
 		fmt.Fprintf(stderr, "exactlyonce %s: %v\n", c.name, err)
 		return exitError

@@ -110,6 +110,44 @@ func TestAuditFlagsLossAndDuplication(t *testing.T) {
 	assert.Contains(t, string(b), `exactlyonce_audit_buckets{status="lost"} 1`)
 }
 
+// TestAuditSinkCheck: where the sinks counted the rows they had
+// acknowledged (audit.SinkStage), the verifier compares those with the
+// table too, so a row lost after its acknowledgement (a part ClickHouse
+// lost) is flagged on the sink's side as well as end to end; a table
+// whose sink counted nothing gets no such check.
+func TestAuditSinkCheck(t *testing.T) {
+	addr, db := setUpAudit(t)
+	ctx := context.Background()
+	b, b2 := hourAgo.Format("2006-01-02 15:04:05"), hourAgo.Add(time.Minute).Format("2006-01-02 15:04:05")
+	require.NoError(t, testkit.Exec(ctx, addr, db, fmt.Sprintf(`INSERT INTO audit_counts (stage, tenant, bucket, counter, count, written) VALUES
+		('sink.events', 'org-a', '%[1]s', 'webhooks/0', 3, '%[1]s'), ('sink.events', 'org-a', '%[1]s', 'webhooks/1', 2, '%[1]s'),
+		('sink.events', 'org-b', '%[2]s', 'webhooks/0', 2, '%[2]s')`, b, b2)))
+	code, out, errOut := exec(t, nil, "audit", "-clickhouse", addr, "-database", db, "-table", "events", "-settle", "10m", "-json")
+	require.Equal(t, exitOK, code, "%s%s", out, errOut)
+	var got auditOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Contains(t, got.Stages, "sink.events")
+	assert.Equal(t, auditSummary{OK: 2}, got.Summary)
+
+	require.NoError(t, testkit.Exec(ctx, addr, db, "DELETE FROM events WHERE id = 'a3'"))
+	code, out, errOut = exec(t, nil, "audit", "-clickhouse", addr, "-database", db, "-table", "events", "-settle", "10m", "-json")
+	require.Equal(t, exitDifference, code, "%s%s", out, errOut)
+	got = auditOutput{}
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Contains(t, got.Findings, audit.Finding{Check: "sink.events→events", Tenant: "org-a", Bucket: hourAgo, Upstream: 5, Downstream: 4, Status: audit.StatusLost})
+	assert.Contains(t, got.Findings, audit.Finding{Check: "processor.first_seen→events", Tenant: "org-a", Bucket: hourAgo, Upstream: 5, Downstream: 4, Status: audit.StatusLost})
+
+	// Another table counted under the same rows: its sink counted
+	// nothing, so it has only the first sights' check.
+	code, out, errOut = exec(t, nil, "audit", "-clickhouse", addr, "-database", db, "-table", "events,as=events_again", "-settle", "10m", "-json")
+	require.Equal(t, exitDifference, code, "%s%s", out, errOut)
+	got = auditOutput{}
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	for _, f := range got.Findings {
+		assert.NotEqual(t, "sink.events→events_again", f.Check)
+	}
+}
+
 // TestAuditBadInput: an unreachable server, a database without the audit
 // table, a table without the audit schema, a mistyped column, bad flags:
 // exit 2 with a clear message.
@@ -145,15 +183,46 @@ func TestAuditBadInput(t *testing.T) {
 // record is processed, takes a checkpoint and stops.
 func pipeline(t *testing.T, brokers []string, topic string, partitions, records int, addr, db, dir string, incremental bool) {
 	t.Helper()
+	p := startPipeline(t, brokers, topic, addr, db, dir, incremental)
+	p.await(t, records)
+	p.stop(t)
+}
+
+// running is a pipeline started by startPipeline.
+type running struct {
+	src    *kafkasource.Source
+	seen   *atomic.Int64 // records processed
+	cancel func()
+	done   chan error
+}
+
+// await waits until the pipeline processed records records, lets a tick
+// flush the audit counts and takes two checkpoints.
+func (r *running) await(t *testing.T, records int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return r.seen.Load() == int64(records) }, 60*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a tick flushes the counts
+	require.NoError(t, r.src.Checkpoint(context.Background()))
+	require.NoError(t, r.src.Checkpoint(context.Background()))
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	require.NoError(t, <-r.done)
+}
+
+// startPipeline starts the chain of pipeline in consumer group "ops".
+func startPipeline(t *testing.T, brokers []string, topic string, addr, db, dir string, incremental bool) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	storage, err := checkpoint.NewFSStorage(dir)
 	require.NoError(t, err)
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Hour})
 	require.NoError(t, err)
-	defer coord.Close()
 	type ev struct {
 		Tenant, ID string
 		At         time.Time
@@ -222,13 +291,11 @@ func pipeline(t *testing.T, brokers []string, topic string, partitions, records 
 		kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	require.Eventually(t, func() bool { return seen.Load() == int64(records) }, 60*time.Second, 20*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // a tick flushes the counts
-	require.NoError(t, src.Checkpoint(ctx))
-	require.NoError(t, src.Checkpoint(ctx))
-	cancel()
-	require.NoError(t, <-done)
+	go func() {
+		defer coord.Close()
+		done <- src.Run(ctx)
+	}()
+	return &running{src: src, seen: &seen, cancel: cancel, done: done}
 }
 
 // TestOperatorCommands runs a checkpointed pipeline on Kafka and

@@ -85,6 +85,15 @@ func (a *chainAudit) count(offset int64, ev Event, first bool) {
 	}
 }
 
+// sunk counts a row the sink of table took (audit.SinkStage): the sink
+// acknowledges it by the checkpoint that carries the count.
+func (a *chainAudit) sunk(table string, ev Event) {
+	if a == nil {
+		return
+	}
+	a.counter.Add(audit.SinkStage(table), ev.OrgID, ev.Time, 1)
+}
+
 func (a *chainAudit) flush(ctx context.Context) error {
 	if a == nil {
 		return nil

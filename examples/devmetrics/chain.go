@@ -181,9 +181,12 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 		return kafkasource.Poison(err)
 	}
 	// Drop what the gateway let through twice (a lost Kafka ack, a gateway
-	// restart, a provider's late redelivery).
+	// restart, a provider's late redelivery). The key's time is the
+	// record's timestamp, not the event's (package dedup says why: an old
+	// event redelivered would expire as soon as newer events move the
+	// clock past its own time, and its duplicates would pass).
 	c.key = dedup.AppendKey(c.key[:0], ev.OrgID, ev.Source, ev.EventID)
-	first, err := c.dedup.Observe(c.key, ev.Time)
+	first, err := c.dedup.Observe(c.key, m.Time)
 	if err != nil {
 		return err
 	}
@@ -194,6 +197,7 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 	if err := c.events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
 		return err
 	}
+	c.audit.sunk("normalized_events", ev)
 	if c.naive != nil {
 		c.naive.add(ctx, ev)
 	}

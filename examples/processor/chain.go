@@ -184,6 +184,8 @@ func (c *chain) process(ctx context.Context, m kafka.Message) error {
 	}
 	c.cursor.At(m.Offset)
 	c.key = dedup.AppendKey(c.key[:0], ev.Source, ev.ID)
+	// ev.At is the record's timestamp (decode), the time package dedup
+	// asks for.
 	if first, err := c.dedup.Observe(c.key, ev.At); err != nil || !first {
 		return err
 	}

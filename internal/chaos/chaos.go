@@ -289,6 +289,17 @@ func (c *chaos) run(ctx context.Context) error {
 	if err := c.verify(ctx, events); err != nil {
 		return err
 	}
+	// The audit, as `exactlyonce audit` sees the run from the pipeline's
+	// own counts: it must agree with the ground truth.
+	rep, err := d.RunAudit(ctx, demo.Expect(events))
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		c.res.Pass = false
+		c.res.Differences = append(c.res.Differences, err.Error())
+	}
+	c.res.Audit, c.res.auditTruth = rep, demo.AuditTruth(demo.Expect(events))
 	if c.res.Pass {
 		if err := d.CheckDeadLetters(ctx); err != nil {
 			c.res.Pass = false
@@ -314,7 +325,8 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 	}
 	d.GatewayArgs = []string{"-pipeline=devmetrics", "-brokers=" + strings.Join(d.Servers.Brokers, ","), "-topic=" + d.Topic,
 		"-retry-after=1s", "-pending-ttl=8s", d.LogLevel(), "-store=redis", "-redis=" + redisAddr,
-		"-redis-prefix=chaos:" + d.DB + ":"} // this run's keys only, on a shared server too
+		"-redis-prefix=chaos:" + d.DB + ":", // this run's keys only, on a shared server too
+		"-audit-topic=" + d.AuditTopic()}
 	d.GatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + demo.WebhookSecret, "JIRA_WEBHOOK_SECRET=" + demo.WebhookSecret}
 	if err := d.StartGateway(ctx, false); err != nil {
 		return err
@@ -339,7 +351,7 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 			// it, see StartServers), checkpoints are frequent so that
 			// kills land in them.
 			"-session-timeout=" + c.sessionTimeout(), "-rebalance-timeout=2s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
-			"-sink-max-delay=200ms", "-checkpoint-interval=300ms", d.LogLevel()}}
+			"-sink-max-delay=200ms", "-checkpoint-interval=300ms", d.LogLevel(), "-audit", "-audit-topic=" + d.AuditTopic()}}
 	s3Args, s3Env, err := d.StartCheckpointStore(ctx)
 	if err != nil {
 		return err

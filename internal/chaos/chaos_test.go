@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/audit"
 	"github.com/exactlyonce/exactlyonce/internal/demo"
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/testkit"
@@ -97,8 +98,24 @@ func TestChaos(t *testing.T) {
 			}
 			_, err = os.Stat(cfg.JSON)
 			assert.NoError(t, err, "the JSON result")
+			// The audit, from the pipeline's own counts, agrees with the
+			// ground truth: every processor first sight is in the table.
+			require.NotNil(t, res.Audit, "the audit was read")
+			assert.False(t, res.Audit.Failed(), "audit findings: %+v", res.Audit.Findings)
+			assert.Equal(t, uint64(res.Counted), auditTotal(res.Audit, audit.StageFirstSeen))
+			assert.Equal(t, uint64(res.Counted), auditTotal(res.Audit, audit.TableStage("normalized_events")))
+			assert.Equal(t, uint64(res.Counted), auditTotal(res.Audit, audit.SinkStage("normalized_events")), "rows the sink acknowledged")
 		})
 	}
+}
+
+// auditTotal is a stage's count over every bucket of rep.
+func auditTotal(rep *audit.Report, stage string) uint64 {
+	var n uint64
+	for _, b := range rep.Buckets {
+		n += b.Counts[stage]
+	}
+	return n
 }
 
 // TestChaosOnYourServers runs the chaos harness as a user with servers of

@@ -18,6 +18,7 @@ import (
 	"github.com/ClickHouse/ch-go/proto"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/exactlyonce/exactlyonce/audit"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/internal/demo"
 )
@@ -77,7 +78,13 @@ type Result struct {
 
 	// Verified says ClickHouse was compared with the ground truth: a run
 	// that stopped before (an error) reports no loss it did not look for.
-	Verified    bool          `json:"verified"`
+	Verified bool `json:"verified"`
+	// Audit is what the audit (package audit, `exactlyonce audit`) saw:
+	// every stage's counts per organisation and hour, from the pipeline's
+	// own counts; auditTruth the ground truth of its stages.
+	Audit      *audit.Report `json:"audit,omitempty"`
+	auditTruth map[string]float64
+
 	Differences []string      `json:"differences,omitempty"`
 	Pass        bool          `json:"pass"`
 	Elapsed     time.Duration `json:"elapsed_ns"`
@@ -384,6 +391,12 @@ func (r *Result) printTable(out io.Writer) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "webhook to row: p50 %v, p99 %v\n", r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond))
+	if r.Audit != nil {
+		fmt.Fprintln(w, "audit (what `exactlyonce audit` sees: the stages' own counts per organisation and hour), beside the ground truth:")
+		demo.WriteAuditTotals(w, r.Audit, r.auditTruth)
+	} else {
+		fmt.Fprintln(w, "audit: not read")
+	}
 	if len(r.Differences) > 0 {
 		fmt.Fprintf(w, "DIFFERENCES:\n  %s\n", demo.Summarize(r.Differences))
 	}

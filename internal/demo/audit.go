@@ -27,7 +27,8 @@ import (
 // naiveGatewayStage is what the naive gateway counts its 2xx answers as.
 const naiveGatewayStage = "naive.gateway.accepted"
 
-func (d *Pipeline) auditTopic() string { return d.Topic + "_audit" }
+// AuditTopic is the topic of the gateways' audit counts.
+func (d *Pipeline) AuditTopic() string { return d.Topic + "_audit" }
 
 // auditChecks returns the sources to count and the checks, the naive
 // joints' keyed by joint.
@@ -56,6 +57,11 @@ func (d *Pipeline) auditChecks() ([]chaudit.Source, []audit.Check, map[devmetric
 	checks := []audit.Check{audit.GatewayCheck()}
 	for _, s := range sources {
 		checks = append(checks, s.Check())
+	}
+	for _, s := range devmetrics.AuditSources() { // the naive joints' sinks count nothing
+		if c, ok := s.SinkCheck(); ok {
+			checks = append(checks, c)
+		}
 	}
 	if _, ok := naive[devmetrics.NaiveGateway]; ok {
 		checks = append(checks, audit.Check{Name: naive[devmetrics.NaiveGateway], Upstream: naiveGatewayStage, Downstream: "kafka." + d.naiveTopic(), MayExceed: true})
@@ -89,11 +95,11 @@ func (d *Pipeline) auditReport(ctx context.Context, sources []chaudit.Source, ch
 	return audit.Compare(totals, audit.CompareOptions{Now: to, Bucket: time.Hour, Checks: checks}), nil
 }
 
-// runAudit waits until the correct pipeline's counts agree (the last
+// RunAudit waits until the correct pipeline's counts agree (the last
 // deltas and counts are flushed within seconds of the last record), prints
 // the report beside the ground truth and says what it flags of each naive
 // joint.
-func (d *Pipeline) runAudit(ctx context.Context, want Expected) error {
+func (d *Pipeline) RunAudit(ctx context.Context, want Expected) (*audit.Report, error) {
 	sources, checks, naive := d.auditChecks()
 	correct := func(f audit.Finding) bool {
 		for _, name := range naive {
@@ -109,7 +115,7 @@ func (d *Pipeline) runAudit(ctx context.Context, want Expected) error {
 	for {
 		var err error
 		if rep, err = d.auditReport(ctx, sources, checks); err != nil {
-			return fmt.Errorf("audit: %w", err)
+			return nil, fmt.Errorf("audit: %w", err)
 		}
 		wrong = wrong[:0]
 		for _, f := range rep.Findings {
@@ -122,7 +128,7 @@ func (d *Pipeline) runAudit(ctx context.Context, want Expected) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -131,26 +137,18 @@ func (d *Pipeline) runAudit(ctx context.Context, want Expected) error {
 		time.Sleep(2 * time.Second)
 		var err error
 		if rep, err = d.auditReport(ctx, sources, checks); err != nil {
-			return fmt.Errorf("audit: %w", err)
+			return nil, fmt.Errorf("audit: %w", err)
 		}
 	}
 	d.result.Audit = rep
-	var rollup float64
-	for _, m := range want.Metrics {
-		rollup += float64(m.PRsMerged + m.ReviewComments + m.Deployments + m.Incidents)
-	}
-	truth := map[string]float64{
-		audit.StageFirstSeen: float64(want.Events), devmetrics.StageRollup: rollup,
-		audit.TableStage("normalized_events"): float64(want.Events), audit.TableStage("employee_metrics_window"): float64(want.Events),
-		audit.TableStage("employee_metrics_hourly"): rollup,
-	}
+	truth := AuditTruth(want)
 	d.Say("audit (what `exactlyonce audit` sees: the stages' own counts per organisation and hour, no ground truth), beside the ground truth:")
-	writeAuditTotals(d.Config.Stdout, rep, truth)
+	WriteAuditTotals(d.Config.Stdout, rep, truth)
 	if d.Config.Verbose {
 		_ = rep.WriteTable(d.Config.Stdout, false)
 	}
 	if len(wrong) > 0 {
-		return fmt.Errorf("audit: the correct pipeline's stages differ in %d buckets (first: %+v), while the ground truth says exact", len(wrong), wrong[0])
+		return rep, fmt.Errorf("audit: the correct pipeline's stages differ in %d buckets (first: %+v), while the ground truth says exact", len(wrong), wrong[0])
 	}
 	d.Say("audit: %d buckets, the correct pipeline's stages agree in every one", len(rep.Buckets))
 	d.result.AuditFlags = map[devmetrics.Naive]bool{}
@@ -175,12 +173,25 @@ func (d *Pipeline) runAudit(ctx context.Context, want Expected) error {
 		d.Say("audit: naive %s (%s) flagged in %d buckets, e.g. %s %s: %s %d upstream, %d downstream", n, name, len(flagged),
 			f.Tenant, f.Bucket.Format("15:04"), strings.ToUpper(string(f.Status)), f.Upstream, f.Downstream)
 	}
-	return nil
+	return rep, nil
 }
 
-// writeAuditTotals prints each stage's total over every bucket, with the
+// AuditTruth is the ground truth of the audit's stages the harness knows.
+func AuditTruth(want Expected) map[string]float64 {
+	var rollup float64
+	for _, m := range want.Metrics {
+		rollup += float64(m.PRsMerged + m.ReviewComments + m.Deployments + m.Incidents)
+	}
+	return map[string]float64{
+		audit.StageFirstSeen: float64(want.Events), devmetrics.StageRollup: rollup,
+		audit.TableStage("normalized_events"): float64(want.Events), audit.TableStage("employee_metrics_window"): float64(want.Events),
+		audit.TableStage("employee_metrics_hourly"): rollup, audit.SinkStage("normalized_events"): float64(want.Events),
+	}
+}
+
+// WriteAuditTotals prints each stage's total over every bucket, with the
 // ground truth where the harness knows one.
-func writeAuditTotals(w io.Writer, rep *audit.Report, truth map[string]float64) {
+func WriteAuditTotals(w io.Writer, rep *audit.Report, truth map[string]float64) {
 	width := len("stage")
 	for _, s := range rep.Stages {
 		width = max(width, len(s))

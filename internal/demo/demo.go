@@ -214,7 +214,7 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 	} else {
 		d.Say("Kafka: cannot read %s back: %v", d.Topic, err)
 	}
-	if err := d.runAudit(ctx, Expect(events)); err != nil {
+	if _, err := d.RunAudit(ctx, Expect(events)); err != nil {
 		return d.result, err
 	}
 	for _, n := range d.naives {
@@ -278,7 +278,7 @@ func (d *Pipeline) StartServers(ctx context.Context) error {
 	if err := embedded.CreateTopic(ctx, srv.Brokers, d.DLQ, 1); err != nil {
 		return err
 	}
-	if err := embedded.CreateTopic(ctx, srv.Brokers, d.auditTopic(), d.Config.Partitions); err != nil { // audit.go
+	if err := embedded.CreateTopic(ctx, srv.Brokers, d.AuditTopic(), d.Config.Partitions); err != nil { // audit.go
 		return err
 	}
 	if err := devmetrics.CreateTables(ctx, ch.Options{Address: srv.ClickHouseAddr}, d.DB); err != nil {
@@ -317,7 +317,7 @@ func (d *Pipeline) startPipeline(ctx context.Context) error {
 	// The idempotent producer: a produce retried after a lost
 	// acknowledgement is dropped by the broker, not written twice.
 	d.GatewayArgs = []string{"-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.Servers.Brokers, ","),
-		"-topic=" + d.Topic, "-retry-after=1s", d.LogLevel(), "-audit-topic=" + d.auditTopic()}
+		"-topic=" + d.Topic, "-retry-after=1s", d.LogLevel(), "-audit-topic=" + d.AuditTopic()}
 	d.GatewayEnv = []string{"GITHUB_WEBHOOK_SECRET=" + WebhookSecret, "JIRA_WEBHOOK_SECRET=" + WebhookSecret}
 	storeArgs, storeName, closeStore, err := keyStore(ctx, d.Config.Store)
 	if err != nil {
@@ -355,7 +355,7 @@ func (d *Pipeline) startPipeline(ctx context.Context) error {
 			// Quick to notice a killed instance (kfake's smallest session
 			// timeout is 6 s) and to insert: the demo lasts seconds.
 			"-session-timeout=6s", "-rebalance-timeout=3s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
-			"-sink-max-delay=200ms", d.LogLevel(), "-audit", "-audit-topic=" + d.auditTopic()}}
+			"-sink-max-delay=200ms", d.LogLevel(), "-audit", "-audit-topic=" + d.AuditTopic()}}
 	var procNaive []string
 	for _, n := range []devmetrics.Naive{devmetrics.NaiveSink, devmetrics.NaiveMV} {
 		if d.hasNaive(n) {

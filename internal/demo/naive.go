@@ -73,7 +73,7 @@ func (d *Pipeline) startNaiveGateway(ctx context.Context) error {
 		return err
 	}
 	args := []string{"-naive=gateway", "-pipeline=devmetrics", "-idempotent-producer", "-brokers=" + strings.Join(d.Servers.Brokers, ","),
-		"-topic=" + d.naiveTopic(), "-retry-after=1s", d.LogLevel(), "-audit-topic=" + d.auditTopic(), "-audit-stage=" + naiveGatewayStage}
+		"-topic=" + d.naiveTopic(), "-retry-after=1s", d.LogLevel(), "-audit-topic=" + d.AuditTopic(), "-audit-stage=" + naiveGatewayStage}
 	if d.Config.Faults {
 		args = append(args, "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.Config.Seed+100))
 	}
