@@ -116,15 +116,17 @@ test-compat: deps
 
 # make demo NAIVE=gateway|sink|merge|mv|avg (a comma-separated list, or all)
 # runs that joint the naive way
-# beside the correct pipeline and prints both figures; DEMO_FLAGS passes more
+# beside the correct pipeline and prints both figures; KAFKA=apache (or
+# apache-3.9) runs demo and chaos on Apache Kafka instead of kfake (the
+# default: quicker, and with wire-level faults); DEMO_FLAGS passes more
 # flags (go run ./internal/cmd/demo -h).
 demo: deps
-	.ci/unchanged-tree go run ./internal/cmd/demo $(if $(NAIVE),-naive=$(NAIVE)) $(DEMO_FLAGS)
+	.ci/unchanged-tree go run ./internal/cmd/demo $(if $(NAIVE),-naive=$(NAIVE)) $(if $(KAFKA),-kafka=$(KAFKA)) $(DEMO_FLAGS)
 
 # chaos: the pipeline under a long randomized fault schedule (internal/cmd/chaos);
 # CHAOS_FLAGS passes flags, e.g. make chaos CHAOS_FLAGS="-events 1000000 -faults-per-kind 200 -json chaos.json".
 chaos: deps
-	go run ./internal/cmd/chaos $(CHAOS_FLAGS)
+	go run ./internal/cmd/chaos $(if $(KAFKA),-kafka=$(KAFKA)) $(CHAOS_FLAGS)
 
 # bench runs every benchmark BENCH_COUNT times (default 3), keeps the output
 # in docs/bench/bench.txt and writes docs/bench/REPORT.md with its SVG charts

@@ -48,7 +48,11 @@ func CheckpointLag(ctx context.Context, brokers []string, topic string, partitio
 		}
 	}
 	committed := make([]int64, partitions)
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	// A transport of its own, as in topicDeliveries: a pooled connection
+	// to a broker killed since fails.
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second, Transport: tr}
 	all := make([]int, partitions)
 	for p := range all {
 		all[p] = p
