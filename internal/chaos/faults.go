@@ -315,7 +315,8 @@ func (c *chaos) killInRebalance(ctx context.Context) (bool, string) {
 	sup := c.d.Supervisor
 	first, ok := sup.KillOne(c.rng, -1)
 	c.kill("processor", ok)
-	client := &kafka.Client{Addr: kafka.TCP(sup.Brokers...), Timeout: 2 * time.Second}
+	client, closeClient := demo.KafkaClient(sup.Brokers, 2*time.Second)
+	defer closeClient()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
 		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{sup.Group}})
 		if err == nil && len(resp.Groups) == 1 {
