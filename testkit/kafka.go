@@ -223,6 +223,15 @@ func (b *KafkaBroker) KillNode(id int) {
 	}
 }
 
+// StopNode shuts broker id down cleanly (SIGTERM, as a rolling restart
+// does; SIGKILL after 30 s) and waits until it is gone.
+func (b *KafkaBroker) StopNode(id int) {
+	b.t.Helper()
+	if err := b.node(id).Stop(); err != nil {
+		b.t.Fatalf("testkit: %v", err)
+	}
+}
+
 // StartNode starts broker id again and waits until it answers.
 func (b *KafkaBroker) StartNode(id int) {
 	b.t.Helper()
