@@ -24,15 +24,9 @@ import (
 // the coordinator is killed between a prepared transaction and its
 // CommitPrepared, which commits it on the new coordinator. A
 // read_committed reader then sees every record of the three transactions
-// exactly once. Apache Kafka 4 only (make test-compat leaves it out for
-// CI time: three JVMs and three restarts).
+// exactly once. make test-cluster runs it (testkit.SkipUnlessKafkaCluster).
 func TestTxProducerClusterFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three Apache Kafka brokers")
-	}
-	if testkit.KafkaImplementation(t) == testkit.KafkaApache39 {
-		t.Skip("the cluster faults run on Apache Kafka 4 only (CI time)")
-	}
+	testkit.SkipUnlessKafkaCluster(t)
 	kb := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{Nodes: 3})
 	brokers := kb.Brokers()
 	const topic, txid = "failover", "failover-tx"

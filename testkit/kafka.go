@@ -30,6 +30,21 @@ const (
 	KafkaFake = "kfake"
 )
 
+// EnvKafkaCluster set to 1 runs the tests of a three-broker Apache Kafka
+// cluster under faults (make test-cluster). make test leaves them out:
+// each starts three or four JVMs and restarts brokers, minutes on a loaded
+// machine.
+const EnvKafkaCluster = "EXACTLYONCE_KAFKA_CLUSTER"
+
+// SkipUnlessKafkaCluster skips the test unless $EXACTLYONCE_KAFKA_CLUSTER
+// is 1 (see EnvKafkaCluster), or under -short.
+func SkipUnlessKafkaCluster(t testing.TB) {
+	t.Helper()
+	if testing.Short() || os.Getenv(EnvKafkaCluster) != "1" {
+		t.Skipf("a three-broker cluster under faults: %s=1 (make test-cluster) runs it", EnvKafkaCluster)
+	}
+}
+
 // KafkaImplementation returns the Kafka the kit starts: $EXACTLYONCE_KAFKA,
 // or KafkaApache4 when it is unset. It fails the test on an unknown value.
 func KafkaImplementation(t testing.TB) string {
