@@ -30,6 +30,21 @@ const (
 	KafkaFake = "kfake"
 )
 
+// EnvKafkaCluster set to 1 runs the tests of a three-broker Apache Kafka
+// cluster under faults (make test-cluster). make test leaves them out:
+// each starts three or four JVMs and restarts brokers, minutes on a loaded
+// machine.
+const EnvKafkaCluster = "EXACTLYONCE_KAFKA_CLUSTER"
+
+// SkipUnlessKafkaCluster skips the test unless $EXACTLYONCE_KAFKA_CLUSTER
+// is 1 (see EnvKafkaCluster), or under -short.
+func SkipUnlessKafkaCluster(t testing.TB) {
+	t.Helper()
+	if testing.Short() || os.Getenv(EnvKafkaCluster) != "1" {
+		t.Skipf("a three-broker cluster under faults: %s=1 (make test-cluster) runs it", EnvKafkaCluster)
+	}
+}
+
 // KafkaImplementation returns the Kafka the kit starts: $EXACTLYONCE_KAFKA,
 // or KafkaApache4 when it is unset. It fails the test on an unknown value.
 func KafkaImplementation(t testing.TB) string {
@@ -119,9 +134,16 @@ func sharedApacheKafka(t testing.TB, impl string) ([]string, error) {
 
 // KafkaBrokerOptions configures StartKafkaBroker. The zero value is valid.
 type KafkaBrokerOptions struct {
-	// Nodes is the number of brokers (each also a KRaft controller). With
-	// 3, topics get 3 replicas and min.insync.replicas 2. Default: 1.
+	// Nodes is the number of brokers (each also a KRaft controller unless
+	// Controllers is set). With 3, topics get 3 replicas and
+	// min.insync.replicas 2. Default: 1.
 	Nodes int
+	// Controllers is a number of dedicated KRaft controllers beside the
+	// brokers, so that brokers killed never take the controller quorum
+	// with them (two of three brokers down: the ISR below
+	// min.insync.replicas, the cluster still answering). Their ids follow
+	// the brokers'. Default: 0, every broker is also a controller.
+	Controllers int
 	// KafkaDefaults keeps Kafka's own group and transaction timing
 	// (group.initial.rebalance.delay.ms 3 s, group.min.session.timeout.ms
 	// 6 s) instead of the kit's test timing (0 and 100 ms). Default: false.
@@ -150,8 +172,17 @@ func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), firstStartTimeout)
 	defer cancel()
+	dir := t.TempDir()
+	if strings.Contains(dir, ",") {
+		// A subtest's name with a comma: Kafka's log.dirs cannot hold it.
+		var err error
+		if dir, err = os.MkdirTemp("", "exactlyonce-kafkabroker-"); err != nil {
+			t.Fatalf("testkit: %v", err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	}
 	k, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{
-		Version: apacheVersion(KafkaImplementation(t)), Nodes: o.Nodes, Dir: t.TempDir(),
+		Version: apacheVersion(KafkaImplementation(t)), Nodes: o.Nodes, Controllers: o.Controllers, Dir: dir,
 		KafkaDefaults: o.KafkaDefaults, Configs: o.Configs, Progress: os.Stderr,
 	})
 	if err != nil {
@@ -203,6 +234,15 @@ func (b *KafkaBroker) Stop() {
 func (b *KafkaBroker) KillNode(id int) {
 	b.t.Helper()
 	if err := b.node(id).Kill(); err != nil {
+		b.t.Fatalf("testkit: %v", err)
+	}
+}
+
+// StopNode shuts broker id down cleanly (SIGTERM, as a rolling restart
+// does; SIGKILL after 30 s) and waits until it is gone.
+func (b *KafkaBroker) StopNode(id int) {
+	b.t.Helper()
+	if err := b.node(id).Stop(); err != nil {
 		b.t.Fatalf("testkit: %v", err)
 	}
 }

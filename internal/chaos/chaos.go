@@ -55,6 +55,10 @@ type Config struct {
 	Seed uint64
 	// Checkpoints: fs (default) or s3, as in Config.
 	Checkpoints string
+	// Kafka is the embedded broker, as in demo.Config: demo.KafkaFake
+	// (the default; the only one with the wire-level fault kinds),
+	// demo.KafkaApache or demo.KafkaApache39.
+	Kafka string
 	// Dir is the state directory. Default: a new temporary one.
 	Dir string
 	// JSON is a file the result is written to as JSON. Default: none.
@@ -91,7 +95,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	c.d = &demo.Pipeline{
 		Config: demo.Config{Events: cfg.Events, Orgs: cfg.Orgs, Partitions: cfg.Partitions, Instances: cfg.Instances,
-			Store: "redis", Seed: cfg.Seed, Dir: cfg.Dir, Checkpoints: cfg.Checkpoints, Logger: cfg.Logger,
+			Store: "redis", Seed: cfg.Seed, Dir: cfg.Dir, Checkpoints: cfg.Checkpoints, Kafka: cfg.Kafka, Logger: cfg.Logger,
 			Stdout: cfg.Stdout, Binaries: cfg.Binaries, Verbose: cfg.Verbose},
 		Say: c.say,
 		Rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
@@ -145,6 +149,9 @@ func (cfg *Config) setDefaults() error {
 	if cfg.Checkpoints != "fs" && cfg.Checkpoints != "s3" {
 		return fmt.Errorf("chaos: -checkpoints %q: want fs or s3", cfg.Checkpoints)
 	}
+	if cfg.Kafka == "" {
+		cfg.Kafka = demo.KafkaFake
+	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout
 	}
@@ -180,6 +187,8 @@ func (cfg *Config) refuse(k string) error {
 	switch {
 	case k == KindS3Kill && cfg.Checkpoints != "s3":
 		return errors.New("chaos: s3-kill needs -checkpoints s3")
+	case isWireKind(k) && cfg.Kafka != demo.KafkaFake:
+		return fmt.Errorf("chaos: %s is a wire-level fault of kfake's (package kafkafault), and -kafka is %s", k, cfg.Kafka)
 	case k == KindProcessorKillCheckpoint && cfg.Checkpoints != "fs":
 		return errors.New("chaos: processor-kill-checkpoint needs -checkpoints fs (it looks for the checkpoint's temporary file)")
 	}

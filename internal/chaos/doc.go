@@ -25,6 +25,9 @@
 // With a server of your own named in the environment (CLICKHOUSE_ADDR,
 // KAFKA_BROKERS, REDIS_ADDR, S3_ENDPOINT) the run uses it and leaves out
 // the kinds that would kill or instrument it; the other kinds still run.
+// The wire-level kinds (kafka- and a kafkafault kind) need kfake, the
+// default broker; Config.Kafka demo.KafkaApache (make chaos KAFKA=apache)
+// runs every other kind on Apache Kafka, kafka-kill killing its JVM.
 //
 // # Guarantees
 //

@@ -192,7 +192,10 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 	if f.Kind == kafkafault.Slow {
 		f.Delay, f.Duration = between(50*time.Millisecond, 500*time.Millisecond), between(500*time.Millisecond, 2*time.Second)
 	}
-	if err := d.Servers.Kafka.InjectFault(ctx, f); err != nil {
+	if d.Servers.Kfake == nil { // refused by ChaosConfig.refuse; never reached
+		return false, "not injected: the broker is not kfake"
+	}
+	if err := d.Servers.Kfake.InjectFault(ctx, f); err != nil {
 		return false, fmt.Sprintf("not injected: %v", err)
 	}
 	return true, ""
@@ -312,7 +315,8 @@ func (c *chaos) killInRebalance(ctx context.Context) (bool, string) {
 	sup := c.d.Supervisor
 	first, ok := sup.KillOne(c.rng, -1)
 	c.kill("processor", ok)
-	client := &kafka.Client{Addr: kafka.TCP(sup.Brokers...), Timeout: 2 * time.Second}
+	client, closeClient := demo.KafkaClient(sup.Brokers, 2*time.Second)
+	defer closeClient()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
 		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{sup.Group}})
 		if err == nil && len(resp.Groups) == 1 {
@@ -338,8 +342,8 @@ func (c *chaos) killGateway(ctx context.Context) (bool, string) {
 	c.gwMu.Lock()
 	defer c.gwMu.Unlock()
 	d := c.d
-	if d.Servers.Kafka != nil { // your own Kafka answers at its pace: the kill may land between publishes
-		_ = d.Servers.Kafka.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.Slow, Delay: time.Second, Duration: 3 * time.Second})
+	if d.Servers.Kfake != nil { // Apache Kafka and yours answer at their pace: the kill may land between publishes
+		_ = d.Servers.Kfake.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.Slow, Delay: time.Second, Duration: 3 * time.Second})
 	}
 	inFlight := 0.0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
@@ -396,10 +400,10 @@ func (c *chaos) killClickHouse(ctx context.Context, down time.Duration) (bool, s
 // saveKafkaStats adds the broker's wire-fault hits to kafkaBase before a
 // kill takes them away.
 func (c *chaos) saveKafkaStats(ctx context.Context) {
-	if c.d.Servers.Kafka == nil {
-		return // your own Kafka: no wire faults
+	if c.d.Servers.Kfake == nil {
+		return // Apache Kafka or yours: no wire faults
 	}
-	s, err := c.d.Servers.Kafka.FaultStats(ctx)
+	s, err := c.d.Servers.Kfake.FaultStats(ctx)
 	if err != nil {
 		return
 	}
@@ -422,8 +426,10 @@ func (c *chaos) heal(ctx context.Context) error {
 		if err := d.Servers.Kafka.Start(ctx); err != nil {
 			return err
 		}
-		if err := d.Servers.Kafka.ClearFaults(ctx); err != nil {
-			return err
+		if d.Servers.Kfake != nil {
+			if err := d.Servers.Kfake.ClearFaults(ctx); err != nil {
+				return err
+			}
 		}
 		c.saveKafkaStats(ctx)
 	}

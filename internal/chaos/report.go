@@ -168,7 +168,8 @@ func (c *chaos) verify(ctx context.Context, events []demo.Delivery) error {
 func (c *chaos) diagnose(ctx context.Context) []string {
 	d := c.d
 	var out []string
-	client := &kafka.Client{Addr: kafka.TCP(d.Servers.Brokers...), Timeout: 5 * time.Second}
+	client, closeClient := demo.KafkaClient(d.Servers.Brokers, 5*time.Second)
+	defer closeClient()
 	all := make([]int, c.cfg.Partitions)
 	for p := range all {
 		all[p] = p

@@ -36,8 +36,11 @@ type Config struct {
 	Verbose bool   // the binaries log warnings, not only errors
 	Store   string // the gateway's idempotency keys: memory or redis
 	// Instances of the processor; more than 1 share one consumer group
-	// and need KillKafka false (see Supervisor.SharedGroup).
-	Instances   int
+	// and need KillKafka false on kfake (see Supervisor.SharedGroup).
+	Instances int
+	// Kafka is the broker the run starts unless KAFKA_BROKERS names one:
+	// KafkaFake (the default), KafkaApache or KafkaApache39.
+	Kafka       string
 	Seed        uint64
 	Dir         string // state directory; default a new temporary one
 	Checkpoints string // fs or s3 (see s3.go)
@@ -98,7 +101,7 @@ type Pipeline struct {
 // Result is what a run counted on its way.
 type Result struct {
 	// LostAcks is how many produce acknowledgements were lost at the wire
-	// (embedded Kafka only).
+	// (embedded kfake only).
 	LostAcks int
 	// Records in the topic once every webhook was delivered, before the
 	// gateway restart, and the distinct deliveries among them: every record
@@ -127,9 +130,12 @@ func RunResult(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Events <= 0 || cfg.Orgs <= 0 || cfg.Partitions <= 0 || cfg.Kills < 0 || cfg.Instances <= 0 {
 		return Result{}, errors.New("-events, -orgs, -partitions and -instances must be positive, -kills not negative")
 	}
-	if cfg.Instances > 1 && cfg.KillKafka {
+	if cfg.Kafka == "" {
+		cfg.Kafka = KafkaFake
+	}
+	if cfg.Instances > 1 && cfg.KillKafka && cfg.Kafka == KafkaFake {
 		// See Supervisor.SharedGroup.
-		return Result{}, errors.New("-instances > 1 shares one consumer group, which a restarted kfake broker never rebalances: add -kill-kafka=false")
+		return Result{}, errors.New("-instances > 1 shares one consumer group, which a restarted kfake broker never rebalances: add -kill-kafka=false or -kafka=apache")
 	}
 	naives, err := devmetrics.ParseNaives(cfg.Naive)
 	if err != nil {
@@ -258,7 +264,7 @@ func (d *Pipeline) StartServers(ctx context.Context) error {
 	} else {
 		built <- nil
 	}
-	srv, err := StartServers(ctx, d.Dir, d.Say)
+	srv, err := StartServers(ctx, d.Dir, d.Config.Kafka, d.Say)
 	if err != nil {
 		<-built
 		return err
@@ -384,9 +390,10 @@ func (d *Pipeline) StartGateway(ctx context.Context, faults bool) error {
 	if faults {
 		// Its own seed per incarnation: it draws in its HTTP handlers.
 		args = append(slices.Clone(args), "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.Config.Seed+d.gwStarts))
-		if d.Servers.Kafka == nil {
-			// No broker to lose acknowledgements at the wire: the gateway
-			// loses them itself, after the write (the retry writes again).
+		if d.Servers.Kfake == nil {
+			// No broker to lose acknowledgements at the wire (only kfake
+			// has the hook): the gateway loses them itself, after the
+			// write (the retry writes again).
 			args = append(args, "-inject-lost-acks=0.03")
 		}
 	}
@@ -479,7 +486,7 @@ func (d *Pipeline) deliver(ctx context.Context, events []Delivery) error {
 		return fmt.Errorf("read %s back: %w", d.Topic, err)
 	}
 	d.result.Records, d.result.Distinct = records, distinct
-	if d.Servers.Kafka != nil {
+	if d.Servers.Kfake != nil {
 		armed, hit := d.faults.LostAcks(ctx, d.Servers)
 		d.result.LostAcks = hit
 		d.Say("Kafka publishes (idempotent producer): %d acknowledgements lost at the wire (of %d armed: the broker wrote the batch and closed the connection instead of answering), %.0f publishes failed before the write (injected at the gateway); the topic holds %d records for %d distinct deliveries: %d written twice",

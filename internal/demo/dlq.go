@@ -19,7 +19,8 @@ import (
 // dead-letter topic exactly once, through every kill and replay, while the
 // partition goes on.
 func (d *Pipeline) InjectPoison(ctx context.Context) error {
-	cl := &kafka.Client{Addr: kafka.TCP(d.Servers.Brokers...), Timeout: 10 * time.Second}
+	cl, closeClient := KafkaClient(d.Servers.Brokers, 10*time.Second)
+	defer closeClient()
 	for i, value := range []string{"not json at all", `{"org_id":"acme-00","note":"hand-written"}`} {
 		resp, err := cl.Produce(ctx, &kafka.ProduceRequest{Topic: d.Topic, Partition: i % d.Config.Partitions,
 			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte(value))})})

@@ -8,12 +8,14 @@
 // ClickHouse, with faults injected at every joint, then every per-employee
 // metric in ClickHouse compared with the ground truth.
 //
-//	go run ./internal/cmd/demo            # embedded ClickHouse and Kafka
+//	go run ./internal/cmd/demo            # embedded ClickHouse and Kafka (kfake)
+//	go run ./internal/cmd/demo -kafka apache  # on Apache Kafka 4.4 (make demo KAFKA=apache)
 //	go run ./internal/cmd/demo -events 20000 -kills 5
 //
 // Its pieces are usable on their own (the chaos run, package
 // internal/chaos, drives them): StartServers (embedded ClickHouse with a
-// watchdog, Kafka in its own process), BuildBinaries and StartGateway,
+// watchdog, Kafka in its own process: kfake, or Apache Kafka with -kafka
+// apache), BuildBinaries and StartGateway,
 // Supervisor (keeps processor processes running, kills one with SIGKILL on
 // request), Pipeline (one run's servers, gateway, processors and
 // providers), FaultPlan (what to kill at which delivery), and Run, the
@@ -40,15 +42,16 @@
 //
 // Faults: Kafka publishes that fail before the write (the gateway's
 // -inject-publish-failures), produce acknowledgements lost at the wire
-// after the broker wrote the batch (kafkafault.ProduceLostAck; the
-// gateway's idempotent producer must write no duplicate), duplicate
+// after the broker wrote the batch (kafkafault.ProduceLostAck, on kfake;
+// the gateway's idempotent producer must write no duplicate; on Apache
+// Kafka, which has no such hook, the gateway loses them itself), duplicate
 // deliveries, the processor killed with SIGKILL, ClickHouse killed with
 // SIGKILL and restarted, the Kafka broker likewise, a gateway restart
 // (SIGTERM) with manual redeliveries, two poison records written straight
 // to Kafka. CLICKHOUSE_ADDR and KAFKA_BROKERS point it at your own servers
 // instead (which are then not killed).
 //
-// The broker runs with ExpireMembers: kfake alone keeps a processor killed
+// kfake runs with ExpireMembers: kfake alone keeps a processor killed
 // while its group rebalances as a member for good (see package
 // internal/embedded/kafkafault), which Kafka expires after its session
 // timeout.

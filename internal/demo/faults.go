@@ -66,15 +66,17 @@ func NewFaultPlan(s Schedule, rng *rand.Rand) *FaultPlan {
 // restarted by a goroutine the plan owns.
 func (f *FaultPlan) At(ctx context.Context, i int, sup *Supervisor, srv *Servers, say func(string, ...any)) {
 	chServer, kafkaServer := srv.ClickHouse, srv.Kafka
-	if f.lostAckEvery > 0 && kafkaServer != nil && i%f.lostAckEvery == f.lostAckEvery/2 {
+	if f.lostAckEvery > 0 && srv.Kfake != nil && i%f.lostAckEvery == f.lostAckEvery/2 {
 		// Refused while the broker is down (ErrStopped): then none is armed.
-		if err := kafkaServer.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.ProduceLostAck}); err == nil {
+		if err := srv.Kfake.InjectFault(ctx, kafkafault.Fault{Kind: kafkafault.ProduceLostAck}); err == nil {
 			f.lostAcksArmed++
 		}
 	}
 	if i == f.kafkaKill && kafkaServer != nil {
-		if stats, err := kafkaServer.FaultStats(ctx); err == nil {
-			f.lostAcksHitBefore += stats[kafkafault.ProduceLostAck].Hits
+		if srv.Kfake != nil {
+			if stats, err := srv.Kfake.FaultStats(ctx); err == nil {
+				f.lostAcksHitBefore += stats[kafkafault.ProduceLostAck].Hits
+			}
 		}
 		say("fault: Kafka broker killed with SIGKILL; restarting it in 1s on the same log directory")
 		if err := kafkaServer.Kill(); err != nil {
@@ -150,8 +152,8 @@ func (f *FaultPlan) Finish(ctx context.Context, sup *Supervisor, say func(string
 // was killed may have hit nothing).
 func (f *FaultPlan) LostAcks(ctx context.Context, srv *Servers) (armed, hit int) {
 	hit = f.lostAcksHitBefore
-	if srv.Kafka != nil {
-		if stats, err := srv.Kafka.FaultStats(ctx); err == nil {
+	if srv.Kfake != nil {
+		if stats, err := srv.Kfake.FaultStats(ctx); err == nil {
 			hit += stats[kafkafault.ProduceLostAck].Hits
 		}
 	}

@@ -11,6 +11,16 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
+// KafkaClient returns a kafka-go client with a transport of its own, and
+// the function that closes its connections. kafka-go's default transport
+// answers Metadata from a cache, so on a shared broker a topic created
+// since is "not found", and it pools connections, so one to a broker killed
+// since fails.
+func KafkaClient(brokers []string, timeout time.Duration) (*kafka.Client, func()) {
+	tr := &kafka.Transport{}
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: timeout, Transport: tr}, tr.CloseIdleConnections
+}
+
 // kafkaRecords counts the records in the topic: more than the distinct events
 // whenever an ack was lost and the gateway's retry wrote the event again.
 func kafkaRecords(ctx context.Context, brokers []string, topic string, partitions int) int64 {
@@ -48,7 +58,8 @@ func CheckpointLag(ctx context.Context, brokers []string, topic string, partitio
 		}
 	}
 	committed := make([]int64, partitions)
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	client, closeClient := KafkaClient(brokers, 5*time.Second)
+	defer closeClient()
 	all := make([]int, partitions)
 	for p := range all {
 		all[p] = p

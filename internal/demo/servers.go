@@ -11,6 +11,27 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
+// The Kafka a run starts (Config.Kafka, -kafka) when KAFKA_BROKERS is
+// unset.
+const (
+	// KafkaFake is kfake in a process of its own, with its log on disk:
+	// quick to start and restart, and the only one with wire-level faults
+	// (package kafkafault: lost acknowledgements, failed single requests).
+	KafkaFake = "kfake"
+	// KafkaApache is Apache Kafka 4.4 (KRaft, one node, a JVM), the
+	// broker users run; a start or a restart takes 5 to 20 s.
+	KafkaApache = "apache"
+	// KafkaApache39 is Apache Kafka 3.9, the last 3.x line.
+	KafkaApache39 = "apache-3.9"
+)
+
+// Broker is the embedded Kafka broker a run kills with SIGKILL and starts
+// again on the same log directory and port.
+type Broker interface {
+	Kill() error
+	Start(ctx context.Context) error
+}
+
 // Servers are the servers a run needs: ClickHouse and Kafka, embedded
 // unless CLICKHOUSE_ADDR or KAFKA_BROKERS name real ones (which are then
 // never killed).
@@ -18,17 +39,26 @@ type Servers struct {
 	ClickHouseAddr string
 	ClickHouse     *embedded.ClickHouse // nil with CLICKHOUSE_ADDR
 	Brokers        []string
-	Kafka          *embedded.KafkaProcess // nil with KAFKA_BROKERS
+	// Kafka is the embedded broker, kfake or Apache Kafka; nil with
+	// KAFKA_BROKERS.
+	Kafka Broker
+	// Kfake is Kafka when it is kfake, whose wire-level faults a run
+	// injects; nil otherwise (Apache Kafka has no fault hooks).
+	Kfake *embedded.KafkaProcess
 
 	stop []func()
 }
 
 // StartServers starts the embedded servers with their data under dir: a
 // ClickHouse that a watchdog restarts when it exits on its own (as systemd
-// would), and a Kafka broker in its own process with its log on disk, so
-// either can be killed with SIGKILL and come back with what it
-// acknowledged. Stop stops them.
-func StartServers(ctx context.Context, dir string, say func(string, ...any)) (*Servers, error) {
+// would), and a Kafka broker (kafka: KafkaFake, KafkaApache or
+// KafkaApache39) in its own process with its log on disk, so either can be
+// killed with SIGKILL and come back with what it acknowledged. Stop stops
+// them.
+func StartServers(ctx context.Context, dir, kafka string, say func(string, ...any)) (*Servers, error) {
+	if kafka != KafkaFake && kafka != KafkaApache && kafka != KafkaApache39 {
+		return nil, fmt.Errorf("-kafka %q: want %s, %s or %s", kafka, KafkaFake, KafkaApache, KafkaApache39)
+	}
 	s := &Servers{}
 	if s.ClickHouseAddr = os.Getenv("CLICKHOUSE_ADDR"); s.ClickHouseAddr == "" {
 		say("starting ClickHouse 26.7 (clickhouse-local from libchdb.so; the first run downloads it)")
@@ -47,6 +77,13 @@ func StartServers(ctx context.Context, dir string, say func(string, ...any)) (*S
 		s.Brokers = strings.Split(env, ",")
 		return s, nil
 	}
+	if kafka != KafkaFake {
+		if err := s.startApacheKafka(ctx, dir, kafka, say); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		return s, nil
+	}
 	// ExpireMembers: kfake alone never expires a processor killed while
 	// its group rebalances (see kafkafault.ExpireMembers); Kafka does, after
 	// the session timeout. A session timeout down to 1s is accepted, so a
@@ -57,10 +94,33 @@ func StartServers(ctx context.Context, dir string, say func(string, ...any)) (*S
 		s.Stop()
 		return nil, fmt.Errorf("start Kafka: %w", err)
 	}
-	s.Kafka, s.Brokers = k, k.Brokers()
+	s.Kafka, s.Kfake, s.Brokers = k, k, k.Brokers()
 	s.stop = append(s.stop, func() { _ = k.Stop() })
 	say("Kafka (kfake, pid %d) listening on %s", k.PID(), s.Brokers[0])
 	return s, nil
+}
+
+// startApacheKafka starts one Apache Kafka node (broker and KRaft
+// controller) with its log under dir, at the embedded package's test
+// timing: consumer-group sessions down to 100 ms are accepted and a new
+// group's first rebalance is not delayed.
+func (s *Servers) startApacheKafka(ctx context.Context, dir, kafka string, say func(string, ...any)) error {
+	version := embedded.ApacheKafka4
+	if kafka == KafkaApache39 {
+		version = embedded.ApacheKafka39
+	}
+	say("starting Apache Kafka %s (KRaft, one node; the first run fetches its jars with Maven)", version)
+	k, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{Version: version,
+		Dir: filepath.Join(dir, "kafka"), Progress: os.Stderr})
+	if err != nil {
+		return fmt.Errorf("start Kafka: %w", err)
+	}
+	s.Kafka, s.Brokers = k, k.Brokers()
+	// Killed, not stopped: a clean shutdown takes seconds and the log is
+	// thrown away with the run's directory.
+	s.stop = append(s.stop, func() { _ = k.Close() })
+	say("Kafka (Apache Kafka %s, pid %d) listening on %s", version, k.Node(1).PID(), s.Brokers[0])
+	return nil
 }
 
 // Stop stops the servers StartServers started, the watchdog first.

@@ -182,7 +182,8 @@ func (s *Supervisor) Kill(ctx context.Context, rng *rand.Rand, say func(string, 
 func awaitStableGroup(ctx context.Context, brokers []string, group string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 2 * time.Second}
+	client, closeClient := KafkaClient(brokers, 2*time.Second)
+	defer closeClient()
 	for ctx.Err() == nil {
 		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
 		if err == nil && len(resp.Groups) == 1 && resp.Groups[0].GroupState == "Stable" {

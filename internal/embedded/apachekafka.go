@@ -73,12 +73,21 @@ func EnsureApacheKafka(ctx context.Context, cacheDir, version string, progress i
 type ApacheKafkaOptions struct {
 	// Version is the Apache Kafka release. Default: ApacheKafka4.
 	Version string
-	// Nodes is the number of processes, each a combined KRaft broker and
-	// controller. With 3 or more, topics created with replication factor
+	// Nodes is the number of brokers, each a combined KRaft broker and
+	// controller unless Controllers is set. With 3 or more, topics created with replication factor
 	// -1 get 3 replicas and min.insync.replicas is 2, as in a production
 	// cluster; with fewer, every replication factor is the node count.
 	// Default: 1.
 	Nodes int
+	// Controllers, when positive, is a number of dedicated KRaft
+	// controller processes (process.roles=controller) beside Nodes
+	// broker-only processes, as production clusters run them: killing
+	// brokers then never takes the controller quorum with them, so a test
+	// can take two of three brokers down (the ISR below
+	// min.insync.replicas) and the cluster still answers. Controllers get
+	// the node ids after the brokers' (Nodes+1, ...) and are not among
+	// Brokers. Default: 0, every node is broker and controller.
+	Controllers int
 	// Dir holds each node's configuration and log directory (node-1, ...)
 	// and survives Kill and Start. Default: a new temporary directory,
 	// removed by Stop and Close.
@@ -127,6 +136,8 @@ type KafkaNode struct {
 	id    int
 	port  int // broker listener
 	cport int // controller listener
+	// controllerOnly: a dedicated controller (ApacheKafkaOptions.Controllers)
+	controllerOnly bool
 }
 
 // StartApacheKafka fetches the jars of opts.Version (the first time),
@@ -160,6 +171,11 @@ func StartApacheKafka(ctx context.Context, opts ApacheKafkaOptions) (*ApacheKafk
 	cp, err := MavenClasspath(jars)
 	if err != nil {
 		return nil, err
+	}
+	if strings.Contains(opts.Dir, ",") {
+		// log.dirs is a comma-separated list: Kafka would split the path
+		// and exit with "No readable meta.properties files found".
+		return nil, fmt.Errorf("embedded: apache kafka: directory %q has a comma, which Kafka's log.dirs cannot hold", opts.Dir)
 	}
 	k := &ApacheKafka{opts: opts, java: java, classpath: cp}
 	if k.opts.Dir == "" {
@@ -209,7 +225,7 @@ func StartApacheKafka(ctx context.Context, opts ApacheKafkaOptions) (*ApacheKafk
 // startFresh picks ports for every node, writes and formats their
 // directories, and starts them all.
 func (k *ApacheKafka) startFresh(ctx context.Context) error {
-	ports := make([]int, 2*k.opts.Nodes)
+	ports := make([]int, 2*k.size())
 	for i := range ports {
 		p, err := FreePort()
 		if err != nil {
@@ -221,14 +237,17 @@ func (k *ApacheKafka) startFresh(ctx context.Context) error {
 	return k.formatAndStart(ctx, true)
 }
 
+// size is the number of processes: the brokers and dedicated controllers.
+func (k *ApacheKafka) size() int { return k.opts.Nodes + max(k.opts.Controllers, 0) }
+
 // makeNodes makes the node handles, node i listening on ports[2i] (broker)
-// and ports[2i+1] (controller).
+// and ports[2i+1] (controller); the dedicated controllers come last.
 func (k *ApacheKafka) makeNodes(ports []int) {
-	k.nodes = make([]*KafkaNode, k.opts.Nodes)
+	k.nodes = make([]*KafkaNode, k.size())
 	for i := range k.nodes {
 		k.nodes[i] = &KafkaNode{
 			child: child{name: fmt.Sprintf("kafka node %d", i+1), stopGrace: 30 * time.Second, log: k.opts.Logger},
-			k:     k, id: i + 1, port: ports[2*i], cport: ports[2*i+1],
+			k:     k, id: i + 1, port: ports[2*i], cport: ports[2*i+1], controllerOnly: i >= k.opts.Nodes,
 		}
 	}
 }
@@ -266,6 +285,9 @@ func (k *ApacheKafka) ensureTemplate(ctx context.Context) (string, error) {
 	}
 	root := filepath.Join(cache, "kafka-format")
 	name := fmt.Sprintf("%s-%dnodes", k.opts.Version, k.opts.Nodes)
+	if k.opts.Controllers > 0 {
+		name += fmt.Sprintf("-%dcontrollers", k.opts.Controllers)
+	}
 	dir := filepath.Join(root, name)
 	if _, err := os.Stat(filepath.Join(dir, "cluster.id")); err == nil {
 		return dir, nil
@@ -291,7 +313,7 @@ func (k *ApacheKafka) ensureTemplate(ctx context.Context) (string, error) {
 	if t.clusterID, err = readOrCreateClusterID(tmp); err != nil {
 		return "", err
 	}
-	ports := make([]int, 2*k.opts.Nodes)
+	ports := make([]int, 2*k.size())
 	for i := range ports {
 		ports[i] = 9092 + i // never listened on: the tool only formats
 	}
@@ -354,12 +376,14 @@ func readOrCreateClusterID(dir string) (string, error) {
 	return s, nil
 }
 
-// Brokers returns the bootstrap addresses of every node; they stay the same
-// across Kill and Start.
+// Brokers returns the bootstrap addresses of every broker (not of the
+// dedicated controllers); they stay the same across Kill and Start.
 func (k *ApacheKafka) Brokers() []string {
-	out := make([]string, len(k.nodes))
-	for i, n := range k.nodes {
-		out[i] = n.Addr()
+	var out []string
+	for _, n := range k.nodes {
+		if !n.controllerOnly {
+			out = append(out, n.Addr())
+		}
 	}
 	return out
 }
@@ -370,10 +394,11 @@ func (k *ApacheKafka) Version() string { return k.opts.Version }
 // Dir returns the directory of the nodes' configurations and logs.
 func (k *ApacheKafka) Dir() string { return k.opts.Dir }
 
-// Nodes returns the cluster's nodes, in node id order (id 1 first).
+// Nodes returns the cluster's nodes, in node id order (id 1 first), the
+// dedicated controllers last.
 func (k *ApacheKafka) Nodes() []*KafkaNode { return slices.Clone(k.nodes) }
 
-// Node returns the node with the given id (1 to Nodes), or nil.
+// Node returns the node with the given id (1 to Nodes+Controllers), or nil.
 func (k *ApacheKafka) Node(id int) *KafkaNode {
 	if id < 1 || id > len(k.nodes) {
 		return nil
@@ -431,10 +456,16 @@ func (k *ApacheKafka) removeDir() {
 	}
 }
 
-// ID returns the node's id, its broker.id/node.id (1 to Nodes).
+// ID returns the node's id, its broker.id/node.id (1 to Nodes, then the
+// dedicated controllers').
 func (n *KafkaNode) ID() int { return n.id }
 
-// Addr returns the node's broker listener, 127.0.0.1:port.
+// ControllerOnly reports whether the node is a dedicated KRaft controller
+// (ApacheKafkaOptions.Controllers), which serves no clients.
+func (n *KafkaNode) ControllerOnly() bool { return n.controllerOnly }
+
+// Addr returns the node's broker listener, 127.0.0.1:port (a dedicated
+// controller's is never listened on).
 func (n *KafkaNode) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
 
 // dir is the node's directory: server.properties and data/.
@@ -465,8 +496,13 @@ func (n *KafkaNode) Start(ctx context.Context) error {
 }
 
 // probe succeeds once the node answers Metadata listing itself as a broker:
-// it has registered with the controller quorum and been unfenced.
+// it has registered with the controller quorum and been unfenced. A
+// dedicated controller is ready once it listens (the brokers' probes
+// prove the quorum).
 func (n *KafkaNode) probe(ctx context.Context) error {
+	if n.controllerOnly {
+		return dialOK(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(n.cport)))
+	}
 	if err := dialOK(ctx, n.Addr()); err != nil {
 		return err
 	}
@@ -529,12 +565,14 @@ func (n *KafkaNode) writeConfig() error {
 // replication the node count allows, the test timing unless KafkaDefaults,
 // and opts.Configs last.
 func (k *ApacheKafka) brokerConfig(n *KafkaNode) map[string]string {
-	voters := make([]string, len(k.nodes))
-	for i, m := range k.nodes {
-		voters[i] = fmt.Sprintf("%d@127.0.0.1:%d", m.id, m.cport)
+	var voters []string
+	for _, m := range k.nodes {
+		if m.controllerOnly || k.opts.Controllers <= 0 {
+			voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", m.id, m.cport))
+		}
 	}
-	rf := strconv.Itoa(min(3, len(k.nodes)))
-	isr := strconv.Itoa(min(2, len(k.nodes)))
+	rf := strconv.Itoa(min(3, k.opts.Nodes))
+	isr := strconv.Itoa(min(2, k.opts.Nodes))
 	cfg := map[string]string{
 		"process.roles":                            "broker,controller",
 		"node.id":                                  strconv.Itoa(n.id),
@@ -554,6 +592,16 @@ func (k *ApacheKafka) brokerConfig(n *KafkaNode) map[string]string {
 		// config" warning).
 		"share.coordinator.state.topic.replication.factor": rf,
 		"share.coordinator.state.topic.min.isr":            isr,
+	}
+	switch {
+	case n.controllerOnly:
+		cfg["process.roles"] = "controller"
+		cfg["listeners"] = fmt.Sprintf("CONTROLLER://127.0.0.1:%d", n.cport)
+		delete(cfg, "advertised.listeners")
+		delete(cfg, "inter.broker.listener.name")
+	case k.opts.Controllers > 0:
+		cfg["process.roles"] = "broker"
+		cfg["listeners"] = fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port)
 	}
 	if !k.opts.KafkaDefaults {
 		maps.Copy(cfg, map[string]string{

@@ -232,8 +232,13 @@ func waitFinished(t *testing.T, store *checkpoint.Store, total int64, done <-cha
 		all := true
 		for p := range partitions {
 			cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: inTopic, Partition: p})
-			stand[p] = fmt.Sprintf("p%d: id %d next offset %d (err %v)", p, cp.ID, cp.NextOffset, err)
-			if err != nil || cp.NextOffset < total {
+			if err != nil { // none yet
+				stand[p] = fmt.Sprintf("p%d: %v", p, err)
+				all = false
+				continue
+			}
+			stand[p] = fmt.Sprintf("p%d: id %d next offset %d", p, cp.ID, cp.NextOffset)
+			if cp.NextOffset < total {
 				all = false
 				continue
 			}
@@ -363,20 +368,22 @@ func readWant(rounds int) map[string]bool {
 	return want
 }
 
-// TestBrokerRestart restarts the broker process three times while the
-// pipeline runs (in this process): the sink's producer retries its batches
-// and commits, the source rides out the outage, and a read_committed reader
-// reads every id exactly once. The broker is a kfake process stopped
-// cleanly: kfake forgets open transactions on SIGKILL (see kafkatxn's
-// TestTxProducerKfakeRestart). On Apache Kafka with SIGKILL (kafkatxn's
-// TestTxProducerBrokerRestart passes there) this pipeline took no
-// checkpoint in 5 minutes after a restart on a machine at load average 40
-// to 60; not yet understood, so it stays on kfake here.
+// TestBrokerRestart kills the Apache Kafka broker with SIGKILL and starts
+// it again on its log while the pipeline runs (in this process)
+// with transactions open: the sink's producer retries its batches and
+// commits, the source rides out the outage, and a read_committed reader
+// reads every id exactly once. (It stayed on kfake after a run on Apache
+// Kafka took no checkpoint in 5 minutes after a restart, at load 40 to
+// 60. That did not come back in runs here with SIGKILL, restarts of 15 to
+// 25 s at load 40, nor in TestRollingRestart; the run may have
+// predated pipeline's capped restart backoff, which made TestKill9 stall
+// the same way. waitFinished dereferenced a missing checkpoint when the
+// broker died before the first one; it waits for it now.)
 func TestBrokerRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("restarts a broker process")
+		t.Skip("kills a broker process")
 	}
-	srv := testkit.StartKafkaProcess(t)
+	srv := testkit.StartKafkaBroker(t)
 	brokers := srv.Brokers()
 	testkit.CreateTopic(t, brokers, inTopic, partitions)
 	testkit.CreateTopic(t, brokers, outTopic, partitions)
@@ -389,12 +396,12 @@ func TestBrokerRestart(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- run(ctx) }()
-	for range 3 {
-		time.Sleep(150 * time.Millisecond)
-		srv.Stop()
-		time.Sleep(200 * time.Millisecond)
-		srv.Start()
-	}
+	time.Sleep(300 * time.Millisecond) // transactions open
+	srv.Kill()
+	time.Sleep(200 * time.Millisecond)
+	t0 := time.Now()
+	srv.Start()
+	t.Logf("broker back after %v", time.Since(t0).Round(time.Millisecond))
 	waitFinished(t, store, rounds*perRound*2, done, cancel)
 	want := readWant(rounds)
 	got := readCommitted(t, brokers, outTopic, partitions)
