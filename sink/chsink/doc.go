@@ -35,18 +35,24 @@
 //
 // # Pipelining
 //
-// A flush seals the batch (it encodes the columns once, as they go on the
-// wire, and hashes those bytes), journals its intent, waits for the batch
-// before it (at most one is in flight), and hands the encoded columns to a
-// goroutine of the sink that sends them with their retries, without
-// encoding them again; the caller returns and fills a second set of column
-// buffers meanwhile. So the
-// insert of batch N overlaps the filling of batch N+1 and the journal write
-// of its intent, which is still durable before N+1's own insert starts:
-// the order that makes a replay safe is kept, only the waiting is shared.
-// The ack of batch N rides on the intent of N+2 (N+1's was written before N
-// finished), so after a crash up to two batches are re-inserted with their
-// tokens and dropped by ClickHouse. Replays of journaled batches run
+// A flush cuts the batch: it swaps in an empty set of column buffers and
+// hands the full one to a goroutine of the sink, and the caller returns and
+// fills the empty set meanwhile. That goroutine seals the batch (it encodes
+// the columns once, as they go on the wire, and hashes those bytes),
+// journals its intent once the batch before it is journaled, waits for the
+// batch before it to be inserted, and sends the encoded columns with their
+// retries, without encoding them again. At most two batches are cut and
+// unsettled (three column sets in all): one being inserted and one queued
+// behind it, so a barrier's batch, cut while a full batch's insert runs,
+// queues instead of waiting; a third cut waits for the oldest. So the
+// insert of batch N overlaps the filling of batch N+1, its encoding and
+// the journal write of its intent, which is still durable before N+1's own
+// insert starts: the order that makes a replay safe is kept, only the
+// waiting is shared. A batch cut and not yet journaled when the process
+// dies was not inserted: the replay cuts its rows afresh. The ack of batch
+// N rides on a later intent (those written while N was in flight cannot
+// carry it), so after a crash up to three batches are re-inserted with
+// their tokens and dropped by ClickHouse. Replays of journaled batches run
 // synchronously.
 //
 // Where errors surface: a failed background insert breaks the sink as a
