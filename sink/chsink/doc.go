@@ -161,9 +161,11 @@
 // an unknown outcome and is retried with the same token.
 //
 // Asynchronous checkpoints (checkpoint.AsyncParticipant) keep all of this:
-// SnapshotAsync cuts the barrier's batch and journals its intent before
-// its insert starts, exactly as a flush does, so a crash at any moment
-// after the barrier replays the batch as it was cut, with its token; the
+// SnapshotAsync cuts the barrier's batch, whose goroutine journals its
+// intent before its insert starts, exactly as for any flush, so a crash at
+// any moment after the intent replays the batch as it was cut, with its
+// token, and a crash before it loses nothing that was inserted (nothing
+// was) nor anything a checkpoint covers (none does yet); the
 // state it hands the coordinator covers the cut batch only, and the
 // coordinator writes the checkpoint file only once that insert was
 // acknowledged, so a checkpoint never names a row ClickHouse might not
@@ -171,7 +173,10 @@
 // checkpoint. A failed insert fails the pending part, and the checkpoint
 // writes nothing. Tested by TestAsyncInsertFailureAbortsCheckpoint,
 // TestRevokedWhilePending and TestRowsAfterTheBarrierNotInPendingCheckpoint,
-// and by checkpointtest.TestAsyncParticipant.
+// by checkpointtest.TestAsyncParticipant, and by TestAsyncKilled (SIGKILL
+// after the cut, while an intent is journaled behind an insert in flight,
+// after the intent, during the insert, before the file, before the offset
+// commit).
 //
 // Lost parts: a plain MergeTree writes a block's token to its
 // deduplication log before it renames the block's part in, so a server
