@@ -99,6 +99,8 @@ func New(ttl time.Duration, opts Options) (*Deduplicator, error) {
 		opts: opts,
 		t:    newTable(homesFor(opts.ExpectedKeys), overflowSlots, opts.ExactKeys),
 	}
+	// Empty, so the change log can hold the whole table (see incremental).
+	d.inc.valid, d.inc.fresh = opts.Incremental, opts.Incremental
 	if err := d.registerMetrics(); err != nil {
 		return nil, err
 	}
@@ -381,7 +383,7 @@ func (d *Deduplicator) Restore(ctx context.Context, state []byte) error {
 	d.t = t
 	d.clock = clock
 	// A full snapshot: the next incremental snapshot writes a new base.
-	d.inc.valid, d.inc.log, d.inc.unwritten = false, nil, nil
+	d.inc.valid, d.inc.fresh, d.inc.log, d.inc.unwritten = false, false, nil, nil
 	d.inc.gen++
 	d.cursor = 0
 	d.noneExpiredBefore = 0

@@ -122,7 +122,9 @@
 // the key with ExactKeys. Snapshot sorts the log, keeps each entry's largest
 // expiry and the entries live at the clock, and streams them to storage as a
 // delta object in the version 1 format (the first checkpoint of a run that
-// did not restore an incremental one writes a base: every live entry); it
+// did not restore an incremental one writes a base: every live entry; one
+// that started empty writes its log as that base, after the barrier, so
+// only a restore of a full snapshot makes a barrier read the table); it
 // returns a version 2 manifest naming the base and the deltas, each with its
 // size, CRC-32C and entry count. Like Flink's incremental RocksDB
 // checkpoints, and Kafka Streams' changelog, the bytes a checkpoint writes

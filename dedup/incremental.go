@@ -72,9 +72,16 @@ type objRef struct {
 type incremental struct {
 	objs *checkpoint.Objects
 	// valid: base and deltas plus the change log equal the table. False
-	// until the first base is written (after New or a restore of a full
-	// snapshot); while false nothing is logged.
-	valid  bool
+	// after a restore of a full snapshot until the next base is written;
+	// while false nothing is logged. A deduplicator that starts empty (New
+	// with Incremental) is valid from the start, with no base yet: its log
+	// holds every write, so the first snapshot writes the log as its base,
+	// in the pending part, instead of reading the table at the barrier.
+	valid bool
+	// fresh: valid from New and no snapshot took the log yet. While fresh,
+	// a log grown past freshLogLimit (a deduplicator never snapshotted) is
+	// dropped, and the first snapshot reads the table after all.
+	fresh  bool
 	base   objRef
 	deltas []objRef
 	// log holds every write to the table since the last snapshot: a slot,
@@ -119,7 +126,17 @@ func (d *Deduplicator) logWrite(h hash128, key []byte, exp uint32) {
 		d.inc.log = binary.AppendUvarint(d.inc.log, uint64(len(key)))
 		d.inc.log = append(d.inc.log, key...)
 	}
+	if d.inc.fresh && len(d.inc.log) > freshLogLimit+2*(len(d.t.slots)*slotSize+len(d.t.arena)) {
+		// Never snapshotted (no coordinator, or no objects): stop logging
+		// rather than grow without bound; the first snapshot, if any,
+		// reads the table.
+		d.inc.valid, d.inc.fresh, d.inc.log = false, false, nil
+	}
 }
+
+// freshLogLimit: the log of a deduplicator never snapshotted (see
+// incremental.fresh) may grow to this plus twice the table's bytes.
+const freshLogLimit = 16 << 20
 
 // UseObjects implements checkpoint.ObjectParticipant: the coordinator gives
 // the deduplicator its directory of objects, in which it keeps the base and
@@ -176,6 +193,24 @@ func (d *Deduplicator) snapshotIncrementalAsync(ctx context.Context, id checkpoi
 	}
 	d.adoptCompaction()
 	clock, exact := d.clock, d.t.exact
+	if inc.valid && inc.base.name == "" {
+		// Started empty (see valid): the log is the whole table, and
+		// written like a delta it is a base.
+		inc.fresh = false
+		log := inc.log
+		inc.log, inc.spare = inc.spare[:0], nil
+		name := objectName("base", id, inc.objs.Generation())
+		return func(ctx context.Context) ([]byte, error) {
+			ref, err := writeDelta(ctx, inc.objs, name, log, clock, exact)
+			if err != nil {
+				inc.unwritten = log // the next snapshot writes it, still as the base
+				return nil, err
+			}
+			inc.base, inc.deltas = ref, nil
+			inc.spare = log[:0]
+			return encodeManifest(clock, exact, inc.base, inc.deltas), nil
+		}, nil
+	}
 	if !inc.valid {
 		ref, err := d.writeBase(ctx, objectName("base", id, inc.objs.Generation()))
 		if err != nil {
@@ -884,7 +919,7 @@ func (d *Deduplicator) restoreIncremental(ctx context.Context, state []byte) err
 	// writes incremental snapshots of the same kind (exact keys or
 	// fingerprints only); otherwise its next snapshot starts anew. A
 	// compaction of the chain before is not adopted (gen).
-	d.inc.valid = d.opts.Incremental && m.exact == exact
+	d.inc.valid, d.inc.fresh = d.opts.Incremental && m.exact == exact, false
 	d.inc.base, d.inc.deltas, d.inc.log, d.inc.unwritten = m.base, m.deltas, nil, nil
 	d.inc.gen++
 	return nil

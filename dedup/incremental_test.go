@@ -489,3 +489,78 @@ func TestManifestGolden(t *testing.T) {
 	assert.Equal(t, []string{"base-00000000000000000001-0000000000", "delta-00000000000000000002-0000000000",
 		"delta-00000000000000000003-0000000000"}, refs)
 }
+
+// decliner declines every barrier while decline is set.
+type decliner struct{ decline atomic.Bool }
+
+func (p *decliner) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
+	if p.decline.Load() {
+		return nil, fmt.Errorf("busy: %w", checkpoint.ErrDeclined)
+	}
+	return []byte("ok"), nil
+}
+func (p *decliner) Restore(context.Context, []byte) error                    { return nil }
+func (p *decliner) CheckpointCompleted(context.Context, checkpoint.ID) error { return nil }
+
+// A deduplicator that starts empty writes its first base from its change
+// log in the asynchronous part, not from the table at the barrier: the
+// keys observed while that part runs are not in the checkpoint; and a
+// first checkpoint aborted after the barrier (another participant
+// declined) leaves its log to the next one, which writes the base with
+// every key before its own barrier. Restored, the checkpoint holds
+// exactly those keys.
+func TestIncrementalFirstBaseAfterTheBarrier(t *testing.T) {
+	ctx := context.Background()
+	storage := checkpoint.NewMemStorage()
+	attach := func(d *dedup.Deduplicator, gate *decliner) (*checkpoint.Coordinator, *checkpoint.Task) {
+		store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+		require.NoError(t, err)
+		coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+		require.NoError(t, err)
+		task, err := coord.Attach(ctx, pInc, map[string]checkpoint.Participant{"dedup": d, "gate": gate})
+		require.NoError(t, err)
+		return coord, task
+	}
+	d, err := dedup.New(50*time.Second, dedup.Options{Incremental: true})
+	require.NoError(t, err)
+	defer d.Close()
+	gate := &decliner{}
+	coord, task := attach(d, gate)
+	now := time.Unix(1_800_000_000, 0)
+	observe := func(from, to int) {
+		for i := from; i < to; i++ {
+			_, err := d.Observe(fmt.Appendf(nil, "k%d", i), now)
+			require.NoError(t, err)
+		}
+	}
+	observe(0, 1000)
+	gate.decline.Store(true)
+	require.ErrorIs(t, task.Begin(ctx, nil, 1000, checkpoint.Meta{}, nil), checkpoint.ErrDeclined)
+	gate.decline.Store(false)
+	observe(1000, 1100)
+	require.NoError(t, task.Begin(ctx, nil, 1100, checkpoint.Meta{}, nil))
+	observe(1100, 1200) // after the barrier, while the base is written: not in the checkpoint
+	require.NoError(t, task.Wait(ctx))
+	task.Detach()
+	require.NoError(t, coord.Close())
+
+	restored, err := dedup.New(50*time.Second, dedup.Options{})
+	require.NoError(t, err)
+	defer restored.Close()
+	coord, task = attach(restored, &decliner{})
+	defer coord.Close()
+	defer task.Detach()
+	require.Equal(t, int64(1100), task.Restored().NextOffset)
+	got, err := restored.Snapshot(ctx, 0)
+	require.NoError(t, err)
+	ref, err := dedup.New(50*time.Second, dedup.Options{})
+	require.NoError(t, err)
+	defer ref.Close()
+	for i := range 1100 {
+		_, err := ref.Observe(fmt.Appendf(nil, "k%d", i), now)
+		require.NoError(t, err)
+	}
+	want, err := ref.Snapshot(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "the keys before the second barrier, no more")
+}

@@ -29,8 +29,8 @@ func (s *Sink[T]) aheadAt() (time.Time, bool) {
 // barrierDue returns how long the flush timer waits for the next barrier
 // instead of flushing at MaxDelay, when the sink is snapshotted
 // asynchronously and barriers come steadily: the barrier then cuts the
-// batch itself, while a timer flush just before it would make the
-// barrier's cut wait for that insert (one batch is in flight at a time).
+// batch itself, while a timer flush just before it would be a second,
+// small insert, and a barrier's batch queued behind it.
 // It waits until half an interval past the expected barrier, never past
 // twice MaxDelay after the batch's first row, so a stalled chain's rows
 // still reach ClickHouse.

@@ -30,6 +30,11 @@ const envAsyncKillChild = "EXACTLYONCE_ASYNC_KILL_CHILD"
 // checkpoint, End), a barrier every 200 records through a real Coordinator
 // and Task.Begin, and a SIGKILL of itself at the N-th passage of KillAt:
 //
+//	cut       the barrier's batch is cut, the chain has gone on, its
+//	          intent not journaled yet (the batch's goroutine is at it)
+//	queued    batches of 70 rows whose inserts each take 20 ms longer, so
+//	          they queue behind one another: 1 ms after an intent's
+//	          journaling started, while the batch before it is inserted
 //	intent    the barrier's batch is journaled, its insert not sent
 //	insert    2 ms after the insert was sent (while it runs)
 //	inserted  ClickHouse acknowledged it, the checkpoint file not written
@@ -96,8 +101,11 @@ func runAsyncKillChild(cfg asyncKillConfig) error {
 		return err
 	}
 	p := checkpoint.TopicPartition{Topic: "events", Partition: 0}
-	s, err := chsink.New(ctx, chsink.Table{Addr: cfg.Addr, Name: "events"}, p, storage, eventSchema,
-		chsink.Options{Database: cfg.Database, MaxDelay: time.Hour})
+	opts := chsink.Options{Database: cfg.Database, MaxDelay: time.Hour}
+	if cfg.KillAt == "queued" {
+		opts.MaxRows = 70
+	}
+	s, err := chsink.New(ctx, chsink.Table{Addr: cfg.Addr, Name: "events"}, p, storage, eventSchema, opts)
 	if err != nil {
 		return err
 	}
@@ -105,6 +113,18 @@ func runAsyncKillChild(cfg asyncKillConfig) error {
 	var calls atomic.Int64
 	counting := func() bool { return calls.Add(1) == cfg.N }
 	switch cfg.KillAt {
+	case "cut":
+		s.SetJournalHook(func() {
+			if counting() {
+				selfKill9()
+			}
+		})
+	case "queued":
+		s.SetHooks(func() {
+			if counting() {
+				go func() { time.Sleep(time.Millisecond); selfKill9() }()
+			}
+		}, func() { time.Sleep(20 * time.Millisecond) })
 	case "intent":
 		s.SetHooks(nil, func() {
 			if counting() {
@@ -169,6 +189,8 @@ func runAsyncKillChild(cfg asyncKillConfig) error {
 
 // TestAsyncKilled kills a processor whose checkpoints are asynchronous with
 // SIGKILL at every moment of a checkpoint's asynchronous part: after the
+// barrier cut its batch and before the intent is journaled, while an
+// intent is journaled behind a batch still being inserted, after the
 // barrier's intent is journaled (the insert not sent), while the insert
 // runs, after ClickHouse acknowledged it and before the checkpoint file,
 // and after the file and before the offset commit, each at several
@@ -224,8 +246,8 @@ func TestAsyncKilled(t *testing.T) {
 		at string
 		n  int64
 	}{
-		{"intent", 2}, {"insert", 3}, {"inserted", 2}, {"saved", 2},
-		{"intent", 1}, {"insert", 1}, {"inserted", 3}, {"saved", 1},
+		{"intent", 2}, {"insert", 3}, {"inserted", 2}, {"saved", 2}, {"cut", 2}, {"queued", 5},
+		{"intent", 1}, {"insert", 1}, {"inserted", 3}, {"saved", 1}, {"cut", 1}, {"queued", 9},
 	}
 	killed := 0
 	for i, k := range schedule {

@@ -35,18 +35,24 @@
 //
 // # Pipelining
 //
-// A flush seals the batch (it encodes the columns once, as they go on the
-// wire, and hashes those bytes), journals its intent, waits for the batch
-// before it (at most one is in flight), and hands the encoded columns to a
-// goroutine of the sink that sends them with their retries, without
-// encoding them again; the caller returns and fills a second set of column
-// buffers meanwhile. So the
-// insert of batch N overlaps the filling of batch N+1 and the journal write
-// of its intent, which is still durable before N+1's own insert starts:
-// the order that makes a replay safe is kept, only the waiting is shared.
-// The ack of batch N rides on the intent of N+2 (N+1's was written before N
-// finished), so after a crash up to two batches are re-inserted with their
-// tokens and dropped by ClickHouse. Replays of journaled batches run
+// A flush cuts the batch: it swaps in an empty set of column buffers and
+// hands the full one to a goroutine of the sink, and the caller returns and
+// fills the empty set meanwhile. That goroutine seals the batch (it encodes
+// the columns once, as they go on the wire, and hashes those bytes),
+// journals its intent once the batch before it is journaled, waits for the
+// batch before it to be inserted, and sends the encoded columns with their
+// retries, without encoding them again. At most two batches are cut and
+// unsettled (three column sets in all): one being inserted and one queued
+// behind it, so a barrier's batch, cut while a full batch's insert runs,
+// queues instead of waiting; a third cut waits for the oldest. So the
+// insert of batch N overlaps the filling of batch N+1, its encoding and
+// the journal write of its intent, which is still durable before N+1's own
+// insert starts: the order that makes a replay safe is kept, only the
+// waiting is shared. A batch cut and not yet journaled when the process
+// dies was not inserted: the replay cuts its rows afresh. The ack of batch
+// N rides on a later intent (those written while N was in flight cannot
+// carry it), so after a crash up to three batches are re-inserted with
+// their tokens and dropped by ClickHouse. Replays of journaled batches run
 // synchronously.
 //
 // Where errors surface: a failed background insert breaks the sink as a
@@ -155,9 +161,11 @@
 // an unknown outcome and is retried with the same token.
 //
 // Asynchronous checkpoints (checkpoint.AsyncParticipant) keep all of this:
-// SnapshotAsync cuts the barrier's batch and journals its intent before
-// its insert starts, exactly as a flush does, so a crash at any moment
-// after the barrier replays the batch as it was cut, with its token; the
+// SnapshotAsync cuts the barrier's batch, whose goroutine journals its
+// intent before its insert starts, exactly as for any flush, so a crash at
+// any moment after the intent replays the batch as it was cut, with its
+// token, and a crash before it loses nothing that was inserted (nothing
+// was) nor anything a checkpoint covers (none does yet); the
 // state it hands the coordinator covers the cut batch only, and the
 // coordinator writes the checkpoint file only once that insert was
 // acknowledged, so a checkpoint never names a row ClickHouse might not
@@ -165,7 +173,10 @@
 // checkpoint. A failed insert fails the pending part, and the checkpoint
 // writes nothing. Tested by TestAsyncInsertFailureAbortsCheckpoint,
 // TestRevokedWhilePending and TestRowsAfterTheBarrierNotInPendingCheckpoint,
-// and by checkpointtest.TestAsyncParticipant.
+// by checkpointtest.TestAsyncParticipant, and by TestAsyncKilled (SIGKILL
+// after the cut, while an intent is journaled behind an insert in flight,
+// after the intent, during the insert, before the file, before the offset
+// commit).
 //
 // Lost parts: a plain MergeTree writes a block's token to its
 // deduplication log before it renames the block's part in, so a server

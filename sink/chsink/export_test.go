@@ -1,9 +1,10 @@
 package chsink
 
-// SetHooks installs test hooks that run just before an intent is recorded
-// (with the sink's lock held) and just before an insert attempt is sent (in
-// the goroutine of the batch in flight, or with the lock held in a replay).
-// A hook set while a batch is in flight applies from the next batch on.
+// SetHooks installs test hooks that run when a batch is cut, before its
+// intent is recorded (with the sink's lock held, in the goroutine that cut
+// it), and just before an insert attempt is sent (in the goroutine of the
+// batch in flight, or with the lock held in a replay). A hook set while a
+// batch is in flight applies from the next batch on.
 func (s *Sink[T]) SetHooks(beforeRecord, beforeInsert func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -44,4 +45,13 @@ func (s *Sink[T]) SetAfterRepairStep(f func(step string) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.afterRepairStep = f
+}
+
+// SetJournalHook installs a hook that a batch's goroutine runs just before
+// it journals the batch's intent: the batch is cut, the chain goes on, and
+// nothing of the batch is durable yet.
+func (s *Sink[T]) SetJournalHook(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beforeJournal = f
 }

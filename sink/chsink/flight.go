@@ -1,7 +1,8 @@
 package chsink
 
-// The background insert: a sealed batch is journaled, then inserted by a
-// goroutine of the sink while the next batch fills (see Sink.flush).
+// The background insert: a batch cut from the buffer is sealed, journaled
+// and inserted by a goroutine of the sink while the next batch fills (see
+// Sink.flush).
 
 import (
 	"context"
@@ -10,108 +11,239 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink"
 )
 
-// flight is a sealed batch whose intent is journaled and whose insert runs
-// in a goroutine started by launch. Until done is closed that goroutine
-// alone touches cols (its encoded bytes included), Sink.conn, err and took;
-// the sink's goroutines wait for done (Sink.wait) before they use any of
-// them.
+// maxFlights bounds the batches cut and not yet settled: one being
+// inserted and one queued behind it, each with a column set of its own
+// beside the buffer being filled (three sets in all). The queued one is
+// what keeps a barrier from waiting for an insert that a full batch or the
+// MaxDelay timer started shortly before it: the barrier's batch is cut at
+// once and queues. A third cut waits for the oldest batch (back-pressure:
+// ClickHouse is slower than the input).
+const maxFlights = 2
+
+// flight is a batch cut from the buffer, whose goroutine (see fly) seals
+// it, journals its intent, waits for the batch before it and inserts it.
+// Until done is closed that goroutine alone touches cols (its encoded bytes
+// included) and, once the batch before it is done, Sink.conn; the sink's
+// goroutines wait for done (Sink.wait) before they use them or the fields
+// the goroutine writes.
 type flight[T any] struct {
-	in     sink.Intent
-	cols   *colSet[T]
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error         // the insert's outcome
-	took   time.Duration // from sealing to the insert's end
-	ahead  bool          // flushed ahead of a barrier (see Sink.aheadAt)
+	// Set when the batch is cut, read-only afterwards.
+	first, last sink.Position
+	rows        int
+	cols        *colSet[T]
+	prev        *flight[T] // the batch cut before it, if not settled then
+	probe       bool       // read the table's block counter for the intent (see blockLowerBound)
+	start       time.Time
+	cancel      context.CancelFunc
+	recorded    chan struct{} // closed once the intent is journaled, or the flight gave up before
+	done        chan struct{} // closed after prev's done: flights end in the order they were cut
+
+	// Written by the goroutine: recErr before recorded is closed, the
+	// rest before done is.
+	recErr  error         // the intent could not be journaled (or prev's could not)
+	in      sink.Intent   // as journaled
+	size    int           // encoded bytes
+	block   int64         // a block counter read for the intent, if blockAt is set
+	blockAt time.Time     //
+	err     error         // the batch's outcome: journaled and inserted, or why not
+	took    time.Duration // from the cut to the insert's end
+
+	ahead bool // flushed ahead of a barrier (see Sink.aheadAt); the chain's
 }
 
-// flush seals the buffered rows as a new batch: it journals the batch's
-// intent, waits for the batch in flight, and starts the new batch's insert
-// in the background (see launch). Callers that need the rows in ClickHouse
-// call wait after it.
+// flush cuts the buffered rows as a new batch and hands it to a goroutine
+// that seals, journals and inserts it (see fly); rows added afterwards go
+// into the next batch. It waits only when maxFlights batches are unsettled
+// already, for the oldest. Callers that need the rows in ClickHouse call
+// wait after it.
 //
-// The intent is written before this batch's insert can start, which is all
+// The intent is journaled before the batch's insert can start, which is all
 // a replay needs: after a crash the journal holds every batch that may have
-// reached ClickHouse, cut as it was. Writing it while the previous batch is
-// still being inserted is what keeps the journal's fsync off the critical
-// path; that intent cannot carry the previous batch's ack yet, so the ack
-// rides one intent later, and after a crash up to two batches (the one in
-// flight and the one before it) are re-inserted and deduplicated by their
-// tokens.
+// reached ClickHouse, cut as it was. A batch cut but not journaled yet when
+// the process dies was never inserted, and no checkpoint covers it (the
+// barrier's part waits for its insert), so the replay cuts its rows anew.
+// Intents are journaled in the order the batches were cut, and while the
+// batch before is still being inserted: that intent cannot carry the
+// previous batch's ack yet, so the ack rides a later intent, and after a
+// crash up to maxFlights+1 batches (those in flight and the one before
+// them) are re-inserted and deduplicated by their tokens.
 func (s *Sink[T]) flush(ctx context.Context) error {
 	if s.n == 0 || s.replaying {
 		return nil
 	}
-	start := time.Now()
-	h, size, err := s.buf.seal()
-	if err != nil {
-		return err
-	}
-	if s.n > 0 {
-		s.bytesPerRow = max(1, size/s.n)
-	}
-	in := sink.Intent{
-		First: s.first, Last: s.last, Rows: s.n, Hash: h,
-		Token:   s.journal.Token(s.first, s.last),
-		Created: s.opts.Now(), Block: -1, Boot: s.runID(),
-	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if in.Block, err = s.blockLowerBound(ctx); err != nil {
-		return err
+	for len(s.flights) >= maxFlights {
+		if err := s.settleOldest(); err != nil {
+			return err
+		}
+	}
+	s.launch(ctx)
+	return nil
+}
+
+// launch cuts the buffered rows as a batch, swaps in an empty column set
+// for the next one and starts the batch's goroutine. The batch belongs to
+// the sink, not to the call that cut it: its goroutine keeps ctx's values
+// but not its cancellation (a caller may well cancel a per-call context as
+// soon as Add returns), and it stops early only when Close or Restore
+// abandons it.
+func (s *Sink[T]) launch(ctx context.Context) {
+	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f := &flight[T]{
+		first: s.first, last: s.last, rows: s.n, cols: s.buf, start: time.Now(),
+		cancel: cancel, recorded: make(chan struct{}), done: make(chan struct{}),
+	}
+	in := sink.Intent{
+		First: s.first, Last: s.last, Rows: s.n,
+		Token:   s.journal.Token(s.first, s.last),
+		Created: s.opts.Now(), Block: -1, Boot: s.runID(),
+	}
+	in.Block, f.probe = s.cachedBlock()
+	if n := len(s.flights); n > 0 {
+		f.prev = s.flights[n-1]
+		if f.probe && f.prev.probe {
+			f.probe = false // one reading per round of flights is enough
+		}
 	}
 	if s.beforeRecord != nil {
 		s.beforeRecord()
 	}
+	beforeJournal, beforeInsert := s.beforeJournal, s.beforeInsert
+	s.flights = append(s.flights, f)
+	s.buf, s.spare = s.spare[len(s.spare)-1], s.spare[:len(s.spare)-1]
+	s.m.buffered.Add(context.Background(), -int64(s.n&^1023), s.m.attrs)
+	s.n = 0
+	go s.fly(ictx, f, in, beforeJournal, beforeInsert)
+}
+
+// fly is a batch's goroutine: seal, journal the intent once the batch
+// before is journaled, insert once the batch before is inserted. A batch
+// whose predecessor failed is neither journaled (if not yet) nor inserted
+// and fails with the same error; the sink is then broken until Restore,
+// which replays what the journal holds.
+func (s *Sink[T]) fly(ctx context.Context, f *flight[T], in sink.Intent, beforeJournal, beforeInsert func()) {
+	p := f.prev
+	defer s.kickRun() // Run settles what ended (see Run)
+	defer close(f.done)
+	defer func() {
+		if p != nil {
+			<-p.done // done in order, even when this one gave up first
+		}
+	}()
+	recorded := false
+	defer func() {
+		if !recorded {
+			close(f.recorded)
+		}
+	}()
+	giveUp := func(err error) {
+		f.recErr, f.err = err, err
+	}
+	h, size, err := f.cols.seal()
+	if err != nil {
+		giveUp(err)
+		return
+	}
+	in.Hash, f.size = h, size
+	if p != nil {
+		if f.probe {
+			<-p.done // the probe needs the connection
+		} else {
+			<-p.recorded
+		}
+		if p.recErr != nil {
+			giveUp(p.recErr)
+			return
+		}
+	}
+	if f.probe {
+		if p == nil || p.err == nil {
+			if b, err := s.blockNumber(ctx); err == nil {
+				in.Block, f.block, f.blockAt = b, b, time.Now()
+			}
+		}
+	}
+	if beforeJournal != nil {
+		beforeJournal()
+	}
 	if err := s.journal.Record(ctx, &in); err != nil {
-		return err
+		giveUp(err)
+		return
 	}
-	if err := s.wait(); err != nil {
-		return err
+	f.in = in
+	recorded = true
+	close(f.recorded)
+	if p != nil {
+		<-p.done
+		if p.err != nil {
+			f.err = p.err
+			return
+		}
 	}
-	s.launch(ctx, in, start)
+	_, f.err = s.insert(ctx, f.cols.sealed, in, false, asJournaled, beforeInsert)
+	f.took = time.Since(f.start)
+}
+
+// cachedBlock returns the block counter for a new intent from the last
+// reading, and whether the batch's goroutine should read it afresh first
+// (see blockLowerBound).
+func (s *Sink[T]) cachedBlock() (int64, bool) {
+	if s.blockAt.IsZero() {
+		return -1, true
+	}
+	return s.block, time.Since(s.blockAt) >= blockProbeInterval
+}
+
+// wait waits for every batch in flight and settles them, oldest first (see
+// settleOldest). Afterwards the caller owns the connection again.
+func (s *Sink[T]) wait() error {
+	for len(s.flights) > 0 {
+		if err := s.settleOldest(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// launch hands the buffered rows, sealed as in, to a goroutine that
-// inserts them, and swaps in the empty column set for the next batch. The
-// insert belongs to the sink, not to the call that sealed the batch: it
-// keeps ctx's values but not its cancellation (a caller may well cancel a
-// per-call context as soon as Add returns), and it stops early only when
-// Close or Restore abandons it. Only one batch is in flight: every caller
-// waited for the previous one.
-func (s *Sink[T]) launch(ctx context.Context, in sink.Intent, start time.Time) {
-	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f := &flight[T]{in: in, cols: s.buf, cancel: cancel, done: make(chan struct{})}
-	hook := s.beforeInsert
-	s.flight = f
-	s.buf, s.spare = s.spare, s.buf
-	s.m.buffered.Add(context.Background(), -int64(s.n&^1023), s.m.attrs)
-	s.n = 0
-	go func() {
-		defer close(f.done)
-		_, f.err = s.insert(ictx, f.cols.sealed, in, false, asJournaled, hook)
-		f.took = time.Since(start)
-	}()
+// collect settles the batches that ended already, without waiting, so a
+// failure stops the producer early.
+func (s *Sink[T]) collect() error {
+	for len(s.flights) > 0 {
+		select {
+		case <-s.flights[0].done:
+		default:
+			return nil
+		}
+		if err := s.settleOldest(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// wait waits for the batch in flight, if any, and settles it: on success
-// its rows count as covered and its ack is noted for the next intent; a
-// failure breaks the sink and is returned. Afterwards the caller owns the
-// connection again.
-func (s *Sink[T]) wait() error {
-	f := s.flight
-	if f == nil {
-		return nil
-	}
+// settleOldest waits for the oldest batch in flight and settles it: on
+// success its rows count as covered and its ack is noted for the next
+// intent; a failure breaks the sink, abandons the later batches (which
+// insert nothing after it) and is returned.
+func (s *Sink[T]) settleOldest() error {
+	f := s.flights[0]
 	<-f.done
 	f.cancel()
-	s.flight = nil
+	s.flights = append(s.flights[:0], s.flights[1:]...)
 	f.cols.reset()
+	s.spare = append(s.spare, f.cols)
+	if !f.blockAt.IsZero() && f.blockAt.After(s.blockAt) {
+		s.block, s.blockAt = f.block, f.blockAt
+	}
 	if f.err != nil {
 		s.err = f.err
+		s.abandon()
 		return f.err
+	}
+	if f.rows > 0 {
+		s.bytesPerRow = max(1, f.size/f.rows)
 	}
 	s.journal.AckLater(&f.in)
 	s.written(f.in, f.took)
@@ -125,19 +257,23 @@ func (s *Sink[T]) wait() error {
 	return nil
 }
 
-// abandon cancels the batch in flight, if any, and waits for its goroutine
-// to end. Its outcome is unknown and does not matter: its intent is in the
-// journal, so a replay re-inserts it with its token.
+// abandon cancels the batches in flight, if any, and waits for their
+// goroutines to end. Their outcome is unknown and does not matter: a batch
+// journaled is replayed with its token, one not journaled was not
+// inserted.
 func (s *Sink[T]) abandon() {
-	if f := s.flight; f != nil {
+	for _, f := range s.flights {
 		f.cancel()
-		<-f.done
-		s.flight = nil
-		f.cols.reset()
 	}
+	for _, f := range s.flights {
+		<-f.done
+		f.cols.reset()
+		s.spare = append(s.spare, f.cols)
+	}
+	s.flights = s.flights[:0]
 }
 
-// written notes that in is in ClickHouse, took after it was sealed.
+// written notes that in is in ClickHouse, took after it was cut.
 func (s *Sink[T]) written(in sink.Intent, took time.Duration) {
 	s.covered, s.hasCovered = in.Last, true
 	s.m.rows.Add(context.Background(), int64(in.Rows), s.m.attrs)

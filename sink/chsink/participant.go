@@ -63,16 +63,19 @@ func (s *Sink[T]) Snapshot(ctx context.Context, id checkpoint.ID) ([]byte, error
 	return s.state(id, s.hasCovered, s.covered)
 }
 
-// SnapshotAsync is the barrier's part of a snapshot: it seals the buffered
-// rows as a batch, journals its intent before its insert starts (as every
-// flush does, so a crash replays the batch cut as it was), starts the
-// insert in the background and returns; rows added afterwards go into the
-// next batch. The returned part waits for that insert and returns the
-// state Snapshot would have returned at the barrier: every row through the
-// cut covered. The checkpoint is written only after that insert was
-// acknowledged; should it fail, the part returns its error and the sink is
-// broken until Restore, as after any failed insert. The part does not take
-// the sink's lock: the chain adds rows while it waits.
+// SnapshotAsync is the barrier's part of a snapshot: it cuts the buffered
+// rows as a batch and returns; rows added afterwards go into the next
+// batch. The batch's goroutine seals it, journals its intent before its
+// insert starts (as every flush does, so a crash replays the batch cut as
+// it was; one cut and not yet journaled was not inserted either) and
+// inserts it behind the batch in flight, if any: the barrier waits neither
+// for the encoding, nor for the journal's fsync, nor for an earlier insert.
+// The returned part waits for that insert and returns the state Snapshot
+// would have returned at the barrier: every row through the cut covered.
+// The checkpoint is written only after that insert was acknowledged;
+// should it fail, the part returns its error and the sink is broken until
+// Restore, as after any failed insert. The part does not take the sink's
+// lock: the chain adds rows while it waits.
 //
 // A sink snapshotted this way does not flush ahead of the barrier (see
 // Options.NoFlushAhead): its barrier no longer waits for the last insert,
@@ -91,13 +94,14 @@ func (s *Sink[T]) SnapshotAsync(ctx context.Context, id checkpoint.ID) (checkpoi
 	if err := s.cut(ctx); err != nil {
 		return nil, err
 	}
-	// The batch in flight, if any, holds the last rows added: flush waited
-	// for any batch before it. Once it is acknowledged every row through
-	// s.pos is in ClickHouse.
-	f := s.flight
+	// The last batch cut, if any, holds the last rows added, and it ends
+	// only after the batches before it: once it is acknowledged every row
+	// through s.pos is in ClickHouse.
+	var f *flight[T]
 	hasCovered, covered := s.hasCovered, s.covered
-	if f != nil {
-		hasCovered, covered = true, f.in.Last
+	if n := len(s.flights); n > 0 {
+		f = s.flights[n-1]
+		hasCovered, covered = true, f.last
 	}
 	state, err := s.state(id, hasCovered, covered)
 	if err != nil {

@@ -29,9 +29,10 @@ type Table struct {
 // Add, Snapshot, Restore and CheckpointCompleted are called by the chain's
 // goroutine; Run runs in a goroutine of its own (the flush timer); Close may
 // be called from anywhere. The sink synchronises them with one mutex, held
-// during a flush. A sealed batch is inserted by a goroutine of the sink's
-// own, one batch at a time (see flight), which takes no lock: while it runs
-// it alone uses the batch's column set and the connection.
+// while a batch is cut. A cut batch is sealed, journaled and inserted by a
+// goroutine of the sink's own (see flight), which takes no lock: it alone
+// uses the batch's column set, and the connection while it inserts; the
+// batches are inserted one at a time, in order.
 type Sink[T any] struct {
 	opts    Options
 	table   Table
@@ -39,15 +40,15 @@ type Sink[T any] struct {
 	journal *journal.Journal
 	store   checkpoint.Storage
 
-	buf     *colSet[T] // the batch being filled
-	spare   *colSet[T] // the batch in flight, or empty
-	body    string     // the insert statement
-	columns []string   // the schema's column names
+	buf     *colSet[T]   // the batch being filled
+	spare   []*colSet[T] // empty sets, one for each batch that may be in flight
+	body    string       // the insert statement
+	columns []string     // the schema's column names
 	info    tableInfo
 
 	mu          sync.Mutex
-	conn        *ch.Client // the flight's while one runs (see flight)
-	flight      *flight[T] // the sealed batch being inserted, nil if none
+	conn        *ch.Client   // the flights' while any runs (see flight)
+	flights     []*flight[T] // the batches cut and not settled, oldest first (at most maxFlights)
 	inited      bool
 	restored    bool
 	expect      pendingRange
@@ -90,6 +91,7 @@ type Sink[T any] struct {
 	staging []stagedRepair // emptied repair tables, dropped by CheckpointCompleted
 
 	beforeRecord, beforeInsert func()                  // test hooks
+	beforeJournal              func()                  // test hook: a batch's goroutine is about to journal its intent
 	afterWrite                 func(rows int)          // test hook: a batch of rows is acknowledged
 	afterRepairStep            func(step string) error // test hook: a lost-part repair did step
 
@@ -111,9 +113,13 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 	if err != nil {
 		return nil, err
 	}
-	spare, err := newColSet(schema)
-	if err != nil {
-		return nil, err
+	var spare []*colSet[T]
+	for range maxFlights {
+		set, err := newColSet(schema)
+		if err != nil {
+			return nil, err
+		}
+		spare = append(spare, set)
 	}
 	j, err := journal.Open(store, opts.Database+"."+table.Name, src)
 	if err != nil {
@@ -124,15 +130,19 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 		snaps: map[checkpoint.ID]sink.Position{}, closeCh: make(chan struct{}), kick: make(chan struct{}, 1),
 		bytesPerRow: 64,
 	}
-	if len(spare.cols) != len(buf.cols) {
-		return nil, fmt.Errorf("%w: schema returned %d columns, then %d", ErrInvalidOptions, len(buf.cols), len(spare.cols))
-	}
 	names := make([]string, len(buf.cols))
 	for i, c := range buf.cols {
-		if spare.cols[i].name != c.name {
-			return nil, fmt.Errorf("%w: schema returned column %q, then %q at %d", ErrInvalidOptions, c.name, spare.cols[i].name, i)
-		}
 		names[i] = c.name
+	}
+	for _, set := range spare {
+		if len(set.cols) != len(buf.cols) {
+			return nil, fmt.Errorf("%w: schema returned %d columns, then %d", ErrInvalidOptions, len(buf.cols), len(set.cols))
+		}
+		for i, c := range buf.cols {
+			if set.cols[i].name != c.name {
+				return nil, fmt.Errorf("%w: schema returned column %q, then %q at %d", ErrInvalidOptions, c.name, set.cols[i].name, i)
+			}
+		}
 	}
 	s.columns = names
 	s.body = "INSERT INTO " + ident(opts.Database) + "." + ident(table.Name) + " (" + joinIdents(names) + ") VALUES"
@@ -223,14 +233,8 @@ func (s *Sink[T]) usable(ctx context.Context) error {
 	if s.err != nil {
 		return s.err
 	}
-	if f := s.flight; f != nil {
-		select {
-		case <-f.done: // collect it now, so a failure stops the producer early
-			if err := s.wait(); err != nil {
-				return err
-			}
-		default:
-		}
+	if err := s.collect(); err != nil {
+		return err
 	}
 	return s.ensureInit(ctx)
 }
@@ -310,7 +314,8 @@ func (s *Sink[T]) resetBuffer() {
 // Run flushes a non-empty batch MaxDelay after its first row, so a quiet
 // stream still reaches ClickHouse. It returns nil after Close, ctx.Err()
 // when ctx ends (the chain's generation ended: no insert starts after), or
-// the error of a failed flush, which also breaks the sink. kafkasource runs
+// the error of a failed flush or of a batch that failed in the background
+// (journaling or inserting it), which also breaks the sink. kafkasource runs
 // it for every chain the sink is a participant of; a second Run while one
 // is running returns nil at once, so code that also starts it itself gets
 // one flush timer, not two.
@@ -326,6 +331,9 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 		if s.closed {
 			s.mu.Unlock()
 			return nil
+		}
+		if s.err == nil {
+			_ = s.collect() // a batch that failed in the background is news here too
 		}
 		if s.err != nil {
 			err := s.err
@@ -373,8 +381,8 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 						s.mu.Unlock()
 						return err
 					}
-					if ahead && s.flight != nil {
-						s.flight.ahead = true
+					if n := len(s.flights); ahead && n > 0 {
+						s.flights[n-1].ahead = true
 						s.m.ahead.Add(context.Background(), 1, s.m.attrs)
 					}
 				}
@@ -414,13 +422,18 @@ func (s *Sink[T]) Close() error {
 	s.closed = true
 	close(s.closeCh)
 	var err error
-	if f := s.flight; f != nil {
+	ended := true
+	for _, f := range s.flights {
 		select {
 		case <-f.done:
-			err = s.wait() // ended before Close: its failure is news
 		default:
-			s.abandon() // cancelled by Close: its error says nothing
+			ended = false
 		}
+	}
+	if ended {
+		err = s.wait() // ended before Close: a failure is news
+	} else {
+		s.abandon() // cancelled by Close: their errors say nothing
 	}
 	s.dropConn()
 	return err
