@@ -304,6 +304,13 @@ func (c *ClickHouse) start(ctx context.Context) error {
 		"--listen_host=127.0.0.1",
 		"--multiquery",
 		"--query=" + serveQuery,
+		// clickhouse-local logs nothing unless asked: its aborts (see the
+		// package doc) would leave no trace. Errors and worse go to
+		// stderr, whose tail Crashed returns: the fault report of a
+		// signal, and the error that led to it. (Warnings would push them
+		// out: the background pool logs one every few milliseconds.)
+		"--logger.console=1",
+		"--log-level=error",
 	}
 	if c.opts.ZooKeeper != "" {
 		cfg, err := c.writeConfig()

@@ -17,8 +17,9 @@ import (
 )
 
 // outputLimit bounds how much of a child's combined output is kept for error
-// messages.
-const outputLimit = 16 << 10
+// messages: enough for clickhouse-local's fault report (about 6 KiB) and
+// the errors logged before it.
+const outputLimit = 64 << 10
 
 // process is one run of a child program. It is started in its own process
 // group with Pdeathsig SIGKILL, so it dies with the program that started it.
