@@ -34,7 +34,7 @@ func TestTxProducerClusterFailover(t *testing.T) {
 	ctx := context.Background()
 	// An election and a coordinator move take seconds: the delivery
 	// timeout covers them on a loaded machine.
-	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{RetryBackoff: 50 * time.Millisecond, DeliveryTimeout: 2 * time.Minute}}
+	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{InitialBackoff: 50 * time.Millisecond, DeliveryTimeout: 2 * time.Minute}}
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, txid, opts)
 	require.NoError(t, err)
 	defer func() { p.Close() }()
