@@ -527,6 +527,29 @@ func TestOperatorCommandsOnS3(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, names, after, "the commands wrote nothing")
 
+	// rewind through S3: partition 1 back to its intact checkpoint, past
+	// the damaged newest one; the journals are claimed by S3's
+	// conditional writes.
+	code, out, errOut = exec(t, env, append([]string{"checkpoints", "-partition", "1", "-json"}, s3args...)...)
+	require.Equal(t, exitOK, code, errOut)
+	var listed map[string][]ckptEntry
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Len(t, listed["1"], 2)
+	require.NotEmpty(t, listed["1"][0].Error, "the newest is the damaged one")
+	intact := listed["1"][1]
+	rewind := append([]string{"rewind", "-partition", "1", "-to", fmt.Sprint(intact.ID), "-brokers", strings.Join(brokers, ","), "-group", "ops", "-yes"}, s3args...)
+	require.Eventually(t, func() bool {
+		code, out, errOut = exec(t, env, rewind...)
+		return code != exitRefused // the stopped pipeline's member may linger a moment
+	}, 30*time.Second, 200*time.Millisecond)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "rewound "+topic+"/1 to checkpoint")
+	code, out, errOut = exec(t, env, append([]string{"checkpoints", "-partition", "1", "-json"}, s3args...)...)
+	require.Equal(t, exitOK, code, errOut)
+	listed = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	assert.Equal(t, []ckptEntry{intact}, listed["1"])
+
 	code, _, errOut = exec(t, map[string]string{"S3_ENDPOINT": "http://127.0.0.1:1"}, "verify", "-s3-bucket", "b", "-topic", topic)
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "127.0.0.1:1")
