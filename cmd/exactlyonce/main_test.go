@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,7 +191,7 @@ func pipeline(t *testing.T, brokers []string, topic string, partitions, records 
 // running is a pipeline started by startPipeline.
 type running struct {
 	src    *kafkasource.Source
-	seen   *atomic.Int64 // records processed
+	seen   *offsets // records processed
 	cancel func()
 	done   chan error
 }
@@ -200,7 +200,7 @@ type running struct {
 // flush the audit counts and takes two checkpoints.
 func (r *running) await(t *testing.T, records int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return r.seen.Load() == int64(records) }, 60*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return r.seen.count() == records }, 2*time.Minute, 20*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // a tick flushes the counts
 	require.NoError(t, r.src.Checkpoint(context.Background()))
 	require.NoError(t, r.src.Checkpoint(context.Background()))
@@ -227,7 +227,7 @@ func startPipeline(t *testing.T, brokers []string, topic string, addr, db, dir s
 		Tenant, ID string
 		At         time.Time
 	}
-	var seen atomic.Int64
+	seen := &offsets{m: map[checkpoint.TopicPartition]map[int64]bool{}}
 	chain := func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{Incremental: incremental})
@@ -280,7 +280,7 @@ func startPipeline(t *testing.T, brokers []string, topic string, addr, db, dir s
 			} else {
 				counter.Add(audit.StageDuplicate, e.Tenant, e.At, 1)
 			}
-			seen.Add(1)
+			seen.add(p, m.Offset)
 			return nil
 		}
 		proc.Tick = func(ctx context.Context) error { return chaudit.Flush(ctx, counter, auditSink, &rows, &pos) }
@@ -295,7 +295,33 @@ func startPipeline(t *testing.T, brokers []string, topic string, addr, db, dir s
 		defer coord.Close()
 		done <- src.Run(ctx)
 	}()
-	return &running{src: src, seen: &seen, cancel: cancel, done: done}
+	return &running{src: src, seen: seen, cancel: cancel, done: done}
+}
+
+// offsets are the records a pipeline processed, each once however often
+// a rebalance under load makes a chain replay it.
+type offsets struct {
+	mu sync.Mutex
+	m  map[checkpoint.TopicPartition]map[int64]bool
+}
+
+func (o *offsets) add(p checkpoint.TopicPartition, offset int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m[p] == nil {
+		o.m[p] = map[int64]bool{}
+	}
+	o.m[p][offset] = true
+}
+
+func (o *offsets) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, p := range o.m {
+		n += len(p)
+	}
+	return n
 }
 
 // TestOperatorCommands runs a checkpointed pipeline on Kafka and
