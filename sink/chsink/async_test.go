@@ -3,6 +3,7 @@ package chsink_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -175,4 +176,48 @@ func TestRowsAfterTheBarrierNotInPendingCheckpoint(t *testing.T) {
 	require.NoError(t, c.task.Checkpoint(ctx, nil, c.next, checkpoint.Meta{}, nil))
 	c.stop()
 	env.assertExact(t, 200, false)
+}
+
+// TestBarrierWaitsForNoInsert: with every insert held, full batches fill
+// the queue (one inserting, one queued) and the chain adds more rows; the
+// barrier still cuts its batch and returns without waiting for any of
+// them, and its checkpoint completes, naming the barrier's position, once
+// the inserts are let go. Every row lands once.
+func TestBarrierWaitsForNoInsert(t *testing.T) {
+	env := setup(t, eventsDDL)
+	storage := checkpoint.NewMemStorage()
+	ctx := context.Background()
+	s := env.newSinkAt(t, env.addr, storage, chsink.Options{MaxDelay: time.Hour, MaxRows: 30})
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+	require.NoError(t, err)
+	defer coord.Close()
+	p := checkpoint.TopicPartition{Topic: "events", Partition: 0}
+	task, err := coord.Attach(ctx, p, map[string]checkpoint.Participant{"sink": s})
+	require.NoError(t, err)
+	defer task.Detach()
+	inserting, release := make(chan struct{}, 16), make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer let() // a failed test still lets the held inserts go
+	s.SetHooks(nil, func() { inserting <- struct{}{}; <-release })
+	require.NoError(t, feed(ctx, t, s, 0, 40)) // 39 rows: one full batch, inserting
+	<-inserting
+	require.NoError(t, feed(ctx, t, s, 40, 70)) // 30 more: another full batch, queued
+	begun := make(chan error, 1)
+	go func() { begun <- task.Begin(ctx, nil, 70, checkpoint.Meta{}, nil) }()
+	select {
+	case err := <-begun:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the barrier waited for an insert")
+	}
+	let()
+	require.NoError(t, task.Wait(ctx))
+	cp, err := store.Latest(ctx, p)
+	require.NoError(t, err)
+	assert.Equal(t, int64(70), cp.NextOffset)
+	require.NoError(t, s.Close())
+	env.assertExact(t, 70, false)
 }

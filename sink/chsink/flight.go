@@ -11,14 +11,20 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink"
 )
 
-// maxFlights bounds the batches cut and not yet settled: one being
-// inserted and one queued behind it, each with a column set of its own
-// beside the buffer being filled (three sets in all). The queued one is
-// what keeps a barrier from waiting for an insert that a full batch or the
-// MaxDelay timer started shortly before it: the barrier's batch is cut at
-// once and queues. A third cut waits for the oldest batch (back-pressure:
-// ClickHouse is slower than the input).
+// maxFlights bounds the batches that a full buffer or the MaxDelay timer
+// cuts while earlier ones are not settled: one being inserted and one
+// queued behind it. A third such cut waits for the oldest batch
+// (back-pressure: ClickHouse is slower than the input). A barrier's cut
+// never waits: it may queue one more (see barrierFlights), so a barrier
+// never waits for an insert, even when ClickHouse is behind. Each batch
+// has a column set of its own beside the buffer being filled: four sets
+// at most, the fourth only used while ClickHouse is behind at a barrier.
 const maxFlights = 2
+
+// barrierFlights bounds the batches unsettled after a barrier's cut. One
+// checkpoint of a chain is pending at a time and its barrier's batch is
+// the last it waits for, so at most one barrier batch is beyond maxFlights.
+const barrierFlights = maxFlights + 1
 
 // flight is a batch cut from the buffer, whose goroutine (see fly) seals
 // it, journals its intent, waits for the batch before it and inserts it.
@@ -54,8 +60,8 @@ type flight[T any] struct {
 // flush cuts the buffered rows as a new batch and hands it to a goroutine
 // that seals, journals and inserts it (see fly); rows added afterwards go
 // into the next batch. It waits only when maxFlights batches are unsettled
-// already, for the oldest. Callers that need the rows in ClickHouse call
-// wait after it.
+// already, for the oldest (barrierFlush: barrierFlights). Callers that
+// need the rows in ClickHouse call wait after it.
 //
 // The intent is journaled before the batch's insert can start, which is all
 // a replay needs: after a crash the journal holds every batch that may have
@@ -68,13 +74,22 @@ type flight[T any] struct {
 // crash up to maxFlights+1 batches (those in flight and the one before
 // them) are re-inserted and deduplicated by their tokens.
 func (s *Sink[T]) flush(ctx context.Context) error {
+	return s.flushWithin(ctx, maxFlights)
+}
+
+// barrierFlush is flush at a barrier, which waits for no insert.
+func (s *Sink[T]) barrierFlush(ctx context.Context) error {
+	return s.flushWithin(ctx, barrierFlights)
+}
+
+func (s *Sink[T]) flushWithin(ctx context.Context, room int) error {
 	if s.n == 0 || s.replaying {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for len(s.flights) >= maxFlights {
+	for len(s.flights) >= room {
 		if err := s.settleOldest(); err != nil {
 			return err
 		}

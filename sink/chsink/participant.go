@@ -133,7 +133,7 @@ func (s *Sink[T]) cut(ctx context.Context) error {
 	if s.replaying {
 		return fmt.Errorf("%w: %s..%s at %s", sink.ErrReplayInProgress, s.pending[0].First, s.pending[0].Last, s.pos)
 	}
-	if err := s.flush(ctx); err != nil {
+	if err := s.barrierFlush(ctx); err != nil {
 		s.err = err
 		return err
 	}

@@ -114,7 +114,7 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 		return nil, err
 	}
 	var spare []*colSet[T]
-	for range maxFlights {
+	for range barrierFlights {
 		set, err := newColSet(schema)
 		if err != nil {
 			return nil, err
@@ -312,7 +312,8 @@ func (s *Sink[T]) resetBuffer() {
 }
 
 // Run flushes a non-empty batch MaxDelay after its first row, so a quiet
-// stream still reaches ClickHouse. It returns nil after Close, ctx.Err()
+// stream still reaches ClickHouse (later while two batches are still being
+// inserted: it waits for one to end rather than hold the sink's lock). It returns nil after Close, ctx.Err()
 // when ctx ends (the chain's generation ended: no insert starts after), or
 // the error of a failed flush or of a batch that failed in the background
 // (journaling or inserting it), which also breaks the sink. kafkasource runs
@@ -369,7 +370,12 @@ func (s *Sink[T]) Run(ctx context.Context) error {
 					wait, ahead = w, true
 				}
 			}
-			if wait <= 0 {
+			if wait <= 0 && len(s.flights) >= maxFlights {
+				// The flush would wait for the oldest insert with the lock
+				// held, and hold up the chain's Add and barrier meanwhile:
+				// wait for a batch to end instead (fly kicks Run).
+				wait = time.Hour
+			} else if wait <= 0 {
 				if ahead {
 					s.aheadDone = true
 				}
