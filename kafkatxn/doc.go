@@ -125,5 +125,10 @@
 // 20 ms, not the growing backoff); transactions that survive a SIGKILL of
 // the broker (kfake forgets them: TestTxProducerKfakeRestart stops it
 // cleanly); and restarts that take seconds, not milliseconds, which the
-// DeliveryTimeout must cover.
+// DeliveryTimeout must cover. On three 4.4.0 brokers (make test-cluster,
+// TestTxProducerClusterFailover) a transaction goes on through a SIGKILL
+// of its partition's leader and commits through one of its coordinator,
+// and CommitPrepared commits on the coordinator's successor, with no
+// change to the package: the next request finds the new leader and
+// coordinator, and NOT_COORDINATOR and the election's errors are retried.
 package kafkatxn

@@ -19,7 +19,10 @@
 // server it may kill and restart (Kill, Restart, Stop, Start), for failure
 // tests; StartKafkaBroker with Nodes 3 gives a three-broker Apache Kafka
 // cluster (replication factor 3, min.insync.replicas 2) whose brokers are
-// killed one at a time (KillNode, StartNode). StartKafka gives a test an
+// killed or stopped one at a time (KillNode, StopNode, StartNode), and with
+// Controllers 1 a dedicated KRaft controller beside them, so that two
+// brokers down leave the cluster answering; those tests run under
+// SkipUnlessKafkaCluster (make test-cluster). StartKafka gives a test an
 // in-process kfake cluster whose requests it may intercept
 // (Cluster().ControlKey), and StartKafkaProcess a kfake broker process.
 // StandaloneClickHouse and StandaloneRedis start a server without a test,

@@ -187,6 +187,8 @@ func (cfg *Config) refuse(k string) error {
 	switch {
 	case k == KindS3Kill && cfg.Checkpoints != "s3":
 		return errors.New("chaos: s3-kill needs -checkpoints s3")
+	case slices.Contains(clusterKinds, k) && cfg.Kafka != demo.KafkaCluster:
+		return fmt.Errorf("chaos: %s needs the three-broker cluster (-kafka %s)", k, demo.KafkaCluster)
 	case isWireKind(k) && cfg.Kafka != demo.KafkaFake:
 		return fmt.Errorf("chaos: %s is a wire-level fault of kfake's (package kafkafault), and -kafka is %s", k, cfg.Kafka)
 	case k == KindProcessorKillCheckpoint && cfg.Checkpoints != "fs":

@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/exactlyonce/exactlyonce/internal/demo"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/internal/embedded/kafkafault"
 )
 
@@ -56,7 +59,24 @@ const (
 	// KindS3Kill kills the S3 server holding the checkpoints and starts
 	// it again after 0.3 to 1.5 s (Checkpoints s3).
 	KindS3Kill = "s3-kill"
+
+	// The kinds of a three-broker cluster (Kafka demo.KafkaCluster).
+
+	// KindKafkaBrokerKill kills one broker at random and starts it again
+	// after 0.3 to 1.5 s: the partitions it led elect new leaders, the
+	// coordinators it held move.
+	KindKafkaBrokerKill = "kafka-broker-kill"
+	// KindKafkaISRDown kills two of the three brokers and starts them
+	// again 4 to 6 s later: once the controller fences them (3 s) every
+	// ISR is below min.insync.replicas, and the gateway must answer 503.
+	KindKafkaISRDown = "kafka-isr-down"
+	// KindKafkaRollingRestart restarts every broker in turn, each with
+	// SIGTERM, as a deployment's rolling restart does.
+	KindKafkaRollingRestart = "kafka-rolling-restart"
 )
+
+// clusterKinds are the kinds only a cluster has.
+var clusterKinds = []string{KindKafkaBrokerKill, KindKafkaISRDown, KindKafkaRollingRestart}
 
 // kafkaKindPrefix names the broker's wire-level faults: "kafka-" and a
 // kafkafault.Kind.
@@ -66,6 +86,7 @@ const kafkaKindPrefix = "kafka-"
 func Kinds() []string {
 	kinds := []string{KindProcessorKill, KindProcessorKillCheckpoint, KindProcessorKillReplay, KindProcessorKillRebalance,
 		KindGatewayKill, KindRedisRestart, KindRedisDown, KindKafkaKill, KindClickHouseKill, KindS3Kill}
+	kinds = append(kinds, clusterKinds...)
 	for _, k := range kafkafault.Kinds() {
 		kinds = append(kinds, kafkaKindPrefix+string(k))
 	}
@@ -174,6 +195,8 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 		demo.Sleep(ctx, nil, down)
 		err := d.Servers.Kafka.Start(context.WithoutCancel(ctx))
 		return err == nil, fmt.Sprintf("Kafka broker down for %v (%v)", down.Round(time.Millisecond), errOrOK(err))
+	case KindKafkaBrokerKill, KindKafkaISRDown, KindKafkaRollingRestart:
+		return c.clusterFault(ctx, kind, between)
 	case KindClickHouseKill:
 		return c.killClickHouse(ctx, between(300*time.Millisecond, 1500*time.Millisecond))
 	case KindS3Kill:
@@ -203,7 +226,59 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 
 // isWireKind reports whether kind is one of the broker's wire-level faults.
 func isWireKind(kind string) bool {
-	return strings.HasPrefix(kind, kafkaKindPrefix) && kind != KindKafkaKill
+	return strings.HasPrefix(kind, kafkaKindPrefix) && kind != KindKafkaKill && !slices.Contains(clusterKinds, kind)
+}
+
+// clusterFault strikes one of the cluster's kinds (refused by
+// Config.refuse unless the run has the cluster).
+func (c *chaos) clusterFault(ctx context.Context, kind string, between func(lo, hi time.Duration) time.Duration) (bool, string) {
+	d := c.d
+	k := d.Servers.Apache
+	brokers := k.Nodes()[:len(k.Brokers())] // the dedicated controller last, never killed
+	start := func(n *embedded.KafkaNode) error { return n.Start(context.WithoutCancel(ctx)) }
+	switch kind {
+	case KindKafkaBrokerKill:
+		n := brokers[c.rng.IntN(len(brokers))]
+		_ = n.Kill()
+		c.kill("kafka", true)
+		down := between(300*time.Millisecond, 1500*time.Millisecond)
+		demo.Sleep(ctx, nil, down)
+		t0 := time.Now()
+		err := start(n)
+		return err == nil, fmt.Sprintf("broker %d killed, started again after %v, serving %v later (%v)",
+			n.ID(), down.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond), errOrOK(err))
+	case KindKafkaISRDown:
+		i := c.rng.IntN(len(brokers))
+		down := []*embedded.KafkaNode{brokers[i], brokers[(i+1)%len(brokers)]}
+		failedBefore := d.Provider.Retries.Load() + d.Provider.GitHubFailed.Load()
+		for _, n := range down {
+			_ = n.Kill()
+			c.kill("kafka", true)
+		}
+		wait := between(4*time.Second, 6*time.Second)
+		demo.Sleep(ctx, nil, wait)
+		failed := d.Provider.Retries.Load() + d.Provider.GitHubFailed.Load() - failedBefore
+		var errs []error
+		for _, n := range down {
+			errs = append(errs, start(n))
+		}
+		err := errors.Join(errs...)
+		// Hit: deliveries refused (503) while the ISR was below
+		// min.insync.replicas.
+		return failed > 0 && err == nil, fmt.Sprintf("brokers %d and %d down for %v, %d deliveries refused meanwhile (%v)",
+			down[0].ID(), down[1].ID(), wait.Round(time.Millisecond), failed, errOrOK(err))
+	default: // KindKafkaRollingRestart
+		t0 := time.Now()
+		var errs []error
+		for _, n := range brokers {
+			if err := n.Stop(); err != nil {
+				errs = append(errs, err)
+			}
+			errs = append(errs, start(n))
+		}
+		err := errors.Join(errs...)
+		return err == nil, fmt.Sprintf("%d brokers restarted in turn (SIGTERM) in %v (%v)", len(brokers), time.Since(t0).Round(time.Millisecond), errOrOK(err))
+	}
 }
 
 func errOrOK(err error) string {

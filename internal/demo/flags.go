@@ -10,7 +10,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Instances, "instances", 1, "processor instances in one consumer group (more than 1 on kfake needs -kill-kafka=false)")
 	fs.IntVar(&c.Kills, "kills", 3, "times the stream processor is killed with SIGKILL")
 	fs.BoolVar(&c.KillClickHouse, "kill-clickhouse", true, "kill the embedded ClickHouse with SIGKILL once and restart it")
-	fs.StringVar(&c.Kafka, "kafka", KafkaFake, "the embedded broker, unless KAFKA_BROKERS names yours: kfake (quick; loses acknowledgements at the wire), apache (Apache Kafka 4.4) or apache-3.9")
+	fs.StringVar(&c.Kafka, "kafka", KafkaFake, "the embedded broker, unless KAFKA_BROKERS names yours: kfake (quick; loses acknowledgements at the wire), apache (Apache Kafka 4.4), apache-3.9 or cluster (three Apache Kafka brokers and a controller)")
 	fs.BoolVar(&c.KillKafka, "kill-kafka", true, "kill the embedded Kafka broker with SIGKILL once and restart it")
 	fs.BoolVar(&c.Faults, "faults", true, "inject Kafka publish failures at the gateway, duplicate deliveries and a gateway restart")
 	fs.StringVar(&c.Store, "store", "memory", "where the gateway keeps idempotency keys: memory or redis")

@@ -23,6 +23,10 @@ const (
 	KafkaApache = "apache"
 	// KafkaApache39 is Apache Kafka 3.9, the last 3.x line.
 	KafkaApache39 = "apache-3.9"
+	// KafkaCluster is three Apache Kafka 4.4 brokers (replication factor
+	// 3, min.insync.replicas 2) beside a dedicated KRaft controller, so
+	// that brokers killed never take the quorum with them.
+	KafkaCluster = "cluster"
 )
 
 // Broker is the embedded Kafka broker a run kills with SIGKILL and starts
@@ -45,6 +49,9 @@ type Servers struct {
 	// Kfake is Kafka when it is kfake, whose wire-level faults a run
 	// injects; nil otherwise (Apache Kafka has no fault hooks).
 	Kfake *embedded.KafkaProcess
+	// Apache is Kafka when it is Apache Kafka, whose brokers a run may
+	// kill one by one; nil otherwise.
+	Apache *embedded.ApacheKafka
 
 	stop []func()
 }
@@ -56,8 +63,8 @@ type Servers struct {
 // killed with SIGKILL and come back with what it acknowledged. Stop stops
 // them.
 func StartServers(ctx context.Context, dir, kafka string, say func(string, ...any)) (*Servers, error) {
-	if kafka != KafkaFake && kafka != KafkaApache && kafka != KafkaApache39 {
-		return nil, fmt.Errorf("-kafka %q: want %s, %s or %s", kafka, KafkaFake, KafkaApache, KafkaApache39)
+	if kafka != KafkaFake && kafka != KafkaApache && kafka != KafkaApache39 && kafka != KafkaCluster {
+		return nil, fmt.Errorf("-kafka %q: want %s, %s, %s or %s", kafka, KafkaFake, KafkaApache, KafkaApache39, KafkaCluster)
 	}
 	s := &Servers{}
 	if s.ClickHouseAddr = os.Getenv("CLICKHOUSE_ADDR"); s.ClickHouseAddr == "" {
@@ -101,25 +108,30 @@ func StartServers(ctx context.Context, dir, kafka string, say func(string, ...an
 }
 
 // startApacheKafka starts one Apache Kafka node (broker and KRaft
-// controller) with its log under dir, at the embedded package's test
-// timing: consumer-group sessions down to 100 ms are accepted and a new
-// group's first rebalance is not delayed.
+// controller), or with KafkaCluster three brokers and a controller, with
+// their logs under dir, at the embedded package's test timing:
+// consumer-group sessions down to 100 ms are accepted, a new group's first
+// rebalance is not delayed, a dead broker is fenced after 3 s.
 func (s *Servers) startApacheKafka(ctx context.Context, dir, kafka string, say func(string, ...any)) error {
-	version := embedded.ApacheKafka4
-	if kafka == KafkaApache39 {
-		version = embedded.ApacheKafka39
+	opts := embedded.ApacheKafkaOptions{Version: embedded.ApacheKafka4, Dir: filepath.Join(dir, "kafka"), Progress: os.Stderr}
+	what := "one node"
+	switch kafka {
+	case KafkaApache39:
+		opts.Version = embedded.ApacheKafka39
+	case KafkaCluster:
+		opts.Nodes, opts.Controllers = 3, 1
+		what = "three brokers and a KRaft controller"
 	}
-	say("starting Apache Kafka %s (KRaft, one node; the first run fetches its jars with Maven)", version)
-	k, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{Version: version,
-		Dir: filepath.Join(dir, "kafka"), Progress: os.Stderr})
+	say("starting Apache Kafka %s (KRaft, %s; the first run fetches its jars with Maven)", opts.Version, what)
+	k, err := embedded.StartApacheKafka(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("start Kafka: %w", err)
 	}
-	s.Kafka, s.Brokers = k, k.Brokers()
+	s.Kafka, s.Apache, s.Brokers = k, k, k.Brokers()
 	// Killed, not stopped: a clean shutdown takes seconds and the log is
 	// thrown away with the run's directory.
 	s.stop = append(s.stop, func() { _ = k.Close() })
-	say("Kafka (Apache Kafka %s, pid %d) listening on %s", version, k.Node(1).PID(), s.Brokers[0])
+	say("Kafka (Apache Kafka %s, pid %d) listening on %s", opts.Version, k.Node(1).PID(), strings.Join(s.Brokers, ","))
 	return nil
 }
 

@@ -16,6 +16,8 @@
 //	ak, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{Nodes: 3}) // 4.4.0; Version: ApacheKafka39
 //	defer ak.Close()
 //	ak.Node(2).Kill()  // kill -9 one broker; ak.Node(2).Start(ctx) brings it back
+//	// Controllers: 1 adds a dedicated KRaft controller (node 4): two brokers
+//	// down, the ISR below min.insync.replicas, and the quorum still stands.
 //
 //	k, err := embedded.StartKafka(embedded.KafkaOptions{})
 //	defer k.Close()

@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Orgs, "orgs", 12, "organisations (the partitioning key)")
 	fs.IntVar(&cfg.Partitions, "partitions", 4, "partitions of the Kafka topic")
 	fs.StringVar(&cfg.Checkpoints, "checkpoints", "fs", "where processors keep checkpoints: fs or s3 (an embedded versitygw; adds the s3-kill fault)")
-	fs.StringVar(&cfg.Kafka, "kafka", demo.KafkaFake, "the embedded broker, unless KAFKA_BROKERS names yours: kfake (with its wire-level fault kinds), apache (Apache Kafka 4.4) or apache-3.9")
+	fs.StringVar(&cfg.Kafka, "kafka", demo.KafkaFake, "the embedded broker, unless KAFKA_BROKERS names yours: kfake (with its wire-level fault kinds), apache (Apache Kafka 4.4), apache-3.9 or cluster (three Apache Kafka brokers and a controller, with the kafka-broker-kill, kafka-isr-down and kafka-rolling-restart kinds)")
 	fs.StringVar(&cfg.JSON, "json", "", "write the result as JSON to this file")
 	fs.StringVar(&cfg.Dir, "dir", "", "state directory (default: a new temporary directory)")
 	fs.BoolVar(&cfg.Verbose, "v", false, "the binaries log warnings, not only errors")
