@@ -56,7 +56,7 @@ func runLag(ctx context.Context, args []string, env func(string) string, stdout 
 	client := &kafka.Client{Addr: kafka.TCP(strings.Split(*brokers, ",")...), Timeout: *timeout, Transport: tr}
 	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{*topic}})
 	if err != nil {
-		return fmt.Errorf("Kafka at %s: %w", *brokers, err)
+		return fmt.Errorf("reach Kafka at %s: %w", *brokers, err)
 	}
 	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
 		var terr error = errors.New("not in the metadata")

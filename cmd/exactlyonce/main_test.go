@@ -447,7 +447,7 @@ func testOperatorCommands(t *testing.T, incremental bool) {
 	code, out, _ = exec(t, nil, "checkpoints", "-state-dir", dir, "-topic", topic, "-partition", "0")
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "DAMAGED")
-	code, out, _ = exec(t, nil, "show", "-state-dir", dir, "-topic", topic, "-partition", "0")
+	code, _, _ = exec(t, nil, "show", "-state-dir", dir, "-topic", topic, "-partition", "0")
 	assert.Equal(t, exitOK, code, "the newest intact one, as a restore takes")
 	id := filepath.Base(newest)[:20]
 	code, out, _ = exec(t, nil, "show", "-state-dir", dir, "-topic", topic, "-partition", "0", "-id", strings.TrimLeft(id, "0"))

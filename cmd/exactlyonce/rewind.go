@@ -188,21 +188,21 @@ func inLog(ctx context.Context, client *kafka.Client, tp checkpoint.TopicPartiti
 	offs, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
 		tp.Topic: {kafka.FirstOffsetOf(tp.Partition), kafka.LastOffsetOf(tp.Partition)}}})
 	if err != nil {
-		return fmt.Errorf("Kafka: list offsets of %s: %w", tp, err)
+		return fmt.Errorf("list offsets of %s in Kafka: %w", tp, err)
 	}
 	for _, po := range offs.Topics[tp.Topic] {
 		if po.Partition != tp.Partition {
 			continue
 		}
 		if po.Error != nil {
-			return fmt.Errorf("Kafka: list offsets of %s: %w", tp, po.Error)
+			return fmt.Errorf("list offsets of %s in Kafka: %w", tp, po.Error)
 		}
 		if offset < po.FirstOffset || offset > po.LastOffset {
 			return fmt.Errorf("checkpoint's next offset %d is outside %s's log [%d, %d]: its records are gone, rewind to a newer checkpoint", offset, tp, po.FirstOffset, po.LastOffset)
 		}
 		return nil
 	}
-	return fmt.Errorf("Kafka: no offsets of %s", tp)
+	return fmt.Errorf("no offsets of %s in Kafka", tp)
 }
 
 // noMembers returns errLive, naming them, while group has members, and an
@@ -211,14 +211,14 @@ func inLog(ctx context.Context, client *kafka.Client, tp checkpoint.TopicPartiti
 func noMembers(ctx context.Context, client *kafka.Client, group string, tp checkpoint.TopicPartition) error {
 	resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
 	if err != nil {
-		return fmt.Errorf("Kafka: describe group %s: %w", group, err)
+		return fmt.Errorf("describe group %s in Kafka: %w", group, err)
 	}
 	if len(resp.Groups) != 1 {
-		return fmt.Errorf("Kafka: describe group %s: %d groups in the answer", group, len(resp.Groups))
+		return fmt.Errorf("describe group %s in Kafka: %d groups in the answer", group, len(resp.Groups))
 	}
 	g := resp.Groups[0]
 	if g.Error != nil {
-		return fmt.Errorf("Kafka: describe group %s: %w", group, g.Error)
+		return fmt.Errorf("describe group %s in Kafka: %w", group, g.Error)
 	}
 	if len(g.Members) > 0 {
 		var who []string
@@ -229,7 +229,7 @@ func noMembers(ctx context.Context, client *kafka.Client, group string, tp check
 	}
 	fetched, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{tp.Topic: {tp.Partition}}})
 	if err != nil {
-		return fmt.Errorf("Kafka: committed offsets of group %s: %w", group, err)
+		return fmt.Errorf("committed offsets of group %s in Kafka: %w", group, err)
 	}
 	for _, p := range fetched.Topics[tp.Topic] {
 		if p.Partition == tp.Partition && p.Error == nil && p.CommittedOffset >= 0 {

@@ -138,7 +138,7 @@ func TestRewindFenced(t *testing.T) {
 		want string
 	}{
 		{[]string{"-group", "nobody"}, "group nobody never committed an offset of " + topic + "/0"},
-		{[]string{"-brokers", "127.0.0.1:1", "-timeout", "2s"}, "Kafka: list offsets"},
+		{[]string{"-brokers", "127.0.0.1:1", "-timeout", "2s"}, "list offsets of"},
 	} {
 		code, _, errOut := exec(t, nil, append(append(rewind, "-yes"), tt.args...)...)
 		assert.Equal(t, exitError, code, errOut)

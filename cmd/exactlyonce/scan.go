@@ -158,7 +158,7 @@ func (s *scanFlags) scan(ctx context.Context, opts ch.Options, database string, 
 func readTopic(ctx context.Context, client *kafka.Client, topic string, fn func(kafka.Record)) ([]int64, error) {
 	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return nil, fmt.Errorf("Kafka at %s: %w", client.Addr, err)
+		return nil, fmt.Errorf("reach Kafka at %s: %w", client.Addr, err)
 	}
 	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
 		var terr error = errors.New("not in the metadata")

@@ -98,7 +98,7 @@ func TestAuditScan(t *testing.T) {
 		{args("absent"), "table " + db + ".absent does not exist"},
 		{args(""), "-scan-topic needs -scan-table"},
 		{args("rows", "-scan-shards", "0"), "-scan-shards 0"},
-		{args("rows", "-brokers", "127.0.0.1:1"), "Kafka at"},
+		{args("rows", "-brokers", "127.0.0.1:1"), "reach Kafka at"},
 	} {
 		code, _, errOut := exec(t, nil, tt.args...)
 		assert.Equal(t, exitError, code, errOut)
