@@ -24,9 +24,10 @@
 //
 // DDL and CreateTables make the schema: normalized_events, the
 // materialized view mv_employee_metrics_hourly into employee_metrics_hourly
-// (AggregatingMergeTree), the deployments and incidents ReplacingMergeTree
-// tables fed by views, and employee_metrics_window. EventSchema and
-// WindowSchema map the rows for chsink.
+// (a MergeTree of aggregate states that keeps each row's block number),
+// the deployments and incidents ReplacingMergeTree tables fed by views, and
+// employee_metrics_window. EventSchema and WindowSchema map the rows for
+// chsink.
 //
 // # Guarantees
 //

@@ -27,7 +27,14 @@ import (
 //     before the view sees it: chsink sets
 //     deduplicate_blocks_in_dependent_materialized_views = 1 on every insert
 //     (explicitly: on by default only since ClickHouse 26.2), and the target
-//     has its own deduplication window. The average review latency is
+//     has its own deduplication window. The target is a plain MergeTree
+//     that stores each row's block number (enable_block_number_column), not
+//     an AggregatingMergeTree: its merges keep every row, so after a crash
+//     chsink can tell exactly whether a block the server deduplicated is
+//     still there (an AggregatingMergeTree's merges fold one insert's rows
+//     into another's, and that check could then only compare keys). Every
+//     read aggregates with the -Merge functions and GROUP BY, as it would
+//     on an AggregatingMergeTree. The average review latency is
 //     avgStateIf(latency_s, event_type = 'review.submitted'): rows that are
 //     no review add the empty state, the neutral element of avg, never a
 //     sample of 0 (the article's avgState(toFloat64(0)) bug).
@@ -72,8 +79,8 @@ var tableDDL = []string{
 		review_latency_s AggregateFunction(avg, Float64),
 		deployments AggregateFunction(sum, UInt64),
 		incidents AggregateFunction(sum, UInt64)
-	) ENGINE = AggregatingMergeTree ORDER BY (org_id, employee_id, hour)
-	SETTINGS non_replicated_deduplication_window = 10000`,
+	) ENGINE = MergeTree ORDER BY (org_id, employee_id, hour)
+	SETTINGS non_replicated_deduplication_window = 10000, enable_block_number_column = 1`,
 	`CREATE MATERIALIZED VIEW IF NOT EXISTS %[1]s.mv_employee_metrics_hourly TO %[1]s.employee_metrics_hourly AS
 	SELECT org_id, employee_id, toStartOfHour(event_time) AS hour,
 		sumState(toUInt64(event_type = 'pr.merged')) AS prs_merged,
