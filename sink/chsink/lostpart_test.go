@@ -273,6 +273,53 @@ func TestServerLostPartSharedKeys(t *testing.T) {
 		"no staging table left")
 }
 
+// TestServerLostPartMergedBlockNumbers is the demo's rollup shape
+// (examples/devmetrics): a view target of aggregate states in a plain
+// MergeTree that stores each row's block number. The batch's part of the
+// target is lost but its token kept; after the restart another writer's
+// part takes the lost part's name, and a merge folds that part into a
+// bigger one before the sink checks. Only the block numbers the rows
+// stored tell the batch's block apart from the other writer's: the sink
+// finds the batch missing, repairs it, and the rollup counts every row of
+// the table once.
+func TestServerLostPartMergedBlockNumbers(t *testing.T) {
+	ctx := context.Background()
+	srv := testkit.StartClickHouse(t)
+	db := testkit.NewDatabase(t, srv.Addr())
+	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
+	env.exec(t, fmt.Sprintf(eventsDDL, db))
+	env.exec(t, "CREATE TABLE "+db+".hourly (org String, hour DateTime, n AggregateFunction(count)) ENGINE = MergeTree ORDER BY (org, hour) "+
+		"SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1")
+	env.exec(t, "CREATE MATERIALIZED VIEW "+db+".mv_hourly TO "+db+".hourly AS SELECT org, toStartOfHour(at) AS hour, countState() AS n FROM "+db+".events GROUP BY org, hour")
+	env.exec(t, "SYSTEM STOP MERGES "+db+".hourly")
+	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	state := crashAfterUnackedInsert(t, env, store) // records [100, 150) inserted, not acknowledged
+	part := newestPart(t, env, srv.Dir(), "hourly")
+	srv.Kill()
+	require.NoError(t, os.RemoveAll(part))
+	srv.Restart()
+	env.conn = testkit.DialClickHouse(t, srv.Addr(), db)
+	// The other writer: the batch's orgs, the batch's hour.
+	env.exec(t, "INSERT INTO "+db+".events SELECT 1000000000 + number, 'org-' || toString(number % 4), 'push', toDateTime64(1700000000, 3), 0, [], NULL FROM numbers(8)")
+	require.Equal(t, uint64(1), env.count(t, "SELECT count() FROM system.parts WHERE active AND database = '"+db+"' AND table = 'hourly' AND name = '"+filepath.Base(part)+"'"),
+		"the other writer's part takes the lost part's name")
+	env.exec(t, "SYSTEM START MERGES "+db+".hourly")
+	env.exec(t, "OPTIMIZE TABLE "+db+".hourly FINAL")
+	require.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.parts WHERE active AND database = '"+db+"' AND table = 'hourly' AND name = '"+filepath.Base(part)+"'"),
+		"and is merged away before the check")
+
+	s := env.newSink(t, store, chsink.Options{})
+	require.NoError(t, s.Restore(ctx, state))
+	require.NoError(t, feed(ctx, t, s, 100, 160))
+	_, err := s.Snapshot(ctx, 3)
+	require.NoError(t, err)
+	rows := env.count(t, "SELECT count() FROM "+db+".events")
+	assert.Equal(t, uint64(expectedRows(0, 160)+8), rows, "rows in the table")
+	assert.Equal(t, rows, env.count(t, "SELECT toUInt64(countMerge(n)) FROM "+db+".hourly"), "rows counted by the rollup")
+	assert.Equal(t, uint64(0), env.count(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name LIKE 'eo\\_%' AND name NOT IN ('eo_boot')"),
+		"no staging table left")
+}
+
 // TestRepairCrashAtEveryStep stops a lost-part repair after each of its
 // steps, as a crash there would: the table's repair after its staging
 // table is filled, renamed and moved; a view target's after the batch is
