@@ -145,8 +145,7 @@
 // sink's Guarantees assume: deterministic processing (else
 // *sink.ContentMismatchError, or Options.OnMismatch: MismatchReinsert
 // inserts the new content of a replayed batch under a fresh derived token,
-// which New allows only for Replacing/Aggregating/Collapsing-family tables
-// and view targets, since the table and its views see those rows again),
+// which New allows only for ReplacingMergeTree tables and view targets, since the table and its views see those rows again),
 // a shared
 // checkpoint.Storage, a deduplication window deeper than the replay, and a
 // chain that cancels the context it passes to Add, Snapshot and Run when its

@@ -31,8 +31,8 @@ type Deployment struct {
 //     inserted between two checkpoints (a Replicated* table keeps
 //     replicated_deduplication_window, on by default), so a batch replayed
 //     after a crash with its insert_deduplication_token is dropped;
-//   - with Options.OnMismatch = MismatchReinsert, a Replacing-, Aggregating-
-//     or CollapsingMergeTree (rows written again must not count twice).
+//   - with Options.OnMismatch = MismatchReinsert, a ReplacingMergeTree (rows
+//     written again must not count twice).
 const deploymentsDDL = `CREATE TABLE deployments (
 	org LowCardinality(String),
 	service String,

@@ -57,14 +57,13 @@ const (
 	// such as window output (key, window start, end, version) written to a
 	// ReplacingMergeTree(version) and read with FINAL or argMax. New refuses
 	// it (ErrNotIdempotent) unless the table, and the target of every
-	// materialized view fed by it, is a Replacing-, Aggregating- or
-	// Collapsing-family MergeTree: on a plain MergeTree, or through a view
-	// into a SummingMergeTree, the rows would be counted twice. The dependent
+	// materialized view fed by it, is a ReplacingMergeTree: on a plain
+	// MergeTree, or through a view into a Summing-, Aggregating- or
+	// CollapsingMergeTree, the rows would be counted twice. The dependent
 	// views see the replayed rows again (they are a new block), so they must
-	// be idempotent too; for Aggregating and Collapsing engines that holds
-	// only when the aggregate functions are idempotent (max, min, any,
-	// argMax) or the replayed rows cancel the old ones, which New cannot
-	// check. A replay that produces no rows in the batch's positions inserts
+	// be idempotent too; an Aggregating table is so only when its aggregate
+	// functions are (max, any, argMax, not sum or count), which New cannot
+	// check, so it refuses the whole family. A replay that produces no rows in the batch's positions inserts
 	// nothing. Logged at Warn.
 	MismatchReinsert
 )

@@ -75,6 +75,12 @@ func TestMismatchReinsertRefusedOnNonIdempotentTables(t *testing.T) {
 			replacingDDL,
 			"CREATE TABLE %s.kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = 1000",
 		}},
+		// A re-inserted sum adds up: issue 26's review found this
+		// engine accepted.
+		{"view into AggregatingMergeTree", []string{
+			replacingDDL,
+			"CREATE TABLE %s.kind_counts (kind String, n SimpleAggregateFunction(sum, UInt64)) ENGINE = AggregatingMergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = 1000",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

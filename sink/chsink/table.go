@@ -24,8 +24,8 @@ var ErrTableSchema = errors.New("chsink: table does not match the sink's columns
 
 // ErrNotIdempotent is matched by *TableCheckError when Options.OnMismatch
 // is MismatchReinsert and the table, or the target of a materialized view fed
-// by it, is not a Replacing-, Aggregating- or Collapsing-family MergeTree:
-// inserting replayed rows again would count them twice.
+// by it, is not a ReplacingMergeTree (replicated or not): inserting
+// replayed rows again would count them twice.
 var ErrNotIdempotent = errors.New("chsink: table is not idempotent under re-inserted rows")
 
 // TableCheckError is returned by New when the target table cannot give
@@ -110,7 +110,7 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 	}
 	if reinsert && !idempotentEngine(info.engine) {
 		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
-			Reason: "MismatchReinsert needs a Replacing-, Aggregating- or Collapsing-family MergeTree: " +
+			Reason: "MismatchReinsert needs a ReplacingMergeTree: " +
 				"re-inserted rows of a replayed batch would be counted twice", Err: ErrNotIdempotent}
 	}
 	targetSeconds, err := checkViews(ctx, c, db, table, info.windowBlocks, 0, reinsert)
@@ -333,15 +333,14 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks
 }
 
 // idempotentEngine reports whether engine keeps one row per key however
-// often rows are inserted again: the Replacing, Aggregating and Collapsing
-// families, replicated or shared.
+// often rows are inserted again: ReplacingMergeTree, replicated or shared.
+// Not the Aggregating family: a re-inserted sumState or countState adds up,
+// and whether a table's functions are idempotent (max, any, argMax) is not
+// something New can check; not the Collapsing family: a re-inserted row
+// counts in sum(sign) until a merge collapses it.
 func idempotentEngine(engine string) bool {
 	e := strings.TrimPrefix(strings.TrimPrefix(engine, "Replicated"), "Shared")
-	switch e {
-	case "ReplacingMergeTree", "AggregatingMergeTree", "CollapsingMergeTree", "VersionedCollapsingMergeTree":
-		return true
-	}
-	return false
+	return e == "ReplacingMergeTree"
 }
 
 // viewsInto counts the materialized views that write into db.table.
