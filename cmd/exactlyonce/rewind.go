@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
-	"github.com/exactlyonce/exactlyonce/checkpoint/s3storage"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
@@ -241,30 +239,5 @@ func noMembers(ctx context.Context, client *kafka.Client, group string, tp check
 
 // openWritable returns the storage for a command that writes.
 func (s *storageFlags) openWritable(env func(string) string) (checkpoint.Storage, error) {
-	switch {
-	case s.stateDir != "" && s.bucket != "":
-		return nil, errors.New("-state-dir and -s3-bucket: give one")
-	case s.bucket != "":
-		client := s3storage.NewClient(s3storage.ClientConfig{Endpoint: s.endpoint, Region: s.region,
-			AccessKeyID: env("S3_ACCESS_KEY_ID"), SecretAccessKey: env("S3_SECRET_ACCESS_KEY")})
-		st, err := s3storage.New(client, s.bucket, s3storage.Options{Prefix: s.prefix})
-		if err != nil {
-			return nil, fmt.Errorf("-s3-bucket: %w", err)
-		}
-		return st, nil
-	case s.stateDir != "":
-		info, err := os.Stat(s.stateDir)
-		if err != nil {
-			return nil, fmt.Errorf("-state-dir: %w", err)
-		}
-		if !info.IsDir() {
-			return nil, fmt.Errorf("-state-dir %s: not a directory", s.stateDir)
-		}
-		st, err := checkpoint.NewFSStorage(s.stateDir)
-		if err != nil {
-			return nil, fmt.Errorf("-state-dir: %w", err)
-		}
-		return st, nil
-	}
-	return nil, errors.New("-state-dir or -s3-bucket is required")
+	return s.openStorage(env, true)
 }

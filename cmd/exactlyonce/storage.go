@@ -34,6 +34,13 @@ func (s *storageFlags) register(fs *flag.FlagSet, env func(string) string) {
 
 // open returns the storage, read-only.
 func (s *storageFlags) open(env func(string) string) (checkpoint.Storage, error) {
+	return s.openStorage(env, false)
+}
+
+// openStorage returns the storage the flags name; unless writable, every
+// write to it fails with errReadOnly (and a directory is opened on a file
+// system that writes nothing).
+func (s *storageFlags) openStorage(env func(string) string, writable bool) (checkpoint.Storage, error) {
 	switch {
 	case s.stateDir != "" && s.bucket != "":
 		return nil, errors.New("-state-dir and -s3-bucket: give one")
@@ -44,6 +51,9 @@ func (s *storageFlags) open(env func(string) string) (checkpoint.Storage, error)
 		if err != nil {
 			return nil, fmt.Errorf("-s3-bucket: %w", err)
 		}
+		if writable {
+			return st, nil
+		}
 		return readOnly{st}, nil
 	case s.stateDir != "":
 		info, err := os.Stat(s.stateDir)
@@ -52,6 +62,13 @@ func (s *storageFlags) open(env func(string) string) (checkpoint.Storage, error)
 		}
 		if !info.IsDir() {
 			return nil, fmt.Errorf("-state-dir %s: not a directory", s.stateDir)
+		}
+		if writable {
+			st, err := checkpoint.NewFSStorage(s.stateDir)
+			if err != nil {
+				return nil, fmt.Errorf("-state-dir: %w", err)
+			}
+			return st, nil
 		}
 		st, err := checkpoint.NewFSStorageOn(readOnlyFS{}, s.stateDir)
 		if err != nil {
