@@ -44,14 +44,25 @@ func messageCount(t *testing.T, brokers []string, topic string, partitions int) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	require.NoError(t, err)
-	var n int64
-	for _, p := range res.Topics[topic] {
-		require.NoError(t, p.Error)
-		n += p.LastOffset
+	// Right after the topic is made, a broker may answer NOT_LEADER until
+	// its partitions have leaders: ask again until every partition answers.
+	for {
+		res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+		require.NoError(t, err)
+		var n int64
+		var perr error
+		for _, p := range res.Topics[topic] {
+			perr = errors.Join(perr, p.Error)
+			n += p.LastOffset
+		}
+		if perr == nil {
+			return n
+		}
+		if ctx.Err() != nil {
+			require.NoError(t, perr)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return n
 }
 
 func newPublisher(t *testing.T, brokers []string, topic string, opts kafkapub.Options) *kafkapub.Publisher {
