@@ -427,10 +427,15 @@ func frozenRun(t *testing.T, addr string, brokers []string, s3 s3kit.Config, run
 	}
 	a.mu.Unlock()
 	require.True(t, resumed, "a never resumed")
-	if freezeAt == "record" {
-		assert.Positive(t, fenced, "a, resumed before journaling, was not fenced")
+	// The promise is the exact table above. How a was stopped is a
+	// diagnostic: usually the journal's fence, but the end of its
+	// generation may close the chain (and drop the unjournaled batch,
+	// which the new owner replays from Kafka) before the resumed flush
+	// reaches the journal, and then nothing is fenced. CI saw that once.
+	if freezeAt == "record" && fenced == 0 {
+		t.Logf("run %d: a resumed before journaling and was not fenced; its chain was closed first", run)
 	}
-	if os.Getenv("EXACTLYONCE_FROZEN_DUMP") != "" {
+	if os.Getenv("EXACTLYONCE_FROZEN_DUMP") != "" || (freezeAt == "record" && fenced == 0) {
 		a.mu.Lock()
 		t.Logf("a's output:\n%s", strings.Join(a.out, "\n"))
 		a.mu.Unlock()
