@@ -47,9 +47,10 @@ type Config struct {
 	FaultsPerKind int
 	// FaultInterval is the mean pause between two faults. Default 300ms.
 	FaultInterval time.Duration
-	// Kinds are the fault kinds to inject. Default: every one of
-	// Kinds that the configuration allows (s3-kill needs Checkpoints
-	// s3, processor-kill-checkpoint needs fs).
+	// Kinds are the fault kinds to inject. Default: every one of Kinds
+	// that the configuration allows (s3-kill needs Checkpoints s3,
+	// processor-kill-checkpoint needs fs), processor-rolling-restart on
+	// Apache Kafka only.
 	Kinds []string
 	// Seed of the events and of the fault schedule.
 	Seed uint64
@@ -160,7 +161,7 @@ func (cfg *Config) setDefaults() error {
 	}
 	if len(cfg.Kinds) == 0 {
 		for _, k := range Kinds() {
-			if cfg.refuse(k) == nil {
+			if cfg.refuse(k) == nil && (k != KindProcessorRollingRestart || cfg.Kafka != demo.KafkaFake) {
 				cfg.Kinds = append(cfg.Kinds, k)
 			}
 		}

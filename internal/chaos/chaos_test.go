@@ -70,6 +70,16 @@ func TestChaos(t *testing.T) {
 			minKills: 9,
 			killed:   []string{"s3", "processor"},
 		},
+		{
+			// A deployment's rolling restart on Apache Kafka: each instance
+			// in turn, SIGTERM and one SIGKILL, while deliveries flow.
+			name: "rolling restart",
+			cfg: Config{Events: 1000, FaultsPerKind: 1, Instances: 3, Partitions: 6,
+				Kinds: []string{KindProcessorRollingRestart}},
+			shared:   true,
+			minKills: 1,
+			killed:   []string{"processor"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

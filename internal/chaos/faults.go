@@ -84,7 +84,7 @@ const kafkaKindPrefix = "kafka-"
 
 // Kinds lists every fault kind of a chaos run.
 func Kinds() []string {
-	kinds := []string{KindProcessorKill, KindProcessorKillCheckpoint, KindProcessorKillReplay, KindProcessorKillRebalance,
+	kinds := []string{KindProcessorKill, KindProcessorKillCheckpoint, KindProcessorKillReplay, KindProcessorKillRebalance, KindProcessorRollingRestart,
 		KindGatewayKill, KindRedisRestart, KindRedisDown, KindKafkaKill, KindClickHouseKill, KindS3Kill}
 	kinds = append(kinds, clusterKinds...)
 	for _, k := range kafkafault.Kinds() {
@@ -161,6 +161,8 @@ func (c *chaos) do(ctx context.Context, kind string) (hit bool, what string) {
 		return c.killInReplay(ctx, between(50*time.Millisecond, 500*time.Millisecond))
 	case KindProcessorKillRebalance:
 		return c.killInRebalance(ctx)
+	case KindProcessorRollingRestart:
+		return c.rollingRestart(ctx)
 	case KindGatewayKill:
 		return c.killGateway(ctx)
 	case KindRedisRestart, KindRedisDown:

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -42,8 +43,9 @@ type Supervisor struct {
 	Say         func(string, ...any)
 
 	mu                      sync.Mutex
-	cmds                    []*exec.Cmd // by instance; nil while restarting
-	groups                  []string    // every consumer group an instance joined
+	cmds                    []*exec.Cmd  // by instance; nil while restarting
+	restarting              map[int]bool // instances Restart stopped on purpose
+	groups                  []string     // every consumer group an instance joined
 	starts, kills, failures atomic.Int64
 }
 
@@ -121,15 +123,65 @@ func (s *Supervisor) keep(ctx context.Context, i int) {
 		s.mu.Lock()
 		s.cmds[i] = nil
 		s.mu.Unlock()
+		s.mu.Lock()
+		onPurpose := s.restarting[i]
+		delete(s.restarting, i)
+		s.mu.Unlock()
 		var exit *exec.ExitError
-		if errors.As(err, &exit) && exit.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
-			continue // killed on purpose: restart at once
+		if onPurpose || errors.As(err, &exit) && exit.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+			continue // stopped or killed on purpose: restart at once
 		}
 		s.failures.Add(1)
 		s.Say("processor exited (%v); restarting it from its last checkpoint", err)
 		select {
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
+		}
+	}
+}
+
+// Restart stops instance i with sig (SIGTERM: a last checkpoint and a
+// LeaveGroup; SIGKILL: neither) and waits until its next incarnation has
+// started, as a rolling deployment does, one instance at a time. It
+// returns the pids of the old and the new process; an error if i was not
+// running or no new process started before ctx ended.
+func (s *Supervisor) Restart(ctx context.Context, i int, sig syscall.Signal) (oldPid, newPid int, err error) {
+	s.mu.Lock()
+	old := (*exec.Cmd)(nil)
+	if i >= 0 && i < len(s.cmds) {
+		old = s.cmds[i]
+	}
+	if old == nil {
+		s.mu.Unlock()
+		return 0, 0, fmt.Errorf("demo: processor instance %d is not running", i)
+	}
+	if s.restarting == nil {
+		s.restarting = map[int]bool{}
+	}
+	s.restarting[i] = true
+	s.mu.Unlock()
+	if sig == syscall.SIGKILL {
+		s.KillProcess(old)
+	} else {
+		_ = old.Process.Signal(sig)
+	}
+	// A processor that has not exited 15 s after SIGTERM is hung: a
+	// rolling deployment kills it then, as Kubernetes does after its grace
+	// period.
+	grace := time.Now().Add(15 * time.Second)
+	for {
+		if cmd := s.CmdOf(i); cmd != nil && cmd != old {
+			return old.Process.Pid, cmd.Process.Pid, nil
+		}
+		if sig != syscall.SIGKILL && time.Now().After(grace) && s.CmdOf(i) == old {
+			s.Say("processor instance %d (pid %d) still running 15 s after %v: killed", i, old.Process.Pid, sig)
+			s.KillProcess(old)
+			sig = syscall.SIGKILL
+		}
+		select {
+		case <-ctx.Done():
+			return old.Process.Pid, 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -3,6 +3,7 @@ package chsink_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,6 +100,64 @@ func TestRestoreAcceptsEveryCrashState(t *testing.T) {
 			want := uint64(expectedRows(0, 200))
 			final := "SELECT count() FROM " + env.db + ".events FINAL"
 			assert.Equal(t, want, env.count(t, final), "rows")
+			assert.Equal(t, want, env.count(t, "SELECT uniqExact(id) FROM "+env.db+".events"), "distinct rows")
+		})
+	}
+}
+
+// TestRestoreAcceptsBatchBeforeExpected is the journal a chain whose rows
+// move between owners leaves (a Tick-driven flush, as chaudit's folder and
+// window early firings have): the snapshot expects the batch at 110, and
+// after it the replay's rows came at 104, before that batch, so they were
+// journaled as a batch of their own (see nextReplayStep) ahead of the one
+// the snapshot expects. A restore from that snapshot must accept the
+// journal: an 8-instance rolling restart (make chaos -kinds
+// processor-rolling-restart) restarted a processor forever on it with
+// "snapshot expects 3 batches 71.0..73.0, journal has 4".
+func TestRestoreAcceptsBatchBeforeExpected(t *testing.T) {
+	for name, policy := range map[string]chsink.MismatchPolicy{"keep first": chsink.MismatchKeepFirst, "reinsert": chsink.MismatchReinsert} {
+		t.Run(name, func(t *testing.T) {
+			env := setup(t, replacingDDL)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			store := checkpoint.NewMemStorage()
+			old := env.newSink(t, store, chsink.Options{})
+			require.NoError(t, feed(ctx, t, old, 0, 100))
+			state1, err := old.Snapshot(ctx, 1)
+			require.NoError(t, err)
+			require.NoError(t, feed(ctx, t, old, 110, 111)) // the batch at 110, landed
+			_, err = old.Snapshot(ctx, 2)
+			require.NoError(t, err)
+
+			opts := chsink.Options{OnMismatch: policy, MaxDelay: 50 * time.Millisecond}
+			s := env.newSink(t, store, opts)
+			require.NoError(t, s.Restore(ctx, state1))
+			expecting, err := s.Snapshot(ctx, 3) // expects the batch at 110
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			require.NoError(t, feed(ctx, t, s, 104, 105)) // rows before it: a batch of their own
+			require.Eventually(t, func() bool {
+				names, err := store.List(ctx, sink.JournalPrefix)
+				require.NoError(t, err)
+				for _, n := range names {
+					if strings.Contains(n, "/b-00000000000000000104-") {
+						return true
+					}
+				}
+				return false
+			}, 20*time.Second, 20*time.Millisecond, "the batch at 104 is journaled (Run's MaxDelay)")
+			cancel() // kill -9
+			<-done
+
+			next := env.newSink(t, store, opts)
+			require.NoError(t, next.Restore(context.Background(), expecting), "a restore accepts the journal")
+			require.NoError(t, feed(context.Background(), t, next, 104, 105))
+			require.NoError(t, feed(context.Background(), t, next, 110, 111))
+			_, err = next.Snapshot(context.Background(), 4)
+			require.NoError(t, err)
+			want := uint64(expectedRows(0, 100) + len(rowsOf(104)) + len(rowsOf(110)))
+			assert.Equal(t, want, env.count(t, "SELECT count() FROM "+env.db+".events FINAL"), "rows")
 			assert.Equal(t, want, env.count(t, "SELECT uniqExact(id) FROM "+env.db+".events"), "distinct rows")
 		})
 	}
