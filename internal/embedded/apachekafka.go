@@ -2,15 +2,10 @@ package embedded
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,9 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The Apache Kafka releases the tests run, one per line users run: the
@@ -127,17 +119,6 @@ type ApacheKafka struct {
 	clusterID string
 	owned     bool // Dir was made by StartApacheKafka: Stop removes it
 	nodes     []*KafkaNode
-}
-
-// KafkaNode is one process of an ApacheKafka cluster.
-type KafkaNode struct {
-	child // PID, Kill, Stop
-	k     *ApacheKafka
-	id    int
-	port  int // broker listener
-	cport int // controller listener
-	// controllerOnly: a dedicated controller (ApacheKafkaOptions.Controllers)
-	controllerOnly bool
 }
 
 // StartApacheKafka fetches the jars of opts.Version (the first time),
@@ -271,111 +252,6 @@ func (k *ApacheKafka) formatAndStart(ctx context.Context, start bool) error {
 	return k.Start(ctx)
 }
 
-// ensureTemplate returns a directory of a formatted, never started cluster
-// of this version and node count in the cache, formatting it the first
-// time under a file lock. Its copies share a cluster id, which is harmless:
-// they are separate clusters on separate ports.
-func (k *ApacheKafka) ensureTemplate(ctx context.Context) (string, error) {
-	cache := k.opts.CacheDir
-	if cache == "" {
-		var err error
-		if cache, err = CacheDir(); err != nil {
-			return "", err
-		}
-	}
-	root := filepath.Join(cache, "kafka-format")
-	name := fmt.Sprintf("%s-%dnodes", k.opts.Version, k.opts.Nodes)
-	if k.opts.Controllers > 0 {
-		name += fmt.Sprintf("-%dcontrollers", k.opts.Controllers)
-	}
-	dir := filepath.Join(root, name)
-	if _, err := os.Stat(filepath.Join(dir, "cluster.id")); err == nil {
-		return dir, nil
-	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", fmt.Errorf("embedded: %w", err)
-	}
-	unlock, err := lockFile(ctx, filepath.Join(root, "."+name+".lock"))
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if _, err := os.Stat(filepath.Join(dir, "cluster.id")); err == nil {
-		return dir, nil
-	}
-	tmp, err := os.MkdirTemp(root, "."+name+"-")
-	if err != nil {
-		return "", fmt.Errorf("embedded: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	t := &ApacheKafka{opts: k.opts, java: k.java, classpath: k.classpath}
-	t.opts.Dir = tmp
-	if t.clusterID, err = readOrCreateClusterID(tmp); err != nil {
-		return "", err
-	}
-	ports := make([]int, 2*k.size())
-	for i := range ports {
-		ports[i] = 9092 + i // never listened on: the tool only formats
-	}
-	t.makeNodes(ports)
-	if err := t.formatAndStart(ctx, false); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return "", fmt.Errorf("embedded: %w", err)
-	}
-	return dir, nil
-}
-
-// copyTree copies the files under src into dst, making directories as
-// needed.
-func copyTree(src, dst string) error {
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
-	if err != nil {
-		return fmt.Errorf("embedded: apache kafka: copy %s: %w", src, err)
-	}
-	return nil
-}
-
-// readOrCreateClusterID returns the cluster id kept in dir, making one the
-// first time: every node of a cluster is formatted with it.
-func readOrCreateClusterID(dir string) (string, error) {
-	path := filepath.Join(dir, "cluster.id")
-	if b, err := os.ReadFile(path); err == nil {
-		return strings.TrimSpace(string(b)), nil
-	}
-	var s string
-	for s == "" || s[0] == '-' { // as Kafka's own ids: a leading '-' reads as a flag
-		var id [16]byte
-		_, _ = rand.Read(id[:])
-		s = base64.RawURLEncoding.EncodeToString(id[:])
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("embedded: apache kafka: %w", err)
-	}
-	if err := os.WriteFile(path, []byte(s+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("embedded: apache kafka: %w", err)
-	}
-	return s, nil
-}
-
 // Brokers returns the bootstrap addresses of every broker (not of the
 // dedicated controllers); they stay the same across Kill and Start.
 func (k *ApacheKafka) Brokers() []string {
@@ -454,168 +330,4 @@ func (k *ApacheKafka) removeDir() {
 		_ = os.RemoveAll(k.opts.Dir)
 		k.owned = false
 	}
-}
-
-// ID returns the node's id, its broker.id/node.id (1 to Nodes, then the
-// dedicated controllers').
-func (n *KafkaNode) ID() int { return n.id }
-
-// ControllerOnly reports whether the node is a dedicated KRaft controller
-// (ApacheKafkaOptions.Controllers), which serves no clients.
-func (n *KafkaNode) ControllerOnly() bool { return n.controllerOnly }
-
-// Addr returns the node's broker listener, 127.0.0.1:port (a dedicated
-// controller's is never listened on).
-func (n *KafkaNode) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
-
-// dir is the node's directory: server.properties and data/.
-func (n *KafkaNode) dir() string { return filepath.Join(n.k.opts.Dir, "node-"+strconv.Itoa(n.id)) }
-
-// Start starts the node if it is stopped or killed, on the same directory
-// and ports, and waits until it answers and sees every broker of the
-// cluster that is running. Starting a running node is a no-op.
-func (n *KafkaNode) Start(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.running() {
-		return nil
-	}
-	t0 := time.Now()
-	args := append(slices.Clone(n.k.opts.JVMOptions), "-cp", n.k.classpath, "kafka.Kafka", filepath.Join(n.dir(), "server.properties"))
-	p, err := startProcess(n.k.java, args, os.Environ(), n.dir())
-	if err != nil {
-		return fmt.Errorf("embedded: start kafka node %d: %w", n.id, err)
-	}
-	if err := p.waitReady(ctx, n.k.opts.StartTimeout, n.probe); err != nil {
-		_ = p.kill()
-		return fmt.Errorf("embedded: apache kafka %s node %d on %s: %w", n.k.opts.Version, n.id, n.Addr(), err)
-	}
-	n.proc = p
-	n.log.Info("kafka node started", "version", n.k.opts.Version, "node", n.id, "addr", n.Addr(), "pid", p.pid(), "took", time.Since(t0))
-	return nil
-}
-
-// probe succeeds once the node answers Metadata listing itself as a broker:
-// it has registered with the controller quorum and been unfenced. A
-// dedicated controller is ready once it listens (the brokers' probes
-// prove the quorum).
-func (n *KafkaNode) probe(ctx context.Context) error {
-	if n.controllerOnly {
-		return dialOK(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(n.cport)))
-	}
-	if err := dialOK(ctx, n.Addr()); err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr()), kgo.DialTimeout(2*time.Second))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
-	if err != nil {
-		return err
-	}
-	for _, b := range resp.Brokers {
-		if int(b.NodeID) == n.id {
-			return nil
-		}
-	}
-	return fmt.Errorf("node %d not among the brokers yet", n.id)
-}
-
-// format runs Kafka's storage tool on a node directory that has no
-// meta.properties yet, as `kafka-storage.sh format` does.
-func (n *KafkaNode) format(ctx context.Context) error {
-	data := filepath.Join(n.dir(), "data")
-	if _, err := os.Stat(filepath.Join(data, "meta.properties")); err == nil {
-		return nil
-	}
-	args := append(slices.Clone(n.k.opts.JVMOptions), "-cp", n.k.classpath, "kafka.tools.StorageTool",
-		"format", "-t", n.k.clusterID, "-c", filepath.Join(n.dir(), "server.properties"), "--ignore-formatted")
-	p, err := startProcess(n.k.java, args, os.Environ(), n.dir())
-	if err != nil {
-		return fmt.Errorf("embedded: kafka storage format: %w", err)
-	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		_ = p.kill()
-		return fmt.Errorf("embedded: kafka storage format node %d: %w", n.id, ctx.Err())
-	}
-	if p.err != nil {
-		return fmt.Errorf("embedded: kafka storage format node %d: %w\n%s", n.id, p.err, p.out.String())
-	}
-	return nil
-}
-
-// writeConfig writes the node's server.properties.
-func (n *KafkaNode) writeConfig() error {
-	if err := os.MkdirAll(n.dir(), 0o755); err != nil {
-		return fmt.Errorf("embedded: apache kafka: %w", err)
-	}
-	cfg := n.k.brokerConfig(n)
-	var b strings.Builder
-	for _, key := range slices.Sorted(maps.Keys(cfg)) {
-		fmt.Fprintf(&b, "%s=%s\n", key, cfg[key])
-	}
-	return os.WriteFile(filepath.Join(n.dir(), "server.properties"), []byte(b.String()), 0o644)
-}
-
-// brokerConfig returns node n's broker configs: the KRaft wiring, the
-// replication the node count allows, the test timing unless KafkaDefaults,
-// and opts.Configs last.
-func (k *ApacheKafka) brokerConfig(n *KafkaNode) map[string]string {
-	var voters []string
-	for _, m := range k.nodes {
-		if m.controllerOnly || k.opts.Controllers <= 0 {
-			voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", m.id, m.cport))
-		}
-	}
-	rf := strconv.Itoa(min(3, k.opts.Nodes))
-	isr := strconv.Itoa(min(2, k.opts.Nodes))
-	cfg := map[string]string{
-		"process.roles":                            "broker,controller",
-		"node.id":                                  strconv.Itoa(n.id),
-		"controller.quorum.voters":                 strings.Join(voters, ","),
-		"listeners":                                fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.port, n.cport),
-		"advertised.listeners":                     "PLAINTEXT://" + n.Addr(),
-		"controller.listener.names":                "CONTROLLER",
-		"inter.broker.listener.name":               "PLAINTEXT",
-		"listener.security.protocol.map":           "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-		"log.dirs":                                 filepath.Join(n.dir(), "data"),
-		"default.replication.factor":               rf,
-		"min.insync.replicas":                      isr,
-		"offsets.topic.replication.factor":         rf,
-		"transaction.state.log.replication.factor": rf,
-		"transaction.state.log.min.isr":            isr,
-		// Kafka 4's share groups; 3.9 ignores the keys (an "unknown
-		// config" warning).
-		"share.coordinator.state.topic.replication.factor": rf,
-		"share.coordinator.state.topic.min.isr":            isr,
-	}
-	switch {
-	case n.controllerOnly:
-		cfg["process.roles"] = "controller"
-		cfg["listeners"] = fmt.Sprintf("CONTROLLER://127.0.0.1:%d", n.cport)
-		delete(cfg, "advertised.listeners")
-		delete(cfg, "inter.broker.listener.name")
-	case k.opts.Controllers > 0:
-		cfg["process.roles"] = "broker"
-		cfg["listeners"] = fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port)
-	}
-	if !k.opts.KafkaDefaults {
-		maps.Copy(cfg, map[string]string{
-			"group.initial.rebalance.delay.ms":     "0",
-			"group.min.session.timeout.ms":         "100",
-			"offsets.topic.num.partitions":         "4",
-			"transaction.state.log.num.partitions": "4",
-			"broker.heartbeat.interval.ms":         "500",
-			"broker.session.timeout.ms":            "3000",
-			"num.network.threads":                  "2",
-			"num.io.threads":                       "2",
-			"log.cleaner.dedupe.buffer.size":       strconv.Itoa(8 << 20),
-		})
-	}
-	maps.Copy(cfg, k.opts.Configs)
-	return cfg
 }

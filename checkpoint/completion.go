@@ -1,0 +1,131 @@
+package checkpoint
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// complete is the asynchronous part of checkpoint cp (see Begin, steps 2
+// to 4), in the task's goroutine.
+func (t *Task) complete(ctx context.Context, cp *Checkpoint, pending map[string]PendingSnapshot, commit func(context.Context, int64) error) error {
+	c := t.c
+	id := cp.ID
+	at := metric.WithAttributeSet(t.attrs)
+	fail := func(e *Error) error {
+		c.failures.Add(ctx, 1, at)
+		return e
+	}
+	type result struct {
+		name  string
+		state []byte
+		err   error
+	}
+	results := make(chan result, len(pending))
+	for name, p := range pending {
+		go func() {
+			state, err := p(ctx)
+			results <- result{name, state, err}
+		}()
+	}
+	var first *Error
+	for range pending {
+		r := <-results
+		if r.err != nil && first == nil {
+			first = &Error{Partition: t.p, ID: id, Participant: r.name, Op: "snapshot", Err: r.err}
+		}
+		cp.States[r.name] = r.state
+	}
+	if first != nil {
+		return fail(first)
+	}
+	for _, name := range t.names {
+		o := t.objects[name]
+		if o == nil {
+			continue
+		}
+		refs, err := t.participants[name].(ObjectParticipant).References(cp.States[name])
+		if err != nil {
+			return fail(&Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err})
+		}
+		for _, r := range refs {
+			cp.Objects = append(cp.Objects, o.ref(r))
+		}
+	}
+	slices.Sort(cp.Objects)
+	cp.Duration = c.now().Sub(cp.Created)
+	// A chain whose ownership ended while it snapshotted must not write:
+	// the partition's next owner may already have restored. This does not
+	// rely on the Storage checking ctx.
+	if err := ctx.Err(); err != nil {
+		return fail(&Error{Partition: t.p, ID: id, Op: "save", Err: err})
+	}
+	size, err := c.store.Save(ctx, cp)
+	if err != nil {
+		return fail(&Error{Partition: t.p, ID: id, Op: "save", Err: err})
+	}
+	end := c.now()
+	c.duration.Record(ctx, end.Sub(cp.Created).Seconds(), at)
+	c.size.Record(ctx, int64(size), at)
+	t.mu.Lock()
+	t.lastCompleted = cp.Created
+	t.completedID = id
+	t.mu.Unlock()
+	if commit != nil {
+		if err := commit(ctx, cp.NextOffset); err != nil {
+			c.commits.Add(ctx, 1, at)
+			c.log.WarnContext(ctx, "checkpoint: offset commit failed after completed checkpoint",
+				"partition", t.p.String(), "id", id, "next_offset", cp.NextOffset, "err", err)
+		}
+	}
+	for name, o := range t.objects {
+		var refs []string
+		for _, r := range cp.Objects {
+			if rest, ok := strings.CutPrefix(r, name+"/"); ok {
+				refs = append(refs, rest)
+			}
+		}
+		o.saved(refs)
+	}
+	for name := range pending {
+		if err := t.participants[name].CheckpointCompleted(ctx, id); err != nil {
+			return &Error{Partition: t.p, ID: id, Participant: name, Op: "notify", Err: err}
+		}
+	}
+	if t.objects != nil {
+		// After the notifications: the checkpoint is complete, and an
+		// object only older checkpoints referenced may go once Keep newer
+		// ones exist.
+		c.store.collectObjects(ctx, t.p, func(ref string) bool {
+			name, obj, _ := strings.Cut(ref, "/")
+			o := t.objects[name]
+			return o != nil && o.isPending(obj)
+		})
+	}
+	return nil
+}
+
+// notifySync calls CheckpointCompleted of the participants without
+// SnapshotAsync for the newest completed checkpoint they have not been told
+// of, in the chain's goroutine.
+func (t *Task) notifySync(ctx context.Context) error {
+	t.mu.Lock()
+	id := t.completedID
+	t.mu.Unlock()
+	if id <= t.notifiedID {
+		return nil
+	}
+	t.notifiedID = id
+	for _, name := range t.names {
+		p := t.participants[name]
+		if _, async := p.(AsyncParticipant); async && !t.c.sync {
+			continue
+		}
+		if err := p.CheckpointCompleted(ctx, id); err != nil {
+			return &Error{Partition: t.p, ID: id, Participant: name, Op: "notify", Err: err}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package kafkatxn
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// CommitPrepared commits the transaction txn, recorded by a TxProducer
+// (Txn) that may be gone, and returns nil once it is committed, whether by
+// this call or before. It is the restore step of a two-phase commit: call
+// it before a new TxProducer of the same transactional id starts, since
+// that aborts any open transaction of the id.
+//
+// It sends EndTxn with txn's producer id and epoch, as the producer would
+// have. Kafka answers a repeated commit of the transaction with success as
+// long as the epoch is current; once the epoch has moved on (the producer
+// began its next transaction, or the id was fenced or the transaction
+// timed out), the outcome is read from the log instead: the transaction
+// marker that follows txn's first record in its first partition says
+// commit or abort. An aborted transaction returns an error wrapping
+// ErrAborted: its records are lost, and the caller must not go on as if
+// they were written.
+func CommitPrepared(ctx context.Context, brokers []string, txn Txn, opts TxOptions) error {
+	if txn.TransactionalID == "" || txn.ProducerID < 0 {
+		return fmt.Errorf("%w: a transaction needs a transactional id and a producer id", ErrInvalidArgument)
+	}
+	if len(txn.Partitions) == 0 {
+		return nil // nothing was written: nothing to commit
+	}
+	c, err := newTxClient(brokers, opts)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var settled bool
+	err = c.retry(ctx, "commit prepared transaction", func(ctx context.Context) error {
+		res, err := c.cl.EndTxn(ctx, &kafka.EndTxnRequest{
+			TransactionalID: txn.TransactionalID, ProducerID: int(txn.ProducerID), ProducerEpoch: int(txn.Epoch), Committed: true,
+		})
+		if err == nil {
+			err = res.Error
+		}
+		if err != nil && (fencedErr(err) || isKafkaErr(err, kafka.InvalidTransactionState, kafka.InvalidProducerIDMapping,
+			kafka.TransactionalIDNotFound)) {
+			// The epoch moved on, or the transaction ended the other
+			// way: the log says how it ended.
+			settled = true
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !settled {
+		return nil
+	}
+	first := txn.Partitions[0]
+	var committed bool
+	err = c.retry(ctx, "look up transaction outcome", func(ctx context.Context) error {
+		var found bool
+		var err error
+		committed, found, err = findMarker(ctx, c, first, txn.ProducerID, txn.Epoch)
+		if err != nil {
+			return err
+		}
+		if !found {
+			// Kafka writes markers after the coordinator decided: wait.
+			return kafka.ConcurrentTransactions
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("kafkatxn: transaction %s (producer %d, epoch %d): %w", txn.TransactionalID, txn.ProducerID, txn.Epoch, err)
+	}
+	if !committed {
+		return fmt.Errorf("kafkatxn: transaction %s (producer %d, epoch %d): %w", txn.TransactionalID, txn.ProducerID, txn.Epoch, ErrAborted)
+	}
+	return nil
+}
+
+// findMarker reads tp from its FirstOffset for the first transaction marker
+// of producer pid with an epoch of at least epoch: the end of the
+// transaction that wrote there first (one transaction of a producer is
+// open at a time, and its marker follows its records).
+func findMarker(ctx context.Context, c *txClient, tp TxnPartition, pid int64, epoch int16) (commit, found bool, err error) {
+	from := tp.FirstOffset
+	for {
+		fr, err := fetch(ctx, c.transport, c.cl.Addr, tp.Topic, tp.Partition, from, false, 1<<20, 0)
+		if err != nil {
+			return false, false, err
+		}
+		if fr.err != nil {
+			return false, false, fr.err
+		}
+		next := from
+		for _, b := range fr.batches {
+			if b.lastOffset < from {
+				continue
+			}
+			if b.control && b.producerID == pid && b.producerEpoch >= epoch {
+				return b.commit, true, nil
+			}
+			next = max(next, b.lastOffset+1)
+		}
+		if next == from || next >= fr.highWatermark {
+			return false, false, nil
+		}
+		from = next
+	}
+}
+
+// logEndOf returns the high watermark of tp.
+func logEndOf(ctx context.Context, cl *kafka.Client, tp topicPartition, timeout time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{tp.topic: {kafka.LastOffsetOf(tp.partition)}},
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, po := range res.Topics[tp.topic] {
+		if po.Partition == tp.partition {
+			if po.Error != nil {
+				return 0, po.Error
+			}
+			return po.LastOffset, nil
+		}
+	}
+	return 0, fmt.Errorf("kafkatxn: no offsets for %s/%d", tp.topic, tp.partition)
+}
+
+// findBatch searches tp from offset from to its end for the batch h, and
+// returns its offset if it is there.
+func findBatch(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, tp topicPartition, from int64, h batchHeader, timeout time.Duration) (int64, bool, error) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		fr, err := fetch(rctx, rt, addr, tp.topic, tp.partition, from, false, 1<<20, 0)
+		cancel()
+		if err != nil {
+			return 0, false, err
+		}
+		if fr.err != nil {
+			return 0, false, fr.err
+		}
+		next := from
+		for _, b := range fr.batches {
+			if b.producerID == h.producerID && b.producerEpoch == h.producerEpoch && b.baseSequence == h.baseSequence && !b.control {
+				return b.baseOffset, true, nil
+			}
+			next = max(next, b.lastOffset+1)
+		}
+		if next == from || next >= fr.highWatermark {
+			return 0, false, nil
+		}
+		from = next
+	}
+}

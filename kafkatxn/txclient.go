@@ -1,0 +1,97 @@
+package kafkatxn
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// txClient sends the transaction coordinator's requests with retries.
+type txClient struct {
+	cl        *kafka.Client
+	transport *kafka.Transport
+	ownTrans  bool
+	opts      TxOptions
+}
+
+func newTxClient(brokers []string, opts TxOptions) (*txClient, error) {
+	if len(brokers) == 0 {
+		return nil, fmt.Errorf("%w: no brokers", ErrInvalidOptions)
+	}
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &txClient{transport: opts.Transport, opts: opts}
+	if c.transport == nil {
+		c.transport, c.ownTrans = &kafka.Transport{}, true
+	}
+	c.cl = &kafka.Client{Addr: kafka.TCP(brokers...), Transport: c.transport, Timeout: opts.RequestTimeout}
+	return c, nil
+}
+
+func (c *txClient) close() {
+	if c.ownTrans {
+		c.transport.CloseIdleConnections()
+	}
+}
+
+// coordinatorErr reports whether a transaction request should be sent
+// again as is: the coordinator moved or is loading (kafka-go looks the
+// coordinator up with FindCoordinator, key type transaction, before every
+// transactional request, so the next attempt goes to the new one), a
+// previous transaction of the id is still completing, or the connection
+// broke.
+func coordinatorErr(err error) bool {
+	if isKafkaErr(err, kafka.NotCoordinatorForGroup, kafka.GroupCoordinatorNotAvailable,
+		kafka.GroupLoadInProgress, kafka.ConcurrentTransactions, kafka.TransactionCoordinatorFenced) {
+		return true
+	}
+	return retriable(err)
+}
+
+func fencedErr(err error) bool {
+	return isKafkaErr(err, kafka.ProducerFenced, kafka.InvalidProducerEpoch)
+}
+
+// concurrentTxBackoff is the wait before a request refused with
+// CONCURRENT_TRANSACTIONS is sent again.
+const concurrentTxBackoff = 20 * time.Millisecond
+
+// retry calls f until it returns nil, a non-retriable error, or
+// DeliveryTimeout runs out. Every call of f must be safe to repeat.
+func (c *txClient) retry(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.DeliveryTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		rctx, rcancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+		err := f(rctx)
+		rcancel()
+		if err == nil {
+			return nil
+		}
+		if fencedErr(err) {
+			// %v, not %w: the broker's error must not make this look
+			// retriable to a classifier.
+			return fmt.Errorf("kafkatxn: %s: %w (%v)", op, ErrFenced, err)
+		}
+		if !coordinatorErr(err) {
+			return fmt.Errorf("kafkatxn: %s: %w", op, err)
+		}
+		wait := c.opts.wait(attempt)
+		if isKafkaErr(err, kafka.ConcurrentTransactions) {
+			// The id's previous transaction is still writing its markers
+			// (Kafka answers this to the first request after every EndTxn
+			// for a few milliseconds; kfake never does): a short, fixed
+			// wait, as the Java client's 20 ms for this error.
+			wait = min(c.opts.InitialBackoff, concurrentTxBackoff)
+			attempt-- // not a failure that grows the backoff
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafkatxn: %s: %w (last error: %w)", op, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
