@@ -103,6 +103,18 @@
 // a topic that grows ends the generation, and the next one gives the new
 // partitions their chains.
 //
+// Two deployment mistakes are reported, once a generation, at Warn and in a
+// metric, though neither stops Run. A group with more members than its
+// topics have partitions leaves members idle: they read nothing and look
+// healthy (exactlyonce.kafkasource.group.idle_members; add partitions or
+// run fewer instances). A topic whose partition count changes under a
+// running Source, or between two of its Runs, changes the producers'
+// key->partition routing: a key's new records land in another partition
+// than its old ones, so state kept per partition (a chain's dedup keys and
+// windows) sees the key's records apart, a duplicate across the move is
+// not dropped (exactlyonce.kafkasource.topic.partition_changes). Create
+// topics with the partitions they will need.
+//
 // Run rides out routine consumer-group errors (a rebalance in progress, a
 // stale generation or member, a moved coordinator, a broken connection):
 // kafka-go rejoins by itself; after 20 such errors in a row, Run returns

@@ -146,8 +146,9 @@ type Options struct {
 	Dialer *kafka.Dialer
 	// Logger. Default: discard.
 	Logger *slog.Logger
-	// MeterProvider for the exactlyonce.kafkasource.chain.restarts and
-	// exactlyonce.kafkasource.poison_records counters. Default: no-op.
+	// MeterProvider for the exactlyonce.kafkasource.* metrics (chain
+	// restarts, poison records, idle members, partition changes; see
+	// docs/metrics.md). Default: no-op.
 	MeterProvider metric.MeterProvider
 	// MissingTopic says what Run does when a subscribed topic does not
 	// exist. Default: MissingTopicWait.
@@ -274,6 +275,7 @@ type Source struct {
 	log     *slog.Logger
 	running atomic.Bool
 	poison  poisonMetrics
+	watch   *groupWatch
 
 	restarts metric.Int64Counter
 
@@ -330,8 +332,12 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 	if err != nil {
 		return nil, fmt.Errorf("kafkasource: New: %w", err)
 	}
+	watch, err := newGroupWatch(opts.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("kafkasource: New: %w", err)
+	}
 	return &Source{group: group, coord: coord, newProc: newProcessor, opts: opts, log: opts.Logger,
-		restarts: restarts, poison: pm}, nil
+		restarts: restarts, poison: pm, watch: watch}, nil
 }
 
 func setDefault[T comparable](v *T, d T) {
@@ -417,8 +423,7 @@ func (s *Source) Run(ctx context.Context) error {
 			break
 		}
 		failures = 0
-		s.log.Info("kafkasource: new generation", "generation", gen.ID, "member", gen.MemberID,
-			"assignments", fmt.Sprint(gen.Assignments))
+		s.generationStarted(gen, &wg)
 		for topic, as := range gen.Assignments {
 			for _, a := range as {
 				p := checkpoint.TopicPartition{Topic: topic, Partition: a.ID}

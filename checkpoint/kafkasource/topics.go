@@ -108,6 +108,8 @@ func (s *Source) missingTopic(ctx context.Context) (string, error) {
 		s.log.Debug("kafkasource: topic check failed", "err", err)
 		return "", nil
 	}
+	// The counts a running Source compares a generation's with (group.go).
+	s.notePartitions(ctx, meta)
 	for _, topic := range s.group.Topics {
 		var found *kafka.Topic
 		for i := range meta.Topics {

@@ -39,6 +39,7 @@ const (
 	envTrace      = "E2E_TRACE"      // a file for the runtime/trace of that run (go tool trace)
 	envProfiled   = "E2E_PROFILE"    // that variant's name; default "chain"
 	envVariants   = "E2E_VARIANTS"   // the variants to run, comma-separated; default all
+	envKafka      = "E2E_KAFKA"      // the broker: kfake (default) or apache (embedded Apache Kafka 4.4)
 )
 
 // variant is one way of consuming the topic in BenchmarkEndToEnd.
@@ -99,7 +100,8 @@ type sample struct {
 // BenchmarkEndToEnd runs E2E_EVENTS realistic gateway records (default
 // 2 M: 5 % redeliveries, 200 tenants, 4 partitions, ~300-byte bodies, the
 // delivery's metadata in headers) through the example's chain, against
-// Kafka (kfake) and ClickHouse each in its own process, beside raw kafka-go
+// Kafka (kfake, or Apache Kafka with E2E_KAFKA=apache) and ClickHouse each
+// in its own process, beside raw kafka-go
 // consumption of the same topic:
 //
 //	raw             kafka-go, one partition Reader per partition, FetchMessage only
@@ -119,17 +121,19 @@ type sample struct {
 // E2E_ROUNDS repeats the variants, in reversed order every other round,
 // and the table shows medians and ranges.
 //
+// E2E_KAFKA picks the broker: kfake (the default; franz-go's fake in a
+// process of its own) or apache, the embedded Apache Kafka 4.4 broker (one
+// KRaft node, a JVM, with the kit's test timing), the broker users run; the
+// output's first line says which.
+//
 //	E2E_EVENTS=200000 go test -run '^$' -bench EndToEnd ./examples/processor
+//	E2E_KAFKA=apache E2E_EVENTS=200000 go test -run '^$' -bench EndToEnd ./examples/processor
 func BenchmarkEndToEnd(b *testing.B) {
 	events := envInt(b, envEvents, 2_000_000)
 	rounds := envInt(b, envRounds, 1)
 	const partitions = 4
 	ctx := context.Background()
-	kp, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{})
-	if err != nil {
-		b.Skipf("kafka process: %v", err)
-	}
-	b.Cleanup(func() { _ = kp.Stop() })
+	kp := startE2EKafka(ctx, b)
 	chs := testkit.StartClickHouse(b)
 	env := &e2eEnv{brokers: kp.Brokers(), topic: "e2e", partitions: partitions, perPart: events / partitions, chAddr: chs.Addr()}
 	testkit.CreateTopic(b, env.brokers, env.topic, partitions)
@@ -568,4 +572,37 @@ func report(b *testing.B, variants []variant, samples map[string][]sample, event
 		b.ReportMetric(al, v.name+"-allocs/ev")
 	}
 	fmt.Print(sb.String())
+}
+
+// e2eKafka is the broker of BenchmarkEndToEnd: its addresses and the
+// process whose CPU it counts.
+type e2eKafka interface {
+	Brokers() []string
+	PID() int
+}
+
+// apacheBroker is testkit's Apache Kafka broker as an e2eKafka.
+type apacheBroker struct{ *testkit.KafkaBroker }
+
+func (a apacheBroker) PID() int { return a.NodePID(1) }
+
+// startE2EKafka starts the broker E2E_KAFKA names, stopped at cleanup.
+func startE2EKafka(ctx context.Context, b *testing.B) e2eKafka {
+	switch v := os.Getenv(envKafka); v {
+	case "", "kfake":
+		kp, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{})
+		if err != nil {
+			b.Skipf("kafka process: %v", err)
+		}
+		b.Cleanup(func() { _ = kp.Stop() })
+		fmt.Printf("kafka: kfake, pid %d\n", kp.PID())
+		return kp
+	case "apache":
+		kb := testkit.StartKafkaBroker(b)
+		fmt.Printf("kafka: Apache Kafka %s, pid %d\n", kb.Version(), kb.NodePID(1))
+		return apacheBroker{kb}
+	default:
+		b.Fatalf("%s=%q: want kfake or apache", envKafka, v)
+		return nil
+	}
 }
