@@ -40,6 +40,7 @@ const (
 	envProfiled   = "E2E_PROFILE"    // that variant's name; default "chain"
 	envVariants   = "E2E_VARIANTS"   // the variants to run, comma-separated; default all
 	envKafka      = "E2E_KAFKA"      // the broker: kfake (default) or apache (embedded Apache Kafka 4.4)
+	envLatency    = "E2E_LATENCY"    // a round trip added to every ClickHouse exchange, e.g. 5ms; default none
 )
 
 // variant is one way of consuming the topic in BenchmarkEndToEnd.
@@ -126,6 +127,10 @@ type sample struct {
 // KRaft node, a JVM, with the kit's test timing), the broker users run; the
 // output's first line says which.
 //
+// E2E_LATENCY (a duration such as 5ms) puts ClickHouse behind
+// testkit.LatencyProxy, so every exchange with it takes that much longer,
+// as across availability zones; the checkpoints stay on the local disk.
+//
 //	E2E_EVENTS=200000 go test -run '^$' -bench EndToEnd ./examples/processor
 //	E2E_KAFKA=apache E2E_EVENTS=200000 go test -run '^$' -bench EndToEnd ./examples/processor
 func BenchmarkEndToEnd(b *testing.B) {
@@ -135,7 +140,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 	ctx := context.Background()
 	kp := startE2EKafka(ctx, b)
 	chs := testkit.StartClickHouse(b)
-	env := &e2eEnv{brokers: kp.Brokers(), topic: "e2e", partitions: partitions, perPart: events / partitions, chAddr: chs.Addr()}
+	chAddr := chs.Addr()
+	if v := os.Getenv(envLatency); v != "" {
+		rtt, err := time.ParseDuration(v)
+		if err != nil || rtt < 0 {
+			b.Fatalf("%s=%q: want a duration such as 5ms", envLatency, v)
+		}
+		chAddr = testkit.LatencyProxy(b, chAddr, rtt)
+		b.Logf("ClickHouse behind a %v round trip", rtt)
+	}
+	env := &e2eEnv{brokers: kp.Brokers(), topic: "e2e", partitions: partitions, perPart: events / partitions, chAddr: chAddr}
 	testkit.CreateTopic(b, env.brokers, env.topic, partitions)
 	env.distinct = produceEvents(b, env.brokers, env.topic,
 		genSpec{partitions: partitions, perPart: env.perPart, tenants: 200, dupRate: 0.05, seed: 1})
