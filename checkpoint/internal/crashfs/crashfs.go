@@ -23,7 +23,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 )
@@ -224,45 +223,6 @@ func (f *FS) CreateTemp(dir, pattern string) (checkpoint.File, error) {
 	return &file{fs: f, n: n, name: path.Join(dir, base)}, nil
 }
 
-type file struct {
-	fs     *FS
-	n      *node
-	name   string
-	closed bool
-}
-
-func (w *file) Write(p []byte) (int, error) {
-	w.fs.mu.Lock()
-	defer w.fs.mu.Unlock()
-	if err := w.fs.mutate(); err != nil {
-		return 0, err
-	}
-	if w.closed {
-		return 0, fs.ErrClosed
-	}
-	w.n.data = append(w.n.data, p...)
-	return len(p), nil
-}
-
-func (w *file) Sync() error {
-	w.fs.mu.Lock()
-	defer w.fs.mu.Unlock()
-	if err := w.fs.mutate(); err != nil {
-		return err
-	}
-	w.n.synced = append([]byte(nil), w.n.data...)
-	return nil
-}
-
-func (w *file) Close() error {
-	w.fs.mu.Lock()
-	defer w.fs.mu.Unlock()
-	w.closed = true
-	return nil
-}
-
-func (w *file) Name() string { return w.name }
-
 // ReadFile implements checkpoint.FS.
 func (f *FS) ReadFile(name string) ([]byte, error) {
 	f.mu.Lock()
@@ -451,20 +411,3 @@ func (f *FS) Lock(dir string) (func(), error) {
 	m.Lock()
 	return m.Unlock, nil
 }
-
-type info struct {
-	name string
-	n    *node
-}
-
-func (i info) Name() string { return i.name }
-func (i info) Size() int64  { return int64(len(i.n.data)) }
-func (i info) Mode() fs.FileMode {
-	if i.n.dir {
-		return fs.ModeDir | 0o755
-	}
-	return 0o644
-}
-func (i info) ModTime() time.Time { return time.Time{} }
-func (i info) IsDir() bool        { return i.n.dir }
-func (i info) Sys() any           { return nil }
