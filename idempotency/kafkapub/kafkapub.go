@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -16,15 +19,25 @@ import (
 // idempotency.Func. A Publisher is safe for concurrent use; concurrent
 // Publishes share batches.
 type Publisher struct {
-	w         *kafka.Writer // shared batches of records that fit uncompressed
-	large     *kafka.Writer // a record alone in its batch, compressed
-	limits    limits
+	// cur is the generation of Writers and Transport that Publish uses;
+	// a reset replaces it (see Options.ResetAfter).
+	cur    atomic.Pointer[writers]
+	codecs [2]kafka.Compression // of the shared batches, of a record alone
+	limits limits
+	// transport is Options.Transport (or a new one): the template each
+	// generation copies, and what CheckDurability reads through.
 	transport *kafka.Transport
 	brokers   []string
 	topic     string
 	opts      Options
 
 	inst instruments
+
+	mu        sync.Mutex // serialises resets and Close
+	closed    bool
+	lastReset time.Time
+	resets    int
+	retiring  sync.WaitGroup // replaced generations still closing
 
 	closeOnce sync.Once
 	closeErr  error
@@ -72,36 +85,21 @@ func New(ctx context.Context, brokers []string, topic string, opts Options) (*Pu
 	if transport == nil {
 		transport = &kafka.Transport{}
 	}
-	lim := opts.limits(ctx, brokers, transport, topic, large)
-	writer := func(batchSize int, batchBytes int64, c kafka.Compression) *kafka.Writer {
-		return &kafka.Writer{
-			Addr:     kafka.TCP(brokers...),
-			Topic:    topic,
-			Balancer: opts.Balancer,
-			// acks=all, explicitly: the zero value is acks=none, which
-			// reports no error at all when the broker loses the message.
-			RequiredAcks: kafka.RequireAll,
-			Async:        false,
-			BatchTimeout: opts.BatchTimeout,
-			BatchSize:    batchSize,
-			BatchBytes:   batchBytes,
-			Compression:  c,
-			MaxAttempts:  opts.MaxAttempts,
-			WriteTimeout: opts.WriteTimeout,
-			Transport:    transport,
-		}
+	if opts.ResetAfter == 0 {
+		opts.ResetAfter = DefaultResetAfter
 	}
+	lim := opts.limits(ctx, brokers, transport, topic, large)
 	p := &Publisher{
-		w: writer(0, int64(lim.batchBytes), small),
-		// One record per batch, so the broker measures it alone.
-		large:     writer(1, 1<<62, large),
+		codecs:    [2]kafka.Compression{small, large},
 		limits:    lim,
 		transport: transport,
 		brokers:   append([]string(nil), brokers...),
 		topic:     topic,
 		opts:      opts,
 		inst:      inst,
+		lastReset: opts.Now(),
 	}
+	p.cur.Store(p.newWriters())
 	if !opts.SkipDurabilityCheck {
 		warnDurability(ctx, p.brokers, transport, topic, opts)
 	}
@@ -125,7 +123,15 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 		return fmt.Errorf("kafkapub: partition key of %q: %w", d.Key, err)
 	}
 	start := p.opts.Now()
-	err = p.write(ctx, d, kafka.Message{Key: key, Value: d.Body, Headers: Headers(d)})
+	msg := kafka.Message{Key: key, Value: d.Body, Headers: Headers(d)}
+	g := p.cur.Load()
+	err = p.write(ctx, g, d, msg)
+	if errors.Is(err, io.ErrClosedPipe) && g.retired.Load() {
+		// A reset closed g between Load and the write; a closed Writer
+		// refuses before sending anything.
+		g = p.cur.Load()
+		err = p.write(ctx, g, d, msg)
+	}
 	if err != nil {
 		err = flatten(err)
 		var ke kafka.Error
@@ -137,6 +143,7 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 		}
 	}
 	p.inst.record(ctx, start, p.opts.Now(), err)
+	p.observe(ctx, g, err)
 	if err != nil {
 		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
 	}
@@ -147,14 +154,14 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 // broker that refuses the record as too large, which a compression estimate
 // can get wrong by a few bytes, sends it through the claim check, or gets a
 // 413: the broker refuses every attempt of it alike.
-func (p *Publisher) write(ctx context.Context, d idempotency.Delivery, msg kafka.Message) error {
+func (p *Publisher) write(ctx context.Context, g *writers, d idempotency.Delivery, msg kafka.Message) error {
 	msg, r, err := p.limits.place(ctx, d, msg, true)
 	if err != nil {
 		return err
 	}
-	w := p.w
+	w := g.small
 	if r == routeAlone {
-		w = p.large
+		w = g.large
 	}
 	err = w.WriteMessages(ctx, msg)
 	if !errors.Is(flatten(err), kafka.MessageSizeTooLarge) {
@@ -166,15 +173,21 @@ func (p *Publisher) write(ctx context.Context, d idempotency.Delivery, msg kafka
 	if msg, err = p.limits.claimCheck(ctx, d, msg); err != nil {
 		return err
 	}
-	return p.w.WriteMessages(ctx, msg)
+	return g.small.WriteMessages(ctx, msg)
 }
 
 // Close flushes nothing (Publish is synchronous), closes the writers and
-// their connections. Publish after Close fails. Close is safe to call twice.
+// their connections, and waits for the writers a reset replaced to close.
+// Publish after Close fails. Close is safe to call twice.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
-		p.closeErr = errors.Join(p.w.Close(), p.large.Close())
-		p.transport.CloseIdleConnections()
+		p.mu.Lock()
+		p.closed = true // no reset from now on
+		g := p.cur.Load()
+		p.mu.Unlock()
+		p.closeErr = g.close()
+		p.retiring.Wait()
+		p.transport.CloseIdleConnections() // New's and CheckDurability's requests
 	})
 	return p.closeErr
 }

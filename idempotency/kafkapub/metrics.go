@@ -15,6 +15,7 @@ import (
 type instruments struct {
 	published metric.Int64Counter
 	latency   metric.Float64Histogram
+	resets    metric.Int64Counter
 }
 
 func newInstruments(mp metric.MeterProvider) (instruments, error) {
@@ -22,6 +23,8 @@ func newInstruments(mp metric.MeterProvider) (instruments, error) {
 	in := instruments{
 		published: m.Counter("exactlyonce.kafkapub.messages", "{message}", "Publishes by result: ok, failed, unknown."),
 		latency:   m.Histogram("exactlyonce.kafkapub.publish.duration", "s", "Time from Publish to the broker's acknowledgement."),
+		resets: m.Counter("exactlyonce.kafkapub.writer.resets", "{reset}",
+			"Replacements of the kafka-go Writers and Transport after publishes in a row with an unknown outcome or stale metadata."),
 	}
 	if err := m.Err(); err != nil {
 		return instruments{}, fmt.Errorf("kafkapub: metrics: %w", err)

@@ -57,6 +57,17 @@ type Options struct {
 	// WriteTimeout: see DefaultWriteTimeout. It also bounds New's
 	// durability check.
 	WriteTimeout time.Duration
+	// ResetAfter is how many Publishes in a row may end with an unknown
+	// outcome that no broker answered (a timeout, a broken connection) or
+	// with a stale-metadata refusal (NotLeaderForPartition,
+	// LeaderNotAvailable, ...) before Publisher replaces its kafka-go
+	// Writers and Transport with fresh ones: after leader elections and
+	// broker restarts kafka-go's cached connections, metadata and batch
+	// queues do not always recover. Resets are at least WriteTimeout
+	// apart, counted in exactlyonce.kafkapub.writer.resets and logged.
+	// Default DefaultResetAfter; negative: never. IdempotentPublisher
+	// ignores it.
+	ResetAfter int
 	// Compression is the codec of every batch, by Kafka's compression.type
 	// names: none, gzip, snappy, lz4 or zstd. Consumers decompress on
 	// their own. Default DefaultCompression.
@@ -84,7 +95,8 @@ type Options struct {
 	// durability check: set its TLS (a *tls.Config) and SASL
 	// (sasl/plain.Mechanism, sasl/scram.Mechanism) to reach a managed
 	// Kafka. Default: a new kafka.Transport, plain TCP without
-	// authentication.
+	// authentication. Publisher writes through copies of its
+	// configuration, a new one after each reset (see ResetAfter).
 	Transport *kafka.Transport
 	// Logger receives the durability warning. Default: discards.
 	Logger *slog.Logger
