@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,14 +123,12 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	}
 	start := p.opts.Now()
 	msg := kafka.Message{Key: key, Value: d.Body, Headers: Headers(d)}
-	g := p.cur.Load()
-	err = p.write(ctx, g, d, msg)
-	if errors.Is(err, io.ErrClosedPipe) && g.retired.Load() {
-		// A reset closed g between Load and the write; a closed Writer
-		// refuses before sending anything.
-		g = p.cur.Load()
-		err = p.write(ctx, g, d, msg)
+	g := p.acquire()
+	if g == nil {
+		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, &definiteError{err: errPublisherClosed})
 	}
+	err = p.write(ctx, g, d, msg)
+	g.use.RUnlock()
 	if err != nil {
 		err = flatten(err)
 		var ke kafka.Error
@@ -185,7 +182,10 @@ func (p *Publisher) Close() error {
 		p.closed = true // no reset from now on
 		g := p.cur.Load()
 		p.mu.Unlock()
+		g.closing.Store(true)
+		g.use.Lock() // kafka-go's Writer.Close must not race WriteMessages
 		p.closeErr = g.close()
+		g.use.Unlock()
 		p.retiring.Wait()
 		p.transport.CloseIdleConnections() // New's and CheckDurability's requests
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,27 @@ const DefaultResetAfter = 8
 // of sending them one attempt and one timeout at a time.
 var errRetired = errors.New("kafkapub: writer replaced after repeated failures; not sent")
 
+// errPublisherClosed is Publish's error after Close: nothing was sent.
+var errPublisherClosed = errors.New("kafkapub: publish after Close")
+
+// acquire returns the current generation, held for reading (the caller
+// releases g.use), or nil once the Publisher is closed.
+func (p *Publisher) acquire() *writers {
+	for {
+		g := p.cur.Load()
+		if !g.closing.Load() {
+			g.use.RLock()
+			if !g.closing.Load() {
+				return g
+			}
+			g.use.RUnlock()
+		}
+		if p.cur.Load() == g {
+			return nil // closing and still current: Close was called
+		}
+	}
+}
+
 // writers is one generation of the Publisher's kafka-go clients: the two
 // Writers and the Transport they share, replaced together by a reset.
 type writers struct {
@@ -34,6 +56,13 @@ type writers struct {
 	// this generation alone.
 	transport *kafka.Transport
 	retired   atomic.Bool // set when replaced: transport dials no more
+	// closing is set before the Writers are closed; use is held for
+	// reading by every Publish writing through them, and for writing
+	// while they are closed: kafka-go's Writer.Close racing a
+	// WriteMessages can leave a partition goroutine that never ends (and
+	// Close waiting for it).
+	closing atomic.Bool
+	use     sync.RWMutex
 	// streak counts Publishes in a row that ended with an unknown outcome
 	// or a stale-metadata refusal (see sick).
 	streak atomic.Int64
@@ -110,7 +139,10 @@ func (g *writers) close() error {
 // timeout; a produce request already on the wire still gets its answer.
 func (g *writers) retire() {
 	g.retired.Store(true)
+	g.closing.Store(true)
 	g.transport.CloseIdleConnections()
+	g.use.Lock() // the Publishes still writing through g end first
+	defer g.use.Unlock()
 	_ = g.close() // kafka-go's Writer.Close returns nil
 }
 
