@@ -125,10 +125,11 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	msg := kafka.Message{Key: key, Value: d.Body, Headers: Headers(d)}
 	g := p.acquire()
 	if g == nil {
-		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, &definiteError{err: errPublisherClosed})
+		err = &definiteError{err: errPublisherClosed}
+	} else {
+		err = p.write(ctx, g, d, msg)
+		g.use.RUnlock()
 	}
-	err = p.write(ctx, g, d, msg)
-	g.use.RUnlock()
 	if err != nil {
 		err = flatten(err)
 		var ke kafka.Error
@@ -140,7 +141,9 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 		}
 	}
 	p.inst.record(ctx, start, p.opts.Now(), err)
-	p.observe(ctx, g, err)
+	if g != nil {
+		p.observe(ctx, g, err)
+	}
 	if err != nil {
 		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
 	}
