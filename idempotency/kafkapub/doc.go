@@ -68,6 +68,15 @@
 //     Publish returned an error (IsOutcomeUnknown). Each message carries the
 //     delivery id in its event-id header; the downstream deduplicator drops
 //     copies by that id. The pipeline is exactly-once only with it.
+//   - After Options.ResetAfter Publishes in a row end with an unknown
+//     outcome or a stale-metadata refusal, Publisher replaces its kafka-go
+//     Writers and Transport with fresh ones (logged, and counted in
+//     exactlyonce.kafkapub.writer.resets): kafka-go's cached connections and
+//     metadata do not always recover from leader elections and broker
+//     restarts. A reset changes no outcome: a Publish that failed with an
+//     unknown outcome stays failed (the Handler answers 503, the provider
+//     redelivers, the dedup drops a copy), and batches the old writer still
+//     queued fail unsent.
 //   - A claim-check record is written only after its payload is stored, and
 //     the object's name is the delivery's idempotency key: retries of one
 //     delivery write the same object again, never a second one, and every

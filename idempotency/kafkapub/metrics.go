@@ -1,0 +1,47 @@
+package kafkapub
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/exactlyonce/exactlyonce/internal/meter"
+)
+
+// instruments are the metrics both publishers report, with one meaning.
+type instruments struct {
+	published metric.Int64Counter
+	latency   metric.Float64Histogram
+	resets    metric.Int64Counter
+}
+
+func newInstruments(mp metric.MeterProvider) (instruments, error) {
+	m := meter.New(mp, "idempotency/kafkapub")
+	in := instruments{
+		published: m.Counter("exactlyonce.kafkapub.messages", "{message}", "Publishes by result: ok, failed, unknown."),
+		latency:   m.Histogram("exactlyonce.kafkapub.publish.duration", "s", "Time from Publish to the broker's acknowledgement."),
+		resets: m.Counter("exactlyonce.kafkapub.writer.resets", "{reset}",
+			"Replacements of the kafka-go Writers and Transport after publishes in a row with an unknown outcome or stale metadata."),
+	}
+	if err := m.Err(); err != nil {
+		return instruments{}, fmt.Errorf("kafkapub: metrics: %w", err)
+	}
+	return in, nil
+}
+
+// record counts one Publish that started at start and ended with err.
+func (in instruments) record(ctx context.Context, start, end time.Time, err error) {
+	result := "ok"
+	switch {
+	case err == nil:
+	case IsOutcomeUnknown(err):
+		result = "unknown"
+	default:
+		result = "failed"
+	}
+	in.published.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+	in.latency.Record(ctx, end.Sub(start).Seconds())
+}
