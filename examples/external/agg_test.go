@@ -21,6 +21,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
 
 	"example.com/webhookagg"
@@ -59,14 +60,13 @@ func TestPipeline(t *testing.T) {
 	t.Cleanup(gw.Close)
 
 	// The processor.
-	storage := checkpoint.NewMemStorage()
-	cstore, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	cstore, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(cstore, checkpoint.Options{Interval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = coord.Close() })
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "agg"), Topics: []string{topic}},
-		coord, webhookagg.NewProcessor(webhookagg.Config{ClickHouse: chAddr, Database: db, Storage: storage}),
+		coord, webhookagg.NewProcessor(webhookagg.Config{DB: chsink.DB{Addr: chAddr, Database: db}, Store: cstore}),
 		kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)
