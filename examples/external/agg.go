@@ -83,6 +83,45 @@ func minuteSchema() []chsink.Column[minuteRow] {
 	}
 }
 
+// Service is where the aggregator reads and writes, as its main would
+// take it from flags.
+type Service struct {
+	Brokers []string
+	Group   string // the Kafka consumer group of all instances
+	Topic   string // the gateway's
+	DB      chsink.DB
+	Dir     string // checkpoints and sink journals: a disk all instances share
+}
+
+// Run runs one instance of the aggregator until ctx ends: what its main
+// calls. After a crash, the next instance goes on from the checkpoints in
+// Dir, the rows in ClickHouse exactly once.
+func Run(ctx context.Context, s Service) error {
+	storage, err := checkpoint.NewFSStorage(s.Dir)
+	if err != nil {
+		return err
+	}
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	if err != nil {
+		return err
+	}
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer coord.Close()
+	src, err := kafkasource.New(kafkasource.Group{Brokers: s.Brokers, ID: s.Group, Topics: []string{s.Topic}},
+		coord, NewProcessor(Config{DB: s.DB, Store: store}),
+		// Short timings, so that an instance killed is replaced in seconds
+		// in the test; 6 s is the broker's least session timeout by default.
+		kafkasource.Options{SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
+			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	return src.Run(ctx)
+}
+
 // Config says where the processor writes.
 type Config struct {
 	DB    chsink.DB         // the ClickHouse server and database of both tables
