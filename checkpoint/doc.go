@@ -39,6 +39,16 @@
 // The kafkasource subpackage runs exactly this loop for every partition of a
 // kafka-go consumer group; most programs use it and never see a Task.
 //
+// A Chain declares a partition's participants once, each under the name
+// that keys its state: NewChain(store, p), then Add(name, participant)
+// (an empty, taken or nil one is refused with ErrInvalidOptions), and
+// Participants is the map Attach takes. The chain hands its participants
+// what they would otherwise repeat: its Partition, the Store's Storage
+// (where a sink journals beside the checkpoints) and Keep (so the journal
+// keeps what restoring any kept checkpoint needs). chsink.Open and
+// windowsink.Open take a Chain and register the sink they return;
+// kafkasource.Chains builds one per assigned partition.
+//
 // # Barriers and the protocol
 //
 // A barrier is delivered to a chain in-band: the chain goroutine takes it

@@ -36,9 +36,25 @@
 // of any server the kit started (clickhouse-local listens in plaintext
 // only), and WriteCA writes the CA file a -clickhouse-ca flag reads.
 //
+// Your own service runs under the test's supervision as a Process:
+// Command starts a binary, Func a func(ctx) error in a process of its own
+// (the test binary again), so that the test can Kill it (SIGKILL), Stop and
+// Continue it (SIGSTOP, SIGCONT), Restart it, Terminate it gracefully and
+// notice when it exits on its own (Exited, Wait); its output is kept (Logs)
+// and printed when the test fails:
+//
+//	svc := testkit.Func(t, "aggregator", func(ctx context.Context) error { return run(ctx, cfg) })
+//	// ... deliver half the events ...
+//	svc.Kill()
+//	svc.Restart()
+//
 // Two subpackages keep this one light: testkit/s3kit gives a test an S3
 // bucket (versitygw) and imports the AWS SDK; testkit/webhookkit hands out
-// GitHub's own example webhooks and signatures and Jira issue events.
+// GitHub's own example webhooks and signatures and Jira issue events, and
+// sends deliveries as each idempotency preset's provider does (Delivery:
+// delivery id, event type, signature and retry headers; Post), to a real
+// idempotency.Handler or your gateway. Importing testkit alone adds no AWS
+// module to your go.mod.
 //
 // # What it needs
 //

@@ -21,6 +21,23 @@
 //		kafkasource.Options{})
 //	err = src.Run(ctx)
 //
+// Chains builds that NewProcessor from a function that declares each part
+// of the chain once, in a checkpoint.Chain the Source creates per
+// partition: participants are registered with Chain.Add, and the sinks
+// opened on the chain (chsink.Open, windowsink.Open) register themselves
+// with the Store's Storage and Keep and one chsink.DB. The returned
+// Processor has Process (and Tick) but no Participants; the handles the
+// registrations returned are what Process uses:
+//
+//	kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
+//		d, err := dedup.New(24*time.Hour, dedup.Options{})
+//		if err != nil { return nil, err }
+//		if err := c.Add("dedup", d); err != nil { return nil, err }
+//		s, err := chsink.Open(ctx, c, db, "events", schema, chsink.Options{})
+//		if err != nil { return nil, err } // the Source closes what c holds
+//		return &kafkasource.Processor{Process: func(ctx context.Context, m kafka.Message) error { ... }}, nil
+//	})
+//
 // A chain that gains from deciding records together sets
 // Processor.ProcessBatch instead of Process: it gets the records fetched
 // and waiting (at most Options.MaxBatch a call), so it can decide them with

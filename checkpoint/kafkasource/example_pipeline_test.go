@@ -17,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/dedup"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/windowsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/exactlyonce/exactlyonce/window"
 )
@@ -39,9 +40,11 @@ var pipelineDDL = []string{
 }
 
 // A whole chain: Kafka → dedup → the raw events to one ClickHouse table,
-// and one-minute counts per repository (window) to another, with a
-// sink.Cursor for the window rows' positions. The Source starts the sinks'
-// flush timers and closes every participant when the chain ends.
+// and one-minute counts per repository (a window sink) to another. Each
+// part is declared once, in the partition's checkpoint.Chain: the sinks
+// take its Storage and Keep, and the chsink.DB names the server and the
+// database once. The Source starts the sinks' flush timers and closes
+// every participant when the chain ends.
 func Example_pipeline() {
 	ctx := context.Background()
 	// Servers: yours in production; testkit starts these in tests.
@@ -76,76 +79,58 @@ func Example_pipeline() {
 	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 100 * time.Millisecond})
 	defer coord.Close()
 
-	newChain := func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
+	db := chsink.DB{Addr: chSrv.Addr()} // the database: "default"
+	build := func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["dedup"] = d
-		w, err := window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{Inputs: []int{p.Partition}})
+		if err := c.Add("dedup", d); err != nil {
+			return nil, err
+		}
+		pushes, err := chsink.Open(ctx, c, db, "pushes", func() []chsink.Column[pushEvent] {
+			return []chsink.Column[pushEvent]{
+				chsink.String("id", func(e *pushEvent) string { return e.ID }),
+				chsink.String("repo", func(e *pushEvent) string { return e.Repo }),
+				chsink.DateTime64("at", proto.PrecisionMilli, func(e *pushEvent) time.Time { return e.At }),
+			}
+		}, chsink.Options{})
 		if err != nil {
-			return proc, err
+			return nil, err // the Source closes what the chain holds
 		}
-		proc.Participants["window"] = w
-		pushes, err := chsink.New(ctx, chsink.Table{Addr: chSrv.Addr(), Name: "pushes"}, p, storage,
-			func() []chsink.Column[pushEvent] {
-				return []chsink.Column[pushEvent]{
-					chsink.String("id", func(e *pushEvent) string { return e.ID }),
-					chsink.String("repo", func(e *pushEvent) string { return e.Repo }),
-					chsink.DateTime64("at", proto.PrecisionMilli, func(e *pushEvent) time.Time { return e.At }),
-				}
-			}, chsink.Options{})
+		w, err := window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{Inputs: []int{c.Partition().Partition}})
 		if err != nil {
-			return proc, err // the Source closes what is in proc
+			return nil, err
 		}
-		proc.Participants["pushes"] = pushes
-		minutes, err := chsink.New(ctx, chsink.Table{Addr: chSrv.Addr(), Name: "repo_minute"}, p, storage,
-			func() []chsink.Column[repoMinute] {
-				return []chsink.Column[repoMinute]{
-					chsink.String("repo", func(r *repoMinute) string { return r.Key }),
-					chsink.DateTime64("start", proto.PrecisionMilli, func(r *repoMinute) time.Time { return r.Start }),
-					chsink.UInt64("version", func(r *repoMinute) uint64 { return r.Version }),
-					chsink.UInt64("pushes", func(r *repoMinute) uint64 { return r.Result }),
-				}
-			}, chsink.Options{OnMismatch: chsink.MismatchReinsert})
+		minutes, err := windowsink.Open(ctx, c, db, "repo_minute", w, func() []chsink.Column[repoMinute] {
+			return []chsink.Column[repoMinute]{
+				chsink.String("repo", func(r *repoMinute) string { return r.Key }),
+				chsink.DateTime64("start", proto.PrecisionMilli, func(r *repoMinute) time.Time { return r.Start }),
+				chsink.UInt64("pushes", func(r *repoMinute) uint64 { return r.Result }),
+			}
+		}, windowsink.Options{})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["repo_minute"] = minutes
-		cursor := new(sink.Cursor)
-		proc.Participants["cursor"] = cursor
 
-		var out window.Output[string, uint64]
 		var key []byte
-		proc.Process = func(ctx context.Context, m kafka.Message) error {
+		return &kafkasource.Processor{Process: func(ctx context.Context, m kafka.Message) error {
 			var ev pushEvent
 			if err := json.Unmarshal(m.Value, &ev); err != nil {
 				return err // stop: never skip a record
 			}
-			cursor.At(m.Offset)
 			key = dedup.AppendKey(key[:0], ev.ID)
-			if first, err := d.Observe(key, ev.At); err != nil || !first {
+			if first, err := d.Observe(key, m.Time); err != nil || !first { // the record's timestamp: see package dedup
 				return err
 			}
 			if err := pushes.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
 				return err
 			}
-			out.Reset()
-			if err := w.Add(window.Event[string]{Input: p.Partition, Key: ev.Repo, Time: ev.At, Value: ev.ID}, &out); err != nil {
-				return err
-			}
-			for _, row := range out.Rows { // windows the watermark closed
-				if err := minutes.Add(ctx, cursor.Next(), row); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		return proc, nil
+			return minutes.Add(ctx, m.Offset, window.Event[string]{Input: m.Partition, Key: ev.Repo, Time: ev.At, Value: ev.ID})
+		}}, nil
 	}
 	src, _ := kafkasource.New(kafkasource.Group{Brokers: k.ListenAddrs(), ID: "pushes", Topics: []string{"pushes"}},
-		coord, newChain, kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
+		coord, kafkasource.Chains(store, build), kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- src.Run(runCtx) }()

@@ -83,49 +83,87 @@ func minuteSchema() []chsink.Column[minuteRow] {
 	}
 }
 
+// Service is where the aggregator reads and writes, as its main would
+// take it from flags.
+type Service struct {
+	Brokers []string
+	Group   string // the Kafka consumer group of all instances
+	Topic   string // the gateway's
+	DB      chsink.DB
+	Dir     string // checkpoints and sink journals: a disk all instances share
+}
+
+// Run runs one instance of the aggregator until ctx ends: what its main
+// calls. After a crash, the next instance goes on from the checkpoints in
+// Dir, the rows in ClickHouse exactly once.
+func Run(ctx context.Context, s Service) error {
+	storage, err := checkpoint.NewFSStorage(s.Dir)
+	if err != nil {
+		return err
+	}
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	if err != nil {
+		return err
+	}
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer coord.Close()
+	src, err := kafkasource.New(kafkasource.Group{Brokers: s.Brokers, ID: s.Group, Topics: []string{s.Topic}},
+		coord, NewProcessor(Config{DB: s.DB, Store: store}),
+		// Short timings, so that an instance killed is replaced in seconds
+		// in the test; 6 s is the broker's least session timeout by default.
+		kafkasource.Options{SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
+			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	return src.Run(ctx)
+}
+
 // Config says where the processor writes.
 type Config struct {
-	ClickHouse string // host:port
-	Database   string
-	Storage    checkpoint.Storage // checkpoints and sink journals
+	DB    chsink.DB         // the ClickHouse server and database of both tables
+	Store *checkpoint.Store // the Coordinator's; its Storage holds the sinks' journals too
 }
 
 // NewProcessor builds one partition's chain (the gateway's kafkapub keys
-// messages by organization, so one chain holds all windows of one): dedup by delivery id, the
-// events sink, a one-minute count per organisation and its sink. The
-// Source runs the sinks' flush timers and closes everything when the
-// chain ends.
+// messages by organization, so one chain holds all windows of one): dedup
+// by delivery id, the events sink, a one-minute count per organisation and
+// its sink. Each part is declared once, in the chain, which hands the sinks
+// the Store's Storage and Keep. The Source runs the sinks' flush timers and
+// closes everything when the chain ends, also when a step fails.
 func NewProcessor(cfg Config) kafkasource.NewProcessor {
-	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
+	return kafkasource.Chains(cfg.Store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["dedup"] = d
-		opts := chsink.Options{Database: cfg.Database, MaxDelay: 100 * time.Millisecond}
-		events, err := chsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "events"}, p, cfg.Storage, eventSchema, opts)
+		if err := c.Add("dedup", d); err != nil {
+			return nil, err
+		}
+		opts := chsink.Options{MaxDelay: 100 * time.Millisecond}
+		events, err := chsink.Open(ctx, c, cfg.DB, "events", eventSchema, opts)
 		if err != nil {
-			return proc, err // the Source closes dedup
+			return nil, err
 		}
-		proc.Participants["events"] = events
+		p := c.Partition().Partition
 		w, err := window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{
-			Inputs: []int{p.Partition}, IdleTimeout: 200 * time.Millisecond,
+			Inputs: []int{p}, IdleTimeout: 200 * time.Millisecond,
 		})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
 		// The window's rows, their positions, Tick's rows and the replay
 		// policy in one participant.
-		minutes, err := windowsink.New(ctx, chsink.Table{Addr: cfg.ClickHouse, Name: "org_minute"}, p, cfg.Storage, w, minuteSchema,
-			windowsink.Options{Sink: opts})
+		minutes, err := windowsink.Open(ctx, c, cfg.DB, "org_minute", w, minuteSchema, windowsink.Options{Sink: opts})
 		if err != nil {
-			return proc, err // the Source closes events too
+			return nil, err
 		}
-		proc.Participants["org_minute"] = minutes
 
 		var key []byte
-		proc.Process = func(ctx context.Context, m kafka.Message) error {
+		process := func(ctx context.Context, m kafka.Message) error {
 			ev, err := parseEvent(m)
 			if err != nil {
 				return err // stop, never skip
@@ -137,10 +175,8 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			if err := events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
 				return err
 			}
-			return minutes.Add(ctx, m.Offset, window.Event[string]{Input: p.Partition, Key: ev.Org, Time: ev.At, Value: ev.ID})
+			return minutes.Add(ctx, m.Offset, window.Event[string]{Input: p, Key: ev.Org, Time: ev.At, Value: ev.ID})
 		}
-		proc.Tick = minutes.Tick
-		proc.TickInterval = 100 * time.Millisecond
-		return proc, nil
-	}
+		return &kafkasource.Processor{Process: process, Tick: minutes.Tick, TickInterval: 100 * time.Millisecond}, nil
+	})
 }

@@ -19,6 +19,13 @@
 // when a checkpoint is durable; a goroutine runs Run for the flush timer
 // until Close. One sink serves one topic-partition chain.
 //
+// Open is New for a sink of a checkpoint.Chain: a DB names the server and
+// the database once for all of a chain's tables, and Open takes the
+// partition, the Storage and the Store's Keep (Options.KeepCheckpoints)
+// from the chain, registers the sink there under the table's name and
+// returns it, the handle Process adds rows to. kafkasource.Chains builds
+// the chain, runs the sink's Run and closes it.
+//
 // Batches are flushed at MaxRows, at an estimated MaxBytes, after MaxDelay
 // (a real timer, so a quiet stream flushes), shortly before a checkpoint
 // barrier is due when many rows are buffered (see Batching and
@@ -231,7 +238,8 @@
 // with a permanent *LostPartError rather than lose its rows.
 //
 // Takeovers and checkpoints: the journal is pruned only through the oldest
-// of the newest Options.KeepCheckpoints completed checkpoints, so a restore
+// of the newest Options.KeepCheckpoints completed checkpoints (Open sets
+// it to the chain's Store's Keep, so the two cannot disagree), so a restore
 // that falls back past a corrupt newest checkpoint still finds every batch
 // it must replay; a failed delete is logged and retried at the next
 // completion. A sink that starts without a checkpoint over a pruned journal

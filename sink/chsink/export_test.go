@@ -55,3 +55,10 @@ func (s *Sink[T]) SetJournalHook(f func()) {
 	defer s.mu.Unlock()
 	s.beforeJournal = f
 }
+
+// KeepCheckpoints returns the number of checkpoints whose journal the sink
+// keeps (Options.KeepCheckpoints, defaults applied).
+func KeepCheckpoints[T any](s *Sink[T]) int { return s.opts.KeepCheckpoints }
+
+// Database returns the database the sink writes to.
+func Database[T any](s *Sink[T]) string { return s.opts.Database }

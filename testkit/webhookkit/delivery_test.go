@@ -2,8 +2,13 @@ package webhookkit_test
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -20,16 +25,7 @@ import (
 // is refused.
 func TestDeliveriesPassTheHandler(t *testing.T) {
 	secret := []byte("s3cret")
-	tests := []struct {
-		name string
-		d    webhookkit.Delivery
-	}{
-		{"github", webhookkit.Delivery{Provider: idempotency.GitHub(), ID: "d-1", Event: "push", Secret: secret,
-			Body: []byte(`{"organization":{"login":"acme"}}`)}},
-		{"jira", webhookkit.Delivery{Provider: idempotency.JiraCloud(), ID: "j-1", Secret: secret,
-			Body: webhookkit.JiraIssueBody(t, "jira:issue_updated", "Bug", false, nil)}},
-	}
-	for _, tt := range tests {
+	for _, tt := range presetDeliveries(t, secret) {
 		t.Run(tt.name, func(t *testing.T) {
 			store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
 			require.NoError(t, err)
@@ -58,4 +54,54 @@ func TestDeliveriesPassTheHandler(t *testing.T) {
 			assert.Equal(t, tt.d.ID, got[0].Key)
 		})
 	}
+}
+
+// presetDeliveries returns a delivery of every preset of package
+// idempotency, named by the function that returns the preset.
+func presetDeliveries(t *testing.T, secret []byte) []struct {
+	name string
+	d    webhookkit.Delivery
+} {
+	return []struct {
+		name string
+		d    webhookkit.Delivery
+	}{
+		{"GitHub", webhookkit.Delivery{Provider: idempotency.GitHub(), ID: "d-1", Event: "push", Secret: secret,
+			Body: []byte(`{"organization":{"login":"acme"}}`)}},
+		{"JiraCloud", webhookkit.Delivery{Provider: idempotency.JiraCloud(), ID: "j-1", Secret: secret,
+			Body: webhookkit.JiraIssueBody(t, "jira:issue_updated", "Bug", false, nil)}},
+	}
+}
+
+// TestEveryPresetIsDelivered proves every preset package idempotency
+// exports (a func returning a Provider) has a delivery in
+// TestDeliveriesPassTheHandler: a new preset whose headers or signature
+// Delivery does not build fails there, not in a user's test.
+func TestEveryPresetIsDelivered(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob(filepath.Join("..", "..", "idempotency", "*.go"))
+	require.NoError(t, err)
+	var presets []string
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !fn.Name.IsExported() || fn.Type.Results == nil || len(fn.Type.Results.List) != 1 {
+				continue
+			}
+			if id, ok := fn.Type.Results.List[0].Type.(*ast.Ident); ok && id.Name == "Provider" {
+				presets = append(presets, fn.Name.Name)
+			}
+		}
+	}
+	require.NotEmpty(t, presets)
+	var delivered []string
+	for _, tt := range presetDeliveries(t, []byte("s")) {
+		delivered = append(delivered, tt.name)
+	}
+	assert.ElementsMatch(t, presets, delivered, "idempotency's presets and the deliveries tested here")
 }

@@ -7,6 +7,15 @@
 //	sigs := webhookkit.OctokitSign(t, secret, payloads) // X-Hub-Signature-256 values
 //	body := webhookkit.JiraIssueBody(t, "jira:issue_updated", "Bug", true, nil)
 //
+// It also sends them as the provider does: a Delivery carries the headers
+// of its idempotency preset (GitHub, JiraCloud: delivery id, event type,
+// signature by Provider.Sign, retry count) around a body, and Post sends it
+// to a gateway, a real idempotency.Handler or yours:
+//
+//	d := webhookkit.Delivery{Provider: idempotency.JiraCloud(), ID: "j-1", Body: body, Secret: secret}
+//	status := webhookkit.Post(t, gatewayURL, d)
+//	d.Retry = 1 // Jira's retry of it: same id, X-Atlassian-Webhook-Retry
+//
 // # Guarantees
 //
 // The payloads are the upstream packages' at pinned versions, never

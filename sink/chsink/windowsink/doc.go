@@ -6,15 +6,19 @@
 //
 // # Tour
 //
-// Build the operator, then the sink over it; register the sink as the
-// chain's participant and feed it events:
+// Build the operator, then the sink over it in the partition's
+// checkpoint.Chain, and feed it events:
 //
-//	op, err := window.New(window.Session(30*time.Minute), window.Count[string]{}, window.Options{Inputs: []int{p.Partition}})
-//	ws, err := windowsink.New(ctx, chsink.Table{Addr: addr, Name: "sessions"}, p, storage, op, columns,
-//		windowsink.Options{Sink: chsink.Options{Database: db}})
-//	proc.Participants["sessions"] = ws
+//	op, err := window.New(window.Session(30*time.Minute), window.Count[string]{}, window.Options{Inputs: []int{c.Partition().Partition}})
+//	ws, err := windowsink.Open(ctx, c, chsink.DB{Addr: addr, Database: db}, "sessions", op, columns, windowsink.Options{})
 //	// Process: ws.Add(ctx, m.Offset, window.Event[string]{...})
 //	// Tick:    ws.Tick(ctx)
+//
+// Open registers the sink in the chain under the table's name, the one
+// participant for the operator, the cursor and the rows, over the chain's
+// Storage and with the Store's Keep (kafkasource.Chains builds the chain,
+// runs the sink and closes it). New is the same sink without a chain: pass
+// the table, partition and Storage yourself and register it by name.
 //
 // columns maps a window.Row to the table's key, start (and end) and result
 // columns; the sink adds the version column (Row.Version, UInt64) and the

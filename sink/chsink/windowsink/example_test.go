@@ -22,6 +22,8 @@ import (
 //	SETTINGS non_replicated_deduplication_window = 1000
 func Example() {
 	storage := checkpoint.NewMemStorage() // an FSStorage or S3 in production
+	store, _ := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	db := chsink.DB{Addr: "127.0.0.1:9000"} // database "default"
 	type row = window.Row[uint64]
 	columns := func() []chsink.Column[row] {
 		return []chsink.Column[row]{
@@ -31,23 +33,22 @@ func Example() {
 			chsink.UInt64("events", func(r *row) uint64 { return r.Result }),
 		}
 	}
-	_ = func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
-		op, err := window.New(window.Session(30*time.Minute), window.Count[string]{}, window.Options{Inputs: []int{p.Partition}})
+	_ = kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
+		p := c.Partition().Partition
+		op, err := window.New(window.Session(30*time.Minute), window.Count[string]{}, window.Options{Inputs: []int{p}})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		ws, err := windowsink.New(ctx, chsink.Table{Addr: "127.0.0.1:9000", Name: "sessions"}, p, storage, op, columns,
-			windowsink.Options{Sink: chsink.Options{Database: "default"}})
+		ws, err := windowsink.Open(ctx, c, db, "sessions", op, columns, windowsink.Options{})
 		if err != nil {
-			return proc, err // a table that is not ReplacingMergeTree(version, deleted) is refused here
+			return nil, err // a table that is not ReplacingMergeTree(version, deleted) is refused here
 		}
-		proc.Participants["sessions"] = ws
-		proc.Process = func(ctx context.Context, m kafka.Message) error {
-			return ws.Add(ctx, m.Offset, window.Event[string]{Input: p.Partition, Key: string(m.Key), Time: m.Time, Value: "event"})
-		}
-		proc.Tick = ws.Tick
-		proc.TickInterval = time.Second
-		return proc, nil
-	}
+		return &kafkasource.Processor{
+			Process: func(ctx context.Context, m kafka.Message) error {
+				return ws.Add(ctx, m.Offset, window.Event[string]{Input: p, Key: string(m.Key), Time: m.Time, Value: "event"})
+			},
+			Tick:         ws.Tick,
+			TickInterval: time.Second,
+		}, nil
+	})
 }

@@ -135,6 +135,35 @@ func New[In, Acc, Out any](ctx context.Context, table chsink.Table, src checkpoi
 	return &Sink[In, Acc, Out]{op: op, rows: rows}, nil
 }
 
+// Open is New for a window sink that is part of a checkpoint.Chain: it
+// builds the sink for table in db over the chain's partition and Storage,
+// keeping the journal for as many checkpoints as the chain's Store keeps,
+// and registers it in the chain under the table's name. The returned Sink
+// is the handle the chain's Process feeds with Add and its Tick calls; the
+// chain's owner (a kafkasource Source) runs and closes it.
+//
+// opts is as for New; leave opts.Sink.Database and
+// opts.Sink.KeepCheckpoints zero (see chsink.ChainOptions). A table name
+// already registered in the chain is refused with an error wrapping
+// checkpoint.ErrInvalidOptions; nothing is left open then.
+func Open[In, Acc, Out any](ctx context.Context, c *checkpoint.Chain, db chsink.DB, table string,
+	op *window.Operator[In, Acc, Out], columns chsink.Schema[window.Row[Out]], opts Options) (*Sink[In, Acc, Out], error) {
+	t, sinkOpts, err := chsink.ChainOptions(c, db, table, opts.Sink)
+	if err != nil {
+		return nil, err
+	}
+	opts.Sink = sinkOpts
+	s, err := New(ctx, t, c.Partition(), c.Storage(), op, columns, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Add(table, s); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
 // checkReplacing reads the table's engine and the types of its version and
 // deleted columns, and says whether the sink writes the deleted column.
 func checkReplacing(ctx context.Context, table chsink.Table, opts Options, session bool) (bool, error) {

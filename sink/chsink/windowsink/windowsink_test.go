@@ -67,3 +67,58 @@ func TestNewRefusesTablesThatDoNotReplace(t *testing.T) {
 		})
 	}
 }
+
+// Open builds the window sink on the chain's Storage and registers it
+// under the table's name; a second sink of the table, options that
+// disagree with the DB, and a table that does not replace rows are refused
+// and leave the chain as it was.
+func TestOpenTakesTheChain(t *testing.T) {
+	addr, db := testkit.ClickHouse(t)
+	const cols = "key String, start DateTime64(3, 'UTC'), end DateTime64(3, 'UTC'), events UInt64, version UInt64"
+	const dedup = " SETTINGS non_replicated_deduplication_window = 100"
+	require.NoError(t, testkit.Exec(t.Context(), addr, db, "CREATE TABLE minutes ("+cols+") ENGINE = ReplacingMergeTree(version) ORDER BY (key, start)"+dedup))
+	require.NoError(t, testkit.Exec(t.Context(), addr, db, "CREATE TABLE plain ("+cols+") ENGINE = MergeTree ORDER BY (key, start)"+dedup))
+	storage := checkpoint.NewMemStorage()
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	c, err := checkpoint.NewChain(store, checkpoint.TopicPartition{Topic: "t", Partition: 0})
+	require.NoError(t, err)
+	chdb := chsink.DB{Addr: addr, Database: db}
+	newOp := func() *window.Operator[int, uint64, uint64] {
+		op, err := window.New(window.Tumbling(time.Minute), window.Count[int]{}, window.Options{})
+		require.NoError(t, err)
+		return op
+	}
+
+	ws, err := windowsink.Open(t.Context(), c, chdb, "minutes", newOp(), sessionColumns, windowsink.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ws.Close() })
+	assert.Equal(t, map[string]checkpoint.Participant{"minutes": ws}, c.Participants())
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	require.NoError(t, ws.Add(t.Context(), 0, window.Event[int]{Key: "k", Time: at, Value: 1}))
+	require.NoError(t, ws.EndInput(t.Context()))
+	_, err = ws.Snapshot(t.Context(), 1)
+	require.NoError(t, err)
+	names, err := storage.List(t.Context(), "sink-journal/"+db+".minutes/t/0/")
+	require.NoError(t, err)
+	assert.NotEmpty(t, names, "the journal in the Store's Storage")
+	assert.Equal(t, [][]string{{"k", "1"}}, testkit.Rows(t, addr, db, "SELECT key, events FROM minutes FINAL"))
+
+	for name, open := range map[string]func() error{
+		"a second sink of the table": func() error {
+			_, err := windowsink.Open(t.Context(), c, chdb, "minutes", newOp(), sessionColumns, windowsink.Options{})
+			return err
+		},
+		"another database": func() error {
+			_, err := windowsink.Open(t.Context(), c, chdb, "minutes", newOp(), sessionColumns, windowsink.Options{Sink: chsink.Options{Database: "other"}})
+			return err
+		},
+		"a table that does not replace": func() error {
+			_, err := windowsink.Open(t.Context(), c, chdb, "plain", newOp(), sessionColumns, windowsink.Options{})
+			return err
+		},
+	} {
+		assert.Error(t, open(), name)
+		assert.Equal(t, map[string]checkpoint.Participant{"minutes": ws}, c.Participants(), name)
+	}
+}
