@@ -110,9 +110,13 @@
 // version both kafka-go and the broker support; with kafka-go v0.4.51 that
 // is InitProducerId v4, AddPartitionsToTxn v3, AddOffsetsToTxn v3,
 // TxnOffsetCommit v3, EndTxn v3, Produce v8, ListOffsets v5, Metadata v8,
-// FindCoordinator v2 and, for Reader, Fetch v11. Each is at or above the
-// lowest version Kafka 4.0 kept (KIP-896), so 3.x and 4.x brokers accept
-// them. With EndTxn below v5 a 4.x broker keeps transactions v1 for this
+// FindCoordinator v2. Reader, and the producer's look-ups for its own
+// batches and markers, read through the SDK's one fetch path
+// (internal/kafkawire, shared with kafkasource): Fetch v4 on a connection
+// of their own, SaslHandshake v1 and SaslAuthenticate v0 when the
+// Transport has SASL, the leader found with Metadata v6. Each is at or
+// above the lowest version Kafka 4.0 kept (KIP-896), so 3.x and 4.x
+// brokers accept them. With EndTxn below v5 a 4.x broker keeps transactions v1 for this
 // client even where transaction.version is 2 (KIP-890 part 2 needs EndTxn
 // v5 and Produce v12): the broker bumps no epoch on commit, and TxProducer
 // bumps it itself, so a transaction has its own epoch on both lines.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/exactlyonce/exactlyonce/internal/kafkawire"
 )
 
 // Defaults of ReaderOptions.
@@ -22,32 +24,22 @@ type ReaderOptions struct {
 	// MaxWait is the longest a fetch waits at the end of the log. Default:
 	// DefaultMaxWait.
 	MaxWait time.Duration
-	// Transport for broker connections. Default: a new kafka.Transport.
+	// Transport says how to connect: its TLS, SASL, Dial, DialTimeout,
+	// ClientID and Resolver are used for the Reader's own connection to
+	// the partition's leader (its connection pool is not). Default: plain
+	// TCP.
 	Transport *kafka.Transport
 }
 
 // Reader reads one partition with isolation level read_committed, and
 // filters it the way the Java consumer does: records of aborted transactions
 // and transaction control records are skipped. kafka-go's own ReadCommitted
-// only stops at the last stable offset and hands out both.
+// only stops at the last stable offset and hands out both. It reads through
+// the same fetcher and decoder as kafkasource's chains.
 //
 // A Reader is not safe for concurrent use.
 type Reader struct {
-	cl        *kafka.Client
-	transport *kafka.Transport
-	topic     string
-	partition int
-	opts      ReaderOptions
-
-	next int64
-	// aborted are the aborted transactions the broker listed for the
-	// fetched range that have not been passed yet, sorted by first offset.
-	aborted []abortedTxn
-	// abortingPIDs are the producers whose aborted transaction is open at
-	// the current position: their transactional records are skipped until
-	// their abort marker.
-	abortingPIDs map[int64]bool
-	buf          []kafka.Message
+	f kafkawire.Fetcher
 }
 
 // NewReader returns a Reader of topic's partition starting at offset.
@@ -64,40 +56,28 @@ func NewReader(brokers []string, topic string, partition int, offset int64, opts
 	if opts.MaxWait == 0 {
 		opts.MaxWait = DefaultMaxWait
 	}
-	tr := opts.Transport
-	if tr == nil {
-		tr = &kafka.Transport{}
-	}
-	return &Reader{
-		cl: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr}, transport: tr,
-		topic: topic, partition: partition, opts: opts, next: offset, abortingPIDs: map[int64]bool{},
-	}, nil
+	return &Reader{f: kafkawire.Fetcher{Dialer: dialerOf(opts.Transport), Brokers: brokers, Topic: topic,
+		Partition: partition, Next: offset, MaxBytes: opts.MaxBytes, MaxWait: opts.MaxWait}}, nil
 }
 
 // Offset returns the offset the next fetch starts at: one past the last
 // record or control marker handed out or skipped.
-func (r *Reader) Offset() int64 { return r.next }
+func (r *Reader) Offset() int64 { return r.f.Next }
 
 // Fetch returns the next committed records, at least one, waiting until
 // there are some or ctx ends. The messages' Offset fields are their offsets;
 // they have gaps where aborted records and control markers were skipped.
 // An error from the broker (for example kafka.OffsetOutOfRange) is returned
-// as is, wrapped.
+// as is, wrapped; a record batch older than v2 as a *FormatError.
 func (r *Reader) Fetch(ctx context.Context) ([]kafka.Message, error) {
 	for {
-		fr, err := fetch(ctx, r.transport, r.cl.Addr, r.topic, r.partition, r.next, true, r.opts.MaxBytes, r.opts.MaxWait)
+		from := r.f.Next
+		ms, err := r.f.Fetch(ctx)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", r.f.Topic, r.f.Partition, from, err)
 		}
-		if fr.err != nil {
-			return nil, fmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", r.topic, r.partition, r.next, fr.err)
-		}
-		r.buf = r.filter(fr, r.buf[:0])
-		for i := range r.buf {
-			r.buf[i].HighWaterMark = fr.highWatermark
-		}
-		if len(r.buf) > 0 {
-			return slices.Clone(r.buf), nil
+		if len(ms) > 0 {
+			return slices.Clone(ms), nil
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -105,50 +85,13 @@ func (r *Reader) Fetch(ctx context.Context) ([]kafka.Message, error) {
 	}
 }
 
-// filter appends the committed records of fr to out and moves r.next past
-// everything it looked at. The algorithm is the Java consumer's: the
-// broker lists every aborted transaction overlapping the fetched range by
-// producer id and first offset; a transactional batch of a producer whose
-// aborted transaction has begun at or before the batch is skipped, until
-// that producer's abort marker.
-func (r *Reader) filter(fr *fetchResult, out []kafka.Message) []kafka.Message {
-	for _, a := range fr.aborted {
-		if !slices.Contains(r.aborted, a) {
-			r.aborted = append(r.aborted, a)
-		}
-	}
-	slices.SortFunc(r.aborted, func(a, b abortedTxn) int { return int(a.firstOffset - b.firstOffset) })
-	for _, b := range fr.batches {
-		if b.lastOffset < r.next {
-			continue // a batch that starts before the position: already read
-		}
-		for len(r.aborted) > 0 && r.aborted[0].firstOffset <= b.lastOffset {
-			r.abortingPIDs[r.aborted[0].producerID] = true
-			r.aborted = r.aborted[1:]
-		}
-		switch {
-		case b.control:
-			if !b.commit {
-				delete(r.abortingPIDs, b.producerID)
-			}
-		case b.transactional && r.abortingPIDs[b.producerID]:
-			// a record of an aborted transaction
-		default:
-			for _, m := range b.records {
-				if m.Offset >= r.next {
-					out = append(out, m)
-				}
-			}
-		}
-		r.next = b.lastOffset + 1
-	}
-	return out
-}
+// FormatError is the error (wrapped) Fetch returns for a record batch older
+// than the v2 format (Kafka before 0.11, not converted by the broker): it
+// names the partition and the batch's offset.
+type FormatError = kafkawire.FormatError
 
-// Close releases the Reader's idle connections.
+// Close closes the Reader's connection.
 func (r *Reader) Close() error {
-	if r.opts.Transport == nil {
-		r.transport.CloseIdleConnections()
-	}
+	r.f.Close()
 	return nil
 }

@@ -14,92 +14,105 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// TestFilterAborted reads a topic where franz-go's transactional producer
-// committed and aborted transactions in turn across partitions: with
-// Options.FilterAborted, Process sees each committed record once and no
-// aborted one; without it (kafka-go's ReadCommitted), it sees aborted ones.
-func TestFilterAborted(t *testing.T) {
-	const partitions, txns, perTxn = 2, 9, 4
+// TestReadsCommittedOnly reads a topic where two transactional producers,
+// franz-go's and kafkatxn's, interleave transactions that commit and abort
+// on different schedules across partitions, with plain records between:
+// Process sees each committed and plain record once, no record of an
+// aborted transaction and no control record. The fetches are small, so
+// transactions span fetches and fetches end inside them.
+func TestReadsCommittedOnly(t *testing.T) {
+	const partitions, txns, perTxn = 2, 9, 3
 	brokers := testkit.Kafka(t)
 	topic := testkit.Name(t, "txnin")
 	testkit.CreateTopic(t, brokers, topic, partitions)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(topic),
+	franz, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(topic+"-franz"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic(topic))
 	require.NoError(t, err)
-	defer cl.Close()
+	defer franz.Close()
+	plain, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	defer plain.Close()
+	own, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-own", kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer own.Close()
+
 	want := map[string]bool{}
 	for i := range txns {
-		commit := i%3 != 1
-		require.NoError(t, cl.BeginTransaction())
+		franzCommit, ownCommit := i%3 != 1, i%2 == 0
+		require.NoError(t, franz.BeginTransaction())
 		for p := range partitions {
 			for j := range perTxn {
-				v := fmt.Sprintf("%d-%d-%d-%t", i, p, j, commit)
-				require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Partition: int32(p), Value: []byte(v)}).FirstErr())
-				if commit {
-					want[v] = true
-				}
+				v := fmt.Sprintf("franz%d-p%d-%d-%t", i, p, j, franzCommit)
+				require.NoError(t, franz.ProduceSync(ctx, &kgo.Record{Partition: int32(p), Value: []byte(v)}).FirstErr())
+				want[v] = franzCommit
+				v = fmt.Sprintf("own%d-p%d-%d-%t", i, p, j, ownCommit)
+				_, err := own.Produce(ctx, topic, p, kafkatxn.Record{Value: []byte(v)})
+				require.NoError(t, err)
+				want[v] = ownCommit
 			}
 		}
-		require.NoError(t, cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)))
+		require.NoError(t, franz.EndTransaction(ctx, kgo.TransactionEndTry(franzCommit)))
+		if ownCommit {
+			require.NoError(t, own.Commit(ctx))
+		} else {
+			require.NoError(t, own.Abort(ctx))
+		}
+		v := fmt.Sprintf("plain%d", i)
+		require.NoError(t, plain.ProduceSync(ctx, &kgo.Record{Partition: int32(i % partitions), Value: []byte(v)}).FirstErr())
+		want[v] = true
+	}
+	for p := range partitions {
+		// Past every marker: once it is processed, all before it was read.
+		v := fmt.Sprintf("end-p%d", p)
+		require.NoError(t, plain.ProduceSync(ctx, &kgo.Record{Partition: int32(p), Value: []byte(v)}).FirstErr())
+		want[v] = true
 	}
 
-	run := func(filter bool) map[string]int {
-		var mu sync.Mutex
-		got := map[string]int{}
-		store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
-		require.NoError(t, err)
-		coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Hour})
-		require.NoError(t, err)
-		opts := fastGroup
-		opts.FilterAborted = filter
-		src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "g"), Topics: []string{topic}}, coord,
-			func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-				return &kafkasource.Processor{Process: func(_ context.Context, m kafka.Message) error {
-					mu.Lock()
-					got[string(m.Value)]++
-					mu.Unlock()
-					return nil
-				}}, nil
-			}, opts)
-		require.NoError(t, err)
-		rctx, rcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- src.Run(rctx) }()
-		require.Eventually(t, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			n := 0
-			for v := range want {
-				n += min(got[v], 1)
-			}
-			return n == len(want)
-		}, 30*time.Second, 20*time.Millisecond)
-		time.Sleep(200 * time.Millisecond) // anything left would show up now
-		rcancel()
-		require.NoError(t, <-done)
+	var mu sync.Mutex
+	got := map[string]int{}
+	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Hour})
+	require.NoError(t, err)
+	defer coord.Close()
+	opts := fastGroup
+	opts.MaxBytes = 300 // a few batches a fetch
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "g"), Topics: []string{topic}}, coord,
+		func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+			return &kafkasource.Processor{Process: func(_ context.Context, m kafka.Message) error {
+				mu.Lock()
+				got[string(m.Value)]++
+				mu.Unlock()
+				return nil
+			}}, nil
+		}, opts)
+	require.NoError(t, err)
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(rctx) }()
+	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return got
-	}
-
-	got := run(true)
+		for v, committed := range want {
+			if committed && got[v] == 0 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond)
+	rcancel()
+	require.NoError(t, <-done)
+	mu.Lock()
+	defer mu.Unlock()
 	for v, n := range got {
-		assert.True(t, want[v], "aborted record %s processed", v)
+		assert.True(t, want[v], "record %q processed: aborted, or a control record", v)
 		assert.Equal(t, 1, n, "record %s", v)
 	}
-	assert.Len(t, got, len(want))
-
-	aborted := 0
-	for v := range run(false) {
-		if !want[v] {
-			aborted++
-		}
-	}
-	assert.Positive(t, aborted, "kafka-go's ReadCommitted is expected to hand out aborted records")
-	t.Logf("without FilterAborted: %d aborted records processed", aborted)
 }

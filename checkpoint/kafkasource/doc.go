@@ -67,18 +67,20 @@
 // generation, and only while the generation's context is live. Per-partition
 // order is kept: one goroutine processes one partition.
 //
-// The fetcher sends one Fetch request at a time for its partition, reads
-// the response whole into a fresh buffer and decodes its record batches
-// (CRC checked; gzip, snappy, lz4 and zstd through kafka-go's codecs) in
-// place: a record's Key, Value and Headers are windows of that buffer, not
-// copies, so a fetch costs a few allocations rather than a dozen a record.
-// The records are those kafka-go's Reader hands out for the same log, field
-// for field (the test TestWireFetcherMatchesKafkaGo compares them), and it
-// retries broker and connection errors the same way. A message keeps its
-// whole fetch's buffer (up to MaxBytes) alive: copy a small piece you keep
-// for long. kafka-go's Reader is used instead with Options.KafkaGoReader, a
-// Dialer with TLS, SASLMechanism or a Resolver, and from a batch older than
-// the v2 format (Kafka before 0.11) on. A fetch's records reach the chain
+// The fetcher sends one Fetch request at a time for its partition, with
+// isolation level read_committed, reads the response whole into a fresh
+// buffer and decodes its record batches (CRC checked; gzip, snappy, lz4
+// and zstd through kafka-go's codecs) in place: a record's Key, Value and
+// Headers are windows of that buffer, not copies, so a fetch costs a few
+// allocations rather than a dozen a record. It is the SDK's one fetch path
+// (kafkatxn.Reader reads through it too): it connects the way
+// Options.Dialer says (TLS, SASLMechanism, Resolver, DialFunc), drops the
+// records of aborted transactions and transaction control records (see
+// Transactional input), and retries broker and connection errors with a
+// backoff. A batch older than the v2 format (Kafka before 0.11, not
+// converted by the broker) stops the chain with a *FormatError naming the
+// partition and offset. A message keeps its whole fetch's buffer (up to
+// MaxBytes) alive: copy a small piece you keep for long. A fetch's records reach the chain
 // through a mailbox: the fetching goroutine appends them and the chain
 // takes all that wait in one swap of two reused slices, so a busy chain
 // gets them in batches without a hand-off per record. A checkpoint that a
@@ -156,13 +158,9 @@
 // first offset and high watermark. Options.OutOfRange decides what happens
 // when it is outside: fail (default; Run returns *OffsetOutOfRangeError),
 // or continue at the earliest or latest offset, keeping the restored state.
-// The fetcher reports a broker's OFFSET_OUT_OF_RANGE (and kafka-go's
-// Reader, where it is used, is configured with OffsetOutOfRangeError), so a
-// chain that finds its offset gone learns it instead of moving silently;
-// the chain applies the policy again. (kafka-go v0.4.51's Reader still
-// skips silently when retention deletes records under it in the middle of
-// a fetch loop; where it reads, keep retention well above the checkpoint
-// interval plus the longest outage.)
+// The fetcher reports a broker's OFFSET_OUT_OF_RANGE, so a chain that
+// finds its offset gone learns it instead of moving silently; the chain
+// applies the policy again.
 //
 // # Poison records
 //
@@ -194,16 +192,20 @@
 // The consumer group is kafka-go's ConsumerGroup, which sends fixed
 // versions: FindCoordinator v0, JoinGroup v2 (v1 to a broker without v2),
 // SyncGroup v0, Heartbeat v0, LeaveGroup v0, OffsetFetch v1, OffsetCommit
-// v2 and Metadata v6. The chain's own fetcher sends Fetch v4, the lowest
-// Kafka 4.0 kept (KIP-896), and finds the leader with Metadata v6;
-// Options.KafkaGoReader's Reader and kafkatxn.Reader negotiate Fetch up to
-// v10 and v11. The topic check and the dead-letter topic go through
-// kafka-go's Client (Metadata v8 without topic auto-creation, Produce v8,
-// Fetch v11). Kafka 4.0.0 refused JoinGroup v0 and v1 (kafka-go issues 1360
-// and 1378); 4.0.1 and later accept them again, and kafka-go asks for v2
-// where the broker has it. The tests run on Apache Kafka 4.4.0 (make test)
-// and 3.9.2 (make test-compat), and those that need injected broker errors
-// on franz-go's kfake.
+// v2 and Metadata v6. The chain's fetcher sends Fetch v4 (read_committed;
+// the lowest version Kafka 4.0 kept, KIP-896, and the first with the last
+// stable offset and aborted transactions), on a connection of its own that
+// authenticates with SaslHandshake v1 and SaslAuthenticate v0 when the
+// Dialer has a SASLMechanism; it finds the leader with Metadata v6, and
+// the chain checks its offset against the log with ListOffsets v1 (both
+// through kafka-go's Conn). The topic check and the dead-letter topic go
+// through kafka-go's Client (Metadata v8 without topic auto-creation,
+// Produce v8, Fetch v11). Kafka 4.0.0 refused JoinGroup v0 and v1
+// (kafka-go issues 1360 and 1378); 4.0.1 and later accept them again, and
+// kafka-go asks for v2 where the broker has it. The tests run on Apache
+// Kafka 4.4.0 (make test) and 3.9.2 (make test-compat), and on franz-go's
+// kfake those that need injected broker errors, TLS or SASL (PLAIN,
+// SCRAM-SHA-256, SCRAM-SHA-512).
 //
 // A session timeout outside the broker's group.min.session.timeout.ms (6 s
 // by default) and group.max.session.timeout.ms (30 min) is refused when
@@ -212,14 +214,14 @@
 //
 // # Transactional input
 //
-// kafka-go with IsolationLevel ReadCommitted (the default here) reads only
-// up to the last stable offset, so open transactions are not read; but it
-// does not filter records of aborted transactions, nor transaction control
-// markers, and its Message does not say which is which. Set
-// Options.FilterAborted when an input topic may hold transactional writes
-// (Kafka Streams, Flink, kafkatxn): the chain then reads with
-// kafkatxn.Reader, which skips both, using the fetch response's aborted
-// transactions and the control batches, as the Java consumer does.
+// A chain reads read_committed: nothing past the last stable offset (an
+// open transaction holds the partition back until it ends), no record of
+// an aborted transaction and no transaction control record, whoever wrote
+// them (Kafka Streams, Flink, kafkatxn, kafkasink). The fetcher uses the
+// fetch response's aborted transactions and the control batches, as the
+// Java consumer does. (kafka-go's Reader with ReadCommitted hands out both
+// aborted and control records, and its Message does not say which is
+// which.) Offsets processed have gaps where those were dropped.
 //
 // # Guarantees
 //
@@ -229,9 +231,11 @@
 //     record: barriers are taken between two records or two ProcessBatch
 //     calls, never inside one, so a barrier that arrives while a fetched
 //     batch is processed splits it there.
-//   - The records a chain gets are those kafka-go's Reader would hand out,
-//     in offset order, none skipped: a batch whose CRC does not match or
-//     that cannot be decoded fails the fetch instead.
+//   - The records a chain gets are its partition's committed records
+//     (aborted transactions and control records dropped), in offset
+//     order, none skipped: a batch whose CRC does not match or that cannot
+//     be decoded fails the fetch instead, and a batch older than v2 stops
+//     the chain with a *FormatError.
 //   - Offsets committed to the group never pass a completed checkpoint; the
 //     checkpoint, not the group offset, is where a chain restarts.
 //   - A chain's Process (or ProcessBatch), Tick and its participants are

@@ -99,23 +99,6 @@ type Options struct {
 	// StartOffset for a partition without checkpoint. Default:
 	// StartEarliest.
 	StartOffset StartOffset
-	// ReadUncommitted reads transactional records before their transaction
-	// commits. Default false: ReadCommitted, so nothing past the last stable
-	// offset is read. See the package doc on transactional input.
-	ReadUncommitted bool
-	// FilterAborted reads with kafkatxn.Reader, which also skips the
-	// records of aborted transactions and the transaction control records
-	// (kafka-go's ReadCommitted hands both to Process). Set it when an
-	// input topic holds transactional writes. Default false.
-	FilterAborted bool
-	// KafkaGoReader reads partitions with kafka-go's Reader instead of the
-	// Source's own fetch decoder. The two hand out the same records (and
-	// kafka-go's ReadCommitted semantics: transaction control records and
-	// aborted records included; see FilterAborted); the own decoder costs
-	// a fraction of the CPU a record (BENCHMARKS.md) and is used unless
-	// this is set or the Dialer sets TLS, SASLMechanism or a Resolver,
-	// which only kafka-go's Reader supports here. Default false.
-	KafkaGoReader bool
 	// SessionTimeout, RebalanceTimeout and HeartbeatInterval of the
 	// consumer group. A shorter heartbeat notices rebalances sooner.
 	// Defaults: DefaultSessionTimeout, DefaultRebalanceTimeout,
@@ -130,10 +113,10 @@ type Options struct {
 	MaxBytes int
 	// Buffer is how many fetched records wait ahead of the chain; the chain
 	// takes all that wait at once, so it is also the largest fetched batch.
-	// The Source's own fetcher (see KafkaGoReader) adds a whole fetch at
-	// once when fewer than Buffer records wait, so that its next fetch is
-	// under way while the chain works: up to Buffer-1 records plus one
-	// fetch (MaxBytes) wait then. Default: DefaultBuffer.
+	// The chain's fetcher adds a whole fetch at once when fewer than
+	// Buffer records wait, so that its next fetch is under way while the
+	// chain works: up to Buffer-1 records plus one fetch (MaxBytes) wait
+	// then. Default: DefaultBuffer.
 	Buffer int
 	// MaxBatch is the most records one Processor.ProcessBatch call gets. A
 	// barrier waits for the call in progress, so it bounds how long a
@@ -142,7 +125,8 @@ type Options struct {
 	// Dialer for every broker connection (group coordinator, partition
 	// readers, offset and topic checks): set its TLS (a *tls.Config) and
 	// SASLMechanism (sasl/plain.Mechanism, sasl/scram.Mechanism) to reach
-	// a managed Kafka. Default: kafka-go's default dialer, plain TCP.
+	// a managed Kafka; its Resolver and DialFunc, if set, are used too.
+	// Default: kafka-go's default dialer, plain TCP.
 	Dialer *kafka.Dialer
 	// Logger. Default: discard.
 	Logger *slog.Logger

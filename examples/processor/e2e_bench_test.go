@@ -163,14 +163,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		{name: "chain-nockpt", desc: "chain, checkpoints off (b)", run: chainVariant(-1, false)},
 		{name: "chain-record", desc: "chain per record, 1 s checkpoints", run: chainVariant(time.Second, true)},
 	}
-	// Only when named in E2E_VARIANTS: the chain on kafka-go's Reader
-	// (kafkasource.Options.KafkaGoReader), the fetch path before the
-	// Source's own decoder, to measure the two in the same run.
-	optIn := []variant{
-		{name: "chain-kafkago", desc: "chain on kafka-go's Reader, 1 s ckpts", run: chainVariantWith(time.Second, false, kafkasource.Options{KafkaGoReader: true}, false)},
-	}
 	if only := os.Getenv(envVariants); only != "" {
-		variants = append(variants, optIn...)
 		keep := variants[:0]
 		for _, v := range variants {
 			if v.name == "raw" || strings.Contains(","+only+",", ","+v.name+",") {

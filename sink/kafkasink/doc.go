@@ -15,7 +15,7 @@
 //	}
 //
 // Downstream, read the output with isolation read_committed and aborted
-// records filtered: kafkatxn.Reader, kafkasource with Options.FilterAborted,
+// records filtered: kafkatxn.Reader, kafkasource (which always does),
 // or any Java, franz-go or librdkafka consumer.
 //
 // # The protocol

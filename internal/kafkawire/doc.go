@@ -1,0 +1,46 @@
+// Package kafkawire is the SDK's one reader of Kafka's fetch path: it
+// connects to a partition's leader the way a kafka-go Dialer says (its
+// Resolver, DialFunc, TLS and SASL mechanism), sends Fetch requests with
+// isolation level read_committed, and decodes the record batches of the
+// responses into kafka.Messages, dropping transaction control records and
+// the records of aborted transactions as the Java consumer does.
+//
+// Both kafkasource (the chains' fetchers) and kafkatxn.Reader read through
+// it, so there is one record-batch decoder in the module.
+//
+// # Requests
+//
+// A Fetcher finds the leader with kafka-go's Dialer.LookupLeader (Metadata
+// v6 over kafka-go's Conn) and then sends, on its own connection:
+// SaslHandshake v1 and SaslAuthenticate v0 when the Dialer has a
+// SASLMechanism (what kafka-go's Dialer sends), and Fetch v4, the lowest
+// version Kafka 4.0 kept (KIP-896) and the first with isolation level, last
+// stable offset and aborted transactions.
+//
+// # Decoding
+//
+// A response is read whole into a fresh buffer; a record's Key, Value and
+// Headers are windows of it (a compressed batch's, of its decompressed
+// copy), never reused, so a caller may keep them. Batches are v2 (magic 2,
+// Kafka 0.11 and later), CRC-32C checked, uncompressed or compressed with
+// any codec kafka-go has (gzip, snappy, lz4, zstd). A batch in an older
+// format (v0 or v1 message sets) is refused with a *FormatError naming the
+// partition and offset: Kafka 4.x brokers always answer Fetch v4 in v2, and
+// 3.x converts to v2 for Fetch v4.
+//
+// # Guarantees
+//
+//   - The messages of a fetch are the partition's committed records from
+//     the fetch offset on, in offset order, none skipped: records of
+//     aborted transactions (those the broker lists in the response's
+//     aborted transactions) and control records are dropped, everything
+//     else is handed out.
+//   - A response or batch that cannot be decoded (a bad length, CRC or
+//     record) is an error wrapping ErrMalformed, never partial records of
+//     that batch; Next does not move past it.
+//   - Next moves past every complete batch looked at, handed out or
+//     dropped, and never past a batch cut at the response's end: the next
+//     fetch starts there.
+//   - A Fetcher holds at most one connection, closed by Close and on any
+//     error; it starts no goroutine.
+package kafkawire
