@@ -13,7 +13,9 @@ package chsink
 //   - merged, in a MergeTree that keeps every row and stores each row's
 //     block number (enable_block_number_column = 1): the rows of block N,
 //     compared the same way;
-//   - merged otherwise: what the engine's merges leave (see lostPartProof).
+//   - merged, in a ReplacingMergeTree: each row's sorting key at a version
+//     at least the row's (see lostPartProof); any other shape merged is
+//     refused by New (proofcheck.go).
 
 import (
 	"context"
@@ -30,21 +32,18 @@ const (
 	// together (Replicated and Shared tables, in Keeper): nothing to check.
 	proofNone proof = iota
 	// proofRows: merges keep every row (MergeTree): the rows of the block
-	// are compared exactly, by the block number each row stores when the
-	// table has enable_block_number_column, else by the merged parts that
-	// cover the block holding every row of it.
+	// are compared exactly, by the block number each row stores; New
+	// accepts the table only with enable_block_number_column (provable).
 	proofRows
 	// proofKeys: merges keep one row per sorting key (the Replacing
-	// family): the block's rows are held when their keys are, which is what
-	// the engine itself promises (a row of the same key replaces them).
+	// family): the block's rows are held when their keys are there at a
+	// version at least theirs, which is what the engine itself promises (a
+	// row of the same key and a version as high replaces them in FINAL).
 	proofKeys
 	// proofFolded: merges fold rows of a key into one (Aggregating,
 	// Summing, Collapsing, Coalescing, Graphite): once the block's part is
 	// merged, its rows cannot be told from other inserts' rows of the same
-	// keys. The sink checks that the block's keys are there, which a batch
-	// whose keys another insert also wrote passes even when its own part is
-	// gone. Such tables are exact only as long as the named part is unmerged,
-	// or when replicated.
+	// keys. New refuses such a table unless replicated (provable).
 	proofFolded
 )
 

@@ -86,8 +86,8 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hit
 		}
 		// New refuses these shapes (provable); one met here was changed
 		// since. Stop rather than guess.
-		return false, fmt.Errorf("%w: %w: part %s of %s.%s (%s) is merged and its rows cannot be told from other inserts' (see ErrUnprovenTarget)",
-			ErrLostPart, ErrUnprovenTarget, part, db, table, f.engine)
+		return false, fmt.Errorf("%w: part %s of %s.%s (%s) is merged and its rows cannot be told from other inserts'",
+			ErrUnprovenTarget, part, db, table, f.engine)
 	}
 	if len(keyed) == 0 {
 		return false, nil
