@@ -41,7 +41,7 @@ type event struct {
 const ddl = `CREATE TABLE %s.%s (
 	id UInt64, org String, kind LowCardinality(String), at DateTime64(3),
 	score Float64, tags Array(String), note Nullable(String)
-) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`
+) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`
 
 const columns = "id, org, kind, at, score, tags, note"
 

@@ -33,7 +33,7 @@ type repoMinute = window.Row[uint64]
 
 var pipelineDDL = []string{
 	`CREATE TABLE pushes (id String, repo String, at DateTime64(3, 'UTC'))
-	ENGINE = MergeTree ORDER BY (repo, at, id) SETTINGS non_replicated_deduplication_window = 1000`,
+	ENGINE = MergeTree ORDER BY (repo, at, id) SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`,
 	// Keyed by window, versioned: a window written again replaces itself.
 	`CREATE TABLE repo_minute (repo String, start DateTime64(3, 'UTC'), version UInt64, pushes UInt64)
 	ENGINE = ReplacingMergeTree(version) ORDER BY (repo, start) SETTINGS non_replicated_deduplication_window = 1000`,

@@ -33,7 +33,7 @@ func offsetSchema() []chsink.Column[offsetRow] {
 }
 
 const offsetsDDL = `CREATE TABLE %s.offsets (offset UInt64) ENGINE = MergeTree ORDER BY offset
-	SETTINGS non_replicated_deduplication_window = 1000`
+	SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`
 
 // TestClickHouseOutage proves the restart strategy against a real server:
 // partition 0 writes to a ClickHouse that is killed with SIGKILL and kept

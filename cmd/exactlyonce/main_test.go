@@ -346,7 +346,7 @@ func testOperatorCommands(t *testing.T, incremental bool) {
 	ctx := context.Background()
 	require.NoError(t, chaudit.CreateTable(ctx, ch.Options{Address: addr}, db, chaudit.DefaultTable))
 	require.NoError(t, testkit.Exec(ctx, addr, db, `CREATE TABLE events (tenant String, at DateTime64(3, 'UTC'), id String)
-		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`))
+		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`))
 	// A Transport of its own: kafka-go's default one answers from metadata
 	// cached before this test created its topic on the shared broker.
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
@@ -508,7 +508,7 @@ func TestOperatorCommandsOnS3(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, chaudit.CreateTable(ctx, ch.Options{Address: addr}, db, chaudit.DefaultTable))
 	require.NoError(t, testkit.Exec(ctx, addr, db, `CREATE TABLE events (tenant String, at DateTime64(3, 'UTC'), id String)
-		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`))
+		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`))
 	// A Transport of its own: kafka-go's default one answers from metadata
 	// cached before this test created its topic on the shared broker.
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}

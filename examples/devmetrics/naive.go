@@ -142,9 +142,12 @@ func NaiveDDL(database string, n Naive) []string {
 			FROM %[1]s.naive_mv_events GROUP BY org_id, employee_id, hour`}
 	case NaiveAvg:
 		// Every event a sample: latency_s is 0 for an event that is no review.
+		// The view's own table keeps every row with its block number
+		// (chsink refuses a folding engine on a plain server: the naive
+		// part is the average, not the storage); reads aggregate.
 		qs = []string{`CREATE MATERIALIZED VIEW IF NOT EXISTS %[1]s.mv_naive_avg_hourly
-			ENGINE = AggregatingMergeTree ORDER BY (org_id, employee_id, hour)
-			SETTINGS non_replicated_deduplication_window = 10000 AS
+			ENGINE = MergeTree ORDER BY (org_id, employee_id, hour)
+			SETTINGS non_replicated_deduplication_window = 10000, enable_block_number_column = 1 AS
 			SELECT org_id, employee_id, toStartOfHour(event_time) AS hour,
 				avgState(toFloat64(latency_s)) AS review_latency_s
 			FROM %[1]s.normalized_events GROUP BY org_id, employee_id, hour`}

@@ -32,7 +32,7 @@ import (
 var DDL = []string{
 	`CREATE TABLE %[1]s.events (org String, id String, at DateTime64(3, 'UTC'))
 	ENGINE = MergeTree ORDER BY (org, at, id)
-	SETTINGS non_replicated_deduplication_window = 1000`,
+	SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`,
 	`CREATE TABLE %[1]s.org_minute (org String, start DateTime64(3, 'UTC'), version UInt64, events UInt64)
 	ENGINE = ReplacingMergeTree(version) ORDER BY (org, start)
 	SETTINGS non_replicated_deduplication_window = 1000`,

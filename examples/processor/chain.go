@@ -33,7 +33,7 @@ var tableDDL = []string{
 		event_type LowCardinality(String),
 		at DateTime64(3, 'UTC')
 	) ENGINE = MergeTree ORDER BY (tenant, at, event_id)
-	SETTINGS non_replicated_deduplication_window = 10000`,
+	SETTINGS non_replicated_deduplication_window = 10000, enable_block_number_column = 1`,
 	`CREATE TABLE IF NOT EXISTS %[1]s.tenant_minute (
 		tenant String,
 		start DateTime64(3, 'UTC'),

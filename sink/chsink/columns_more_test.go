@@ -31,7 +31,7 @@ func TestTypicalColumns(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, testkit.Exec(ctx, addr, db, `CREATE TABLE typical (at DateTime('UTC'), day Date, day32 Date32, flag Bool,
 		u16 UInt16, i16 Int16, i8 Int8, f32 Float32, priority UInt8)
-		ENGINE = MergeTree ORDER BY at SETTINGS non_replicated_deduplication_window = 10`))
+		ENGINE = MergeTree ORDER BY at SETTINGS non_replicated_deduplication_window = 10, enable_block_number_column = 1`))
 	schema := func() []chsink.Column[typical] {
 		return []chsink.Column[typical]{
 			chsink.DateTime("at", func(r *typical) time.Time { return r.At }),

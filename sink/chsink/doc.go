@@ -128,6 +128,12 @@
 // the rule above keeps the targets inside theirs as long as the other
 // tables feeding a target do not insert faster than this one.
 //
+// On a server that is not replicated, the table and every view target must
+// also be of a shape whose lost part the sink can tell exactly ("Lost
+// parts" below): a plain MergeTree with enable_block_number_column = 1 or
+// a ReplacingMergeTree; New refuses a folding engine, a MergeTree without
+// block numbers and a cascade of views with ErrUnprovenTarget.
+//
 // ReplacingMergeTree tables deduplicate only when parts merge; read them
 // with SelectFinal or SelectLatest (argMax by version).
 //
@@ -191,40 +197,38 @@
 // real kills: 6 of 7,726 blocks in 200 kills, in the table or in a view's
 // target). An insert attempt that may repeat an earlier one (a retry, or a
 // replay after a crash) therefore reads the server's log
-// (send_logs_level = information), which names the part each dropped block
-// was a duplicate of, and settles it as follows.
+// (send_logs_level = information; the line is pinned by
+// testdata/serverlog), which names the part each dropped block was a
+// duplicate of. No active part covers it: lost. The server has not
+// restarted since the batch was journaled (told exactly by eo_boot, a
+// Memory table a restart empties, not by uptime): the part is the batch's.
+// Otherwise the name proves nothing (a restarted server numbers blocks on
+// from its highest surviving part), and the sink writes what the insert
+// wrote (the batch; for a view's target, the view's query over the batch
+// alone) into a staging copy of the table and compares. Per shape of the
+// table and of each view target, New accepts or refuses:
 //
-//   - No active part covers the named part: it is lost.
+//	shape                                  answer after a merge
+//	Replicated*, Shared*                   accepted, not checked: token and part commit together in Keeper
+//	MergeTree, enable_block_number_column  exact: the block's rows read out of merged parts by _block_number
+//	ReplacingMergeTree [(ver[, deleted])]  exact in FINAL terms: each row's sorting key held at a version >= its
+//	                                       own (no version: any row of the key, which replaces it anyway)
+//	MergeTree without block numbers        refused (ErrUnprovenTarget): whole rows compared would pass another
+//	                                       insert of the same rows; ALTER TABLE ... MODIFY SETTING
+//	                                       enable_block_number_column = 1, or a Replicated engine
+//	Summing, Aggregating, Collapsing,      refused (ErrUnprovenTarget): merges fold one insert's rows into
+//	VersionedCollapsing, Coalescing,       another's; use the Replicated engine of the family, or
+//	Graphite                               sink/chsink/windowsink into a ReplacingMergeTree
+//	a cascade (a view over a view target)  refused unless both tables are replicated: it cannot be derived
+//	                                       from the batch, and a repair upstream would fire it again
 //
-//   - The server has not restarted since the batch was journaled: the part
-//     is the batch's. A restart is told exactly, not from uptime: each run
-//     of the server gets an id in a Memory table of the sink's database
-//     (eo_boot), which a restart empties, and each journal entry records
-//     the run it was written on.
-//
-//   - Otherwise the name proves nothing (the restarted server numbers
-//     blocks on from its highest surviving part, so the next insert may take
-//     the lost part's name), and the sink compares content: it writes what
-//     the insert wrote into the table again into a staging copy of it (the
-//     batch; for a view's target, the view's query over the batch alone, in
-//     insert order), so the engine folds it on insert as it did then, and
-//     compares multiset fingerprints of the rows. Per engine:
-//
-//     MergeTree: exact while the named part is unmerged, and after merges
-//     when the table stores each row's block number
-//     (enable_block_number_column = 1: the block's rows are read out of the
-//     merged part). Without it, a merged part is checked to hold every row
-//     of the batch, whole rows compared, which another insert of the very
-//     same rows into the same range would pass.
-//     ReplacingMergeTree: exact while unmerged; merged, the batch's sorting
-//     keys must be there, which is the engine's own promise (a row of the
-//     same key replaces the batch's).
-//     Aggregating, Summing, Collapsing and the other folding engines: exact
-//     while unmerged; merged, only the batch's sorting keys are checked,
-//     which a batch whose keys another insert also wrote passes even though
-//     its part is gone. Use a replicated engine for an exact answer there.
-//     Replicated and Shared engines commit the token and the part together
-//     in Keeper and are not checked.
+// While the named part is unmerged every accepted shape is compared
+// exactly: its rows' multiset fingerprint against the staging copy's.
+// Tested by TestNewRefusesUnprovenShapes, TestServerLostPart,
+// TestServerLostPartMergedBlockNumbers, TestServerLostPartReplacingVersion
+// and TestServerRestartKeepsHeldBatch. A table changed into a refused
+// shape after New stops the sink at such a part with a permanent
+// *LostPartError rather than guess.
 //
 // A lost part of the table is put back through a staging table created AS
 // the table and moved in, so no view fires twice; a lost part of a view's
@@ -233,9 +237,7 @@
 // whose target_table is that target), formatted by the server
 // (formatQuery), and the table its FROM names replaced token by token, so
 // a join with db.events_orgs is not mistaken for db.events. Both repairs
-// survive a crash in the middle (see repair.go). A target fed through a
-// cascade of views cannot be derived from the batch and stops the sink
-// with a permanent *LostPartError rather than lose its rows.
+// survive a crash in the middle (see repair.go).
 //
 // Takeovers and checkpoints: the journal is pruned only through the oldest
 // of the newest Options.KeepCheckpoints completed checkpoints (Open sets

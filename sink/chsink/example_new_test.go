@@ -40,7 +40,7 @@ const deploymentsDDL = `CREATE TABLE deployments (
 	duration_s Float64,
 	labels Array(String)
 ) ENGINE = MergeTree ORDER BY (org, at)
-SETTINGS non_replicated_deduplication_window = 1000`
+SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`
 
 // deploymentSchema maps a Deployment to the table's columns.
 func deploymentSchema() []chsink.Column[Deployment] {

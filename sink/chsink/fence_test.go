@@ -37,10 +37,10 @@ func TestNewRejectsViewTargetWindowBelowReplayDepth(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := setup(t, eventsDDL)
-			env.exec(t, "CREATE TABLE "+env.db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = "+tt.targetWindow)
+			env.exec(t, "CREATE TABLE "+env.db+".kind_counts (kind String, n UInt64) ENGINE = MergeTree ORDER BY kind SETTINGS enable_block_number_column = 1, non_replicated_deduplication_window = "+tt.targetWindow)
 			env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events GROUP BY kind")
 			if tt.sources == 2 {
-				env.exec(t, "CREATE TABLE "+env.db+".events2 "+twoCol+" ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000")
+				env.exec(t, "CREATE TABLE "+env.db+".events2 "+twoCol+" ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1")
 				env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts2 TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events2 GROUP BY kind")
 			}
 			s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},

@@ -315,8 +315,8 @@ func frozenRun(t *testing.T, addr string, brokers []string, s3 s3kit.Config, run
 	ctx := context.Background()
 	db := testkit.NewDatabase(t, addr)
 	env := chEnv{addr: addr, db: db, conn: testkit.DialClickHouse(t, addr, db)}
-	env.exec(t, "CREATE TABLE "+db+".events (id UInt64, partition Int32, offset Int64) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000")
-	env.exec(t, "CREATE TABLE "+db+".per_partition (partition Int32, n UInt64) ENGINE = SummingMergeTree ORDER BY partition SETTINGS non_replicated_deduplication_window = 1000")
+	env.exec(t, "CREATE TABLE "+db+".events (id UInt64, partition Int32, offset Int64) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1")
+	env.exec(t, "CREATE TABLE "+db+".per_partition (partition Int32, n UInt64) ENGINE = MergeTree ORDER BY partition SETTINGS enable_block_number_column = 1, non_replicated_deduplication_window = 1000")
 	env.exec(t, "CREATE MATERIALIZED VIEW "+db+".per_partition_mv TO "+db+".per_partition AS SELECT partition, count() AS n FROM "+db+".events GROUP BY partition")
 	topic := fmt.Sprintf("frozen-%d-%d", run, time.Now().UnixNano())
 	testkit.CreateTopic(t, brokers, topic, frozenPartitions)

@@ -46,7 +46,7 @@ func eventSchema() []chsink.Column[event] {
 const eventsDDL = `CREATE TABLE %s.events (
 	id UInt64, org String, kind LowCardinality(String), at DateTime64(3),
 	score Float64, tags Array(String), note Nullable(String)
-) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`
+) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`
 
 // rowsOf is the deterministic processing of the tests: record at offset o
 // produces o%3 rows (so a third of the records produce none).

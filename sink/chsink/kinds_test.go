@@ -39,7 +39,7 @@ const KindDDL = `CREATE TABLE %s.kinds (
 	u64 UInt64, u32 UInt32, u8 UInt8, f Float64, milli DateTime64(3), nano DateTime64(9),
 	ns Nullable(String), ni Nullable(Int64), as Array(String), ai Array(Int64),
 	alc Array(LowCardinality(String)), ans Array(Nullable(String)), m Map(String, UInt64)
-) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 100`
+) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 100, enable_block_number_column = 1`
 
 // KindSchema maps KindRow.
 func KindSchema() []Column[KindRow] {

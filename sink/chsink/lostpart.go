@@ -44,8 +44,10 @@ var ErrLostPart = errors.New("chsink: ClickHouse deduplicated a block against a 
 // deduplication log and renaming the part in; see TestDedupLogOutlivesPart).
 // The sink repairs its own table (see putBack) and the target of a view
 // that selects from its table (see rederive); this error means a target
-// could not be repaired: it is fed through another view (a cascade), or the
-// view's query could not be run over the batch alone (Err says why). It is
+// could not be repaired: it is fed through another view (a cascade, which
+// New refuses unless replicated), the view's query could not be run over
+// the batch alone, or the table was changed since New into a shape whose
+// merged part cannot be checked (ErrUnprovenTarget) (Err says why). It is
 // permanent: the batch's intent stays in the journal, and the sink fails at
 // the same batch until an operator restores that target's rows of the batch
 // (Intent.First..Intent.Last of the source).
@@ -121,7 +123,9 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 		own := t.db == s.opts.Database && t.table == s.table.Name
 		if !t.lost && !same && rows != differsFrom {
 			var err error
-			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.hits, rows == asJournaled); err != nil {
+			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.hits, rows == asJournaled); errors.Is(err, ErrUnprovenTarget) {
+				return nil, &LostPartError{Intent: in, Table: t.db + "." + t.table, Part: t.hits[0], Err: err}
+			} else if err != nil {
 				return nil, fmt.Errorf("chsink: check that %s.%s holds batch %s..%s: %w", t.db, t.table, in.First, in.Last, err)
 			}
 		}

@@ -13,7 +13,9 @@ package chsink
 //   - merged, in a MergeTree that keeps every row and stores each row's
 //     block number (enable_block_number_column = 1): the rows of block N,
 //     compared the same way;
-//   - merged otherwise: what the engine's merges leave (see lostPartProof).
+//   - merged, in a ReplacingMergeTree: each row's sorting key at a version
+//     at least the row's (see lostPartProof); any other shape merged is
+//     refused by New (proofcheck.go).
 
 import (
 	"context"
@@ -30,21 +32,18 @@ const (
 	// together (Replicated and Shared tables, in Keeper): nothing to check.
 	proofNone proof = iota
 	// proofRows: merges keep every row (MergeTree): the rows of the block
-	// are compared exactly, by the block number each row stores when the
-	// table has enable_block_number_column, else by the merged parts that
-	// cover the block holding every row of it.
+	// are compared exactly, by the block number each row stores; New
+	// accepts the table only with enable_block_number_column (provable).
 	proofRows
 	// proofKeys: merges keep one row per sorting key (the Replacing
-	// family): the block's rows are held when their keys are, which is what
-	// the engine itself promises (a row of the same key replaces them).
+	// family): the block's rows are held when their keys are there at a
+	// version at least theirs, which is what the engine itself promises (a
+	// row of the same key and a version as high replaces them in FINAL).
 	proofKeys
 	// proofFolded: merges fold rows of a key into one (Aggregating,
 	// Summing, Collapsing, Coalescing, Graphite): once the block's part is
 	// merged, its rows cannot be told from other inserts' rows of the same
-	// keys. The sink checks that the block's keys are there, which a batch
-	// whose keys another insert also wrote passes even when its own part is
-	// gone. Such tables are exact only as long as the named part is unmerged,
-	// or when replicated.
+	// keys. New refuses such a table unless replicated (provable).
 	proofFolded
 )
 
@@ -68,14 +67,15 @@ func lostPartProof(engine string) proof {
 type tableFacts struct {
 	engine     string
 	sortingKey string // as system.tables has it; "" for none
+	version    string // a ReplacingMergeTree's version column; "" for none
 }
 
-// facts reads db.table's engine and sorting key.
+// facts reads db.table's engine, sorting key and version column.
 func (v *verifier[T]) facts(ctx context.Context, db, table string) (tableFacts, error) {
 	c := v.s.conn
 	rows, err := queryStrings(ctx, c, fmt.Sprintf(
-		"SELECT engine AS c0, sorting_key AS c1 FROM system.tables WHERE database = %s AND name = %s",
-		quote(db), quote(table)), 2)
+		"SELECT engine AS c0, sorting_key AS c1, engine_full AS c2 FROM system.tables WHERE database = %s AND name = %s",
+		quote(db), quote(table)), 3)
 	if err != nil {
 		return tableFacts{}, err
 	}
@@ -83,6 +83,9 @@ func (v *verifier[T]) facts(ctx context.Context, db, table string) (tableFacts, 
 		return tableFacts{}, fmt.Errorf("table %s.%s does not exist", db, table)
 	}
 	f := tableFacts{engine: rows[0][0], sortingKey: rows[0][1]}
+	if lostPartProof(f.engine) == proofKeys {
+		f.version = replacingVersion(rows[0][2])
+	}
 	return f, nil
 }
 
@@ -129,24 +132,13 @@ type staged struct {
 // table); the block is held when its rows are one of them, partition by
 // partition.
 func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f tableFacts, want []staged) (held, decided bool, err error) {
-	active, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
-		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
-		quote(db), quote(table), quote(part)), 1)
-	if err != nil {
+	where, ok, err := v.blockCond(ctx, db, table, part, f)
+	if err != nil || !ok {
 		return false, false, err
-	}
-	byNumber := false
-	if len(active) == 0 {
-		if lostPartProof(f.engine) != proofRows {
-			return false, false, nil
-		}
-		if byNumber, err = v.storesBlockNumbers(ctx, db, table, part); err != nil || !byNumber {
-			return false, false, err
-		}
 	}
 	pid, _, _, _ := partBlocks(part)
 	for _, w := range want {
-		got, err := v.fingerprint(ctx, db, table, blockRows(part, byNumber), w.cols)
+		got, err := v.fingerprint(ctx, db, table, where, w.cols)
 		if err != nil {
 			return false, false, err
 		}
@@ -159,6 +151,30 @@ func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f table
 		}
 	}
 	return false, true, nil
+}
+
+// blockCond returns the condition on db.table's rows that selects exactly
+// the rows of the block the server named as part (see blockRows): ok is
+// false once that part is merged, unless the table keeps every row and
+// stores its block number.
+func (v *verifier[T]) blockCond(ctx context.Context, db, table, part string, f tableFacts) (where string, ok bool, err error) {
+	active, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
+		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
+		quote(db), quote(table), quote(part)), 1)
+	if err != nil {
+		return "", false, err
+	}
+	if len(active) > 0 {
+		return blockRows(part, false), true, nil
+	}
+	if lostPartProof(f.engine) != proofRows {
+		return "", false, nil
+	}
+	byNumber, err := v.storesBlockNumbers(ctx, db, table, part)
+	if err != nil || !byNumber {
+		return "", false, err
+	}
+	return blockRows(part, true), true, nil
 }
 
 // storesBlockNumbers reports whether every active part of db.table that

@@ -84,7 +84,7 @@ func TestReplayOutsideDedupWindow(t *testing.T) {
 	env := setup(t, `CREATE TABLE %s.events (
 	id UInt64, org String, kind LowCardinality(String), at DateTime64(3),
 	score Float64, tags Array(String), note Nullable(String)
-) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 3`)
+) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 3, enable_block_number_column = 1`)
 	ctx := context.Background()
 	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
 	state := crashAfterUnackedInsert(t, env, store)

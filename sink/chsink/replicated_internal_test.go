@@ -40,7 +40,7 @@ func TestCheckReplicatedTables(t *testing.T) {
 		"SETTINGS replicated_deduplication_window = 500, replicated_deduplication_window_seconds = 600")
 	// A plain table feeding a replicated target through a view: the
 	// target's hour bounds the replay of the plain table too.
-	exec("CREATE TABLE %s.plain (k UInt64, v String) ENGINE = MergeTree ORDER BY k SETTINGS non_replicated_deduplication_window = 100")
+	exec("CREATE TABLE %s.plain (k UInt64, v String) ENGINE = MergeTree ORDER BY k SETTINGS non_replicated_deduplication_window = 100, enable_block_number_column = 1")
 	exec("CREATE TABLE %s.plain_target (v String, n UInt64) ENGINE = ReplicatedSummingMergeTree" + replicatedEngine + " ORDER BY v " +
 		"SETTINGS replicated_deduplication_window = 200, replicated_deduplication_window_seconds = 120")
 	exec("CREATE MATERIALIZED VIEW %[1]s.plain_mv TO %[1]s.plain_target AS SELECT v, count() AS n FROM %[1]s.plain GROUP BY v")
@@ -52,7 +52,7 @@ func TestCheckReplicatedTables(t *testing.T) {
 		// ClickHouse 26.7's defaults: 10,000 blocks, an hour (since 25.9).
 		{"defaults", tableInfo{engine: "ReplicatedMergeTree", replicated: true, windowBlocks: 10000, windowSeconds: 3600}},
 		{"tuned", tableInfo{engine: "ReplicatedReplacingMergeTree", replicated: true, windowBlocks: 500, windowSeconds: 600}},
-		{"plain", tableInfo{engine: "MergeTree", windowBlocks: 100, windowSeconds: 120}},
+		{"plain", tableInfo{engine: "MergeTree", windowBlocks: 100, windowSeconds: 120, blockNumbers: true}},
 	} {
 		info, err := checkTable(ctx, c, db, tt.table, cols, false)
 		require.NoError(t, err, tt.table)

@@ -68,7 +68,7 @@ func TestReadOnlyReplicaKeepsBatches(t *testing.T) {
 
 	// The table takes inserts again.
 	exec("DROP TABLE %s.events SYNC")
-	exec("CREATE TABLE %s.events (" + columns + ") ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000")
+	exec("CREATE TABLE %s.events (" + columns + ") ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1")
 	s = newSink()
 	require.NoError(t, s.Restore(ctx, state))
 	require.NoError(t, feed(ctx, t, s, 0, 100))

@@ -20,7 +20,7 @@ import (
 )
 
 func (e chEnv) withRollup(t *testing.T) {
-	e.exec(t, "CREATE TABLE "+e.db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind SETTINGS non_replicated_deduplication_window = 1000")
+	e.exec(t, "CREATE TABLE "+e.db+".kind_counts (kind String, n UInt64) ENGINE = MergeTree ORDER BY kind SETTINGS enable_block_number_column = 1, non_replicated_deduplication_window = 1000")
 	e.exec(t, "CREATE MATERIALIZED VIEW "+e.db+".mv_kind_counts TO "+e.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+e.db+".events GROUP BY kind")
 }
 

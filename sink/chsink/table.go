@@ -34,7 +34,7 @@ type TableCheckError struct {
 	Database, Table string
 	Engine          string
 	Reason          string
-	Err             error // ErrNoDedupWindow, ErrTableSchema or ErrNotIdempotent
+	Err             error // ErrNoDedupWindow, ErrTableSchema, ErrNotIdempotent or ErrUnprovenTarget
 }
 
 func (e *TableCheckError) Error() string {
@@ -52,6 +52,7 @@ type tableInfo struct {
 	replicated    bool
 	windowBlocks  int64 // deduplication window in blocks
 	windowSeconds int64 // 0: no time bound (plain MergeTree)
+	blockNumbers  bool  // enable_block_number_column = 1: each row stores its block number
 }
 
 // quote returns s as a ClickHouse string literal.
@@ -94,7 +95,7 @@ func queryStrings(ctx context.Context, c *ch.Client, body string, ncols int) ([]
 	return rows, err
 }
 
-var windowSetting = regexp.MustCompile(`\b(non_replicated_deduplication_window|replicated_deduplication_window|replicated_deduplication_window_seconds)\s*=\s*'?(\d+)`)
+var windowSetting = regexp.MustCompile(`\b(non_replicated_deduplication_window|replicated_deduplication_window|replicated_deduplication_window_seconds|enable_block_number_column)\s*=\s*'?(\d+|true|false)`)
 
 // checkTable verifies the table's engine, deduplication window and columns,
 // and the deduplication window of every materialized view target fed by it:
@@ -113,7 +114,10 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 			Reason: "MismatchReinsert needs a ReplacingMergeTree: " +
 				"re-inserted rows of a replayed batch would be counted twice", Err: ErrNotIdempotent}
 	}
-	targetSeconds, err := checkViews(ctx, c, db, table, info.windowBlocks, 0, reinsert)
+	if err := provable(db, table, info); err != nil {
+		return info, err
+	}
+	targetSeconds, err := checkViews(ctx, c, db, table, info.replicated, info.windowBlocks, 0, reinsert)
 	if err != nil {
 		return info, err
 	}
@@ -228,19 +232,18 @@ func dedupWindow(ctx context.Context, c *ch.Client, db, table string) (tableInfo
 	info.replicated = strings.HasPrefix(info.engine, "Replicated") || strings.HasPrefix(info.engine, "Shared")
 
 	defaults, err := queryStrings(ctx, c, "SELECT name AS c0, value AS c1 FROM system.merge_tree_settings WHERE name IN "+
-		"('non_replicated_deduplication_window','replicated_deduplication_window','replicated_deduplication_window_seconds')", 2)
+		"('non_replicated_deduplication_window','replicated_deduplication_window','replicated_deduplication_window_seconds','enable_block_number_column')", 2)
 	if err != nil {
 		return info, fmt.Errorf("chsink: read merge_tree_settings: %w", err)
 	}
 	settings := map[string]int64{}
 	for _, r := range defaults {
-		v, _ := strconv.ParseInt(r[1], 10, 64)
-		settings[r[0]] = v
+		settings[r[0]] = settingValue(r[1])
 	}
 	for _, m := range windowSetting.FindAllStringSubmatch(full, -1) {
-		v, _ := strconv.ParseInt(m[2], 10, 64)
-		settings[m[1]] = v
+		settings[m[1]] = settingValue(m[2])
 	}
+	info.blockNumbers = settings["enable_block_number_column"] == 1
 	if info.replicated {
 		info.windowBlocks = settings["replicated_deduplication_window"]
 		info.windowSeconds = settings["replicated_deduplication_window_seconds"]
@@ -278,7 +281,11 @@ func tighterSeconds(a, b int64) int64 {
 // this table and others) takes blocks n times as fast, so its window must
 // hold n times the depth, or a replayed block that the source table drops
 // as a duplicate would be counted again by a target that forgot its token.
-func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks int64, depth int, reinsert bool) (int64, error) {
+//
+// Each target must also be of a shape whose lost part the sink can tell
+// exactly (provable), and a target fed through another view (a cascade)
+// must be replicated, as must the view target that feeds it (cascade).
+func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated bool, depthBlocks int64, depth int, reinsert bool) (int64, error) {
 	if depth > 8 {
 		return 0, nil
 	}
@@ -316,6 +323,12 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks
 			err = &TableCheckError{Database: tdb, Table: tt, Engine: info.engine,
 				Reason: "MismatchReinsert: the view sees re-inserted rows again and would count them twice", Err: ErrNotIdempotent}
 		}
+		if err == nil && depth > 0 {
+			err = cascade(db, table, replicated, tdb, tt, info)
+		}
+		if err == nil {
+			err = provable(tdb, tt, info)
+		}
 		if err != nil {
 			var tce *TableCheckError
 			if errors.As(err, &tce) {
@@ -323,7 +336,7 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, depthBlocks
 			}
 			return 0, err
 		}
-		below, err := checkViews(ctx, c, tdb, tt, need, depth+1, reinsert)
+		below, err := checkViews(ctx, c, tdb, tt, info.replicated, need, depth+1, reinsert)
 		if err != nil {
 			return 0, err
 		}

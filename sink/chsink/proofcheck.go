@@ -1,0 +1,106 @@
+package chsink
+
+// Start-up's half of the lost-part check: New accepts a table, and each
+// target of a view over it, only in a shape whose lost part the sink can
+// tell exactly after any merge (see lostPartProof and the "Lost parts"
+// table of the package doc), and refuses every other shape with a
+// *TableCheckError that matches ErrUnprovenTarget. A check that could be
+// fooled would be a silent loss in the one crash window no token covers.
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrUnprovenTarget is matched by *TableCheckError when the table, or the
+// target of a materialized view fed by it, is of a shape in which the sink
+// could not tell exactly whether a replayed batch's rows are there after
+// the server lost the batch's part but kept its token (a plain
+// MergeTree-family table, killed between writing a block's deduplication
+// log and renaming its part in): a folding engine (Summing, Aggregating,
+// Collapsing, VersionedCollapsing, Coalescing, Graphite), a plain
+// MergeTree that does not store each row's block number, or a cascade of
+// views through a table that is not replicated. The error's Reason says
+// what to use instead.
+var ErrUnprovenTarget = errors.New("chsink: a lost part of this table could not be told from another insert's rows")
+
+// crashWindow names the crash a refusal is about, for its Reason.
+const crashWindow = "a server killed between writing a block's deduplication token and renaming its part in keeps the token without the rows"
+
+// provable refuses db.table (of info) unless the sink can tell exactly,
+// after any merge, whether it holds what a replayed batch's insert wrote
+// there.
+func provable(db, table string, info tableInfo) error {
+	refuse := func(why string) error {
+		return &TableCheckError{Database: db, Table: table, Engine: info.engine, Reason: why, Err: ErrUnprovenTarget}
+	}
+	switch lostPartProof(info.engine) {
+	case proofNone, proofKeys:
+		return nil
+	case proofRows:
+		if info.blockNumbers {
+			return nil
+		}
+		return refuse(fmt.Sprintf("%s; without enable_block_number_column a merged part's rows of that block cannot be told from "+
+			"another insert of the same rows, so the sink cannot prove a replayed batch held or lost: "+
+			"ALTER TABLE %s.%s MODIFY SETTING enable_block_number_column = 1 (ClickHouse 26.7 allows it on an existing table; "+
+			"parts written before keep no block numbers until merged), create the table with it, or use ReplicatedMergeTree",
+			crashWindow, db, table))
+	}
+	return refuse(fmt.Sprintf("%s; %s merges fold one insert's rows into another's, so once the block's part is merged the sink "+
+		"cannot tell whether a replayed batch's rows are there: use Replicated%s (the token commits with the part in Keeper), "+
+		"or write windows with sink/chsink/windowsink into a ReplacingMergeTree, or keep each row in a MergeTree with "+
+		"enable_block_number_column = 1 and aggregate at read time",
+		crashWindow, info.engine, info.engine))
+}
+
+// cascade refuses db.target, fed by a view over src (itself a view
+// target), unless both are replicated: a lost part of target cannot be
+// derived from the batch alone (it is src's rows that feed it), and a
+// repair of a lost part of src would fire target's view again under
+// another token.
+func cascade(srcDB, src string, srcReplicated bool, db, target string, info tableInfo) error {
+	if srcReplicated && info.replicated {
+		return nil
+	}
+	return &TableCheckError{Database: db, Table: target, Engine: info.engine, Err: ErrUnprovenTarget,
+		Reason: fmt.Sprintf("fed through a cascade of views (its view reads %s.%s, itself a view's target); %s, and a lost part here "+
+			"cannot be derived from the sink's batch, nor one of %s.%s repaired without firing this view again: "+
+			"make both tables Replicated, or feed %s.%s by a view over the sink's table directly",
+			srcDB, src, crashWindow, srcDB, src, db, target)}
+}
+
+// settingValue reads a MergeTree setting's value: a number, or true/false.
+func settingValue(v string) int64 {
+	switch strings.ToLower(v) {
+	case "true":
+		return 1
+	case "false":
+		return 0
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// replacingVersion returns the version column of a ReplacingMergeTree
+// from its engine_full ("ReplacingMergeTree(version[, is_deleted]) ORDER
+// BY ..."), read with the same lexer as a view's query; "" when it has
+// none.
+func replacingVersion(engineFull string) string {
+	toks, err := lexSQL(engineFull)
+	if err != nil {
+		return ""
+	}
+	var sig []sqlToken // without space and comments
+	for _, t := range toks {
+		if s := strings.TrimSpace(t.text); s != "" && !strings.HasPrefix(s, "--") && !strings.HasPrefix(s, "/*") {
+			sig = append(sig, t)
+		}
+	}
+	if len(sig) < 3 || !strings.HasSuffix(sig[0].ident, "ReplacingMergeTree") || sig[1].text != "(" {
+		return ""
+	}
+	return sig[2].ident // ")" for none: no ident
+}
