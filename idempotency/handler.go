@@ -44,7 +44,19 @@ import (
 // only once the side effect is durable, and a complete that is lost (the
 // process dies, the store fails) leaves the key pending until its TTL; a
 // redelivery then runs the side effect again, a duplicate that downstream
-// deduplication drops. The handler returns only once the key is settled.
+// deduplication drops.
+//
+// Served by net/http's server, ServeHTTP returns once the answer is sent
+// and writes "done" in a goroutine of its own, so that the keep-alive
+// connection carries the client's next request at once instead of after
+// one more store round trip; the delivery keeps its MaxInFlight slot until
+// the key is done. Until then a duplicate reaching this Handler replays the
+// answer, and one reaching another instance finds the key pending (503,
+// Retry-After) and replays on its retry. [Handler.Close] waits for those
+// goroutines: call it after http.Server.Shutdown. Called in process
+// (without net/http's server), ServeHTTP settles the key before it
+// returns. A failed side effect's key is released before ServeHTTP
+// returns, so that a retry can claim it at once.
 //
 // Only transient failures answer 5xx. Jira Cloud retries them (and 408,
 // 409, 425, 429) for about 30 minutes; GitHub never retries on its own, so a
@@ -61,11 +73,12 @@ type Handler struct {
 	store  Store
 	effect Func
 	opts   Options
-	do     DoOptions
 	ignore map[string]bool
 	parser parser
 	slots  chan struct{} // one per delivery in flight, MaxInFlight
 	m      handlerMetrics
+
+	settler settler
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -92,12 +105,6 @@ func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 		store:  store,
 		effect: effect,
 		opts:   opts,
-		do: DoOptions{
-			PendingTTL:        opts.PendingTTL,
-			DoneTTL:           opts.DoneTTL,
-			SideEffectTimeout: opts.SideEffectTimeout,
-			StoreTimeout:      opts.StoreTimeout,
-		},
 		ignore: ignore,
 		parser: parser{maxBody: opts.MaxBodyBytes, key: opts.Key, verify: opts.Verify, source: opts.Source, provider: opts.Provider},
 		slots:  make(chan struct{}, opts.MaxInFlight),
@@ -160,12 +167,17 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 	}
 	select {
 	case h.slots <- struct{}{}:
-		defer func() { <-h.slots }()
 	default:
 		h.m.reject(r.Context(), "busy")
 		h.retryLater(r.Context(), a, "busy", d.Key, nil, "gateway busy, retry later")
 		return
 	}
+	held := true
+	defer func() {
+		if held {
+			<-h.slots
+		}
+	}()
 
 	// Store calls and the side effect outlive a client that hangs up: a
 	// claim must be completed or released, never left to its TTL. They are
@@ -191,15 +203,19 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 		}
 	}
 
-	out, err := Do(ctx, h.store, d.Key, h.opts.Fingerprint(d), func(ctx context.Context) (Response, error) {
-		h.m.claim(ctx, "claimed")
-		return h.runAndAnswer(ctx, a, d)
-	}, h.do)
-	var effErr *EffectError
+	fp := h.opts.Fingerprint(d)
+	if h.replaySettling(ctx, a, d.Key, fp) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
+	claim, err := h.store.Claim(cctx, d.Key, fp, h.opts.PendingTTL)
+	cancel()
+	var done *DoneError
 	switch {
-	case err == nil && out.Replayed:
+	case err == nil:
+	case errors.As(err, &done):
 		h.m.claim(ctx, "done")
-		resp := out.Response
+		resp := done.Record.Response
 		if resp.Status < 100 || resp.Status > 999 {
 			// A damaged record (net/http panics on such a status).
 			// The key is done, so the side effect is durable: answer
@@ -209,64 +225,81 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 			resp = acceptedResponse(d.Key)
 		}
 		a.send(resp, HeaderReplayed, "true")
-	case err == nil:
-		if out.CompleteErr != nil {
-			// The side effect is durable and was answered 2xx (or 503 at
-			// the deadline) already. A later duplicate runs the side
-			// effect again, which downstream deduplication absorbs.
-			// Nothing is lost.
-			if errors.Is(out.CompleteErr, ErrClaimLost) {
-				h.m.lost(ctx, "complete")
-			}
-			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: complete failed after the side effect; a retry may duplicate",
-				slog.String("key", d.Key), slog.Any("error", out.CompleteErr))
-		}
-	case errors.As(err, &effErr):
-		// runAndAnswer logged the failure with its answer.
-		h.released(ctx, d.Key, effErr.ReleaseErr)
+		return
 	case errors.Is(err, ErrFingerprintMismatch):
 		h.m.claim(ctx, "mismatch")
 		a.text(http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
+		return
 	case errors.Is(err, ErrPending):
+		// Pending in the store may be this Handler writing "done" for a
+		// delivery it answered after the check above.
+		if h.replaySettling(ctx, a, d.Key, fp) {
+			return
+		}
 		h.m.claim(ctx, "pending")
 		h.retryLater(ctx, a, "pending", d.Key, nil, "delivery in progress")
+		return
 	case ctx.Err() != nil:
 		// The answer's deadline passed before or during the claim (a
 		// body read slowly, a store that did not answer in time).
 		h.m.claim(ctx, "error")
 		h.m.timeouts.Add(ctx, 1)
 		h.retryLater(ctx, a, "claim_deadline", d.Key, err, "delivery timed out, retry later")
+		return
 	default:
 		h.m.claim(ctx, "error")
 		h.retryLater(ctx, a, "claim", d.Key, err, "idempotency store unavailable")
+		return
 	}
+
+	// Claimed: the protocol of [Do], with "done" written after the answer
+	// and off this goroutine (settle).
+	h.m.claim(ctx, "claimed")
+	fctx, cancel := context.WithTimeout(ctx, h.opts.SideEffectTimeout)
+	resp, e, err := h.runAndAnswer(fctx, a, d, fp)
+	cancel()
+	if err != nil {
+		// runAndAnswer logged the failure with its answer. Released
+		// before returning, so that a retry can claim the key at once.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.StoreTimeout)
+		rerr := h.store.Release(sctx, claim)
+		cancel()
+		h.released(ctx, d.Key, rerr)
+		return
+	}
+	held = false // settle frees the slot once the key is done
+	h.settle(ctx, claim, resp, e)
 }
 
 // runAndAnswer runs the side effect and answers the request as soon as its
 // outcome is known, or at ctx's deadline (the answer's) if it is still
-// running then; it returns the side effect's outcome for Do to complete or
-// release the key.
-func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery) (Response, error) {
-	// The side effect runs beside the deadline's timer, not under it: a
-	// Func may overrun its ctx (an idempotent producer waits for a batch
-	// in flight), and the answer must not wait for it.
-	done := make(chan error, 1)
-	go func() { done <- h.run(ctx, d) }()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
+// running then; it returns the side effect's outcome for the key to be
+// completed or released, and on success the settler's entry of the key,
+// made before the answer.
+func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery, fingerprint string) (Response, *settling, error) {
+	// The deadline's answer is a callback beside the side effect, not a
+	// wait on it: a Func may overrun its ctx (an idempotent producer waits
+	// for a batch in flight), and the answer must not wait for it. The side
+	// effect runs in this goroutine, which spares each delivery a goroutine
+	// and a hop through the scheduler.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
 		if h.retryLater(ctx, a, "answer_deadline", d.Key, nil, "delivery timed out, retry later") {
 			h.m.timeouts.Add(ctx, 1)
 		}
-		err = <-done // the goroutine is ours: wait for it before the key is settled
+	})
+	err := h.run(ctx, d)
+	if !stop() {
+		<-fired // the callback is ours: let it finish before the key is settled
 	}
 	var rej *RejectError
 	switch {
 	case err == nil:
 		resp := acceptedResponse(d.Key)
+		e := h.settler.remember(d.Key, fingerprint, resp)
 		a.send(resp)
-		return resp, nil
+		return resp, e, nil
 	case errors.As(err, &rej):
 		// Permanent: the side effect can never take this delivery (too
 		// large for the topic, say). Released, so a fixed pipeline can
@@ -285,7 +318,7 @@ func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery) (Resp
 				slog.String("key", d.Key), slog.Any("error", err))
 		}
 	}
-	return Response{}, err
+	return Response{}, nil, err
 }
 
 func (h *Handler) run(ctx context.Context, d Delivery) error {
