@@ -65,7 +65,9 @@
 // store and the side effect do: one still running then is answered 503 and
 // its key settled when it ends. Beyond Options.MaxInFlight deliveries a new
 // one is answered 503 at once. The key is completed or released after the
-// answer is sent.
+// answer is sent; over net/http's server "done" is written after
+// ServeHTTP returned, so the connection serves its next request meanwhile
+// ([Handler.Close] waits for those writes).
 // Duplicates of a done key replay the stored 202 with Idempotent-Replayed:
 // true; duplicates of a pending key get 503 with Retry-After (see [Handler]
 // for why not 409); a reused key with another payload gets 422, as Stripe's
@@ -79,7 +81,12 @@
 //     key, so a retry (Jira's own, or GitHub's redelivery through
 //     githubredeliver) runs it again.
 //   - While the store remembers a key, at most one side effect for it runs at
-//     a time, and none runs after it is done.
+//     a time, and none runs after it is done. A key answered 2xx is pending
+//     in the store until its "done" is written after the answer: a
+//     duplicate then is replayed by the Handler that answered it, and
+//     answered 503 by any other (its retry replays); if the "done" is lost,
+//     the key stays pending until PendingTTL and the redelivery after it
+//     runs the side effect again.
 //   - Rejected requests (401, 413, 400, 405, 422 and Check's 4xx) and
 //     ignored events (200) claim nothing and run nothing; ignored events
 //     are counted in idempotency.ignored.

@@ -2,234 +2,13 @@ package idempotency
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"sync"
 	"time"
-
-	"go.opentelemetry.io/otel/metric"
-
-	"go.opentelemetry.io/otel/metric/noop"
 )
-
-// Defaults of Options.
-const (
-	// DefaultMaxBodyBytes bounds request bodies. GitHub caps payloads at
-	// 25 MB but nearly all are far below 1 MB; raise it if you subscribe to
-	// push events with very large commit lists.
-	DefaultMaxBodyBytes = 5 << 20
-	// DefaultPendingTTL is how long a claim lives if its owner dies between
-	// Claim and Complete: a retry within it is answered 503, one after it
-	// runs the side effect.
-	DefaultPendingTTL = 30 * time.Second
-	// DefaultDoneTTL is how long a done key replays its response: it must
-	// cover the longest gap between retries of one delivery. GitHub lets
-	// deliveries be redelivered for 3 days.
-	DefaultDoneTTL = 72 * time.Hour
-	// DefaultSideEffectTimeout bounds the side effect. GitHub records a
-	// delivery as failed when the answer takes over 10 s.
-	DefaultSideEffectTimeout = 5 * time.Second
-	// DefaultStoreTimeout bounds each store call.
-	DefaultStoreTimeout = 2 * time.Second
-	// DefaultRetryAfter is the Retry-After of 503 answers.
-	DefaultRetryAfter = 5 * time.Second
-	// DefaultReadTimeout bounds reading the whole body, counted from the
-	// start of ServeHTTP: a client slower than that is answered 408 and
-	// its connection closed, so slow clients cannot hold the gateway. At
-	// 4 s a 25 MB payload (GitHub's largest) needs about 6 MB/s.
-	DefaultReadTimeout = 4 * time.Second
-	// DefaultAnswerTimeout bounds the time from the start of ServeHTTP to
-	// the answer: GitHub records a delivery as failed when no answer came
-	// within 10 s, and the request's headers took some of that already.
-	DefaultAnswerTimeout = 8 * time.Second
-	// DefaultMaxInFlight bounds the deliveries claimed and published at
-	// once; each holds its body in memory.
-	DefaultMaxInFlight = 256
-)
-
-// HeaderReplayed is set to "true" on a response replayed from a done key.
-const HeaderReplayed = "Idempotent-Replayed"
-
-// Func is the side effect of a delivery, typically publishing it to Kafka.
-// It returns nil only once the effect is durable (the broker acknowledged):
-// the Handler then marks the key done and answers 2xx. It may be called again
-// for the same delivery after an error, a timeout, or a crash, so it must
-// carry d.Key along for downstream deduplication.
-//
-// ctx carries Options.SideEffectTimeout but is not cancelled when the client
-// disconnects: a half-finished publish is worse than a finished one.
-type Func func(ctx context.Context, d Delivery) error
-
-// Options configures a Handler. Provider (or Key) is required: the zero
-// Options refuse to start with ErrInvalidOptions, so that a Jira endpoint never
-// reads GitHub's headers by default. Every other field's zero value is valid.
-type Options struct {
-	// Provider says where the provider puts the delivery id, the
-	// signature, the event type and the tenant: GitHub() or JiraCloud().
-	Provider Provider
-	// Secret is the webhook's secret. When set, every request must carry
-	// a valid Provider.SignatureHeader (401 otherwise). Default nil: no
-	// check unless Verify is set.
-	Secret []byte
-	// Ignore lists event types the application does not consume (beyond
-	// Provider.Ignore, GitHub's "ping"): they are answered 200, claim
-	// nothing, publish nothing, and are counted in idempotency.ignored.
-	// Subscribe the webhook to fewer events where you can.
-	Ignore []string
-	// Check validates or normalizes a verified delivery before anything is
-	// claimed. Its error decides the answer:
-	//   - a *RejectError (Reject(status, reason)): that 4xx with the
-	//     reason; nothing claimed, nothing published. For payloads that
-	//     can never be accepted.
-	//   - an error wrapping ErrIgnored: 200, nothing published, counted.
-	//   - any other error: 503 with Retry-After, as a transient failure.
-	//     Jira retries it for about 30 minutes; GitHub does not retry.
-	// Default nil: every verified delivery is accepted.
-	Check func(ctx context.Context, d Delivery) error
-
-	// Key returns a request's idempotency key. Default
-	// HeaderKey(Provider.KeyHeader). Set it only for a provider without
-	// a preset.
-	Key KeyFunc
-	// Verify checks the signature before anything else is looked at.
-	// Default: the HMAC-SHA256 of Provider.SignatureHeader under Secret
-	// when Secret is set, else no check.
-	Verify Verifier
-	// Source names the provider in each Delivery ("github", "jira").
-	// Default Provider.Name.
-	Source string
-	// Fingerprint identifies the request's payload. A retry with the same
-	// key and another fingerprint is refused with 422 and nothing is
-	// published. Default BodyFingerprint; choose fields instead when a
-	// provider's retries may differ in irrelevant bytes.
-	Fingerprint func(d Delivery) string
-
-	// MaxBodyBytes bounds the body (413 above). Default DefaultMaxBodyBytes.
-	MaxBodyBytes int64
-	// ReadTimeout bounds reading the whole body, from the start of
-	// ServeHTTP (408 and the connection closed after it). It needs the
-	// ResponseWriter of net/http's server, which supports read deadlines
-	// (http.ResponseController); in process, with another ResponseWriter,
-	// the body is read without a deadline. Default DefaultReadTimeout.
-	ReadTimeout time.Duration
-	// AnswerTimeout bounds the time from the start of ServeHTTP to the
-	// answer, whatever the store and the side effect do: the claim and
-	// the side effect get what is left of it, and a side effect still
-	// running at the deadline is answered 503 with Retry-After while it
-	// goes on (bounded by SideEffectTimeout); its key is then completed or
-	// released as the side effect ends. It must exceed ReadTimeout.
-	// Default DefaultAnswerTimeout.
-	AnswerTimeout time.Duration
-	// MaxInFlight bounds the deliveries past their body read (checked,
-	// claimed, published, settled) at once. One more is answered 503 with
-	// Retry-After at once, claims nothing and is counted in
-	// idempotency.rejected (reason=busy). Clients still sending their body
-	// do not count: ReadTimeout bounds them. Default DefaultMaxInFlight.
-	MaxInFlight int
-	// PendingTTL is the life of a claim. It must exceed SideEffectTimeout
-	// plus StoreTimeout, or a slow side effect could lose its claim and a
-	// concurrent retry publish a second copy. Default DefaultPendingTTL.
-	PendingTTL time.Duration
-	// DoneTTL is how long a done key replays its response. Past it, a
-	// retry is published again (downstream dedup drops it). Default
-	// DefaultDoneTTL.
-	DoneTTL time.Duration
-	// SideEffectTimeout bounds Func. Default DefaultSideEffectTimeout.
-	SideEffectTimeout time.Duration
-	// StoreTimeout bounds each Store call. Default DefaultStoreTimeout.
-	StoreTimeout time.Duration
-	// RetryAfter is sent with every 503. Default DefaultRetryAfter.
-	RetryAfter time.Duration
-
-	// Now is the clock for latency metrics. Default time.Now.
-	Now func() time.Time
-	// Logger receives one line for every 503 answered, with its reason
-	// (busy, pending, check, claim, claim_deadline, answer_deadline,
-	// effect) and the key, and warnings about lost claims, failed store
-	// calls and damaged stored responses. Default: discards.
-	Logger *slog.Logger
-	// MeterProvider receives the metrics. Default: no-op.
-	MeterProvider metric.MeterProvider
-}
-
-func (o *Options) setDefaults() error {
-	if o.Key == nil {
-		if o.Provider.KeyHeader == "" {
-			return fmt.Errorf("%w: Options.Provider is required (idempotency.GitHub() or idempotency.JiraCloud()), or an explicit Key", ErrInvalidOptions)
-		}
-		o.Key = HeaderKey(o.Provider.KeyHeader)
-	}
-	if o.Source == "" {
-		o.Source = o.Provider.Name
-	}
-	if o.Verify == nil && o.Secret != nil {
-		if o.Provider.SignatureHeader == "" {
-			return fmt.Errorf("%w: Secret is set but Provider has no SignatureHeader", ErrInvalidOptions)
-		}
-		o.Verify = HMACSHA256(o.Provider.SignatureHeader, o.Secret)
-	}
-	if o.Fingerprint == nil {
-		o.Fingerprint = BodyFingerprint
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"PendingTTL", &o.PendingTTL, DefaultPendingTTL},
-		{"DoneTTL", &o.DoneTTL, DefaultDoneTTL},
-		{"SideEffectTimeout", &o.SideEffectTimeout, DefaultSideEffectTimeout},
-		{"StoreTimeout", &o.StoreTimeout, DefaultStoreTimeout},
-		{"RetryAfter", &o.RetryAfter, DefaultRetryAfter},
-		{"ReadTimeout", &o.ReadTimeout, DefaultReadTimeout},
-		{"AnswerTimeout", &o.AnswerTimeout, DefaultAnswerTimeout},
-	} {
-		if *d.v < 0 {
-			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	if o.MaxBodyBytes < 0 {
-		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidOptions, o.MaxBodyBytes)
-	}
-	if o.MaxBodyBytes == 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if o.MaxInFlight < 0 {
-		return fmt.Errorf("%w: MaxInFlight %d is negative", ErrInvalidOptions, o.MaxInFlight)
-	}
-	if o.MaxInFlight == 0 {
-		o.MaxInFlight = DefaultMaxInFlight
-	}
-	if o.AnswerTimeout <= o.ReadTimeout {
-		return fmt.Errorf("%w: AnswerTimeout %v must exceed ReadTimeout %v", ErrInvalidOptions, o.AnswerTimeout, o.ReadTimeout)
-	}
-	if o.PendingTTL <= o.SideEffectTimeout+o.StoreTimeout {
-		return fmt.Errorf("%w: PendingTTL %v must exceed SideEffectTimeout %v + StoreTimeout %v",
-			ErrInvalidOptions, o.PendingTTL, o.SideEffectTimeout, o.StoreTimeout)
-	}
-	if o.DoneTTL < o.PendingTTL {
-		return fmt.Errorf("%w: DoneTTL %v is shorter than PendingTTL %v", ErrInvalidOptions, o.DoneTTL, o.PendingTTL)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.MeterProvider == nil {
-		o.MeterProvider = noop.NewMeterProvider()
-	}
-	return nil
-}
 
 // Handler is the webhook endpoint: an http.Handler that runs a side effect at
 // most once per idempotency key while the store remembers the key, and
@@ -265,7 +44,19 @@ func (o *Options) setDefaults() error {
 // only once the side effect is durable, and a complete that is lost (the
 // process dies, the store fails) leaves the key pending until its TTL; a
 // redelivery then runs the side effect again, a duplicate that downstream
-// deduplication drops. The handler returns only once the key is settled.
+// deduplication drops.
+//
+// Served by net/http's server, ServeHTTP returns once the answer is sent
+// and writes "done" in a goroutine of its own, so that the keep-alive
+// connection carries the client's next request at once instead of after
+// one more store round trip; the delivery keeps its MaxInFlight slot until
+// the key is done. Until then a duplicate reaching this Handler replays the
+// answer, and one reaching another instance finds the key pending (503,
+// Retry-After) and replays on its retry. [Handler.Close] waits for those
+// goroutines: call it after http.Server.Shutdown. Called in process
+// (without net/http's server), ServeHTTP settles the key before it
+// returns. A failed side effect's key is released before ServeHTTP
+// returns, so that a retry can claim it at once.
 //
 // Only transient failures answer 5xx. Jira Cloud retries them (and 408,
 // 409, 425, 429) for about 30 minutes; GitHub never retries on its own, so a
@@ -282,11 +73,12 @@ type Handler struct {
 	store  Store
 	effect Func
 	opts   Options
-	do     DoOptions
 	ignore map[string]bool
 	parser parser
 	slots  chan struct{} // one per delivery in flight, MaxInFlight
 	m      handlerMetrics
+
+	settler settler
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -313,12 +105,6 @@ func NewHandler(store Store, effect Func, opts Options) (*Handler, error) {
 		store:  store,
 		effect: effect,
 		opts:   opts,
-		do: DoOptions{
-			PendingTTL:        opts.PendingTTL,
-			DoneTTL:           opts.DoneTTL,
-			SideEffectTimeout: opts.SideEffectTimeout,
-			StoreTimeout:      opts.StoreTimeout,
-		},
 		ignore: ignore,
 		parser: parser{maxBody: opts.MaxBodyBytes, key: opts.Key, verify: opts.Verify, source: opts.Source, provider: opts.Provider},
 		slots:  make(chan struct{}, opts.MaxInFlight),
@@ -335,38 +121,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.retryLater(r.Context(), a, "unanswered", "", nil, "delivery not answered, retry later")
 	}
 	h.m.duration.Record(r.Context(), a.at.Sub(start).Seconds(), h.m.statusOpt(a.status))
-}
-
-// answer is the one response of a request, which may be sent before the
-// handler is done with the key.
-type answer struct {
-	w      http.ResponseWriter
-	mu     sync.Mutex // the deadline's timer and the side effect may race to answer
-	now    func() time.Time
-	status int // 0 until answered
-	at     time.Time
-}
-
-// send writes resp unless the request was answered already, and flushes it
-// so the client has it while the key is settled. It reports whether it
-// answered.
-func (a *answer) send(resp Response, header ...string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.status != 0 {
-		return false
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		a.w.Header().Set(header[i], header[i+1])
-	}
-	a.status = writeResponse(a.w, resp)
-	a.at = a.now()
-	_ = http.NewResponseController(a.w).Flush() // unsupported by some test writers: sent on return
-	return true
-}
-
-func (a *answer) text(status int, msg string, header ...string) bool {
-	return a.send(textResponse(status, msg), header...)
 }
 
 func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
@@ -413,12 +167,17 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 	}
 	select {
 	case h.slots <- struct{}{}:
-		defer func() { <-h.slots }()
 	default:
 		h.m.reject(r.Context(), "busy")
 		h.retryLater(r.Context(), a, "busy", d.Key, nil, "gateway busy, retry later")
 		return
 	}
+	held := true
+	defer func() {
+		if held {
+			<-h.slots
+		}
+	}()
 
 	// Store calls and the side effect outlive a client that hangs up: a
 	// claim must be completed or released, never left to its TTL. They are
@@ -444,15 +203,19 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 		}
 	}
 
-	out, err := Do(ctx, h.store, d.Key, h.opts.Fingerprint(d), func(ctx context.Context) (Response, error) {
-		h.m.claim(ctx, "claimed")
-		return h.runAndAnswer(ctx, a, d)
-	}, h.do)
-	var effErr *EffectError
+	fp := h.opts.Fingerprint(d)
+	if h.replaySettling(ctx, a, d.Key, fp) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
+	claim, err := h.store.Claim(cctx, d.Key, fp, h.opts.PendingTTL)
+	cancel()
+	var done *DoneError
 	switch {
-	case err == nil && out.Replayed:
+	case err == nil:
+	case errors.As(err, &done):
 		h.m.claim(ctx, "done")
-		resp := out.Response
+		resp := done.Record.Response
 		if resp.Status < 100 || resp.Status > 999 {
 			// A damaged record (net/http panics on such a status).
 			// The key is done, so the side effect is durable: answer
@@ -462,64 +225,81 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 			resp = acceptedResponse(d.Key)
 		}
 		a.send(resp, HeaderReplayed, "true")
-	case err == nil:
-		if out.CompleteErr != nil {
-			// The side effect is durable and was answered 2xx (or 503 at
-			// the deadline) already. A later duplicate runs the side
-			// effect again, which downstream deduplication absorbs.
-			// Nothing is lost.
-			if errors.Is(out.CompleteErr, ErrClaimLost) {
-				h.m.lost(ctx, "complete")
-			}
-			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: complete failed after the side effect; a retry may duplicate",
-				slog.String("key", d.Key), slog.Any("error", out.CompleteErr))
-		}
-	case errors.As(err, &effErr):
-		// runAndAnswer logged the failure with its answer.
-		h.released(ctx, d.Key, effErr.ReleaseErr)
+		return
 	case errors.Is(err, ErrFingerprintMismatch):
 		h.m.claim(ctx, "mismatch")
 		a.text(http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
+		return
 	case errors.Is(err, ErrPending):
+		// Pending in the store may be this Handler writing "done" for a
+		// delivery it answered after the check above.
+		if h.replaySettling(ctx, a, d.Key, fp) {
+			return
+		}
 		h.m.claim(ctx, "pending")
 		h.retryLater(ctx, a, "pending", d.Key, nil, "delivery in progress")
+		return
 	case ctx.Err() != nil:
 		// The answer's deadline passed before or during the claim (a
 		// body read slowly, a store that did not answer in time).
 		h.m.claim(ctx, "error")
 		h.m.timeouts.Add(ctx, 1)
 		h.retryLater(ctx, a, "claim_deadline", d.Key, err, "delivery timed out, retry later")
+		return
 	default:
 		h.m.claim(ctx, "error")
 		h.retryLater(ctx, a, "claim", d.Key, err, "idempotency store unavailable")
+		return
 	}
+
+	// Claimed: the protocol of [Do], with "done" written after the answer
+	// and off this goroutine (settle).
+	h.m.claim(ctx, "claimed")
+	fctx, cancel := context.WithTimeout(ctx, h.opts.SideEffectTimeout)
+	resp, e, err := h.runAndAnswer(fctx, a, d, fp)
+	cancel()
+	if err != nil {
+		// runAndAnswer logged the failure with its answer. Released
+		// before returning, so that a retry can claim the key at once.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.StoreTimeout)
+		rerr := h.store.Release(sctx, claim)
+		cancel()
+		h.released(ctx, d.Key, rerr)
+		return
+	}
+	held = false // settle frees the slot once the key is done
+	h.settle(ctx, claim, resp, e)
 }
 
 // runAndAnswer runs the side effect and answers the request as soon as its
 // outcome is known, or at ctx's deadline (the answer's) if it is still
-// running then; it returns the side effect's outcome for Do to complete or
-// release the key.
-func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery) (Response, error) {
-	// The side effect runs beside the deadline's timer, not under it: a
-	// Func may overrun its ctx (an idempotent producer waits for a batch
-	// in flight), and the answer must not wait for it.
-	done := make(chan error, 1)
-	go func() { done <- h.run(ctx, d) }()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
+// running then; it returns the side effect's outcome for the key to be
+// completed or released, and on success the settler's entry of the key,
+// made before the answer.
+func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery, fingerprint string) (Response, *settling, error) {
+	// The deadline's answer is a callback beside the side effect, not a
+	// wait on it: a Func may overrun its ctx (an idempotent producer waits
+	// for a batch in flight), and the answer must not wait for it. The side
+	// effect runs in this goroutine, which spares each delivery a goroutine
+	// and a hop through the scheduler.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
 		if h.retryLater(ctx, a, "answer_deadline", d.Key, nil, "delivery timed out, retry later") {
 			h.m.timeouts.Add(ctx, 1)
 		}
-		err = <-done // the goroutine is ours: wait for it before the key is settled
+	})
+	err := h.run(ctx, d)
+	if !stop() {
+		<-fired // the callback is ours: let it finish before the key is settled
 	}
 	var rej *RejectError
 	switch {
 	case err == nil:
 		resp := acceptedResponse(d.Key)
+		e := h.settler.remember(d.Key, fingerprint, resp)
 		a.send(resp)
-		return resp, nil
+		return resp, e, nil
 	case errors.As(err, &rej):
 		// Permanent: the side effect can never take this delivery (too
 		// large for the topic, say). Released, so a fixed pipeline can
@@ -538,7 +318,7 @@ func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery) (Resp
 				slog.String("key", d.Key), slog.Any("error", err))
 		}
 	}
-	return Response{}, err
+	return Response{}, nil, err
 }
 
 func (h *Handler) run(ctx context.Context, d Delivery) error {
@@ -594,45 +374,4 @@ func (h *Handler) retryLater(ctx context.Context, a *answer, reason, key string,
 
 func (h *Handler) retryAfterSecs() string {
 	return strconv.Itoa(int((h.opts.RetryAfter + time.Second - 1) / time.Second))
-}
-
-func rejectStatus(err error) (int, string) {
-	var ne net.Error
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return http.StatusRequestTimeout, "read_timeout"
-	case errors.Is(err, ErrBodyTooLarge):
-		return http.StatusRequestEntityTooLarge, "too_large"
-	case errors.Is(err, ErrSignature):
-		return http.StatusUnauthorized, "signature"
-	case errors.Is(err, ErrNoKey):
-		return http.StatusBadRequest, "key"
-	case errors.Is(err, ErrMalformed):
-		return http.StatusBadRequest, "malformed"
-	default:
-		return http.StatusBadRequest, "read"
-	}
-}
-
-// acceptedResponse is the response stored with a done key and replayed.
-func acceptedResponse(key string) Response {
-	body, _ := json.Marshal(struct {
-		Status   string `json:"status"`
-		Delivery string `json:"delivery"`
-	}{"accepted", key}) // cannot fail: two strings
-	return Response{Status: http.StatusAccepted, ContentType: "application/json", Body: body}
-}
-
-func writeResponse(w http.ResponseWriter, r Response) int {
-	if r.ContentType != "" {
-		w.Header().Set("Content-Type", r.ContentType)
-	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(r.Body)))
-	w.WriteHeader(r.Status)
-	_, _ = w.Write(r.Body) // the client may be gone; the outcome is stored
-	return r.Status
-}
-
-func textResponse(status int, msg string) Response {
-	return Response{Status: status, ContentType: "text/plain; charset=utf-8", Body: []byte(msg + "\n")}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,8 +34,12 @@ import (
 //   - idempotent-unpipelined: the same over the plain client, one round
 //     trip per script, to show what the pipelining buys.
 //
-// It reports requests per second and the 99th percentile latency. Run both in
-// one invocation so they share the machine's noise:
+// It reports requests per second, the 99th percentile latency, and the CPU
+// each request costs: cpu-us/op of this process (the handlers, the clients
+// and the in-process kfake broker) and redis-us/op of redis-server (from
+// INFO cpu). On a loaded machine the throughput follows the load more than
+// the code, and the CPU per request much less so. Run them in one
+// invocation so they share the machine's noise:
 //
 //	go test -run XXX -bench Gateway -benchtime 4000x ./idempotency/kafkapub/
 func BenchmarkGateway(b *testing.B) {
@@ -80,12 +85,12 @@ func BenchmarkGateway(b *testing.B) {
 		h    http.Handler
 	}{{"bare", bare}, {"idempotent", handler(ap)}, {"idempotent-unpipelined", handler(rdb)}} {
 		b.Run(bc.name, func(b *testing.B) {
-			benchServe(b, bc.h, fmt.Sprintf("%s-%d", bc.name, run.Add(1)))
+			benchServe(b, bc.h, rdb, fmt.Sprintf("%s-%d", bc.name, run.Add(1)))
 		})
 	}
 }
 
-func benchServe(b *testing.B, h http.Handler, keyPrefix string) {
+func benchServe(b *testing.B, h http.Handler, rdb *redis.Client, keyPrefix string) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	const clients = 64
@@ -104,6 +109,7 @@ func benchServe(b *testing.B, h http.Handler, keyPrefix string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
+	cpu0, redis0 := processCPU(b), redisCPU(b, rdb)
 	b.RunParallel(func(pb *testing.PB) {
 		local := make([]time.Duration, 0, 1024)
 		for pb.Next() {
@@ -130,6 +136,7 @@ func benchServe(b *testing.B, h http.Handler, keyPrefix string) {
 		mu.Unlock()
 	})
 	elapsed := time.Since(start)
+	cpu, redisUsed := processCPU(b)-cpu0, redisCPU(b, rdb)-redis0
 	b.StopTimer()
 	if n := failures.Load(); n > 0 {
 		b.Fatalf("%d of %d requests failed", n, b.N)
@@ -139,4 +146,31 @@ func benchServe(b *testing.B, h http.Handler, keyPrefix string) {
 		b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds())/1000, "p99-ms")
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
+	b.ReportMetric(float64(redisUsed.Microseconds())/float64(b.N), "redis-us/op")
+}
+
+// processCPU is the user and system CPU this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the user and system CPU redis-server has used, from INFO cpu.
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	require.NoError(b, err)
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(b, err)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

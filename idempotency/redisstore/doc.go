@@ -11,7 +11,8 @@
 // many instances race on one key.
 //
 // A gateway makes two round trips to Redis per request (Claim before the
-// side effect, Complete after it), and neither can be dropped. Under
+// side effect, Complete after it), and neither can be dropped; the
+// Handler makes the second after its answer, off the request's path. Under
 // concurrency, pass go-redis's deferred AutoPipeliner instead of the client,
 // so that the scripts of concurrent requests share one pipeline and one
 // round trip:
