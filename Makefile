@@ -121,7 +121,7 @@ test-compat: deps
 # controller), leader and transaction-coordinator kills mid-transaction, a
 # rolling restart under a running pipeline. Not in make test: each starts
 # three or four JVMs and restarts brokers (about 7 minutes at load 20-40).
-CLUSTER_TESTS := TestGatewayISRBelowMinInsyncReplicas|TestTxProducerClusterFailover|TestRollingRestart
+CLUSTER_TESTS := TestGatewayISRBelowMinInsyncReplicas|TestPublisherRecoversAfterClusterFaults|TestTxProducerClusterFailover|TestRollingRestart
 test-cluster: deps
 	EXACTLYONCE_KAFKA_CLUSTER=1 go test -count=1 -p 1 -timeout 30m -run '$(CLUSTER_TESTS)' ./idempotency/kafkapub/ ./kafkatxn/ ./sink/kafkasink/
 

@@ -180,6 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	mux := http.NewServeMux()
 	presets := map[string]idempotency.Provider{"github": idempotency.GitHub(), "jira": idempotency.JiraCloud()}
+	var handlers []*idempotency.Handler
 	for _, name := range cfg.providers {
 		p := presets[name]
 		opts := idempotency.Options{
@@ -198,6 +199,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return err
 		}
 		mux.Handle("POST /webhooks/"+p.Name, h)
+		handlers = append(handlers, h)
 	}
 
 	ln, err := net.Listen("tcp", cfg.listen)
@@ -242,7 +244,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// ones that have not begun a request; the rest finish or are cut by
 	// their read deadlines (a slow reader is answered 408, and retried).
 	conns.cutWaiting()
-	if err := <-shut; err != nil {
+	err = <-shut
+	// The answered deliveries' "done" writes run after their handlers
+	// returned: wait for them, or their keys stay pending until the TTL and
+	// the providers' redeliveries are published again.
+	for _, h := range handlers {
+		_ = h.Close()
+	}
+	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
