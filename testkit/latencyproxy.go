@@ -24,7 +24,7 @@ func LatencyProxy(t testing.TB, backend string, rtt time.Duration) (addr string)
 	if err != nil {
 		t.Fatalf("testkit: latency proxy: %v", err)
 	}
-	p := &latencyProxy{ln: ln, backend: backend, delay: rtt / 2, conns: map[net.Conn]struct{}{}}
+	p := &latencyProxy{ln: ln, backend: backend, delay: rtt / 2}
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return ln.Addr().String()
@@ -35,10 +35,7 @@ type latencyProxy struct {
 	backend string
 	delay   time.Duration // one way
 	wg      sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{}
+	proxyConns
 }
 
 // chunk is bytes read from one side, due on the other at due.
@@ -114,29 +111,7 @@ func (p *latencyProxy) pipe(dst, src net.Conn) {
 	}
 }
 
-func (p *latencyProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *latencyProxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.conns, c)
-}
-
 func (p *latencyProxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	_ = p.ln.Close()
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
+	p.closeAll(p.ln)
 	p.wg.Wait()
 }

@@ -33,7 +33,7 @@ func TLSProxy(t testing.TB, backend string, server *tls.Config) (addr string) {
 	if err != nil {
 		t.Fatalf("testkit: tls proxy: %v", err)
 	}
-	p := &tlsProxy{ln: ln, backend: backend, conns: map[net.Conn]struct{}{}}
+	p := &tlsProxy{ln: ln, backend: backend}
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return ln.Addr().String()
@@ -62,10 +62,7 @@ type tlsProxy struct {
 	ln      net.Listener
 	backend string
 	wg      sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{}
+	proxyConns
 }
 
 func (p *tlsProxy) accept() {
@@ -80,23 +77,6 @@ func (p *tlsProxy) accept() {
 		}
 		p.wg.Go(func() { p.serve(c.(*tls.Conn)) })
 	}
-}
-
-// track registers c so close can cut it; false once the proxy is closed.
-func (p *tlsProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *tlsProxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.conns, c)
 }
 
 // serve completes the handshake first, so a client the proxy's
@@ -137,12 +117,6 @@ func (p *tlsProxy) serve(c *tls.Conn) {
 }
 
 func (p *tlsProxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	_ = p.ln.Close()
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
+	p.closeAll(p.ln)
 	p.wg.Wait()
 }
