@@ -24,22 +24,13 @@ type DoOptions struct {
 }
 
 func (o *DoOptions) setDefaults() error {
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
+	if err := durationDefaults([]durationOption{
 		{"PendingTTL", &o.PendingTTL, DefaultPendingTTL},
 		{"DoneTTL", &o.DoneTTL, DefaultDoneTTL},
 		{"SideEffectTimeout", &o.SideEffectTimeout, DefaultSideEffectTimeout},
 		{"StoreTimeout", &o.StoreTimeout, DefaultStoreTimeout},
-	} {
-		if *d.v < 0 {
-			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	}); err != nil {
+		return err
 	}
 	if o.PendingTTL <= o.SideEffectTimeout+o.StoreTimeout {
 		return fmt.Errorf("%w: PendingTTL %v must exceed SideEffectTimeout %v + StoreTimeout %v",

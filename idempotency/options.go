@@ -169,11 +169,7 @@ func (o *Options) setDefaults() error {
 	if o.Fingerprint == nil {
 		o.Fingerprint = BodyFingerprint
 	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
+	if err := durationDefaults([]durationOption{
 		{"PendingTTL", &o.PendingTTL, DefaultPendingTTL},
 		{"DoneTTL", &o.DoneTTL, DefaultDoneTTL},
 		{"SideEffectTimeout", &o.SideEffectTimeout, DefaultSideEffectTimeout},
@@ -181,13 +177,8 @@ func (o *Options) setDefaults() error {
 		{"RetryAfter", &o.RetryAfter, DefaultRetryAfter},
 		{"ReadTimeout", &o.ReadTimeout, DefaultReadTimeout},
 		{"AnswerTimeout", &o.AnswerTimeout, DefaultAnswerTimeout},
-	} {
-		if *d.v < 0 {
-			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	}); err != nil {
+		return err
 	}
 	if o.MaxBodyBytes < 0 {
 		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidOptions, o.MaxBodyBytes)
@@ -219,6 +210,28 @@ func (o *Options) setDefaults() error {
 	}
 	if o.MeterProvider == nil {
 		o.MeterProvider = noop.NewMeterProvider()
+	}
+	return nil
+}
+
+// durationOption is a duration field of an options struct, by name, with
+// its default.
+type durationOption struct {
+	name string
+	v    *time.Duration
+	def  time.Duration
+}
+
+// durationDefaults refuses a negative duration with ErrInvalidOptions,
+// naming the field, and sets each zero one to its default.
+func durationDefaults(ds []durationOption) error {
+	for _, d := range ds {
+		if *d.v < 0 {
+			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
 	return nil
 }
