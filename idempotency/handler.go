@@ -120,7 +120,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.status == 0 { // every path answers; this keeps the promise if one did not
 		h.retryLater(r.Context(), a, "unanswered", "", nil, "delivery not answered, retry later")
 	}
-	h.m.duration.Record(r.Context(), a.at.Sub(start).Seconds(), h.m.statusOpt(a.status))
+	h.m.duration.Record(r.Context(), a.at.Sub(start).Seconds(), h.m.statusOpt(a.status).rec...)
 }
 
 func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
@@ -154,7 +154,7 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 		return
 	}
 	if h.ignore[d.Event] {
-		h.m.ignored.Add(r.Context(), 1, h.m.opt("reason", "event"))
+		h.m.ignored.Add(r.Context(), 1, h.m.opt("reason", "event").add...)
 		a.text(http.StatusOK, "event "+d.Event+" ignored")
 		return
 	}
@@ -193,7 +193,7 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 				h.m.reject(ctx, "check")
 				a.text(rej.Status, rej.Reason)
 			case errors.Is(err, ErrIgnored):
-				h.m.ignored.Add(ctx, 1, h.m.opt("reason", "check"))
+				h.m.ignored.Add(ctx, 1, h.m.opt("reason", "check").add...)
 				a.text(http.StatusOK, err.Error())
 			default:
 				h.m.reject(ctx, "check_transient")
@@ -328,7 +328,7 @@ func (h *Handler) run(ctx context.Context, d Delivery) error {
 	if err != nil {
 		result = "error"
 	}
-	h.m.effect.Record(ctx, h.opts.Now().Sub(start).Seconds(), h.m.opt("result", result))
+	h.m.effect.Record(ctx, h.opts.Now().Sub(start).Seconds(), h.m.opt("result", result).rec...)
 	return err
 }
 
@@ -346,7 +346,7 @@ func (h *Handler) released(ctx context.Context, key string, err error) {
 		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: release failed; key stays pending until its TTL",
 			slog.String("key", key), slog.Any("error", err))
 	}
-	h.m.releases.Add(ctx, 1, h.m.opt("result", result))
+	h.m.releases.Add(ctx, 1, h.m.opt("result", result).add...)
 }
 
 // retryLater answers 503 with Retry-After, unless the request was answered

@@ -10,11 +10,12 @@ import (
 )
 
 type handlerMetrics struct {
-	// opts holds one attribute option per "key=value", and statuses one per
-	// status code the Handler answers, built once so that recording a
-	// measurement allocates nothing.
-	opts     map[string]metric.MeasurementOption
-	statuses map[int]metric.MeasurementOption
+	// opts holds the attribute option of each "key=value", and statuses of
+	// each status code the Handler answers, built once so that recording a
+	// measurement allocates nothing: neither the attribute set nor the
+	// variadic slice of options a call would build.
+	opts     map[string]attrOpt
+	statuses map[int]attrOpt
 
 	claims   metric.Int64Counter
 	releases metric.Int64Counter
@@ -40,7 +41,7 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 	if err := m.Err(); err != nil {
 		return handlerMetrics{}, fmt.Errorf("idempotency: metrics: %w", err)
 	}
-	hm.opts = make(map[string]metric.MeasurementOption)
+	hm.opts = make(map[string]attrOpt)
 	for key, values := range map[string][]string{
 		"outcome": {"claimed", "done", "pending", "mismatch", "error"},
 		"result":  {"ok", "lost", "error"},
@@ -48,28 +49,40 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 		"reason":  {"method", "too_large", "signature", "key", "malformed", "read", "partition", "check", "check_transient", "event", "read_timeout", "busy", "effect"},
 	} {
 		for _, v := range values {
-			hm.opts[key+"="+v] = metric.WithAttributes(attribute.String(key, v))
+			hm.opts[key+"="+v] = newAttrOpt(attribute.String(key, v))
 		}
 	}
-	hm.statuses = make(map[int]metric.MeasurementOption)
+	hm.statuses = make(map[int]attrOpt)
 	for _, code := range []int{200, 202, 204, 400, 401, 404, 405, 408, 409, 410, 413, 422, 503} {
 		hm.statuses[code] = statusAttr(code)
 	}
 	return hm, nil
 }
 
-func statusAttr(code int) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.Int("http.response.status_code", code))
+// attrOpt is one attribute's option, as the one-element slices that Add and
+// Record take: passing a slice that exists already allocates nothing.
+type attrOpt struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
 }
 
-func (m handlerMetrics) opt(key, value string) metric.MeasurementOption {
+func newAttrOpt(kv attribute.KeyValue) attrOpt {
+	o := metric.WithAttributes(kv)
+	return attrOpt{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+func statusAttr(code int) attrOpt {
+	return newAttrOpt(attribute.Int("http.response.status_code", code))
+}
+
+func (m handlerMetrics) opt(key, value string) attrOpt {
 	if o, ok := m.opts[key+"="+value]; ok {
 		return o
 	}
-	return metric.WithAttributes(attribute.String(key, value))
+	return newAttrOpt(attribute.String(key, value))
 }
 
-func (m handlerMetrics) statusOpt(code int) metric.MeasurementOption {
+func (m handlerMetrics) statusOpt(code int) attrOpt {
 	if o, ok := m.statuses[code]; ok {
 		return o
 	}
@@ -77,13 +90,13 @@ func (m handlerMetrics) statusOpt(code int) metric.MeasurementOption {
 }
 
 func (m handlerMetrics) claim(ctx context.Context, outcome string) {
-	m.claims.Add(ctx, 1, m.opt("outcome", outcome))
+	m.claims.Add(ctx, 1, m.opt("outcome", outcome).add...)
 }
 
 func (m handlerMetrics) lost(ctx context.Context, step string) {
-	m.lostC.Add(ctx, 1, m.opt("step", step))
+	m.lostC.Add(ctx, 1, m.opt("step", step).add...)
 }
 
 func (m handlerMetrics) reject(ctx context.Context, reason string) {
-	m.rejected.Add(ctx, 1, m.opt("reason", reason))
+	m.rejected.Add(ctx, 1, m.opt("reason", reason).add...)
 }

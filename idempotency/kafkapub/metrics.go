@@ -16,6 +16,9 @@ type instruments struct {
 	published metric.Int64Counter
 	latency   metric.Float64Histogram
 	resets    metric.Int64Counter
+	// results holds the option of each result=ok|failed|unknown, built
+	// once: a Publish records its result without allocating.
+	results map[string][]metric.AddOption
 }
 
 func newInstruments(mp metric.MeterProvider) (instruments, error) {
@@ -28,6 +31,10 @@ func newInstruments(mp metric.MeterProvider) (instruments, error) {
 	}
 	if err := m.Err(); err != nil {
 		return instruments{}, fmt.Errorf("kafkapub: metrics: %w", err)
+	}
+	in.results = make(map[string][]metric.AddOption)
+	for _, r := range []string{"ok", "failed", "unknown"} {
+		in.results[r] = []metric.AddOption{metric.WithAttributes(attribute.String("result", r))}
 	}
 	return in, nil
 }
@@ -42,6 +49,6 @@ func (in instruments) record(ctx context.Context, start, end time.Time, err erro
 	default:
 		result = "failed"
 	}
-	in.published.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+	in.published.Add(ctx, 1, in.results[result]...)
 	in.latency.Record(ctx, end.Sub(start).Seconds())
 }
