@@ -61,13 +61,37 @@ func rejectStatus(err error) (int, string) {
 	}
 }
 
-// acceptedResponse is the response stored with a done key and replayed.
+// acceptedResponse is the response stored with a done key and replayed:
+// {"status":"accepted","delivery":<key>}, byte for byte what json.Marshal
+// makes of it. A key of plain ASCII (every provider's delivery ids) is
+// copied in as it is, in one allocation; any other goes through
+// encoding/json, which escapes it.
 func acceptedResponse(key string) Response {
-	body, _ := json.Marshal(struct {
-		Status   string `json:"status"`
-		Delivery string `json:"delivery"`
-	}{"accepted", key}) // cannot fail: two strings
+	const head, tail = `{"status":"accepted","delivery":"`, `"}`
+	var body []byte
+	if jsonPlain(key) {
+		body = make([]byte, 0, len(head)+len(key)+len(tail))
+		body = append(append(append(body, head...), key...), tail...)
+	} else {
+		body, _ = json.Marshal(struct {
+			Status   string `json:"status"`
+			Delivery string `json:"delivery"`
+		}{"accepted", key}) // cannot fail: two strings
+	}
 	return Response{Status: http.StatusAccepted, ContentType: "application/json", Body: body}
+}
+
+// jsonPlain reports whether json.Marshal writes s between its quotes as it
+// is: printable ASCII without the quote, the backslash, and the <, > and &
+// that it escapes for HTML.
+func jsonPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 func writeResponse(w http.ResponseWriter, r Response) int {
