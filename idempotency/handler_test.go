@@ -361,6 +361,10 @@ func TestHMACSHA256(t *testing.T) {
 		{"no prefix", strings.TrimPrefix(idempotency.SignGitHub(secret, body), "sha256="), false},
 		{"not hex", "sha256=zz", false},
 		{"truncated", idempotency.SignGitHub(secret, body)[:20], false},
+		{"upper-case hex", "sha256=" + strings.ToUpper(strings.TrimPrefix(idempotency.SignGitHub(secret, body), "sha256=")), true},
+		{"one digit more", idempotency.SignGitHub(secret, body) + "0", false},
+		{"not hex at the end", idempotency.SignGitHub(secret, body)[:70] + "g", false},
+		{"valid after failures", idempotency.SignGitHub(secret, body), true}, // the MAC's state is reused
 	}
 	for _, tt := range tests {
 		h := http.Header{}
