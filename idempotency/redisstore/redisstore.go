@@ -88,29 +88,53 @@ func New(rdb redis.Scripter, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// run runs script (whose source is src) like redis.Script.Run: EVALSHA,
+// script is a Lua script with the arguments of its commands boxed once:
+// converting a string to an interface allocates, and these are the same in
+// every call.
+type script struct {
+	s            *redis.Script
+	hash, source any
+}
+
+func newScript(src string) *script {
+	s := redis.NewScript(src)
+	return &script{s: s, hash: s.Hash(), source: src}
+}
+
+var (
+	argEvalSHA any = "evalsha"
+	argEval    any = "eval"
+)
+
+// scriptArgs is the command of a script on one key: its first two slots,
+// left nil, take EVALSHA or EVAL and the script; then come the number of
+// keys, key, and args. One allocation for the whole command.
+func scriptArgs(key string, args ...any) []any {
+	all := make([]any, 4, 4+len(args))
+	all[2], all[3] = 1, key
+	return append(all, args...)
+}
+
+// run runs sc on the command of scriptArgs like redis.Script.Run: EVALSHA,
 // then EVAL when Redis does not know the script. Through a deferred
 // AutoPipeliner it waits for the reply only as long as ctx allows: the
 // command may still run after ctx ended, which leaves the outcome unknown,
 // as any error but the idempotency sentinels does.
-func (s *Store) run(ctx context.Context, script *redis.Script, src string, keys []string, args ...any) *redis.Cmd {
+func (s *Store) run(ctx context.Context, sc *script, all []any) *redis.Cmd {
 	if s.sub == nil {
-		return script.Run(ctx, s.rdb, keys, args...)
+		return sc.s.Run(ctx, s.rdb, []string{all[3].(string)}, all[4:]...)
 	}
-	cmd := s.submit(ctx, "evalsha", script.Hash(), keys, args)
+	all[0], all[1] = argEvalSHA, sc.hash
+	cmd := s.submit(ctx, all)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = s.submit(ctx, "eval", src, keys, args)
+		// A fresh slice: the first command keeps its own.
+		all = append([]any{argEval, sc.source}, all[2:]...)
+		cmd = s.submit(ctx, all)
 	}
 	return cmd
 }
 
-func (s *Store) submit(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
-	all := make([]any, 0, 3+len(keys)+len(args))
-	all = append(all, name, script, len(keys))
-	for _, k := range keys {
-		all = append(all, k)
-	}
-	all = append(all, args...)
+func (s *Store) submit(ctx context.Context, all []any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, all...)
 	if err := s.sub.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The command is still queued or in flight: reading it would race
@@ -128,7 +152,7 @@ func (s *Store) submit(ctx context.Context, name, script string, keys []string, 
 // token is unique to one Claim call, so a pending key holding it was claimed
 // by this very call: the replay answers claimed instead of pending, and the
 // claim is not orphaned until its TTL.
-var claimScript = redis.NewScript(claimSrc)
+var claimScript = newScript(claimSrc)
 
 const claimSrc = `
 local v = redis.call('HMGET', KEYS[1], 's', 'f', 'c', 'y', 'b', 't')
@@ -146,7 +170,7 @@ return {'done', v[3] or '0', v[4] or '', v[5] or ''}
 `
 
 // completeScript: KEYS[1] key; ARGV token, status, content type, body, ttl ms.
-var completeScript = redis.NewScript(completeSrc)
+var completeScript = newScript(completeSrc)
 
 const completeSrc = `
 local v = redis.call('HMGET', KEYS[1], 's', 't')
@@ -157,7 +181,7 @@ return 1
 `
 
 // releaseScript: KEYS[1] key; ARGV token.
-var releaseScript = redis.NewScript(releaseSrc)
+var releaseScript = newScript(releaseSrc)
 
 const releaseSrc = `
 local v = redis.call('HMGET', KEYS[1], 's', 't')
@@ -175,7 +199,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, ttl time.Dur
 	if err != nil {
 		return idempotency.Claim{}, err
 	}
-	res, err := s.run(ctx, claimScript, claimSrc, []string{s.prefix + key}, token, fingerprint, ms(ttl)).StringSlice()
+	res, err := s.run(ctx, claimScript, scriptArgs(s.prefix+key, token, fingerprint, ms(ttl))).StringSlice()
 	if err != nil {
 		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: %w", key, err)
 	}
@@ -210,8 +234,8 @@ func (s *Store) Complete(ctx context.Context, c idempotency.Claim, resp idempote
 	if err := idempotency.CheckClaimArgs(c.Key, ttl); err != nil {
 		return err
 	}
-	n, err := s.run(ctx, completeScript, completeSrc, []string{s.prefix + c.Key},
-		c.Token, resp.Status, resp.ContentType, resp.Body, ms(ttl)).Int()
+	n, err := s.run(ctx, completeScript, scriptArgs(s.prefix+c.Key,
+		c.Token, resp.Status, resp.ContentType, resp.Body, ms(ttl))).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: complete %q: %w", c.Key, err)
 	}
@@ -226,7 +250,7 @@ func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
 	if c.Key == "" || c.Token == "" {
 		return idempotency.ErrClaimLost
 	}
-	n, err := s.run(ctx, releaseScript, releaseSrc, []string{s.prefix + c.Key}, c.Token).Int()
+	n, err := s.run(ctx, releaseScript, scriptArgs(s.prefix+c.Key, c.Token)).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", c.Key, err)
 	}
