@@ -3,10 +3,12 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +49,7 @@ type Store struct {
 	rdb    redis.Scripter
 	sub    submitter // rdb's deferred face, when it has one
 	prefix string
+	tokens tokens
 }
 
 // submitter is the deferred face of go-redis's AutoPipeliner
@@ -84,6 +87,9 @@ func New(rdb redis.Scripter, opts Options) (*Store, error) {
 		opts.Prefix = DefaultPrefix
 	}
 	s := &Store{rdb: rdb, prefix: opts.Prefix}
+	if err := s.tokens.init(); err != nil {
+		return nil, err
+	}
 	s.sub, _ = rdb.(submitter)
 	return s, nil
 }
@@ -195,10 +201,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, ttl time.Dur
 	if err := idempotency.CheckClaimArgs(key, ttl); err != nil {
 		return idempotency.Claim{}, err
 	}
-	token, err := newToken()
-	if err != nil {
-		return idempotency.Claim{}, err
-	}
+	token := s.tokens.next()
 	res, err := s.run(ctx, claimScript, scriptArgs(s.prefix+key, token, fingerprint, ms(ttl))).StringSlice()
 	if err != nil {
 		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: %w", key, err)
@@ -265,10 +268,33 @@ func ms(d time.Duration) int64 {
 	return max(int64(d/time.Millisecond), 1)
 }
 
-func newToken() (string, error) {
-	var b [16]byte
+// tokens makes the owner tokens of a Store's claims: a random prefix drawn
+// once, and a counter. Within a Store the counter makes each token unique;
+// two Stores (two gateway instances, or one restarted) share a token only
+// if they drew the same 96-bit prefix. That is what a token needs: the
+// claim that wrote it is the only one that can match it. It is no secret,
+// as nobody but the Store's callers reaches Redis, so a counter does what
+// 128 fresh random bits per claim did, without the system call.
+type tokens struct {
+	prefix [24]byte // hex of 12 random bytes
+	seq    atomic.Uint64
+}
+
+func (t *tokens) init() error {
+	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("redisstore: token: %w", err)
+		return fmt.Errorf("redisstore: token: %w", err)
 	}
-	return hex.EncodeToString(b[:]), nil
+	hex.Encode(t.prefix[:], b[:])
+	return nil
+}
+
+// next returns a token never returned before by this Store.
+func (t *tokens) next() string {
+	var b [40]byte
+	copy(b[:], t.prefix[:])
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], t.seq.Add(1))
+	hex.Encode(b[24:], n[:])
+	return string(b[:])
 }
