@@ -73,18 +73,30 @@ func ReadMetadata(m kafka.Message) (Metadata, error) {
 
 // Headers returns the message headers of d's metadata, as Publish writes
 // them: event id and source always, event type, hook id and retry when set.
+// The values share one allocation, each capped at its own length so that
+// appending to one cannot overwrite the next.
 func Headers(d idempotency.Delivery) []kafka.Header {
+	var retry []byte
+	if d.Retry > 0 {
+		retry = strconv.AppendInt(make([]byte, 0, 20), int64(d.Retry), 10)
+	}
+	buf := make([]byte, 0, len(d.Key)+len(d.Source)+len(d.Event)+len(d.HookID)+len(retry))
+	value := func(b []byte) []byte {
+		i := len(buf)
+		buf = append(buf, b...)
+		return buf[i:len(buf):len(buf)]
+	}
 	hs := make([]kafka.Header, 2, 5)
-	hs[0] = kafka.Header{Key: HeaderEventID, Value: []byte(d.Key)}
-	hs[1] = kafka.Header{Key: HeaderSource, Value: []byte(d.Source)}
+	hs[0] = kafka.Header{Key: HeaderEventID, Value: value([]byte(d.Key))}
+	hs[1] = kafka.Header{Key: HeaderSource, Value: value([]byte(d.Source))}
 	if d.Event != "" {
-		hs = append(hs, kafka.Header{Key: HeaderEventType, Value: []byte(d.Event)})
+		hs = append(hs, kafka.Header{Key: HeaderEventType, Value: value([]byte(d.Event))})
 	}
 	if d.HookID != "" {
-		hs = append(hs, kafka.Header{Key: HeaderHookID, Value: []byte(d.HookID)})
+		hs = append(hs, kafka.Header{Key: HeaderHookID, Value: value([]byte(d.HookID))})
 	}
-	if d.Retry > 0 {
-		hs = append(hs, kafka.Header{Key: HeaderRetry, Value: []byte(strconv.Itoa(d.Retry))})
+	if retry != nil {
+		hs = append(hs, kafka.Header{Key: HeaderRetry, Value: value(retry)})
 	}
 	return hs
 }

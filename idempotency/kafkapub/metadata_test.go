@@ -36,6 +36,27 @@ func TestReadMetadata(t *testing.T) {
 	assert.ErrorIs(t, err, kafkapub.ErrNoMetadata)
 }
 
+// The header values share one buffer: appending to one must not change
+// the next (the claim check appends headers, a caller may append bytes).
+func TestHeadersValuesApart(t *testing.T) {
+	hs := kafkapub.Headers(idempotency.Delivery{Key: "d1", Source: "github", Event: "push", HookID: "42", Retry: 7})
+	want := []kafka.Header{
+		{Key: kafkapub.HeaderEventID, Value: []byte("d1")},
+		{Key: kafkapub.HeaderSource, Value: []byte("github")},
+		{Key: kafkapub.HeaderEventType, Value: []byte("push")},
+		{Key: kafkapub.HeaderHookID, Value: []byte("42")},
+		{Key: kafkapub.HeaderRetry, Value: []byte("7")},
+	}
+	require.Equal(t, want, hs)
+	for i := range hs {
+		_ = append(hs[i].Value, "XXXXXXXX"...)
+	}
+	assert.Equal(t, want, hs)
+	empty := kafkapub.Headers(idempotency.Delivery{Key: "d2"})
+	assert.NotNil(t, empty[1].Value, "an empty source is an empty value, not a null one")
+	assert.Len(t, empty, 2)
+}
+
 // Publish writes the metadata and the delivery's partition key (its
 // tenant, not its delivery id, so one tenant's events keep their order and
 // their windows); a consumer reads them back from the record with
