@@ -135,7 +135,7 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 	}
 	rc := http.NewResponseController(a.w)
 	deadlines := rc.SetReadDeadline(start.Add(h.opts.ReadTimeout)) == nil
-	d, err := h.parser.parse(r.Header, http.MaxBytesReader(a.w, body, h.opts.MaxBodyBytes))
+	d, err := h.parser.parse(r.Header, http.MaxBytesReader(a.w, body, h.opts.MaxBodyBytes), r.ContentLength)
 	if deadlines && err == nil {
 		// The body is read: lift the deadline, or the server's check for
 		// a client that hangs up would fail on it while the side effect
