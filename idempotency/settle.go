@@ -99,34 +99,37 @@ func (h *Handler) settle(ctx context.Context, c Claim, resp Response, e *settlin
 		s.wg.Add(1)
 	}
 	s.mu.Unlock()
-	run := func() {
-		defer func() { <-h.slots }()
-		cctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
-		err := h.store.Complete(cctx, c, resp, h.opts.DoneTTL)
-		cancel()
-		if e != nil {
-			s.forget(c.Key, e)
-		}
-		if err != nil {
-			// The side effect is durable and was answered 2xx (or 503 at
-			// the deadline) already. The key stays pending until its TTL;
-			// a duplicate after it runs the side effect again, which
-			// downstream deduplication absorbs. Nothing is lost.
-			if errors.Is(err, ErrClaimLost) {
-				h.m.lost(ctx, "complete")
-			}
-			h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: complete failed after the side effect; a retry may duplicate",
-				slog.String("key", c.Key), slog.Any("error", err))
-		}
-	}
 	if !async {
-		run()
+		h.complete(ctx, c, resp, e)
 		return
 	}
 	go func() {
 		defer s.wg.Done()
-		run()
+		h.complete(ctx, c, resp, e)
 	}()
+}
+
+// complete is settle's work: Complete, forget the settler's entry, free
+// the slot.
+func (h *Handler) complete(ctx context.Context, c Claim, resp Response, e *settling) {
+	defer func() { <-h.slots }()
+	cctx, cancel := context.WithTimeout(ctx, h.opts.StoreTimeout)
+	err := h.store.Complete(cctx, c, resp, h.opts.DoneTTL)
+	cancel()
+	if e != nil {
+		h.settler.forget(c.Key, e)
+	}
+	if err != nil {
+		// The side effect is durable and was answered 2xx (or 503 at
+		// the deadline) already. The key stays pending until its TTL;
+		// a duplicate after it runs the side effect again, which
+		// downstream deduplication absorbs. Nothing is lost.
+		if errors.Is(err, ErrClaimLost) {
+			h.m.lost(ctx, "complete")
+		}
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: complete failed after the side effect; a retry may duplicate",
+			slog.String("key", c.Key), slog.Any("error", err))
+	}
 }
 
 // Close waits until every key answered 2xx is marked done in the store (or
