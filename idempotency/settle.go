@@ -82,8 +82,8 @@ func (h *Handler) replaySettling(ctx context.Context, a *answer, key, fingerprin
 }
 
 // settle completes c with resp and then frees the delivery's MaxInFlight
-// slot, which it owns from now on. Complete is bounded by StoreTimeout and
-// ignores the request's cancellation.
+// slot, which it owns from now on. Complete is bounded by StoreTimeout; ctx
+// has no cancellation (serve's: the request's without it).
 //
 // It runs in a goroutine of its own when net/http's server serves the
 // request (ctx carries http.ServerContextKey), as there a connection waits
@@ -91,7 +91,6 @@ func (h *Handler) replaySettling(ctx context.Context, a *answer, key, fingerprin
 // process, or after Close, it completes the key before it returns: nothing
 // waits behind ServeHTTP there, and its caller may look at the store next.
 func (h *Handler) settle(ctx context.Context, c Claim, resp Response, e *settling) {
-	ctx = context.WithoutCancel(ctx)
 	s := &h.settler
 	s.mu.Lock()
 	async := !s.closed && ctx.Value(http.ServerContextKey) != nil
