@@ -217,9 +217,12 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 	claim, err := h.store.Claim(cctx, d.Key, fp, h.opts.PendingTTL)
 	cancel()
 	var done *DoneError
+	if err != nil {
+		done = asDone(err)
+	}
 	switch {
 	case err == nil:
-	case errors.As(err, &done):
+	case done != nil:
 		h.m.claim(ctx, "done")
 		resp := done.Record.Response
 		if resp.Status < 100 || resp.Status > 999 {
@@ -313,13 +316,16 @@ func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery, finge
 		<-fired // the callback is ours: let it finish before the key is settled
 	}
 	var rej *RejectError
+	if err != nil {
+		rej = asReject(err)
+	}
 	switch {
 	case err == nil:
 		resp := acceptedResponse(d.Key)
 		e := h.settler.remember(d.Key, fingerprint, resp)
 		a.send(resp)
 		return resp, e, nil
-	case errors.As(err, &rej):
+	case rej != nil:
 		// Permanent: the side effect can never take this delivery (too
 		// large for the topic, say). Released, so a fixed pipeline can
 		// take a redelivery.
@@ -338,6 +344,25 @@ func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery, finge
 		}
 	}
 	return Response{}, nil, err
+}
+
+// asDone and asReject are errors.As for one type each. The variable whose
+// address errors.As takes lives on the heap; declared in the caller, it
+// would be allocated for every request, errors or not.
+func asDone(err error) *DoneError {
+	var done *DoneError
+	if errors.As(err, &done) {
+		return done
+	}
+	return nil
+}
+
+func asReject(err error) *RejectError {
+	var rej *RejectError
+	if errors.As(err, &rej) {
+		return rej
+	}
+	return nil
 }
 
 func (h *Handler) run(ctx context.Context, d Delivery) error {

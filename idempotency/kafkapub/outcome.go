@@ -74,6 +74,9 @@ func (e *retriedError) Unwrap() error { return e.err }
 // flatten turns kafka.WriteErrors of one message into its one error, so that
 // errors.Is and errors.As see it.
 func flatten(err error) error {
+	if err == nil {
+		return nil // before we, which lives on the heap (errors.As takes its address)
+	}
 	var we kafka.WriteErrors
 	if errors.As(err, &we) && we.Count() == 1 {
 		for _, e := range we {
