@@ -109,6 +109,18 @@ func TestLayout(t *testing.T) {
 	ttl, err = rdb.PTTL(ctx, prefix+"k").Result()
 	require.NoError(t, err)
 	assert.InDelta(t, time.Hour, ttl, float64(2*time.Second))
+
+	// A hash without the state field is no claim: it is claimed, as
+	// when Claim read it with HMGET; a key of another type is an error.
+	require.NoError(t, rdb.HSet(ctx, prefix+"stray", "x", "1").Err())
+	c, err = s.Claim(ctx, "stray", "fp", time.Minute)
+	require.NoError(t, err)
+	got, err = rdb.HGetAll(ctx, prefix+"stray").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"s": "p", "t": c.Token, "f": "fp", "x": "1"}, got)
+	require.NoError(t, rdb.Set(ctx, prefix+"str", "v", time.Minute).Err())
+	_, err = s.Claim(ctx, "str", "fp", time.Minute)
+	assert.ErrorContains(t, err, "WRONGTYPE")
 }
 
 func TestRedisDownAndBack(t *testing.T) {
