@@ -132,7 +132,9 @@ func (s *Store) run(ctx context.Context, sc *script, all []any) *redis.Cmd {
 	}
 	all[0], all[1] = argEvalSHA, sc.hash
 	cmd := s.submit(ctx, all)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	// HasErrorPrefix allocates (an errors.As target) even for nil: asked
+	// only about an error.
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// A fresh slice: the first command keeps its own.
 		all = append([]any{argEval, sc.source}, all[2:]...)
 		cmd = s.submit(ctx, all)
