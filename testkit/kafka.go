@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"strings"
@@ -150,6 +151,19 @@ type KafkaBrokerOptions struct {
 	KafkaDefaults bool
 	// Configs are further broker configs.
 	Configs map[string]string
+	// SASLUsers are SASL users and their passwords, accepted with PLAIN,
+	// SCRAM-SHA-256 and SCRAM-SHA-512 on a SASL_PLAINTEXT listener of
+	// every broker, and on a SASL_SSL one with TLS (see
+	// KafkaBroker.Listener). The brokers authorize every user for
+	// everything; the PLAINTEXT listener (Brokers) stays open, for the
+	// test's own setup. Such a cluster is formatted with the SCRAM
+	// credentials, a few seconds more to start. Default: none.
+	SASLUsers map[string]string
+	// TLS is the server side of an SSL listener of every broker, and of a
+	// SASL_SSL one with SASLUsers: its first certificate, the chain and
+	// its private key (as TLS makes them), is handed to the brokers as
+	// PEM. Clients are not asked for a certificate. Default: none.
+	TLS *tls.Config
 }
 
 // KafkaBroker is an Apache Kafka cluster of this test's own, which the test
@@ -181,9 +195,16 @@ func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
 		}
 		t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	}
+	sec := embedded.KafkaSecurity{Users: o.SASLUsers}
+	if o.TLS != nil {
+		var err error
+		if sec.CertPEM, sec.KeyPEM, err = certificatePEM(o.TLS); err != nil {
+			t.Fatalf("testkit: kafka broker TLS: %v", err)
+		}
+	}
 	k, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{
 		Version: apacheVersion(KafkaImplementation(t)), Nodes: o.Nodes, Controllers: o.Controllers, Dir: dir,
-		KafkaDefaults: o.KafkaDefaults, Configs: o.Configs, Progress: os.Stderr,
+		KafkaDefaults: o.KafkaDefaults, Configs: o.Configs, Security: sec, Progress: os.Stderr,
 	})
 	if err != nil {
 		Unavailable(t, "kafka (apache)", err)
@@ -196,6 +217,20 @@ func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
 // Brokers returns the bootstrap addresses; they stay the same across Kill
 // and Start.
 func (b *KafkaBroker) Brokers() []string { return b.k.Brokers() }
+
+// Listener returns the bootstrap addresses of the brokers' listener of a
+// security protocol, by Kafka's name: "PLAINTEXT" (as Brokers), and
+// "SASL_PLAINTEXT", "SSL" or "SASL_SSL" as KafkaBrokerOptions.SASLUsers
+// and TLS add them. It fails the test when the brokers have no such
+// listener.
+func (b *KafkaBroker) Listener(protocol string) []string {
+	b.t.Helper()
+	addrs := b.k.BrokersOn(protocol)
+	if len(addrs) == 0 {
+		b.t.Fatalf("testkit: the kafka brokers have no %s listener (see KafkaBrokerOptions.SASLUsers and TLS)", protocol)
+	}
+	return addrs
+}
 
 // Version returns the Apache Kafka release running.
 func (b *KafkaBroker) Version() string { return b.k.Version() }

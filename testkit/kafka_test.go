@@ -2,11 +2,15 @@ package testkit_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -75,6 +79,60 @@ func TestKafkaSmoke(t *testing.T) {
 		}
 	}
 	assert.Equal(t, committed, fetched)
+}
+
+// TestKafkaBrokerListeners: a broker started with SASL users and a
+// certificate has a listener per security protocol, each answering a
+// client that speaks it (PLAIN and both SCRAMs with the right password)
+// and refusing one that does not (a wrong password, no SASL, no TLS).
+func TestKafkaBrokerListeners(t *testing.T) {
+	serverTLS, clientTLS := testkit.TLS(t)
+	k := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{SASLUsers: map[string]string{"svc": "s3cret", "ops": "0ther"}, TLS: serverTLS})
+	topic := testkit.Name(t, "topic")
+	testkit.CreateTopic(t, k.Brokers(), topic, 1)
+	mech := func(m sasl.Mechanism, err error) sasl.Mechanism {
+		require.NoError(t, err)
+		return m
+	}
+	tests := []struct {
+		name      string
+		listener  string
+		clientTLS *tls.Config
+		sasl      sasl.Mechanism
+		wantErr   bool
+	}{
+		{name: "plaintext", listener: "PLAINTEXT"},
+		{name: "sasl plain", listener: "SASL_PLAINTEXT", sasl: plain.Mechanism{Username: "svc", Password: "s3cret"}},
+		{name: "sasl scram-sha-256", listener: "SASL_PLAINTEXT", sasl: mech(scram.Mechanism(scram.SHA256, "ops", "0ther"))},
+		{name: "sasl scram-sha-512", listener: "SASL_PLAINTEXT", sasl: mech(scram.Mechanism(scram.SHA512, "svc", "s3cret"))},
+		{name: "sasl wrong password", listener: "SASL_PLAINTEXT", sasl: mech(scram.Mechanism(scram.SHA512, "svc", "0ther")), wantErr: true},
+		{name: "sasl unknown user", listener: "SASL_PLAINTEXT", sasl: plain.Mechanism{Username: "nobody", Password: "s3cret"}, wantErr: true},
+		{name: "sasl without sasl", listener: "SASL_PLAINTEXT", wantErr: true},
+		{name: "ssl", listener: "SSL", clientTLS: clientTLS},
+		{name: "ssl without tls", listener: "SSL", wantErr: true},
+		{name: "sasl_ssl", listener: "SASL_SSL", clientTLS: clientTLS, sasl: mech(scram.Mechanism(scram.SHA256, "svc", "s3cret"))},
+		{name: "sasl_ssl without sasl", listener: "SASL_SSL", clientTLS: clientTLS, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			d := &kafka.Dialer{Timeout: 5 * time.Second, TLS: tt.clientTLS, SASLMechanism: tt.sasl}
+			conn, err := d.DialContext(ctx, "tcp", k.Listener(tt.listener)[0])
+			var ps []kafka.Partition
+			if err == nil {
+				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+				ps, err = conn.ReadPartitions(topic)
+				conn.Close()
+			}
+			if tt.wantErr {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Len(t, ps, 1)
+		})
+	}
 }
 
 func TestCreateTopicIdempotent(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"testing"
@@ -19,7 +21,8 @@ import (
 // them to test TLS connections to servers the kit starts, such as Kafka:
 //
 //	server, client := testkit.TLS(t)
-//	// kfake.TLS(server) for the broker; kafka.Dialer{TLS: client} for the clients
+//	// KafkaBrokerOptions{TLS: server} (or kfake.TLS(server)) for the broker;
+//	// kafka.Dialer{TLS: client} for the clients
 func TLS(t testing.TB) (server, client *tls.Config) {
 	t.Helper()
 	return TLSFor(t, "127.0.0.1", "::1", "localhost")
@@ -71,4 +74,21 @@ func TLSFor(t testing.TB, hosts ...string) (server, client *tls.Config) {
 	}
 	client = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return server, client
+}
+
+// certificatePEM returns cfg's first certificate as PEM: its chain, and its
+// private key in PKCS#8, as Kafka's PEM keystore reads them.
+func certificatePEM(cfg *tls.Config) (chain, key []byte, err error) {
+	if len(cfg.Certificates) == 0 || len(cfg.Certificates[0].Certificate) == 0 {
+		return nil, nil, errors.New("no certificate")
+	}
+	c := cfg.Certificates[0]
+	for _, der := range c.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return chain, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }

@@ -131,34 +131,23 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 // an offset out of range (oor). It returns the next offset to read.
 func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next int64, proc *Processor, dl *deadLetters,
 	task *checkpoint.Task, meta checkpoint.Meta, commit func(context.Context, int64) error) (int64, bool, error) {
-	r, err := s.newFetcher(p, next)
-	if err != nil {
-		return next, false, err
-	}
+	r := s.newWireFetcher(p, next)
 	fctx, fcancel := context.WithCancel(ctx)
 	mb := newMailbox(s.opts.Buffer)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if bf, ok := r.(batchFetcher); ok {
-			for {
-				ms, err := bf.fetchBatch(fctx)
-				if !mb.putAll(ms, err, fctx.Done()) || err != nil {
-					return
-				}
-			}
-		}
 		for {
-			m, err := r.FetchMessage(fctx)
-			if !mb.put(m, err, fctx.Done()) || err != nil {
+			ms, err := r.fetchBatch(fctx)
+			if !mb.putAll(ms, err, fctx.Done()) || err != nil {
 				return
 			}
 		}
 	})
 	defer func() {
-		// Both fetchers return once fctx ends (the own fetch path sets its
+		// The fetch returns once fctx ends (the fetcher sets its
 		// connection's deadline), so the fetcher is closed after its
-		// goroutine ended: the own fetch path's Close is not safe beside a
-		// fetch (the race detector caught one reconnecting meanwhile).
+		// goroutine ended: its Close is not safe beside a fetch (the race
+		// detector caught one reconnecting meanwhile).
 		fcancel()
 		wg.Wait()
 		_ = r.Close()

@@ -203,9 +203,9 @@
 // Produce v8, Fetch v11). Kafka 4.0.0 refused JoinGroup v0 and v1
 // (kafka-go issues 1360 and 1378); 4.0.1 and later accept them again, and
 // kafka-go asks for v2 where the broker has it. The tests run on Apache
-// Kafka 4.4.0 (make test) and 3.9.2 (make test-compat), and on franz-go's
-// kfake those that need injected broker errors, TLS or SASL (PLAIN,
-// SCRAM-SHA-256, SCRAM-SHA-512).
+// Kafka 4.4.0 (make test) and 3.9.2 (make test-compat), TLS and SASL
+// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) among them, and on franz-go's
+// kfake those that need injected broker errors.
 //
 // A session timeout outside the broker's group.min.session.timeout.ms (6 s
 // by default) and group.max.session.timeout.ms (30 min) is refused when

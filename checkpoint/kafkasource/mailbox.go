@@ -13,8 +13,8 @@ import (
 // here the fetcher appends under an uncontended mutex and the chain takes
 // everything fetched so far in one swap of two slices, which are reused, so
 // the hand-off allocates nothing. The batches are as large as the chain is
-// slow: an idle chain takes each record as it comes, a busy one finds up
-// to max records waiting.
+// slow: an idle chain takes each fetch as it comes, a busy one finds
+// several waiting.
 type mailbox struct {
 	mu    sync.Mutex
 	msgs  []kafka.Message
@@ -31,35 +31,6 @@ func newMailbox(max int) *mailbox {
 		ready: make(chan struct{}, 1),
 		space: make(chan struct{}, 1),
 	}
-}
-
-// put appends m, or records err, waiting while max records wait. It returns
-// false when done ended first.
-func (mb *mailbox) put(m kafka.Message, err error, done <-chan struct{}) bool {
-	mb.mu.Lock()
-	for err == nil && len(mb.msgs) >= mb.max {
-		mb.mu.Unlock()
-		select {
-		case <-mb.space:
-		case <-done:
-			return false
-		}
-		mb.mu.Lock()
-	}
-	if err != nil {
-		mb.err = err
-	} else {
-		mb.msgs = append(mb.msgs, m)
-	}
-	wake := err != nil || len(mb.msgs) == 1
-	mb.mu.Unlock()
-	if wake {
-		select {
-		case mb.ready <- struct{}{}:
-		default: // a token is already waiting
-		}
-	}
-	return true
 }
 
 // putAll appends all of ms at once, once fewer than max records wait, then
@@ -92,7 +63,15 @@ func (mb *mailbox) putAll(ms []kafka.Message, err error, done <-chan struct{}) b
 		}
 	}
 	if err != nil {
-		return mb.put(kafka.Message{}, err, done)
+		// Recorded without waiting for room: take hands it over once the
+		// records before it are taken.
+		mb.mu.Lock()
+		mb.err = err
+		mb.mu.Unlock()
+		select {
+		case mb.ready <- struct{}{}:
+		default: // a token is already waiting
+		}
 	}
 	return true
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
@@ -21,35 +20,39 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// TestTLSAndSASL proves the gateway's publisher and the source reach a
-// broker that requires TLS and SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
-// through kafka-go's Transport and Dialer, and that a wrong password or a
-// client without TLS is refused rather than silently connected.
+// TestTLSAndSASL proves the gateway's publisher and the source reach an
+// Apache Kafka broker (the release $EXACTLYONCE_KAFKA names) on a listener
+// that requires TLS and SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) through
+// kafka-go's Transport and Dialer, and that a wrong password or a client
+// without TLS is refused rather than silently connected.
 func TestTLSAndSASL(t *testing.T) {
 	scram256, err := scram.Mechanism(scram.SHA256, "svc", "s3cret")
 	require.NoError(t, err)
 	scram512, err := scram.Mechanism(scram.SHA512, "svc", "s3cret")
 	require.NoError(t, err)
-	wrong, err := scram.Mechanism(scram.SHA256, "svc", "wrong")
+	wrong256, err := scram.Mechanism(scram.SHA256, "svc", "wrong")
+	require.NoError(t, err)
+	wrong512, err := scram.Mechanism(scram.SHA512, "svc", "wrong")
 	require.NoError(t, err)
 	tests := []struct {
-		name   string
-		method string
-		mech   sasl.Mechanism
+		name  string
+		mech  sasl.Mechanism
+		wrong sasl.Mechanism // the same mechanism with a wrong password
 	}{
-		{name: "plain", method: "PLAIN", mech: plain.Mechanism{Username: "svc", Password: "s3cret"}},
-		{name: "scram-sha-256", method: "SCRAM-SHA-256", mech: scram256},
-		{name: "scram-sha-512", method: "SCRAM-SHA-512", mech: scram512},
+		{name: "plain", mech: plain.Mechanism{Username: "svc", Password: "s3cret"},
+			wrong: plain.Mechanism{Username: "svc", Password: "wrong"}},
+		{name: "scram-sha-256", mech: scram256, wrong: wrong256},
+		{name: "scram-sha-512", mech: scram512, wrong: wrong512},
 	}
+	serverTLS, clientTLS := testkit.TLS(t)
+	// One cluster for the three mechanisms (a JVM start each would cost
+	// more than the test): each has its own topic and group.
+	k := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{SASLUsers: map[string]string{"svc": "s3cret"}, TLS: serverTLS})
+	brokers := k.Listener("SASL_SSL")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			serverTLS, clientTLS := testkit.TLS(t)
-			topic := "secure"
-			k := testkit.StartKafka(t, []kfake.Opt{
-				kfake.TLS(serverTLS), kfake.EnableSASL(), kfake.Superuser(tt.method, "svc", "s3cret"),
-				kfake.SeedTopics(2, topic),
-			}...)
-			brokers := k.Brokers()
+			topic := "secure-" + tt.name
+			testkit.CreateTopic(t, k.Brokers(), topic, 2) // on the PLAINTEXT listener
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 
@@ -71,7 +74,7 @@ func TestTLSAndSASL(t *testing.T) {
 			opts := fastGroup
 			opts.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: clientTLS, SASLMechanism: tt.mech}
 			cs := &counters{}
-			src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "g", Topics: []string{topic}}, coord, cs.newProcessor, opts)
+			src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "g-" + tt.name, Topics: []string{topic}}, coord, cs.newProcessor, opts)
 			require.NoError(t, err)
 			runCtx, stop := context.WithCancel(ctx)
 			done := make(chan error, 1)
@@ -89,9 +92,10 @@ func TestTLSAndSASL(t *testing.T) {
 			stop()
 			require.NoError(t, <-done)
 
-			// Refusals: a wrong password, and no TLS at all.
+			// Refusals: a wrong password, and no TLS at all (on the
+			// SASL_SSL listener and on the SSL one).
 			bad, err := kafkapub.New(ctx, brokers, topic, kafkapub.Options{
-				Transport: &kafka.Transport{TLS: clientTLS, SASL: wrong}, WriteTimeout: 2 * time.Second,
+				Transport: &kafka.Transport{TLS: clientTLS, SASL: tt.wrong}, WriteTimeout: 2 * time.Second,
 				MaxAttempts: 1, SkipDurabilityCheck: true,
 			})
 			if err == nil {
@@ -99,13 +103,15 @@ func TestTLSAndSASL(t *testing.T) {
 				_ = bad.Close()
 			}
 			assert.Error(t, err, "wrong password")
-			plainDialer := &kafka.Dialer{Timeout: 2 * time.Second}
-			conn, err := plainDialer.DialContext(ctx, "tcp", brokers[0])
-			if err == nil {
-				_, err = conn.ReadPartitions(topic)
-				conn.Close()
+			for _, addr := range []string{brokers[0], k.Listener("SSL")[0]} {
+				plainDialer := &kafka.Dialer{Timeout: 2 * time.Second}
+				conn, err := plainDialer.DialContext(ctx, "tcp", addr)
+				if err == nil {
+					_, err = conn.ReadPartitions(topic)
+					conn.Close()
+				}
+				assert.Error(t, err, "a client without TLS on %s", addr)
 			}
-			assert.Error(t, err, "a client without TLS")
 		})
 	}
 }

@@ -30,29 +30,14 @@ import (
 // Nothing from that offset on is processed; the chain does not restart.
 type FormatError = kafkawire.FormatError
 
-// fetcher is what a chain reads its partition with.
-type fetcher interface {
-	FetchMessage(ctx context.Context) (kafka.Message, error)
-	Close() error
-}
-
-// batchFetcher is a fetcher that also hands out a whole fetch at once.
-type batchFetcher interface {
-	fetchBatch(ctx context.Context) ([]kafka.Message, error)
-}
-
-// newFetcher returns the chain's reader of p, positioned at next.
-func (s *Source) newFetcher(p checkpoint.TopicPartition, next int64) (fetcher, error) {
-	return s.newWireFetcher(p, next), nil
-}
-
 // wireFetcher reads one partition from next on, for one chain, retrying
-// what kafkawire.Fetcher reports as failed.
+// what kafkawire.Fetcher reports as failed. It hands out a whole fetch at
+// a time (fetchBatch): the chain's only way to read, since kafka-go's
+// Reader and its record-at-a-time FetchMessage were replaced by this path.
 type wireFetcher struct {
-	f       kafkawire.Fetcher
-	log     *slog.Logger
-	pending []kafka.Message // of FetchMessage
-	failed  int             // consecutive failed fetches, for the backoff
+	f      kafkawire.Fetcher
+	log    *slog.Logger
+	failed int // consecutive failed fetches, for the backoff
 }
 
 // newWireFetcher returns the chain's own fetcher of p, positioned at next.
@@ -108,21 +93,8 @@ func (f *wireFetcher) fetchBatch(ctx context.Context) ([]kafka.Message, error) {
 	}
 }
 
-// FetchMessage hands out fetched records one at a time; the chain takes
-// them a fetch at a time with fetchBatch.
-func (f *wireFetcher) FetchMessage(ctx context.Context) (kafka.Message, error) {
-	if len(f.pending) == 0 {
-		ms, err := f.fetchBatch(ctx)
-		if err != nil {
-			return kafka.Message{}, err
-		}
-		f.pending = append(f.pending[:0], ms...)
-	}
-	m := f.pending[0]
-	f.pending = f.pending[1:]
-	return m, nil
-}
-
+// Close closes the fetcher's connection. It must not be called beside a
+// fetchBatch: the chain calls it once its fetch goroutine ended.
 func (f *wireFetcher) Close() error {
 	f.f.Close()
 	return nil

@@ -127,12 +127,11 @@ func TestWireFetcherReadsCommitted(t *testing.T) {
 			t.Run(fmt.Sprintf("max %d from %d", maxBytes, from), func(t *testing.T) {
 				f := src.newWireFetcher(p, from)
 				defer f.Close()
-				for _, w := range want {
-					if w.Offset < from {
-						continue
-					}
-					m, err := f.FetchMessage(ctx)
-					require.NoError(t, err)
+				i := slices.IndexFunc(want, func(w *kgo.Record) bool { return w.Offset >= from })
+				require.GreaterOrEqual(t, i, 0)
+				got := fetchN(ctx, t, f, len(want)-i)
+				for j, w := range want[i:] {
+					m := got[j]
 					wm := kafka.Message{Topic: topic, Offset: w.Offset, HighWaterMark: m.HighWaterMark,
 						Key: orNil(w.Key), Value: orNil(w.Value), Time: w.Timestamp.UTC()}
 					for _, h := range w.Headers {
@@ -141,6 +140,7 @@ func TestWireFetcherReadsCommitted(t *testing.T) {
 					require.Equal(t, wm, m, "offset %d", w.Offset)
 					require.Positive(t, m.HighWaterMark)
 				}
+				require.Len(t, got, len(want)-i, "records after the last one")
 			})
 		}
 	}
@@ -182,12 +182,26 @@ func TestWireFetcherReadsBatchLargerThanMaxBytes(t *testing.T) {
 		log:  slog.New(slog.DiscardHandler)}
 	f := src.newWireFetcher(checkpoint.TopicPartition{Topic: topic, Partition: 0}, 0)
 	defer f.Close()
-	m, err := f.FetchMessage(ctx)
-	require.NoError(t, err)
+	got := fetchN(ctx, t, f, 2)
+	require.Len(t, got, 2)
+	m := got[0]
 	require.Equal(t, "big", string(m.Key))
 	require.True(t, bytes.Equal(big, m.Value), "a value of %d bytes, want %d", len(m.Value), len(big))
-	m, err = f.FetchMessage(ctx)
-	require.NoError(t, err)
+	m = got[1]
 	require.Equal(t, "after", string(m.Key))
 	require.Equal(t, int64(1), m.Offset)
+}
+
+// fetchN reads f's fetches (as the chain does, a whole fetch at a time)
+// until it holds at least n records, and returns them all: more than n when
+// the last fetch went past them.
+func fetchN(ctx context.Context, t *testing.T, f *wireFetcher, n int) []kafka.Message {
+	t.Helper()
+	var got []kafka.Message
+	for len(got) < n {
+		ms, err := f.fetchBatch(ctx)
+		require.NoError(t, err)
+		got = append(got, ms...) // ms is reused by the next fetch; its records are not
+	}
+	return got
 }

@@ -91,6 +91,10 @@ type ApacheKafkaOptions struct {
 	// 4, the broker session 9 s instead of 3 s. A test of what users meet
 	// on a stock broker sets it. Default: false.
 	KafkaDefaults bool
+	// Security adds listeners that require SASL, TLS or both to every
+	// broker, beside the PLAINTEXT one (see KafkaSecurity and BrokersOn).
+	// Default: none.
+	Security KafkaSecurity
 	// Configs are further broker configs, applied after all others.
 	Configs map[string]string
 	// JVMOptions replace DefaultApacheKafkaJVMOptions.
@@ -141,6 +145,9 @@ func StartApacheKafka(ctx context.Context, opts ApacheKafkaOptions) (*ApacheKafk
 	if opts.Logger == nil {
 		opts.Logger = discardLogger()
 	}
+	if err := opts.Security.validate(); err != nil {
+		return nil, err
+	}
 	java, err := JavaPath()
 	if err != nil {
 		return nil, fmt.Errorf("embedded: apache kafka: %w", err)
@@ -173,9 +180,10 @@ func StartApacheKafka(ctx context.Context, opts ApacheKafkaOptions) (*ApacheKafk
 			return nil, fmt.Errorf("embedded: apache kafka: %w", err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(k.opts.Dir, "cluster.id")); err != nil {
+	if _, err := os.Stat(filepath.Join(k.opts.Dir, "cluster.id")); err != nil && len(opts.Security.Users) == 0 {
 		// A new cluster: a copy of one formatted before saves a JVM start
-		// (the storage tool's) per node, seconds on a loaded machine.
+		// (the storage tool's) per node, seconds on a loaded machine. One
+		// with SCRAM users is formatted with them, by formatAndStart.
 		tmpl, err := k.ensureTemplate(ctx)
 		if err == nil {
 			err = copyTree(tmpl, k.opts.Dir)
@@ -206,7 +214,7 @@ func StartApacheKafka(ctx context.Context, opts ApacheKafkaOptions) (*ApacheKafk
 // startFresh picks ports for every node, writes and formats their
 // directories, and starts them all.
 func (k *ApacheKafka) startFresh(ctx context.Context) error {
-	ports := make([]int, 2*k.size())
+	ports := make([]int, k.portsPerNode()*k.size())
 	for i := range ports {
 		p, err := FreePort()
 		if err != nil {
@@ -221,15 +229,30 @@ func (k *ApacheKafka) startFresh(ctx context.Context) error {
 // size is the number of processes: the brokers and dedicated controllers.
 func (k *ApacheKafka) size() int { return k.opts.Nodes + max(k.opts.Controllers, 0) }
 
-// makeNodes makes the node handles, node i listening on ports[2i] (broker)
-// and ports[2i+1] (controller); the dedicated controllers come last.
+// portsPerNode is the number of ports each node is given: its broker and
+// controller listeners' and those opts.Security adds.
+func (k *ApacheKafka) portsPerNode() int { return 2 + len(k.opts.Security.protocols()) }
+
+// makeNodes makes the node handles, node i listening on ports[s*i]
+// (broker), ports[s*i+1] (controller) and the next ones for the listeners
+// of opts.Security, s being portsPerNode; the dedicated controllers come
+// last (and leave their Security ports unused).
 func (k *ApacheKafka) makeNodes(ports []int) {
+	stride := k.portsPerNode()
 	k.nodes = make([]*KafkaNode, k.size())
 	for i := range k.nodes {
-		k.nodes[i] = &KafkaNode{
+		np := ports[stride*i : stride*(i+1)]
+		n := &KafkaNode{
 			child: child{name: fmt.Sprintf("kafka node %d", i+1), stopGrace: 30 * time.Second, log: k.opts.Logger},
-			k:     k, id: i + 1, port: ports[2*i], cport: ports[2*i+1], controllerOnly: i >= k.opts.Nodes,
+			k:     k, id: i + 1, port: np[0], cport: np[1], controllerOnly: i >= k.opts.Nodes,
 		}
+		if !n.controllerOnly {
+			n.secure = map[string]int{}
+			for j, l := range k.opts.Security.protocols() {
+				n.secure[l] = np[2+j]
+			}
+		}
+		k.nodes[i] = n
 	}
 }
 
@@ -259,6 +282,20 @@ func (k *ApacheKafka) Brokers() []string {
 	for _, n := range k.nodes {
 		if !n.controllerOnly {
 			out = append(out, n.Addr())
+		}
+	}
+	return out
+}
+
+// BrokersOn returns the addresses of every broker's listener of a security
+// protocol: KafkaPlaintext (as Brokers), or KafkaSASLPlaintext, KafkaSSL or
+// KafkaSASLSSL as opts.Security adds them; nil for a listener the brokers
+// do not have.
+func (k *ApacheKafka) BrokersOn(protocol string) []string {
+	var out []string
+	for _, n := range k.nodes {
+		if a := n.ListenerAddr(protocol); a != "" {
+			out = append(out, a)
 		}
 	}
 	return out

@@ -238,3 +238,30 @@ func partitionLeader(t *testing.T, ctx context.Context, brokers []string, topic 
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestApacheKafkaSecurityRefused: security options the broker would refuse
+// at start, or read other than meant, are refused before anything starts.
+func TestApacheKafkaSecurityRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		give embedded.KafkaSecurity
+	}{
+		{name: "certificate without key", give: embedded.KafkaSecurity{CertPEM: []byte("cert")}},
+		{name: "key without certificate", give: embedded.KafkaSecurity{KeyPEM: []byte("key")}},
+		{name: "empty password", give: embedded.KafkaSecurity{Users: map[string]string{"svc": ""}}},
+		{name: "empty name", give: embedded.KafkaSecurity{Users: map[string]string{"": "s3cret"}}},
+		{name: "comma in a password", give: embedded.KafkaSecurity{Users: map[string]string{"svc": "a,b"}}},
+		{name: "quote in a name", give: embedded.KafkaSecurity{Users: map[string]string{`s"vc`: "s3cret"}}},
+		{name: "line break in a password", give: embedded.KafkaSecurity{Users: map[string]string{"svc": "a\nb"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := embedded.StartApacheKafka(t.Context(), embedded.ApacheKafkaOptions{Dir: dir, Security: tt.give})
+			require.Error(t, err)
+			entries, rerr := os.ReadDir(dir)
+			require.NoError(t, rerr)
+			assert.Empty(t, entries, "nothing written")
+		})
+	}
+}

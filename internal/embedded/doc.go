@@ -18,6 +18,8 @@
 //	ak.Node(2).Kill()  // kill -9 one broker; ak.Node(2).Start(ctx) brings it back
 //	// Controllers: 1 adds a dedicated KRaft controller (node 4): two brokers
 //	// down, the ISR below min.insync.replicas, and the quorum still stands.
+//	// Security: KafkaSecurity{Users: ..., CertPEM: ..., KeyPEM: ...} adds
+//	// SASL_PLAINTEXT, SSL and SASL_SSL listeners: ak.BrokersOn(embedded.KafkaSASLSSL).
 //
 //	k, err := embedded.StartKafka(embedded.KafkaOptions{})
 //	defer k.Close()

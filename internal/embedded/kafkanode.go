@@ -23,6 +23,8 @@ type KafkaNode struct {
 	id    int
 	port  int // broker listener
 	cport int // controller listener
+	// secure are the ports of KafkaSecurity's listeners, by protocol
+	secure map[string]int
 	// controllerOnly: a dedicated controller (ApacheKafkaOptions.Controllers)
 	controllerOnly bool
 }
@@ -38,6 +40,19 @@ func (n *KafkaNode) ControllerOnly() bool { return n.controllerOnly }
 // Addr returns the node's broker listener, 127.0.0.1:port (a dedicated
 // controller's is never listened on).
 func (n *KafkaNode) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+
+// ListenerAddr returns the node's listener of a security protocol
+// (KafkaPlaintext: Addr; the others as ApacheKafkaOptions.Security adds
+// them), or "" if the node has none.
+func (n *KafkaNode) ListenerAddr(protocol string) string {
+	if protocol == KafkaPlaintext && !n.controllerOnly {
+		return n.Addr()
+	}
+	if p, ok := n.secure[protocol]; ok {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	}
+	return ""
+}
 
 // dir is the node's directory: server.properties and data/.
 func (n *KafkaNode) dir() string { return filepath.Join(n.k.opts.Dir, "node-"+strconv.Itoa(n.id)) }
@@ -103,6 +118,10 @@ func (n *KafkaNode) format(ctx context.Context) error {
 	}
 	args := append(slices.Clone(n.k.opts.JVMOptions), "-cp", n.k.classpath, "kafka.tools.StorageTool",
 		"format", "-t", n.k.clusterID, "-c", filepath.Join(n.dir(), "server.properties"), "--ignore-formatted")
+	if n.controllerOnly || n.k.opts.Controllers <= 0 {
+		// The controllers write the bootstrap records, SCRAM's among them.
+		args = append(args, n.k.opts.Security.scramArgs()...)
+	}
 	p, err := startProcess(n.k.java, args, os.Environ(), n.dir())
 	if err != nil {
 		return fmt.Errorf("embedded: kafka storage format: %w", err)
@@ -127,14 +146,15 @@ func (n *KafkaNode) writeConfig() error {
 	cfg := n.k.brokerConfig(n)
 	var b strings.Builder
 	for _, key := range slices.Sorted(maps.Keys(cfg)) {
-		fmt.Fprintf(&b, "%s=%s\n", key, cfg[key])
+		fmt.Fprintf(&b, "%s=%s\n", key, propertiesValue(cfg[key]))
 	}
 	return os.WriteFile(filepath.Join(n.dir(), "server.properties"), []byte(b.String()), 0o644)
 }
 
 // brokerConfig returns node n's broker configs: the KRaft wiring, the
-// replication the node count allows, the test timing unless KafkaDefaults,
-// and opts.Configs last.
+// listeners of opts.Security, the replication the node count allows, the
+// test timing unless KafkaDefaults, and opts.Configs last. The values are
+// as Kafka reads them: writeConfig escapes them.
 func (k *ApacheKafka) brokerConfig(n *KafkaNode) map[string]string {
 	var voters []string
 	for _, m := range k.nodes {
@@ -173,6 +193,15 @@ func (k *ApacheKafka) brokerConfig(n *KafkaNode) map[string]string {
 	case k.opts.Controllers > 0:
 		cfg["process.roles"] = "broker"
 		cfg["listeners"] = fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port)
+	}
+	if !n.controllerOnly {
+		for _, l := range k.opts.Security.protocols() {
+			addr := n.ListenerAddr(l)
+			cfg["listeners"] += "," + l + "://" + addr
+			cfg["advertised.listeners"] += "," + l + "://" + addr
+			cfg["listener.security.protocol.map"] += "," + l + ":" + l
+		}
+		maps.Copy(cfg, k.opts.Security.brokerConfigs())
 	}
 	if !k.opts.KafkaDefaults {
 		maps.Copy(cfg, map[string]string{

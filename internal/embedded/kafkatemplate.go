@@ -50,10 +50,11 @@ func (k *ApacheKafka) ensureTemplate(ctx context.Context) (string, error) {
 	defer os.RemoveAll(tmp)
 	t := &ApacheKafka{opts: k.opts, java: k.java, classpath: k.classpath}
 	t.opts.Dir = tmp
+	t.opts.Security = KafkaSecurity{} // the copies write their own listeners; SCRAM users are never in a template
 	if t.clusterID, err = readOrCreateClusterID(tmp); err != nil {
 		return "", err
 	}
-	ports := make([]int, 2*k.size())
+	ports := make([]int, t.portsPerNode()*t.size())
 	for i := range ports {
 		ports[i] = 9092 + i // never listened on: the tool only formats
 	}
