@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
@@ -169,7 +168,7 @@ func writeDelta(ctx context.Context, objs *checkpoint.Objects, name string, log 
 		}
 		es = append(es, e)
 	}
-	slices.SortFunc(es, func(a, b logEntry) int { return cmpLogEntries(&a, &b) })
+	es = sortLog(es)
 	live := es[:0]
 	for i := range es {
 		e := &es[i]
