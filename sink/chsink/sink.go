@@ -242,21 +242,21 @@ func (s *Sink[T]) usable(ctx context.Context) error {
 func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 	for len(s.pending) > 0 {
 		p := &s.pending[0]
-		step := nextReplayStep(p, s.replaying, s.n, pos, s.restored && s.opts.OnMismatch == MismatchFail)
+		step := journal.NextStep(p, s.replaying, s.n, pos, s.restored && s.opts.OnMismatch == MismatchFail)
 		switch step {
-		case stepMismatch:
+		case journal.StepMismatch:
 			return &sink.ContentMismatchError{Intent: *p, Rows: 1, Last: pos, Detached: true}
-		case stepFlush:
+		case journal.StepFlush:
 			if err := s.flush(ctx); err != nil {
 				return err
 			}
 			continue
-		case stepFinish:
+		case journal.StepFinish:
 			if err := s.finishReplay(ctx, false); err != nil {
 				return err
 			}
 			continue
-		case stepAppend, stepAppendFinish:
+		case journal.StepAppend, journal.StepAppendFinish:
 			if !s.replaying {
 				// Run may be waiting an hour on an empty buffer: it must
 				// now finish a short replay MaxDelay after the last row.
@@ -264,12 +264,12 @@ func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 			}
 			s.replaying = true
 			s.appendRow(pos, row)
-			if step == stepAppendFinish {
+			if step == journal.StepAppendFinish {
 				return s.finishReplay(ctx, false)
 			}
 			return nil
 		}
-		break // stepBatch
+		break // journal.StepBatch
 	}
 	s.appendRow(pos, row)
 	if s.n >= s.opts.MaxRows || s.n*s.bytesPerRow >= s.opts.MaxBytes {
