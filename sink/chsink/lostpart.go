@@ -85,13 +85,13 @@ func covering(ctx context.Context, c *ch.Client, db, table, part string) ([]stri
 	return parts, nil
 }
 
-// settleLost checks the parts that the insert of in was deduplicated
+// settle checks the parts that the insert of in was deduplicated
 // against (hits) and repairs what the tables lost; see the top of this
 // file. It returns the parts of the sink's own table that hold the batch.
 // Only input as journaled can be compared whole; a stalled replay's rows
 // (a prefix of the version the server may hold) are checked to be there,
 // and another version's not at all (the name is all there is to go on).
-func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Intent, rows content, hits []dedupHit) ([]string, error) {
+func (r *repairer) settle(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent, rows content, hits []dedupHit) ([]string, error) {
 	type target struct {
 		db, table string
 		hits      []string // parts the log named
@@ -105,22 +105,22 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 			targets = append(targets, &target{db: h.db, table: h.table})
 		}
 		t := targets[i]
-		parts, err := covering(ctx, s.conn, h.db, h.table, h.part)
+		parts, err := covering(ctx, c, h.db, h.table, h.part)
 		if err != nil {
 			return nil, fmt.Errorf("chsink: check part %s of %s.%s: %w", h.part, h.db, h.table, err)
 		}
 		t.hits = append(t.hits, h.part)
 		t.lost = t.lost || len(parts) == 0
 	}
-	same, err := s.sameRun(ctx, in)
+	same, err := sameRun(ctx, c, r.db, in)
 	if err != nil {
 		return nil, err
 	}
-	v := &verifier[T]{s: s, input: input, in: in}
+	v := &verifier{r: r, c: c, input: input, in: in}
 	defer v.drop(ctx)
 	var held []string
 	for _, t := range targets {
-		own := t.db == s.opts.Database && t.table == s.table.Name
+		own := t.db == r.db && t.table == r.table
 		if !t.lost && !same && rows != differsFrom {
 			var err error
 			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.hits, rows == asJournaled); errors.Is(err, ErrUnprovenTarget) {
@@ -134,28 +134,28 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 			held = append(held, t.hits...)
 		case !t.lost:
 		case own:
-			moved, err := s.putBack(ctx, input, in)
+			moved, err := r.putBack(ctx, c, input, in)
 			if err != nil {
 				return nil, err
 			}
 			if moved {
-				s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; wrote the batch's rows into the table again, without its views",
-					"table", s.table.Name, "parts", t.hits, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
-				s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+				r.logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; wrote the batch's rows into the table again, without its views",
+					"table", r.table, "parts", t.hits, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
+				r.count(ctx)
 			}
 		default:
 			lost := &LostPartError{Intent: in, Table: t.db + "." + t.table, Part: t.hits[0]}
-			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
-				"table", s.table.Name, "target", lost.Table, "parts", t.hits, "token", in.Token)
+			r.logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
+				"table", r.table, "target", lost.Table, "parts", t.hits, "token", in.Token)
 			src, err := v.source(ctx)
 			if err == nil {
-				err = s.rederive(ctx, in, t.db, t.table, src)
+				err = r.rederive(ctx, c, in, t.db, t.table, src)
 			}
 			if err != nil {
 				lost.Err = err
 				return nil, lost
 			}
-			s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+			r.count(ctx)
 		}
 	}
 	return held, nil

@@ -87,13 +87,11 @@ type Sink[T any] struct {
 	block   int64     // cached block counter, a lower bound
 	blockAt time.Time // when block was read
 
-	staged  sync.Mutex     // guards staging, which a flight's insert appends to
-	staging []stagedRepair // emptied repair tables, dropped by CheckpointCompleted
+	repair *repairer // checks and repairs parts the server lost (see lostpart.go)
 
-	beforeRecord, beforeInsert func()                  // test hooks
-	beforeJournal              func()                  // test hook: a batch's goroutine is about to journal its intent
-	afterWrite                 func(rows int)          // test hook: a batch of rows is acknowledged
-	afterRepairStep            func(step string) error // test hook: a lost-part repair did step
+	beforeRecord, beforeInsert func()         // test hooks
+	beforeJournal              func()         // test hook: a batch's goroutine is about to journal its intent
+	afterWrite                 func(rows int) // test hook: a batch of rows is acknowledged
 
 	m metrics
 }
@@ -148,6 +146,10 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 	s.body = "INSERT INTO " + ident(opts.Database) + "." + ident(table.Name) + " (" + joinIdents(names) + ") VALUES"
 	if err := s.initMetrics(); err != nil {
 		return nil, err
+	}
+	s.repair = &repairer{
+		db: opts.Database, table: table.Name, columns: names, dial: s.dial, logger: opts.Logger,
+		repaired: s.m.partsRepaired, attrs: s.m.attrs,
 	}
 	conn, err := s.dial(ctx)
 	if err != nil {
