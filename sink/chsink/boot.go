@@ -63,9 +63,9 @@ func bootIDs(ctx context.Context, c *ch.Client, db string) ([]string, error) {
 }
 
 // sameRun reports whether the server has run without a restart since in
-// was journaled: the run id in.Boot is still among the ids of db's boot
-// table. An unknown
-// id (an intent of an older build, or none to be had) counts as a restart.
+// was journaled: the run id in.Boot is still among the ids in db's boot
+// table. An unknown id (an intent of an older build, or none to be had)
+// counts as a restart.
 func sameRun(ctx context.Context, c *ch.Client, db string, in sink.Intent) (bool, error) {
 	if in.Boot == "" {
 		return false, nil

@@ -77,8 +77,9 @@ const (
 // unsure says an earlier attempt (of this process or of one before a crash)
 // may have reached the server; every attempt after a failed one is unsure
 // too. An unsure attempt on a plain MergeTree reads the server's log and
-// settles the blocks it reports as duplicates (see repairer.settle): a token the
-// server kept for a part it lost would otherwise drop the batch silently.
+// settles the blocks it reports as duplicates (see repairer.settle): a
+// token the server kept for a part it lost would otherwise drop the batch
+// silently.
 // rows says how input relates to the batch journaled as in.
 //
 // It returns the parts of the table that the server dropped the block as a

@@ -70,7 +70,9 @@ func (e *repairEnv) count(t *testing.T, q string) string {
 	return rows[0][0]
 }
 
+// tables counts the tables of the database whose name is like like.
 func (e *repairEnv) tables(t *testing.T, like string) string {
+	t.Helper()
 	return e.count(t, "SELECT count() FROM system.tables WHERE database = '"+e.db+"' AND name LIKE '"+like+"'")
 }
 
