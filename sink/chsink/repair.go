@@ -46,8 +46,10 @@ func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input,
 			return false, err
 		}
 	}
+	// A moved partition may leave an empty active part behind (the server
+	// covers what it moved away): only parts with rows are still to move.
 	parts, err := queryStrings(ctx, c, fmt.Sprintf(
-		"SELECT DISTINCT partition_id AS c0 FROM system.parts WHERE active AND database = %s AND table = %s",
+		"SELECT DISTINCT partition_id AS c0 FROM system.parts WHERE active AND rows > 0 AND database = %s AND table = %s",
 		quote(r.db), quote(stage)), 1)
 	if err != nil {
 		return false, err

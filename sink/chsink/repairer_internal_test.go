@@ -64,7 +64,7 @@ func (e *repairEnv) exec(t *testing.T, q string) {
 // count runs a query of one number.
 func (e *repairEnv) count(t *testing.T, q string) string {
 	t.Helper()
-	rows, err := queryStrings(e.ctx, e.c, "SELECT toString(("+q+")) AS c0", 1)
+	rows, err := queryStrings(e.ctx, e.c, "SELECT ifNull(toString(("+q+")), 'NULL') AS c0", 1)
 	require.NoError(t, err, q)
 	require.Len(t, rows, 1, q)
 	return rows[0][0]
