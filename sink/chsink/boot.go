@@ -63,13 +63,14 @@ func bootIDs(ctx context.Context, c *ch.Client, db string) ([]string, error) {
 }
 
 // sameRun reports whether the server has run without a restart since in
-// was journaled: the run id in.Boot is still the server's. An unknown
-// id (an intent of an older build, or none to be had) counts as a restart.
-func (s *Sink[T]) sameRun(ctx context.Context, in sink.Intent) (bool, error) {
+// was journaled: the run id in.Boot is still among the ids in db's boot
+// table. An unknown id (an intent of an older build, or none to be had)
+// counts as a restart.
+func sameRun(ctx context.Context, c *ch.Client, db string, in sink.Intent) (bool, error) {
 	if in.Boot == "" {
 		return false, nil
 	}
-	ids, err := bootIDs(ctx, s.conn, s.opts.Database)
+	ids, err := bootIDs(ctx, c, db)
 	if err != nil {
 		return false, fmt.Errorf("chsink: read the server's run: %w", err)
 	}

@@ -273,12 +273,13 @@
 // sink.go holds the type, New, Add and the lifecycle (Run, Close);
 // flight.go the background insert of a sealed batch; insert.go the
 // connection and the insert with retries; replay.go the replay of journaled
-// batches, whose per-row decision is the pure function nextReplayStep;
-// dedupwindow.go the check that a re-insert is still inside the table's
-// deduplication window; ahead.go the flush ahead of a barrier; lostpart.go
-// the settling of parts the server lost while keeping their tokens, with
-// serverlog.go (the server's log line), boot.go (the server's run),
-// partcheck.go and verify.go (the check of a part's content), viewsql.go (a
-// view's query over the batch) and repair.go (putting rows back);
-// participant.go Snapshot, Restore and pruning; metrics.go the instruments.
+// batches, whose per-row decision is the pure function journal.NextStep
+// (sink/internal/journal); dedupwindow.go the check that a re-insert is
+// still inside the table's deduplication window; ahead.go the flush ahead
+// of a barrier; repairer.go the type that settles parts the server lost
+// while keeping their tokens (lostpart.go), with serverlog.go (the server's
+// log line), boot.go (the server's run), partcheck.go and verify.go (the
+// check of a part's content), viewsql.go (a view's query over the batch)
+// and repair.go (putting rows back); participant.go Snapshot, Restore and
+// pruning; metrics.go the instruments.
 package chsink

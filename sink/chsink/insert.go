@@ -60,7 +60,7 @@ func (s *Sink[T]) dropConn() {
 
 // content says how an insert's rows relate to the batch journaled under
 // its token: what a check of the parts that hold the batch can expect to
-// find there (see settleLost).
+// find there (see repairer.settle).
 type content uint8
 
 const (
@@ -77,8 +77,9 @@ const (
 // unsure says an earlier attempt (of this process or of one before a crash)
 // may have reached the server; every attempt after a failed one is unsure
 // too. An unsure attempt on a plain MergeTree reads the server's log and
-// settles the blocks it reports as duplicates (see settleLost): a token the
-// server kept for a part it lost would otherwise drop the batch silently.
+// settles the blocks it reports as duplicates (see repairer.settle): a
+// token the server kept for a part it lost would otherwise drop the batch
+// silently.
 // rows says how input relates to the batch journaled as in.
 //
 // It returns the parts of the table that the server dropped the block as a
@@ -126,7 +127,7 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 			err = conn.Do(actx, q)
 			var dups []string
 			if err == nil && len(hits) > 0 {
-				dups, err = s.settleLost(actx, input, in, rows, hits)
+				dups, err = s.repair.settle(actx, conn, input, in, rows, hits)
 			}
 			stop()
 			// The attempt's own deadline, not the caller's: the outcome is

@@ -43,24 +43,38 @@ var ErrLostPart = errors.New("chsink: ClickHouse deduplicated a block against a 
 // but kept its token (a plain MergeTree killed between writing its
 // deduplication log and renaming the part in; see TestDedupLogOutlivesPart).
 // The sink repairs its own table (see putBack) and the target of a view
-// that selects from its table (see rederive); this error means a target
-// could not be repaired: it is fed through another view (a cascade, which
-// New refuses unless replicated), the view's query could not be run over
-// the batch alone, or the table was changed since New into a shape whose
-// merged part cannot be checked (ErrUnprovenTarget) (Err says why). It is
-// permanent: the batch's intent stays in the journal, and the sink fails at
-// the same batch until an operator restores that target's rows of the batch
-// (Intent.First..Intent.Last of the source).
+// that selects from its table (see rederive); this error means a table
+// could not be repaired: a view's target is fed through another view (a
+// cascade, which New refuses unless replicated), or the view's query could
+// not be run over the batch alone; or the table, or a target, was changed
+// since New into a shape whose merged part cannot be checked
+// (ErrUnprovenTarget) (Err says why). ViewTarget, and the message, say
+// whether the rows were lost in the sink's table itself or in a view's
+// target. It is permanent: the batch's intent stays in the journal, and the
+// sink fails at the same batch until an operator restores that table's
+// rows of the batch (Intent.First..Intent.Last of the source).
 type LostPartError struct {
 	Intent sink.Intent
 	Table  string // database.table whose part is gone
-	Part   string // the part its deduplication log names
-	Err    error  // why the view's rows could not be derived again
+	// ViewTarget says Table is the target of a materialized view over the
+	// sink's table; false, Table is the sink's table itself.
+	ViewTarget bool
+	Part       string // the part its deduplication log names
+	Err        error  // why the rows could not be checked or derived again
 }
 
 func (e *LostPartError) Error() string {
-	return fmt.Sprintf("chsink: batch %s..%s (token %s): %s deduplicated it against part %s, which it does not hold, and the view's rows of this batch cannot be derived again: %v",
-		e.Intent.First, e.Intent.Last, e.Intent.Token, e.Table, e.Part, e.Err)
+	table, rows := "the sink's table "+e.Table, "the table's rows of this batch cannot be put back"
+	if e.ViewTarget {
+		table, rows = e.Table+", the target of a materialized view over the sink's table,", "the view's rows of this batch cannot be derived again"
+	}
+	held := "which it does not hold"
+	if errors.Is(e.Err, ErrUnprovenTarget) {
+		// Nothing proves the part lost: its rows cannot be told apart.
+		held, rows = "which it may no longer hold", "whether it holds the batch cannot be checked"
+	}
+	return fmt.Sprintf("chsink: batch %s..%s (token %s): %s deduplicated it against part %s, %s, and %s: %v",
+		e.Intent.First, e.Intent.Last, e.Intent.Token, table, e.Part, held, rows, e.Err)
 }
 
 func (e *LostPartError) Unwrap() []error { return []error{ErrLostPart, e.Err} }
@@ -85,13 +99,13 @@ func covering(ctx context.Context, c *ch.Client, db, table, part string) ([]stri
 	return parts, nil
 }
 
-// settleLost checks the parts that the insert of in was deduplicated
+// settle checks the parts that the insert of in was deduplicated
 // against (hits) and repairs what the tables lost; see the top of this
 // file. It returns the parts of the sink's own table that hold the batch.
 // Only input as journaled can be compared whole; a stalled replay's rows
 // (a prefix of the version the server may hold) are checked to be there,
 // and another version's not at all (the name is all there is to go on).
-func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Intent, rows content, hits []dedupHit) ([]string, error) {
+func (r *repairer) settle(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent, rows content, hits []dedupHit) ([]string, error) {
 	type target struct {
 		db, table string
 		hits      []string // parts the log named
@@ -105,26 +119,26 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 			targets = append(targets, &target{db: h.db, table: h.table})
 		}
 		t := targets[i]
-		parts, err := covering(ctx, s.conn, h.db, h.table, h.part)
+		parts, err := covering(ctx, c, h.db, h.table, h.part)
 		if err != nil {
 			return nil, fmt.Errorf("chsink: check part %s of %s.%s: %w", h.part, h.db, h.table, err)
 		}
 		t.hits = append(t.hits, h.part)
 		t.lost = t.lost || len(parts) == 0
 	}
-	same, err := s.sameRun(ctx, in)
+	same, err := sameRun(ctx, c, r.db, in)
 	if err != nil {
 		return nil, err
 	}
-	v := &verifier[T]{s: s, input: input, in: in}
+	v := &verifier{r: r, c: c, input: input, in: in}
 	defer v.drop(ctx)
 	var held []string
 	for _, t := range targets {
-		own := t.db == s.opts.Database && t.table == s.table.Name
+		own := t.db == r.db && t.table == r.table
 		if !t.lost && !same && rows != differsFrom {
 			var err error
 			if t.lost, err = v.lacks(ctx, own, t.db, t.table, t.hits, rows == asJournaled); errors.Is(err, ErrUnprovenTarget) {
-				return nil, &LostPartError{Intent: in, Table: t.db + "." + t.table, Part: t.hits[0], Err: err}
+				return nil, &LostPartError{Intent: in, Table: t.db + "." + t.table, ViewTarget: !own, Part: t.hits[0], Err: err}
 			} else if err != nil {
 				return nil, fmt.Errorf("chsink: check that %s.%s holds batch %s..%s: %w", t.db, t.table, in.First, in.Last, err)
 			}
@@ -134,28 +148,28 @@ func (s *Sink[T]) settleLost(ctx context.Context, input proto.Input, in sink.Int
 			held = append(held, t.hits...)
 		case !t.lost:
 		case own:
-			moved, err := s.putBack(ctx, input, in)
+			moved, err := r.putBack(ctx, c, input, in)
 			if err != nil {
 				return nil, err
 			}
 			if moved {
-				s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; wrote the batch's rows into the table again, without its views",
-					"table", s.table.Name, "parts", t.hits, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
-				s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+				r.logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a part it lost; wrote the batch's rows into the table again, without its views",
+					"table", r.table, "parts", t.hits, "token", in.Token, "first", in.First.String(), "last", in.Last.String())
+				r.count(ctx)
 			}
 		default:
-			lost := &LostPartError{Intent: in, Table: t.db + "." + t.table, Part: t.hits[0]}
-			s.opts.Logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
-				"table", s.table.Name, "target", lost.Table, "parts", t.hits, "token", in.Token)
+			lost := &LostPartError{Intent: in, Table: t.db + "." + t.table, ViewTarget: true, Part: t.hits[0]}
+			r.logger.Warn("chsink: ClickHouse deduplicated a re-inserted batch against a view target's part it lost; deriving the view's rows of the batch again",
+				"table", r.table, "target", lost.Table, "parts", t.hits, "token", in.Token)
 			src, err := v.source(ctx)
 			if err == nil {
-				err = s.rederive(ctx, in, t.db, t.table, src)
+				err = r.rederive(ctx, c, in, t.db, t.table, src)
 			}
 			if err != nil {
 				lost.Err = err
 				return nil, lost
 			}
-			s.m.partsRepaired.Add(ctx, 1, s.m.attrs)
+			r.count(ctx)
 		}
 	}
 	return held, nil

@@ -2,13 +2,16 @@ package chsink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/ClickHouse/ch-go"
-	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 // TestParseDedupLog: the table of a dropped block is read from the logger
@@ -60,4 +63,46 @@ func TestCoveringRowsFollowsMerges(t *testing.T) {
 	assert.Equal(t, "5", count(coveringRows([]string{third})), "after the merge: the part that covers it")
 	assert.Equal(t, "5", count(coveringRows([]string{"all_9_9_0", third})), "either range")
 	assert.Equal(t, "0", count(coveringRows([]string{"all_9_9_0"})), "no part covers block 9")
+}
+
+// TestLostPartErrorNamesTable: the message says whether the rows were lost
+// in the sink's table itself or in a view's target, and whether the loss
+// is proven or only cannot be ruled out.
+func TestLostPartErrorNamesTable(t *testing.T) {
+	in := sink.Intent{First: sink.Position{Offset: 10}, Last: sink.Position{Offset: 20, Index: 1}, Token: "tok"}
+	cascade := errors.New("no materialized view of db.events writes to db.rollup directly (a cascade of views)")
+	unproven := fmt.Errorf("%w: part all_3_3_0 of db.events (SummingMergeTree) is merged", ErrUnprovenTarget)
+	tests := []struct {
+		name string
+		give LostPartError
+		want string
+	}{
+		{
+			name: "view target",
+			give: LostPartError{Intent: in, Table: "db.rollup", ViewTarget: true, Part: "all_3_3_0", Err: cascade},
+			want: "chsink: batch " + in.First.String() + ".." + in.Last.String() + " (token tok): db.rollup, the target of a materialized view over the sink's table, " +
+				"deduplicated it against part all_3_3_0, which it does not hold, and the view's rows of this batch cannot be derived again: " + cascade.Error(),
+		},
+		{
+			name: "the table itself",
+			give: LostPartError{Intent: in, Table: "db.events", Part: "all_3_3_0", Err: errors.New("no staging table")},
+			want: "chsink: batch " + in.First.String() + ".." + in.Last.String() + " (token tok): the sink's table db.events " +
+				"deduplicated it against part all_3_3_0, which it does not hold, and the table's rows of this batch cannot be put back: no staging table",
+		},
+		{
+			name: "the table itself, unproven",
+			give: LostPartError{Intent: in, Table: "db.events", Part: "all_3_3_0", Err: unproven},
+			want: "chsink: batch " + in.First.String() + ".." + in.Last.String() + " (token tok): the sink's table db.events " +
+				"deduplicated it against part all_3_3_0, which it may no longer hold, and whether it holds the batch cannot be checked: " + unproven.Error(),
+		},
+		{
+			name: "view target, unproven",
+			give: LostPartError{Intent: in, Table: "db.rollup", ViewTarget: true, Part: "all_3_3_0", Err: unproven},
+			want: "chsink: batch " + in.First.String() + ".." + in.Last.String() + " (token tok): db.rollup, the target of a materialized view over the sink's table, " +
+				"deduplicated it against part all_3_3_0, which it may no longer hold, and whether it holds the batch cannot be checked: " + unproven.Error(),
+		},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, tt.give.Error(), tt.name)
+	}
 }

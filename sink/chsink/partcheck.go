@@ -71,9 +71,8 @@ type tableFacts struct {
 }
 
 // facts reads db.table's engine, sorting key and version column.
-func (v *verifier[T]) facts(ctx context.Context, db, table string) (tableFacts, error) {
-	c := v.s.conn
-	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+func (v *verifier) facts(ctx context.Context, db, table string) (tableFacts, error) {
+	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
 		"SELECT engine AS c0, sorting_key AS c1, engine_full AS c2 FROM system.tables WHERE database = %s AND name = %s",
 		quote(db), quote(table)), 3)
 	if err != nil {
@@ -92,8 +91,8 @@ func (v *verifier[T]) facts(ctx context.Context, db, table string) (tableFacts, 
 // fingerprint returns the row count and a hash of the multiset of rows of
 // db.table matching where, over cols: equal fingerprints are equal
 // multisets of rows (but for a 64-bit hash collision).
-func (v *verifier[T]) fingerprint(ctx context.Context, db, table, where string, cols []string) (string, error) {
-	rows, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
+func (v *verifier) fingerprint(ctx context.Context, db, table, where string, cols []string) (string, error) {
+	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
 		"SELECT toString(count()) || '/' || toString(sum(cityHash64(formatRow('RowBinary', %s)))) AS c0 FROM %s.%s WHERE %s",
 		joinIdents(cols), ident(db), ident(table), where), 1)
 	if err != nil {
@@ -131,7 +130,7 @@ type staged struct {
 // db.table, one per view writing there (the batch itself for the sink's
 // table); the block is held when its rows are one of them, partition by
 // partition.
-func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f tableFacts, want []staged) (held, decided bool, err error) {
+func (v *verifier) exact(ctx context.Context, db, table, part string, f tableFacts, want []staged) (held, decided bool, err error) {
 	where, ok, err := v.blockCond(ctx, db, table, part, f)
 	if err != nil || !ok {
 		return false, false, err
@@ -142,7 +141,7 @@ func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f table
 		if err != nil {
 			return false, false, err
 		}
-		exp, err := v.fingerprint(ctx, v.s.opts.Database, w.table, "_partition_id = "+quote(pid), w.cols)
+		exp, err := v.fingerprint(ctx, v.r.db, w.table, "_partition_id = "+quote(pid), w.cols)
 		if err != nil {
 			return false, false, err
 		}
@@ -157,8 +156,8 @@ func (v *verifier[T]) exact(ctx context.Context, db, table, part string, f table
 // the rows of the block the server named as part (see blockRows): ok is
 // false once that part is merged, unless the table keeps every row and
 // stores its block number.
-func (v *verifier[T]) blockCond(ctx context.Context, db, table, part string, f tableFacts) (where string, ok bool, err error) {
-	active, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
+func (v *verifier) blockCond(ctx context.Context, db, table, part string, f tableFacts) (where string, ok bool, err error) {
+	active, err := queryStrings(ctx, v.c, fmt.Sprintf(
 		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
 		quote(db), quote(table), quote(part)), 1)
 	if err != nil {
@@ -181,12 +180,12 @@ func (v *verifier[T]) blockCond(ctx context.Context, db, table, part string, f t
 // covers part's block stores each row's block number (a table with
 // enable_block_number_column = 1): the block's rows can then be read out
 // of merged parts.
-func (v *verifier[T]) storesBlockNumbers(ctx context.Context, db, table, part string) (bool, error) {
+func (v *verifier) storesBlockNumbers(ctx context.Context, db, table, part string) (bool, error) {
 	p, lo, hi, ok := partBlocks(part)
 	if !ok {
 		return false, nil
 	}
-	rows, err := queryStrings(ctx, v.s.conn, fmt.Sprintf(
+	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
 		"SELECT toString(count()) AS c0, toString(countIf(name IN (SELECT part_name FROM system.parts_columns WHERE database = %[1]s AND table = %[2]s AND column = '_block_number'))) AS c1 "+
 			"FROM system.parts WHERE active AND database = %[1]s AND table = %[2]s AND partition_id = %[3]s AND min_block_number <= %[4]d AND max_block_number >= %[5]d",
 		quote(db), quote(table), quote(p), lo, hi), 2)

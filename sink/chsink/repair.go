@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
@@ -17,117 +16,56 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink"
 )
 
-// scratchName names a table of the sink's own for in's batch and what
-// else names its use (a target, a view): one per table, token and use, so
-// that work a crash interrupted finds its table again.
-func (s *Sink[T]) scratchName(prefix string, in sink.Intent, use ...string) string {
-	h := fnv.New64a()
-	h.Write([]byte(s.table.Name + "\x00" + in.Token))
-	for _, u := range use {
-		h.Write([]byte("\x00" + u))
-	}
-	return fmt.Sprintf("%s%016x", prefix, h.Sum64())
-}
-
-// dropTable is the statement that drops db.table if it exists.
-func dropTable(db, table string) string {
-	return "DROP TABLE IF EXISTS " + ident(db) + "." + ident(table) + " SYNC"
-}
-
 // putBack writes input into the table without firing its materialized
 // views: into a staging table created AS the table (filled under a
 // temporary name and renamed when complete, so that its existence proves
 // it holds the whole batch), whose partitions then move into the table.
 // Moving empties the staging table, which tells a repeated repair that the
-// rows are in: moved says whether this call moved any. The empty staging table is dropped once a completed
-// checkpoint covers the batch (dropStaging).
-func (s *Sink[T]) putBack(ctx context.Context, input proto.Input, in sink.Intent) (moved bool, err error) {
-	db, stage := ident(s.opts.Database), s.scratchName("eo_repair_", in)
-	exists, err := queryStrings(ctx, s.conn, fmt.Sprintf(
-		"SELECT name AS c0 FROM system.tables WHERE database = %s AND name = %s", quote(s.opts.Database), quote(stage)), 1)
+// rows are in: moved says whether this call moved any. The empty staging
+// table is dropped once a completed checkpoint covers the batch
+// (dropStaging).
+func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent) (moved bool, err error) {
+	db, stage := ident(r.db), r.scratchName("eo_repair_", in)
+	exists, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT name AS c0 FROM system.tables WHERE database = %s AND name = %s", quote(r.db), quote(stage)), 1)
 	if err != nil {
 		return false, err
 	}
 	if len(exists) == 0 {
 		tmp := stage + "_tmp"
-		if err := s.stage(ctx, input, tmp, ""); err != nil {
-			return false, fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
+		if err := r.stage(ctx, c, input, tmp, ""); err != nil {
+			return false, fmt.Errorf("chsink: repair %s: %w", r.table, err)
 		}
-		if err := s.repairStep("filled"); err != nil {
+		if err := r.step("filled"); err != nil {
 			return false, err
 		}
-		if err := s.conn.Do(ctx, ch.Query{Body: "RENAME TABLE " + db + "." + ident(tmp) + " TO " + db + "." + ident(stage)}); err != nil {
-			return false, fmt.Errorf("chsink: repair %s: rename staging table: %w", s.table.Name, err)
+		if err := c.Do(ctx, ch.Query{Body: "RENAME TABLE " + db + "." + ident(tmp) + " TO " + db + "." + ident(stage)}); err != nil {
+			return false, fmt.Errorf("chsink: repair %s: rename staging table: %w", r.table, err)
 		}
-		if err := s.repairStep("renamed"); err != nil {
+		if err := r.step("renamed"); err != nil {
 			return false, err
 		}
 	}
-	parts, err := queryStrings(ctx, s.conn, fmt.Sprintf(
-		"SELECT DISTINCT partition_id AS c0 FROM system.parts WHERE active AND database = %s AND table = %s",
-		quote(s.opts.Database), quote(stage)), 1)
+	// A moved partition may leave an empty active part behind (the server
+	// covers what it moved away): only parts with rows are still to move.
+	parts, err := queryStrings(ctx, c, fmt.Sprintf(
+		"SELECT DISTINCT partition_id AS c0 FROM system.parts WHERE active AND rows > 0 AND database = %s AND table = %s",
+		quote(r.db), quote(stage)), 1)
 	if err != nil {
 		return false, err
 	}
 	for _, p := range parts {
-		q := "ALTER TABLE " + db + "." + ident(stage) + " MOVE PARTITION ID " + quote(p[0]) + " TO TABLE " + db + "." + ident(s.table.Name)
-		if err := s.conn.Do(ctx, ch.Query{Body: q}); err != nil {
-			return false, fmt.Errorf("chsink: repair %s: %w", s.table.Name, err)
+		q := "ALTER TABLE " + db + "." + ident(stage) + " MOVE PARTITION ID " + quote(p[0]) + " TO TABLE " + db + "." + ident(r.table)
+		if err := c.Do(ctx, ch.Query{Body: q}); err != nil {
+			return false, fmt.Errorf("chsink: repair %s: %w", r.table, err)
 		}
 		moved = true
-		if err := s.repairStep("moved"); err != nil {
+		if err := r.step("moved"); err != nil {
 			return false, err
 		}
 	}
-	s.staged.Lock()
-	s.staging = append(s.staging, stagedRepair{table: stage, last: in.Last})
-	s.staged.Unlock()
+	r.keepStaging(stage, in)
 	return moved, nil
-}
-
-// stagedRepair is an emptied staging table and the last position of its
-// batch.
-type stagedRepair struct {
-	table string
-	last  sink.Position
-}
-
-// dropStaging drops the staging tables of repaired batches at or before
-// through, which the oldest kept checkpoint covers: no replay can repair
-// them again. It dials its own connection (the sink's may be in a flight's
-// use); a failure leaves an empty table behind, which the next completed
-// checkpoint drops.
-func (s *Sink[T]) dropStaging(ctx context.Context, through sink.Position) {
-	s.staged.Lock()
-	var drop, keep []stagedRepair
-	for _, r := range s.staging {
-		if r.last.Compare(through) <= 0 {
-			drop = append(drop, r)
-		} else {
-			keep = append(keep, r)
-		}
-	}
-	s.staging = keep
-	s.staged.Unlock()
-	if len(drop) == 0 {
-		return
-	}
-	c, err := s.dial(ctx)
-	if err == nil {
-		defer c.Close()
-	}
-	for i, r := range drop {
-		if err == nil {
-			err = c.Do(ctx, ch.Query{Body: dropTable(s.opts.Database, r.table)})
-		}
-		if err != nil {
-			s.opts.Logger.Warn("chsink: drop an emptied repair table; retried at the next checkpoint", "table", r.table, "err", err)
-			s.staged.Lock()
-			s.staging = append(s.staging, drop[i:]...)
-			s.staged.Unlock()
-			return
-		}
-	}
 }
 
 // rederive inserts into db.target what the materialized views that read
@@ -137,21 +75,21 @@ func (s *Sink[T]) dropStaging(ctx context.Context, through sink.Position) {
 // ":rederive:" + view, which the target's deduplication drops if a crash
 // repeats the repair. A query that reads other tables too (a JOIN) reads
 // them as they are now.
-func (s *Sink[T]) rederive(ctx context.Context, in sink.Intent, db, target, src string) error {
-	views, err := s.viewQueries(ctx, db, target, src)
+func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, db, target, src string) error {
+	views, err := r.viewQueries(ctx, c, db, target, src)
 	if err != nil {
 		return err
 	}
 	if len(views) == 0 {
-		return fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", s.opts.Database, s.table.Name, db, target)
+		return fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", r.db, r.table, db, target)
 	}
 	for _, v := range views {
-		names, err := outputColumns(ctx, s.conn, v.sel)
+		names, err := outputColumns(ctx, c, v.sel)
 		if err != nil {
 			return fmt.Errorf("view %s: %w", v.name, err)
 		}
 		body := "INSERT INTO " + ident(db) + "." + ident(target) + " (" + joinIdents(names) + ") SELECT " + joinIdents(names) + " FROM (" + v.sel + ")"
-		err = s.conn.Do(ctx, ch.Query{Body: body, Settings: []ch.Setting{
+		err = c.Do(ctx, ch.Query{Body: body, Settings: []ch.Setting{
 			{Key: "insert_deduplication_token", Value: in.Token + ":rederive:" + v.name, Important: true},
 			ch.SettingInt("insert_deduplicate", 1),
 			ch.SettingInt("deduplicate_blocks_in_dependent_materialized_views", 1),
@@ -160,20 +98,11 @@ func (s *Sink[T]) rederive(ctx context.Context, in sink.Intent, db, target, src 
 		if err != nil {
 			return fmt.Errorf("view %s: %w", v.name, err)
 		}
-		if err := s.repairStep("derived"); err != nil {
+		if err := r.step("derived"); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// repairStep runs the test hook that may stop a repair after step, as a
-// crash there would.
-func (s *Sink[T]) repairStep(step string) error {
-	if s.afterRepairStep == nil {
-		return nil
-	}
-	return s.afterRepairStep(step)
 }
 
 // viewQuery is a materialized view's query, made to read another table.
@@ -187,44 +116,24 @@ type viewQuery struct {
 // view's target), each made to read the table from instead, a staging copy
 // in the sink's database (see readFrom). The server formats each query
 // first, so that the name is replaced in its own canonical text.
-func (s *Sink[T]) viewQueries(ctx context.Context, db, target, from string) ([]viewQuery, error) {
-	rows, err := queryStrings(ctx, s.conn, fmt.Sprintf(
+func (r *repairer) viewQueries(ctx context.Context, c *ch.Client, db, target, from string) ([]viewQuery, error) {
+	rows, err := queryStrings(ctx, c, fmt.Sprintf(
 		"SELECT database AS c0, name AS c1, formatQuery(as_select) AS c2 FROM system.tables "+
 			"WHERE engine = 'MaterializedView' AND target_database = %s AND target_table = %s AND (database, name) IN "+
 			"(SELECT arrayJoin(arrayZip(dependencies_database, dependencies_table)) FROM system.tables WHERE database = %s AND name = %s) ORDER BY database, name",
-		quote(db), quote(target), quote(s.opts.Database), quote(s.table.Name)), 3)
+		quote(db), quote(target), quote(r.db), quote(r.table)), 3)
 	if err != nil {
 		return nil, err
 	}
 	var views []viewQuery
-	for _, r := range rows {
-		sel, err := readFrom(r[2], s.opts.Database, s.table.Name, s.opts.Database, from)
+	for _, row := range rows {
+		sel, err := readFrom(row[2], r.db, r.table, r.db, from)
 		if err != nil {
-			return nil, fmt.Errorf("view %s.%s: %w", r[0], r[1], err)
+			return nil, fmt.Errorf("view %s.%s: %w", row[0], row[1], err)
 		}
-		views = append(views, viewQuery{name: r[0] + "." + r[1], sel: sel})
+		views = append(views, viewQuery{name: row[0] + "." + row[1], sel: sel})
 	}
 	return views, nil
-}
-
-// stage creates the table name AS the sink's table, without its views
-// (with engine, if not empty, in place of the table's), and fills it with
-// input.
-func (s *Sink[T]) stage(ctx context.Context, input proto.Input, name, engine string) error {
-	db, t := ident(s.opts.Database), ident(name)
-	for _, q := range []string{
-		dropTable(s.opts.Database, name),
-		"CREATE TABLE " + db + "." + t + " AS " + db + "." + ident(s.table.Name) + engine,
-	} {
-		if err := s.conn.Do(ctx, ch.Query{Body: q}); err != nil {
-			return fmt.Errorf("%s: %w", q, err)
-		}
-	}
-	body := "INSERT INTO " + db + "." + t + " (" + joinIdents(s.columns) + ") VALUES"
-	if err := s.conn.Do(ctx, ch.Query{Body: body, Input: input}); err != nil {
-		return fmt.Errorf("fill %s: %w", name, err)
-	}
-	return nil
 }
 
 // outputColumns returns the names of the columns query returns: a view

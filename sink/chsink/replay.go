@@ -1,7 +1,8 @@
 package chsink
 
 // Replay: rows that fall into batches journaled before a crash are
-// re-cut into exactly those batches and resolved one by one.
+// re-cut into exactly those batches and resolved one by one. Which row
+// goes where is journal.NextStep's decision; this file does what it says.
 
 import (
 	"context"
@@ -11,73 +12,6 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/sink"
 )
-
-// replayStep is what the sink does with the next row when journaled batches
-// remain to be replayed (see nextReplayStep).
-type replayStep uint8
-
-const (
-	// stepBatch: no journaled batch covers the row; it joins the normal
-	// batch being filled.
-	stepBatch replayStep = iota
-	// stepAppend: the row belongs to the head batch; append it to that
-	// batch's replay.
-	stepAppend
-	// stepAppendFinish: as stepAppend, and the row is the batch's last:
-	// resolve the batch after appending.
-	stepAppendFinish
-	// stepFlush: the row reaches the head batch while the buffer holds rows
-	// before it; those are a batch of their own, never part of the head
-	// batch's (its token would cover them). Flush them, then decide again.
-	stepFlush
-	// stepFinish: the row is past the head batch; resolve the batch with
-	// the rows replayed into it (maybe none), then decide again.
-	stepFinish
-	// stepMismatch: the row precedes the head batch after a restore, and
-	// the policy refuses rows outside journaled batches.
-	stepMismatch
-)
-
-func (s replayStep) String() string {
-	return [...]string{"batch", "append", "append+finish", "flush", "finish", "mismatch"}[s]
-}
-
-// nextReplayStep decides what to do with the row at pos, given head, the
-// first journaled batch still to replay; replaying, whether the buffer holds
-// rows of head; buffered, the rows in the buffer; and failDetached, whether
-// a row before head is an error (a restored sink with MismatchFail: replay
-// must resume exactly at a batch boundary).
-//
-// It is a pure function, so every case is tested without a server. The
-// sink calls it until it returns a step that consumes the row: stepFlush
-// and stepFinish change the state (the buffer is emptied, or head is
-// dropped) and ask again.
-func nextReplayStep(head *sink.Intent, replaying bool, buffered int, pos sink.Position, failDetached bool) replayStep {
-	switch {
-	case head == nil:
-		return stepBatch
-	case replaying && pos.Compare(head.Last) > 0:
-		return stepFinish
-	case replaying:
-		return appendStep(head, pos)
-	case pos.Compare(head.First) < 0 && failDetached:
-		return stepMismatch
-	case pos.Compare(head.First) < 0:
-		return stepBatch
-	case buffered > 0:
-		return stepFlush
-	case pos.Compare(head.Last) > 0:
-		return stepFinish
-	}
-	return appendStep(head, pos)
-}
-
-func appendStep(head *sink.Intent, pos sink.Position) replayStep {
-	if pos == head.Last {
-		return stepAppendFinish
-	}
-	return stepAppend
-}
 
 // finishReplay resolves pending[0] with the rows buffered for it. It runs
 // synchronously, after the batch in flight (rows buffered before pending[0])
@@ -329,7 +263,7 @@ func (s *Sink[T]) ensureInit(ctx context.Context) error {
 		// after it: every entry past the restore point that existed then is
 		// one it expects. A replay's rows that come before its head batch
 		// (a Tick-driven flush moves them between owners) are a batch of
-		// their own (see nextReplayStep), journaled ahead of it.
+		// their own (see journal.NextStep), journaled ahead of it.
 		from := slices.IndexFunc(pending, func(in sink.Intent) bool { return in.First.Compare(e.First) >= 0 })
 		expected := pending[max(from, 0):]
 		// A batch cut short after the snapshot (see cutShort) ends before the

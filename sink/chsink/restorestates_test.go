@@ -109,7 +109,7 @@ func TestRestoreAcceptsEveryCrashState(t *testing.T) {
 // move between owners leaves (a Tick-driven flush, as chaudit's folder and
 // window early firings have): the snapshot expects the batch at 110, and
 // after it the replay's rows came at 104, before that batch, so they were
-// journaled as a batch of their own (see nextReplayStep) ahead of the one
+// journaled as a batch of their own (see journal.NextStep) ahead of the one
 // the snapshot expects. A restore from that snapshot must accept the
 // journal: an 8-instance rolling restart (make chaos -kinds
 // processor-rolling-restart) restarted a processor forever on it with

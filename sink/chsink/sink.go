@@ -87,13 +87,11 @@ type Sink[T any] struct {
 	block   int64     // cached block counter, a lower bound
 	blockAt time.Time // when block was read
 
-	staged  sync.Mutex     // guards staging, which a flight's insert appends to
-	staging []stagedRepair // emptied repair tables, dropped by CheckpointCompleted
+	repair *repairer // checks and repairs parts the server lost (see lostpart.go)
 
-	beforeRecord, beforeInsert func()                  // test hooks
-	beforeJournal              func()                  // test hook: a batch's goroutine is about to journal its intent
-	afterWrite                 func(rows int)          // test hook: a batch of rows is acknowledged
-	afterRepairStep            func(step string) error // test hook: a lost-part repair did step
+	beforeRecord, beforeInsert func()         // test hooks
+	beforeJournal              func()         // test hook: a batch's goroutine is about to journal its intent
+	afterWrite                 func(rows int) // test hook: a batch of rows is acknowledged
 
 	m metrics
 }
@@ -148,6 +146,10 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 	s.body = "INSERT INTO " + ident(opts.Database) + "." + ident(table.Name) + " (" + joinIdents(names) + ") VALUES"
 	if err := s.initMetrics(); err != nil {
 		return nil, err
+	}
+	s.repair = &repairer{
+		db: opts.Database, table: table.Name, columns: names, dial: s.dial, logger: opts.Logger,
+		repaired: s.m.partsRepaired, attrs: s.m.attrs,
 	}
 	conn, err := s.dial(ctx)
 	if err != nil {
@@ -242,21 +244,21 @@ func (s *Sink[T]) usable(ctx context.Context) error {
 func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 	for len(s.pending) > 0 {
 		p := &s.pending[0]
-		step := nextReplayStep(p, s.replaying, s.n, pos, s.restored && s.opts.OnMismatch == MismatchFail)
+		step := journal.NextStep(p, s.replaying, s.n, pos, s.restored && s.opts.OnMismatch == MismatchFail)
 		switch step {
-		case stepMismatch:
+		case journal.StepMismatch:
 			return &sink.ContentMismatchError{Intent: *p, Rows: 1, Last: pos, Detached: true}
-		case stepFlush:
+		case journal.StepFlush:
 			if err := s.flush(ctx); err != nil {
 				return err
 			}
 			continue
-		case stepFinish:
+		case journal.StepFinish:
 			if err := s.finishReplay(ctx, false); err != nil {
 				return err
 			}
 			continue
-		case stepAppend, stepAppendFinish:
+		case journal.StepAppend, journal.StepAppendFinish:
 			if !s.replaying {
 				// Run may be waiting an hour on an empty buffer: it must
 				// now finish a short replay MaxDelay after the last row.
@@ -264,12 +266,12 @@ func (s *Sink[T]) add(ctx context.Context, pos sink.Position, row *T) error {
 			}
 			s.replaying = true
 			s.appendRow(pos, row)
-			if step == stepAppendFinish {
+			if step == journal.StepAppendFinish {
 				return s.finishReplay(ctx, false)
 			}
 			return nil
 		}
-		break // stepBatch
+		break // journal.StepBatch
 	}
 	s.appendRow(pos, row)
 	if s.n >= s.opts.MaxRows || s.n*s.bytesPerRow >= s.opts.MaxBytes {

@@ -18,8 +18,9 @@ import (
 // them. It makes its staging tables on first use and drops them all in
 // drop; their names are fixed per batch (see scratchName), so tables a
 // crash left behind are replaced by the next check of the same batch.
-type verifier[T any] struct {
-	s     *Sink[T]
+type verifier struct {
+	r     *repairer
+	c     *ch.Client // the connection the check runs on
 	input proto.Input
 	in    sink.Intent
 	asIs  string   // the batch in a copy of the table: its engine folds it as the table did
@@ -33,7 +34,7 @@ type verifier[T any] struct {
 // named (hits). whole says the input is the batch as journaled, so the
 // parts can be compared with it exactly; else it is a prefix of what the
 // server may hold, and only its rows' presence is checked.
-func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hits []string, whole bool) (bool, error) {
+func (v *verifier) lacks(ctx context.Context, own bool, db, table string, hits []string, whole bool) (bool, error) {
 	f, err := v.facts(ctx, db, table)
 	if err != nil {
 		return false, err
@@ -47,7 +48,7 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hit
 		if err != nil {
 			return false, err
 		}
-		want = []staged{{table: t, cols: v.s.columns}}
+		want = []staged{{table: t, cols: v.r.columns}}
 	} else if want, err = v.derived(ctx, db, table); err != nil {
 		return false, err
 	}
@@ -101,7 +102,7 @@ func (v *verifier[T]) lacks(ctx context.Context, own bool, db, table string, hit
 // same sorting key and, with a version column, a version at least the
 // row's: the engine's own promise, under which that row replaces the
 // batch's in FINAL (without a version, any row of the key replaces it).
-func (v *verifier[T]) missing(ctx context.Context, db, table, where string, f tableFacts, want []staged) (bool, error) {
+func (v *verifier) missing(ctx context.Context, db, table, where string, f tableFacts, want []staged) (bool, error) {
 	for _, w := range want {
 		key := f.sortingKey
 		if key == "" || lostPartProof(f.engine) != proofKeys {
@@ -109,14 +110,14 @@ func (v *verifier[T]) missing(ctx context.Context, db, table, where string, f ta
 		}
 		// A row of NULLs matches itself under transform_null_in.
 		q := fmt.Sprintf("SELECT toString(count()) AS c0 FROM %s.%s WHERE (%s) NOT IN (SELECT %s FROM %s.%s WHERE %s) SETTINGS transform_null_in = 1",
-			ident(v.s.opts.Database), ident(w.table), key, key, ident(db), ident(table), where)
+			ident(v.r.db), ident(w.table), key, key, ident(db), ident(table), where)
 		if f.version != "" {
 			q = fmt.Sprintf("SELECT toString(count()) AS c0 FROM (SELECT tuple(%[1]s) AS k, %[2]s AS v FROM %[3]s.%[4]s) AS w "+
 				"LEFT ANY JOIN (SELECT tuple(%[1]s) AS k, max(%[2]s) AS v, 1 AS found FROM %[5]s.%[6]s WHERE %[7]s GROUP BY k) AS h ON w.k = h.k "+
 				"WHERE h.found = 0 OR h.v < w.v SETTINGS join_use_nulls = 0",
-				key, ident(f.version), ident(v.s.opts.Database), ident(w.table), ident(db), ident(table), where)
+				key, ident(f.version), ident(v.r.db), ident(w.table), ident(db), ident(table), where)
 		}
-		n, err := queryStrings(ctx, v.s.conn, q, 1)
+		n, err := queryStrings(ctx, v.c, q, 1)
 		if err != nil {
 			return false, err
 		}
@@ -129,11 +130,11 @@ func (v *verifier[T]) missing(ctx context.Context, db, table, where string, f ta
 
 // table returns the staging copy of the sink's table (its engine and
 // settings) that holds the batch alone, made on first use.
-func (v *verifier[T]) table(ctx context.Context) (string, error) {
+func (v *verifier) table(ctx context.Context) (string, error) {
 	if v.asIs == "" {
-		name := v.s.scratchName("eo_verify_", v.in)
+		name := v.r.scratchName("eo_verify_", v.in)
 		v.made = append(v.made, name)
-		if err := v.s.stage(ctx, v.input, name, ""); err != nil {
+		if err := v.r.stage(ctx, v.c, v.input, name, ""); err != nil {
 			return "", err
 		}
 		v.asIs = name
@@ -144,14 +145,14 @@ func (v *verifier[T]) table(ctx context.Context) (string, error) {
 // source returns a staging copy of the sink's table that holds the batch
 // in the order it was inserted (one part, no sorting key): a view's query
 // over it sees the rows as the view saw the insert's block.
-func (v *verifier[T]) source(ctx context.Context) (string, error) {
+func (v *verifier) source(ctx context.Context) (string, error) {
 	if v.src == "" {
-		name := v.s.scratchName("eo_source_", v.in)
+		name := v.r.scratchName("eo_source_", v.in)
 		v.made = append(v.made, name)
-		if err := v.s.stage(ctx, v.input, name, " ENGINE = MergeTree ORDER BY tuple()"); err != nil {
+		if err := v.r.stage(ctx, v.c, v.input, name, " ENGINE = MergeTree ORDER BY tuple()"); err != nil {
 			return "", err
 		}
-		if err := v.s.repairStep("staged"); err != nil {
+		if err := v.r.step("staged"); err != nil {
 			return "", err
 		}
 		v.src = name
@@ -162,7 +163,7 @@ func (v *verifier[T]) source(ctx context.Context) (string, error) {
 // derived returns staging copies of db.target (its engine and settings),
 // one per materialized view that reads the sink's table and writes to
 // target, each holding what that view derives from the batch.
-func (v *verifier[T]) derived(ctx context.Context, db, target string) ([]staged, error) {
+func (v *verifier) derived(ctx context.Context, db, target string) ([]staged, error) {
 	key := db + "." + target
 	if got, ok := v.views[key]; ok {
 		return got, nil
@@ -171,28 +172,28 @@ func (v *verifier[T]) derived(ctx context.Context, db, target string) ([]staged,
 	if err != nil {
 		return nil, err
 	}
-	views, err := v.s.viewQueries(ctx, db, target, src)
+	views, err := v.r.viewQueries(ctx, v.c, db, target, src)
 	if err != nil {
 		return nil, err
 	}
 	if len(views) == 0 {
-		return nil, fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", v.s.opts.Database, v.s.table.Name, db, target)
+		return nil, fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", v.r.db, v.r.table, db, target)
 	}
 	var out []staged
-	sdb := ident(v.s.opts.Database)
+	sdb := ident(v.r.db)
 	for _, q := range views {
-		name := v.s.scratchName("eo_derive_", v.in, key, q.name)
+		name := v.r.scratchName("eo_derive_", v.in, key, q.name)
 		v.made = append(v.made, name)
-		names, err := outputColumns(ctx, v.s.conn, q.sel)
+		names, err := outputColumns(ctx, v.c, q.sel)
 		if err != nil {
 			return nil, fmt.Errorf("view %s: %w", q.name, err)
 		}
 		for _, stmt := range []string{
-			dropTable(v.s.opts.Database, name),
+			dropTable(v.r.db, name),
 			"CREATE TABLE " + sdb + "." + ident(name) + " AS " + ident(db) + "." + ident(target),
 			"INSERT INTO " + sdb + "." + ident(name) + " (" + joinIdents(names) + ") SELECT " + joinIdents(names) + " FROM (" + q.sel + ") SETTINGS max_threads = 1",
 		} {
-			if err := v.s.conn.Do(ctx, ch.Query{Body: stmt}); err != nil {
+			if err := v.c.Do(ctx, ch.Query{Body: stmt}); err != nil {
 				return nil, fmt.Errorf("view %s: %s: %w", q.name, stmt, err)
 			}
 		}
@@ -206,9 +207,9 @@ func (v *verifier[T]) derived(ctx context.Context, db, target string) ([]staged,
 }
 
 // drop removes the staging tables made.
-func (v *verifier[T]) drop(ctx context.Context) {
+func (v *verifier) drop(ctx context.Context) {
 	for _, name := range v.made {
-		_ = v.s.conn.Do(context.WithoutCancel(ctx), ch.Query{Body: dropTable(v.s.opts.Database, name)})
+		_ = v.c.Do(context.WithoutCancel(ctx), ch.Query{Body: dropTable(v.r.db, name)})
 	}
 	v.made = nil
 }

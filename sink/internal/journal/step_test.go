@@ -1,4 +1,4 @@
-package chsink
+package journal_test
 
 import (
 	"fmt"
@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/internal/journal"
 )
 
 func at(offset int64) sink.Position { return sink.Position{Offset: offset} }
 
-func TestNextReplayStep(t *testing.T) {
+func TestNextStep(t *testing.T) {
 	head := &sink.Intent{First: at(10), Last: at(20)}
 	tests := []struct {
 		name         string
@@ -22,34 +23,34 @@ func TestNextReplayStep(t *testing.T) {
 		buffered     int
 		pos          sink.Position
 		failDetached bool
-		want         replayStep
+		want         journal.Step
 	}{
-		{name: "nothing journaled", pos: at(5), want: stepBatch},
-		{name: "nothing journaled, rows buffered", buffered: 3, pos: at(5), want: stepBatch},
-		{name: "before the batch", head: head, pos: at(9), want: stepBatch},
-		{name: "before the batch, rows buffered", head: head, buffered: 2, pos: at(9), want: stepBatch},
-		{name: "before the batch after a strict restore", head: head, pos: at(9), failDetached: true, want: stepMismatch},
-		{name: "at its first row", head: head, pos: at(10), want: stepAppend},
-		{name: "inside it", head: head, pos: at(15), want: stepAppend},
-		{name: "a one-row batch", head: &sink.Intent{First: at(10), Last: at(10)}, pos: at(10), want: stepAppendFinish},
-		{name: "reaching it with rows buffered", head: head, buffered: 4, pos: at(10), want: stepFlush},
-		{name: "past it with rows buffered", head: head, buffered: 4, pos: at(30), want: stepFlush},
-		{name: "past it, nothing replayed into it", head: head, pos: at(30), want: stepFinish},
-		{name: "past it, strict restore", head: head, pos: at(30), failDetached: true, want: stepFinish},
-		{name: "replaying, inside", head: head, replaying: true, buffered: 1, pos: at(11), want: stepAppend},
-		{name: "replaying, its last row", head: head, replaying: true, buffered: 1, pos: at(20), want: stepAppendFinish},
+		{name: "nothing journaled", pos: at(5), want: journal.StepBatch},
+		{name: "nothing journaled, rows buffered", buffered: 3, pos: at(5), want: journal.StepBatch},
+		{name: "before the batch", head: head, pos: at(9), want: journal.StepBatch},
+		{name: "before the batch, rows buffered", head: head, buffered: 2, pos: at(9), want: journal.StepBatch},
+		{name: "before the batch after a strict restore", head: head, pos: at(9), failDetached: true, want: journal.StepMismatch},
+		{name: "at its first row", head: head, pos: at(10), want: journal.StepAppend},
+		{name: "inside it", head: head, pos: at(15), want: journal.StepAppend},
+		{name: "a one-row batch", head: &sink.Intent{First: at(10), Last: at(10)}, pos: at(10), want: journal.StepAppendFinish},
+		{name: "reaching it with rows buffered", head: head, buffered: 4, pos: at(10), want: journal.StepFlush},
+		{name: "past it with rows buffered", head: head, buffered: 4, pos: at(30), want: journal.StepFlush},
+		{name: "past it, nothing replayed into it", head: head, pos: at(30), want: journal.StepFinish},
+		{name: "past it, strict restore", head: head, pos: at(30), failDetached: true, want: journal.StepFinish},
+		{name: "replaying, inside", head: head, replaying: true, buffered: 1, pos: at(11), want: journal.StepAppend},
+		{name: "replaying, its last row", head: head, replaying: true, buffered: 1, pos: at(20), want: journal.StepAppendFinish},
 		{name: "replaying, its last row's next index", head: head, replaying: true, buffered: 1,
-			pos: sink.Position{Offset: 20, Index: 1}, want: stepFinish},
-		{name: "replaying, past it", head: head, replaying: true, buffered: 1, pos: at(21), want: stepFinish},
-		{name: "replaying ignores the strict policy", head: head, replaying: true, buffered: 1, pos: at(12), failDetached: true, want: stepAppend},
+			pos: sink.Position{Offset: 20, Index: 1}, want: journal.StepFinish},
+		{name: "replaying, past it", head: head, replaying: true, buffered: 1, pos: at(21), want: journal.StepFinish},
+		{name: "replaying ignores the strict policy", head: head, replaying: true, buffered: 1, pos: at(12), failDetached: true, want: journal.StepAppend},
 	}
 	for _, tt := range tests {
-		got := nextReplayStep(tt.head, tt.replaying, tt.buffered, tt.pos, tt.failDetached)
+		got := journal.NextStep(tt.head, tt.replaying, tt.buffered, tt.pos, tt.failDetached)
 		assert.Equal(t, tt.want.String(), got.String(), tt.name)
 	}
 }
 
-// replayModel drives nextReplayStep the way Sink.add does, over a model of
+// replayModel drives journal.NextStep the way chsink's Sink.add does, over a model of
 // the sink's buffer and pending batches, and records where each row went.
 type replayModel struct {
 	pending   []sink.Intent
@@ -76,7 +77,7 @@ func (m *replayModel) finish() {
 	m.head++
 }
 
-// add returns an error for a broken promise of nextReplayStep, and
+// add returns an error for a broken promise of journal.NextStep, and
 // errMismatch for a row refused as detached.
 func (m *replayModel) add(pos sink.Position, failDetached bool) error {
 	// At most one flush and one finish per pending batch before the row is
@@ -90,35 +91,35 @@ func (m *replayModel) add(pos sink.Position, failDetached bool) error {
 			break
 		}
 		p := &m.pending[0]
-		step := nextReplayStep(p, m.replaying, len(m.buf), pos, failDetached)
+		step := journal.NextStep(p, m.replaying, len(m.buf), pos, failDetached)
 		switch step {
-		case stepMismatch:
+		case journal.StepMismatch:
 			if !failDetached {
 				return fmt.Errorf("row %s: mismatch without the strict policy", pos)
 			}
 			return errMismatch
-		case stepFlush:
+		case journal.StepFlush:
 			if m.replaying || len(m.buf) == 0 {
 				return fmt.Errorf("row %s: flush while replaying=%v with %d rows", pos, m.replaying, len(m.buf))
 			}
 			m.seal()
 			continue
-		case stepFinish:
+		case journal.StepFinish:
 			if !m.replaying && len(m.buf) > 0 {
 				return fmt.Errorf("row %s: finishing %s..%s would put %d normal rows under its token", pos, p.First, p.Last, len(m.buf))
 			}
 			m.finish()
 			continue
-		case stepAppend, stepAppendFinish:
+		case journal.StepAppend, journal.StepAppendFinish:
 			if !m.replaying && len(m.buf) > 0 {
 				return fmt.Errorf("row %s: replay of %s..%s starts with %d normal rows buffered", pos, p.First, p.Last, len(m.buf))
 			}
 			m.replaying = true
 			m.buf = append(m.buf, pos)
-			if (step == stepAppendFinish) != (pos == p.Last) {
+			if (step == journal.StepAppendFinish) != (pos == p.Last) {
 				return fmt.Errorf("row %s: %s for a batch ending %s", pos, step, p.Last)
 			}
-			if step == stepAppendFinish {
+			if step == journal.StepAppendFinish {
 				m.finish()
 			}
 			return nil
@@ -138,12 +139,12 @@ func inside(p sink.Position, in sink.Intent) bool {
 	return p.Compare(in.First) >= 0 && p.Compare(in.Last) <= 0
 }
 
-// FuzzReplaySteps feeds a journal of disjoint batches and increasing rows
-// through nextReplayStep and checks where every row ends up: a row inside a
+// FuzzNextStep feeds a journal of disjoint batches and increasing rows
+// through journal.NextStep and checks where every row ends up: a row inside a
 // journaled batch is replayed into exactly that batch, a row outside every
 // batch goes to a normal batch, normal rows never share a token with a
 // journaled batch, and the batches are resolved in journal order.
-func FuzzReplaySteps(f *testing.F) {
+func FuzzNextStep(f *testing.F) {
 	f.Add([]byte{10, 5, 3, 2, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1}, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8}, false)
 	f.Add([]byte{0, 0, 1, 0}, []byte{0, 0, 0, 1, 1}, true)
 	f.Add([]byte{3, 2}, []byte{1, 1, 1, 1, 9}, true)
@@ -215,4 +216,19 @@ func FuzzReplaySteps(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestStepString(t *testing.T) {
+	tests := []struct {
+		give journal.Step
+		want string
+	}{
+		{journal.StepBatch, "batch"},
+		{journal.StepAppendFinish, "append+finish"},
+		{journal.StepMismatch, "mismatch"},
+		{journal.StepMismatch + 1, "step(6)"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, tt.give.String())
+	}
 }
