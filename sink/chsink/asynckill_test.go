@@ -209,11 +209,13 @@ func TestAsyncKilled(t *testing.T) {
 	env.exec(t, fmt.Sprintf(eventsDDL, db))
 	superCtx, stopSuper := context.WithCancel(context.Background())
 	superDone := make(chan struct{})
+	var serverRestarts atomic.Int64
 	go func() {
 		defer close(superDone)
 		for superCtx.Err() == nil {
 			if err := srv.Crashed(); err != nil {
 				t.Logf("clickhouse exited on its own; restarting it: %v", err)
+				serverRestarts.Add(1)
 				_, _ = srv.EnsureRunning(superCtx)
 			}
 			select {
@@ -224,23 +226,42 @@ func TestAsyncKilled(t *testing.T) {
 	}()
 	defer func() { stopSuper(); <-superDone }()
 
+	// serverRestarted says whether the server exited on its own after the
+	// supervisor's count stood at since. The supervisor polls every 50 ms,
+	// so a processor that failed at once waits a moment for it to notice.
+	serverRestarted := func(since int64) bool {
+		time.Sleep(200 * time.Millisecond)
+		return serverRestarts.Load() != since || srv.Crashed() != nil
+	}
 	cfg := asyncKillConfig{Addr: srv.Addr(), Database: db, Dir: t.TempDir(), End: 6000}
 	run := func(killAt string, n int64) (killed bool, out string) {
 		c := cfg
 		c.KillAt, c.N = killAt, n
 		raw, err := json.Marshal(c)
 		require.NoError(t, err)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestAsyncKillChild$")
-		cmd.Env = append(os.Environ(), envAsyncKillChild+"="+string(raw))
-		b, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-				return true, string(b)
+		for attempt := 0; ; attempt++ {
+			restarts := serverRestarts.Load()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestAsyncKillChild$")
+			cmd.Env = append(os.Environ(), envAsyncKillChild+"="+string(raw))
+			b, err := cmd.CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); ok {
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+					return true, string(b)
+				}
 			}
+			// The embedded server sometimes exits on its own under load
+			// (the supervisor above restarts it). A processor whose
+			// connection it cut fails, and a deployment's supervisor
+			// starts it again: so does this one, from the same state. A
+			// failure without a server restart still fails the test.
+			if err != nil && attempt < 3 && serverRestarted(restarts) {
+				t.Logf("processor failed while the server restarted; starting it again: %v: %s", err, b)
+				continue
+			}
+			require.NoError(t, err, "processor: %s", b)
+			require.Contains(t, string(b), "done")
+			return false, string(b)
 		}
-		require.NoError(t, err, "processor: %s", b)
-		require.Contains(t, string(b), "done")
-		return false, string(b)
 	}
 	schedule := []struct {
 		at string
