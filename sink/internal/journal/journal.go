@@ -1,11 +1,3 @@
-// Package journal is the sink's write-ahead journal in a checkpoint.Storage:
-// the batch intents, their acks, the owner record that fences a stale owner
-// and the prune point. Package sink describes the protocol; this package is
-// internal because only the ClickHouse backend (sink/chsink) drives it.
-//
-// NextStep is the replay's per-row decision over the loaded intents: which
-// rows after a crash are re-cut into which journaled batch. It knows nothing
-// of ClickHouse, so every case is tested here without a server.
 package journal
 
 import (
