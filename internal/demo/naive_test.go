@@ -30,6 +30,10 @@ func TestNaiveJoints(t *testing.T) {
 	defer cancel()
 	cfg := testConfig(t) // the command's defaults
 	cfg.Naive = "all"
+	// The binaries' warnings (a lost part repaired, a chain restarted) go
+	// to the test's stderr, which go test shows when the package fails: a
+	// failure here once could not be explained without them.
+	cfg.Verbose = true
 	res, err := RunResult(ctx, cfg)
 	require.NoError(t, err, "the correct pipeline beside the naive joints")
 	for _, n := range devmetrics.Naives() {
