@@ -94,7 +94,7 @@ func DialClickHouse(t testing.TB, addr, database string) *ch.Client {
 	t.Helper()
 	ctx, cancel := setupContext(t)
 	defer cancel()
-	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: database})
+	c, err := dialClickHouse(ctx, addr, database)
 	if err != nil {
 		t.Fatalf("testkit: dial clickhouse %s: %v", addr, err)
 	}
@@ -106,7 +106,7 @@ func DialClickHouse(t testing.TB, addr, database string) *ch.Client {
 // server at addr, in database ("" for the default one), on a connection of
 // its own.
 func Exec(ctx context.Context, addr, database, query string) error {
-	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: database})
+	c, err := dialClickHouse(ctx, addr, database)
 	if err != nil {
 		return fmt.Errorf("testkit: dial clickhouse %s: %w", addr, err)
 	}

@@ -67,7 +67,7 @@ func Count(t testing.TB, addr, database, query string) uint64 {
 // QueryStrings is Rows without a test: it learns the query's columns with
 // DESCRIBE, then reads each of them through toString.
 func QueryStrings(ctx context.Context, addr, database, query string) ([][]string, error) {
-	c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: database})
+	c, err := dialClickHouse(ctx, addr, database)
 	if err != nil {
 		return nil, fmt.Errorf("testkit: dial clickhouse %s: %w", addr, err)
 	}

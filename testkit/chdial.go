@@ -1,0 +1,49 @@
+package testkit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/ClickHouse/ch-go"
+)
+
+// dialAttempts bounds dialClickHouse's tries.
+const dialAttempts = 5
+
+// dialClickHouse connects to the server at addr, in database, trying again
+// a few times while the server does not answer: a refused or reset
+// connection, or a handshake that timed out. A server that is starting
+// after a kill, or busy on a loaded machine, answers a moment later (a CI
+// run once failed an external module's test on one handshake timeout), and
+// a test helper that gave up at once would fail the test on the machine's
+// load rather than on the code under test. Any other error, or the end of
+// ctx, is returned at once.
+func dialClickHouse(ctx context.Context, addr, database string) (*ch.Client, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := ch.Dial(ctx, ch.Options{Address: addr, Database: database})
+		if err == nil {
+			return c, nil
+		}
+		if attempt == dialAttempts || ctx.Err() != nil || !unanswered(err) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+}
+
+// unanswered reports whether err says the server did not answer, rather
+// than answered no.
+func unanswered(err error) bool {
+	var ne net.Error
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
