@@ -9,10 +9,15 @@ import (
 	"time"
 
 	"github.com/ClickHouse/ch-go"
+
+	"github.com/exactlyonce/exactlyonce/internal/backoff"
 )
 
-// dialAttempts bounds dialClickHouse's tries.
+// dialAttempts bounds dialClickHouse's tries, dialBackoff spaces them (the
+// SDK's one retry policy): 0.2, 0.4, 0.8, 1 s.
 const dialAttempts = 5
+
+var dialBackoff = backoff.Policy{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}
 
 // dialClickHouse connects to the server at addr, in database, trying again
 // a few times while the server does not answer: a refused or reset
@@ -34,7 +39,7 @@ func dialClickHouse(ctx context.Context, addr, database string) (*ch.Client, err
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		case <-time.After(dialBackoff.Delay(attempt, nil)):
 		}
 	}
 }
