@@ -201,38 +201,10 @@ func runAsyncKillChild(cfg asyncKillConfig) error {
 // was acknowledged would lose the batch; a replay that cut batches anew
 // would duplicate rows.
 func TestAsyncKilled(t *testing.T) {
-	// A server of its own, restarted when it exits on its own (see
-	// TestFlushAheadKilled).
-	srv := testkit.StartClickHouse(t)
+	srv := superviseClickHouse(t)
 	db := testkit.NewDatabase(t, srv.Addr())
-	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
+	env := srv.env(t, db)
 	env.exec(t, fmt.Sprintf(eventsDDL, db))
-	superCtx, stopSuper := context.WithCancel(context.Background())
-	superDone := make(chan struct{})
-	var serverRestarts atomic.Int64
-	go func() {
-		defer close(superDone)
-		for superCtx.Err() == nil {
-			if err := srv.Crashed(); err != nil {
-				t.Logf("clickhouse exited on its own; restarting it: %v", err)
-				serverRestarts.Add(1)
-				_, _ = srv.EnsureRunning(superCtx)
-			}
-			select {
-			case <-superCtx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() { stopSuper(); <-superDone }()
-
-	// serverRestarted says whether the server exited on its own after the
-	// supervisor's count stood at since. The supervisor polls every 50 ms,
-	// so a processor that failed at once waits a moment for it to notice.
-	serverRestarted := func(since int64) bool {
-		time.Sleep(200 * time.Millisecond)
-		return serverRestarts.Load() != since || srv.Crashed() != nil
-	}
 	cfg := asyncKillConfig{Addr: srv.Addr(), Database: db, Dir: t.TempDir(), End: 6000}
 	run := func(killAt string, n int64) (killed bool, out string) {
 		c := cfg
@@ -240,7 +212,7 @@ func TestAsyncKilled(t *testing.T) {
 		raw, err := json.Marshal(c)
 		require.NoError(t, err)
 		for attempt := 0; ; attempt++ {
-			restarts := serverRestarts.Load()
+			restarts := srv.restarts.Load()
 			cmd := exec.Command(os.Args[0], "-test.run=^TestAsyncKillChild$")
 			cmd.Env = append(os.Environ(), envAsyncKillChild+"="+string(raw))
 			b, err := cmd.CombinedOutput()
@@ -250,11 +222,11 @@ func TestAsyncKilled(t *testing.T) {
 				}
 			}
 			// The embedded server sometimes exits on its own under load
-			// (the supervisor above restarts it). A processor whose
+			// (its supervisor restarts it). A processor whose
 			// connection it cut fails, and a deployment's supervisor
 			// starts it again: so does this one, from the same state. A
 			// failure without a server restart still fails the test.
-			if err != nil && attempt < 3 && serverRestarted(restarts) {
+			if err != nil && attempt < 3 && srv.restartedSince(restarts) {
 				t.Logf("processor failed while the server restarted; starting it again: %v: %s", err, b)
 				continue
 			}

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/ch-go"
-	"github.com/ClickHouse/ch-go/proto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -293,53 +291,12 @@ func (p *aheadProc) kill9(t *testing.T) {
 // other tokens), would leave duplicates; a barrier that did not wait for
 // the batch flushed ahead would lose rows.
 func TestFlushAheadKilled(t *testing.T) {
-	// A server of its own: clickhouse-local sometimes aborts when a client
-	// dies in the middle of an insert (see internal/embedded), and is then
-	// restarted here as a service manager would, without disturbing the
-	// package's other tests.
-	srv := testkit.StartClickHouse(t)
+	srv := superviseClickHouse(t)
 	db := testkit.NewDatabase(t, srv.Addr())
-	env := chEnv{addr: srv.Addr(), db: db, conn: testkit.DialClickHouse(t, srv.Addr(), db)}
+	env := srv.env(t, db)
 	env.exec(t, fmt.Sprintf(eventsDDL, db))
 	env.withRollup(t)
-	// The supervisor: it restarts the server when it exits on its own.
-	superCtx, stopSuper := context.WithCancel(context.Background())
-	superDone := make(chan struct{})
-	go func() {
-		defer close(superDone)
-		for superCtx.Err() == nil {
-			if err := srv.Crashed(); err != nil {
-				t.Logf("clickhouse exited on its own; restarting it: %v", err)
-				if _, err := srv.EnsureRunning(superCtx); err != nil {
-					t.Logf("clickhouse restart: %v", err)
-				}
-			}
-			select {
-			case <-superCtx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() { stopSuper(); <-superDone }()
-	// count runs a query returning one UInt64, on a connection of its own,
-	// again while the server restarts.
-	count := func(q string) uint64 {
-		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			c, err := ch.Dial(context.Background(), ch.Options{Address: srv.Addr(), Database: db})
-			if err == nil {
-				var col proto.ColUInt64
-				err = c.Do(context.Background(), ch.Query{Body: "SELECT toUInt64(assumeNotNull((" + q + "))) AS c", Result: proto.Results{{Name: "c", Data: &col}}})
-				_ = c.Close()
-				if err == nil && col.Rows() == 1 {
-					return col.Row(0)
-				}
-			}
-			require.True(t, time.Now().Before(deadline), "%s: %v", q, err)
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	count := func(q string) uint64 { t.Helper(); return env.count(t, q) }
 	cfg := aheadConfig{
 		Addr: env.addr, Database: env.db, Dir: t.TempDir(),
 		End: 1 << 40, Rate: 10_000, Interval: 150 * time.Millisecond, // killed runs never reach End

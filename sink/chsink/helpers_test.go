@@ -92,6 +92,8 @@ func feed(ctx context.Context, t *testing.T, s *chsink.Sink[event], from, to int
 type chEnv struct {
 	addr, db string
 	conn     *ch.Client
+	// redial makes count dial anew for every query (supervisedClickHouse).
+	redial bool
 }
 
 func setup(t *testing.T, ddl ...string) chEnv {
@@ -116,6 +118,9 @@ func (e chEnv) exec(t testing.TB, q string) {
 // count runs a query returning one UInt64.
 func (e chEnv) count(t *testing.T, q string) uint64 {
 	t.Helper()
+	if e.redial {
+		return e.countRedialing(t, q)
+	}
 	var col proto.ColUInt64
 	body := "SELECT toUInt64(assumeNotNull((" + q + "))) AS c"
 	require.NoError(t, e.conn.Do(context.Background(), ch.Query{Body: body, Result: proto.Results{{Name: "c", Data: &col}}}), q)
