@@ -3,8 +3,10 @@ package testkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"time"
 
@@ -36,10 +38,33 @@ func dialClickHouse(ctx context.Context, addr, database string) (*ch.Client, err
 		if attempt == dialAttempts || ctx.Err() != nil || !unanswered(err) {
 			return nil, err
 		}
+		reviveShared(ctx, addr)
 		select {
 		case <-ctx.Done():
 			return nil, err
 		case <-time.After(dialBackoff.Delay(attempt, nil)):
+		}
+	}
+}
+
+// reviveShared starts the shared server again if addr is its address and
+// it exited on its own. clickhouse-local has been seen to abort under load
+// (see internal/embedded's doc) between two helpers' calls of a test that
+// never asks for the server again, so retries alone would keep finding the
+// port closed: a CI run failed an external module's test that way. Its data
+// directory and port stay, so the test goes on with its tables. A server a
+// test killed on purpose is not Crashed and stays down.
+func reviveShared(ctx context.Context, addr string) {
+	shared.mu.Lock()
+	srv := shared.srv
+	shared.mu.Unlock()
+	if srv == nil || srv.Addr() != addr {
+		return
+	}
+	if err := srv.Crashed(); err != nil {
+		fmt.Fprintf(os.Stderr, "testkit: the shared clickhouse exited, starting it again: %v\n", err)
+		if _, err := srv.EnsureRunning(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "testkit: start the shared clickhouse again: %v\n", err)
 		}
 	}
 }

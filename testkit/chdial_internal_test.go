@@ -3,9 +3,12 @@ package testkit
 import (
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -53,4 +56,29 @@ func TestDialClickHouseRetriesUnanswered(t *testing.T) {
 	require.False(t, unanswered(err), "a missing database is an answer: %v", err)
 	_ = ln.Close()
 	require.GreaterOrEqual(t, accepted.Load(), int32(4))
+}
+
+// TestSharedClickHouseRevivedAfterAbort aborts the shared server from
+// outside, as clickhouse-local's own aborts under load end it, between two
+// helpers' calls: the next helper finds the port closed, starts the server
+// again on the same directory and reads the row written before.
+func TestSharedClickHouseRevivedAfterAbort(t *testing.T) {
+	if os.Getenv(EnvClickHouseAddr) != "" {
+		t.Skipf("%s is set: the server is not the kit's to abort", EnvClickHouseAddr)
+	}
+	addr, db := ClickHouse(t)
+	ctx := t.Context()
+	require.NoError(t, Exec(ctx, addr, db, "CREATE TABLE t (n UInt64) ENGINE = MergeTree ORDER BY n"))
+	require.NoError(t, Exec(ctx, addr, db, "INSERT INTO t VALUES (7)"))
+
+	shared.mu.Lock()
+	srv := shared.srv
+	shared.mu.Unlock()
+	pid := srv.PID()
+	require.NotZero(t, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGABRT))
+	require.Eventually(t, func() bool { return srv.Crashed() != nil }, time.Minute, 10*time.Millisecond)
+
+	require.Equal(t, uint64(7), Count(t, addr, db, "SELECT sum(n) FROM t"), "the row written before the abort")
+	require.NotEqual(t, pid, srv.PID(), "a new server process")
 }
