@@ -48,10 +48,12 @@ func dialClickHouse(ctx context.Context, addr, database string) (*ch.Client, err
 }
 
 // reviveShared starts the shared server again if addr is its address and
-// it exited on its own. clickhouse-local has been seen to abort under load
-// (see internal/embedded's doc) between two helpers' calls of a test that
-// never asks for the server again, so retries alone would keep finding the
-// port closed: a CI run failed an external module's test that way. Its data
+// it exited on its own. clickhouse-local now and then aborts when a client
+// it serves is killed (internal/embedded's doc: the reset connection is an
+// uncaught exception there), and a test that kills its service and then
+// only reads never asks ClickHouse for the server again, so retries alone
+// would keep finding the port closed: a CI run failed an external module's
+// test that way. Its data
 // directory and port stay, so the test goes on with its tables. A server a
 // test killed on purpose is not Crashed and stays down.
 func reviveShared(ctx context.Context, addr string) {

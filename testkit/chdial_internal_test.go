@@ -59,7 +59,7 @@ func TestDialClickHouseRetriesUnanswered(t *testing.T) {
 }
 
 // TestSharedClickHouseRevivedAfterAbort aborts the shared server from
-// outside, as clickhouse-local's own aborts under load end it, between two
+// outside, as a killed client's reset connection sometimes does, between two
 // helpers' calls: the next helper finds the port closed, starts the server
 // again on the same directory and reads the row written before.
 func TestSharedClickHouseRevivedAfterAbort(t *testing.T) {
