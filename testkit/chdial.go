@@ -16,8 +16,10 @@ import (
 )
 
 // dialAttempts bounds dialClickHouse's tries, dialBackoff spaces them (the
-// SDK's one retry policy): 0.2, 0.4, 0.8, 1 s.
-const dialAttempts = 5
+// SDK's one retry policy): 0.2, 0.4, 0.8, 1, 1, 1, 1 s, 5.4 s in all, longer
+// than a clickhouse-local abort takes from its fault to its exit (about
+// 3 s, see internal/embedded's doc), after which reviveShared starts it.
+const dialAttempts = 8
 
 var dialBackoff = backoff.Policy{Initial: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}
 
