@@ -197,7 +197,7 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 			switch {
 			case errors.As(err, &rej):
 				h.m.reject(ctx, "check")
-				a.text(rej.Status, rej.Reason)
+				a.text(clampReject(rej.Status), rej.Reason)
 			case errors.Is(err, ErrIgnored):
 				h.m.ignored.Add(ctx, 1, h.m.opt("reason", "check").add...)
 				a.text(http.StatusOK, err.Error())
@@ -330,11 +330,11 @@ func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery, finge
 		// large for the topic, say). Released, so a fixed pipeline can
 		// take a redelivery.
 		reason := "effect"
-		if rej.Status == http.StatusRequestEntityTooLarge {
+		if clampReject(rej.Status) == http.StatusRequestEntityTooLarge {
 			reason = "too_large"
 		}
 		h.m.reject(ctx, reason)
-		a.text(rej.Status, rej.Reason)
+		a.text(clampReject(rej.Status), rej.Reason)
 	default:
 		if !h.retryLater(ctx, a, "effect", d.Key, err, "delivery failed, retry later") {
 			// Answered 503 at the deadline already; the failure that

@@ -147,3 +147,22 @@ func TestSideEffectRejects(t *testing.T) {
 	}
 	assert.Equal(t, 2, calls, "released: the redelivery is tried again")
 }
+
+// A *RejectError built by hand with a status that is no 4xx is answered 422,
+// as Reject would have made it: a 200 would tell the provider the event was
+// taken, a 0 would panic in net/http.
+func TestSideEffectRejectLiteral(t *testing.T) {
+	for _, status := range []int{0, http.StatusOK, http.StatusServiceUnavailable} {
+		store, err := idempotency.NewMemoryStore(idempotency.MemoryOptions{})
+		require.NoError(t, err)
+		h, err := idempotency.NewHandler(store, func(context.Context, idempotency.Delivery) error {
+			return &idempotency.RejectError{Status: status, Reason: "refused"}
+		}, idempotency.Options{Provider: testProvider(), Secret: secret})
+		require.NoError(t, err)
+		srv := httptest.NewServer(h)
+		r, body := post(t, srv.URL, "k", `{"a":1}`)
+		srv.Close()
+		assert.Equal(t, http.StatusUnprocessableEntity, r.StatusCode, "status %d", status)
+		assert.Equal(t, "refused\n", body)
+	}
+}

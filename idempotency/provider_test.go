@@ -142,6 +142,10 @@ func TestCheckHook(t *testing.T) {
 			return idempotency.Reject(http.StatusUnprocessableEntity, "pull request has no merge time")
 		case "reject-5xx":
 			return idempotency.Reject(http.StatusInternalServerError, "not a 4xx")
+		case "literal-2xx": // built by hand, not by Reject: a 200 would tell GitHub it was taken
+			return &idempotency.RejectError{Status: http.StatusOK, Reason: "not a 4xx either"}
+		case "literal-zero": // net/http panics on WriteHeader(0)
+			return &idempotency.RejectError{Reason: "no status"}
 		case "ignore":
 			return errors.Join(idempotency.ErrIgnored, errors.New("bot sender"))
 		case "transient":
@@ -158,6 +162,8 @@ func TestCheckHook(t *testing.T) {
 	}{
 		{"reject", http.StatusUnprocessableEntity, "pull request has no merge time\n"},
 		{"reject-5xx", http.StatusUnprocessableEntity, "not a 4xx\n"},
+		{"literal-2xx", http.StatusUnprocessableEntity, "not a 4xx either\n"},
+		{"literal-zero", http.StatusUnprocessableEntity, "no status\n"},
 		{"ignore", http.StatusOK, ""},
 		{"transient", http.StatusServiceUnavailable, ""},
 		{"ok", http.StatusAccepted, ""},

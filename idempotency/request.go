@@ -55,7 +55,9 @@ var (
 // hook: the Handler answers Status with Reason, claims nothing and publishes
 // nothing. Build it with [Reject].
 type RejectError struct {
-	// Status is a 4xx status code.
+	// Status is a 4xx status code. Any other (a literal's zero, a 2xx
+	// that would tell the provider the event was taken, a 5xx that the
+	// Handler keeps for transient failures) is answered as 422.
 	Status int
 	// Reason is sent as the response body, for the provider's delivery log.
 	Reason string
@@ -66,15 +68,22 @@ type RejectError struct {
 // A status outside 400..499 becomes 422. Jira Cloud retries 408, 409, 425
 // and 429; use another 4xx for a final answer.
 func Reject(status int, reason string) error {
-	if status < 400 || status > 499 {
-		status = http.StatusUnprocessableEntity
-	}
-	return &RejectError{Status: status, Reason: reason}
+	return &RejectError{Status: clampReject(status), Reason: reason}
 }
 
 // Error implements error.
 func (e *RejectError) Error() string {
-	return fmt.Sprintf("idempotency: rejected with %d: %s", e.Status, e.Reason)
+	return fmt.Sprintf("idempotency: rejected with %d: %s", clampReject(e.Status), e.Reason)
+}
+
+// clampReject is the status a rejection is answered with: status if it is
+// a 4xx, else 422. A RejectError may be a literal, so the Handler clamps
+// where it answers, not only in Reject.
+func clampReject(status int) int {
+	if status < 400 || status > 499 {
+		return http.StatusUnprocessableEntity
+	}
+	return status
 }
 
 // Delivery is one verified webhook request, handed to the side effect.
