@@ -61,7 +61,8 @@
 // messages of revoked partitions and commits before processing). For every
 // generation, each assigned partition gets a goroutine that builds the
 // chain, restores it from the partition's newest checkpoint, and reads the
-// partition from the checkpoint's offset with a fetcher of its own. Barriers from the coordinator arrive between records (see package
+// partition from the checkpoint's offset with a fetcher of its own.
+// Barriers from the coordinator arrive between records (see package
 // checkpoint); after a completed checkpoint the chain commits its offset
 // with Generation.CommitOffsets, which the broker refuses for a stale
 // generation, and only while the generation's context is live. Per-partition
@@ -80,8 +81,8 @@
 // backoff. A batch older than the v2 format (Kafka before 0.11, not
 // converted by the broker) stops the chain with a *FormatError naming the
 // partition and offset. A message keeps its whole fetch's buffer (up to
-// MaxBytes) alive: copy a small piece you keep for long. A fetch's records reach the chain
-// through a mailbox: the fetching goroutine appends them and the chain
+// MaxBytes) alive: copy a small piece you keep for long. A fetch's records
+// reach the chain through a mailbox: the fetching goroutine appends them and the chain
 // takes all that wait in one swap of two reused slices, so a busy chain
 // gets them in batches without a hand-off per record. A checkpoint that a
 // participant declines (checkpoint.ErrDeclined) is skipped without stopping
@@ -101,7 +102,9 @@
 // Processor.Close, however the chain ended. A NewProcessor that fails
 // halfway returns what it built with the error, and the Source closes it.
 // Rows a chain emits without a record of their own (a window's Tick) take
-// their positions from a sink.Cursor registered as a participant.
+// their positions from a sink.Cursor whose state is in the checkpoint:
+// windowsink keeps one inside; a chain that feeds a sink from its own
+// operator adds one to the chain (Chain.Add) beside that sink.
 //
 // # Restarts
 //
