@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -9,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/exactlyonce/exactlyonce/internal/jsonscan"
 )
 
 // Header names GitHub and Jira Cloud send with a webhook, beside
@@ -112,6 +113,27 @@ func JiraCloud() Provider {
 	}
 }
 
+// gitHubPartitionFields and jiraPartitionFields name every member the
+// partition functions' structs decode: jsonscan reads a payload (a
+// pull_request event is 28 KB) once and hands json.Unmarshal only these,
+// with the same result (internal/jsonscan's guarantees; the partition
+// tests compare with plain json.Unmarshal over GitHub's examples).
+var (
+	gitHubPartitionFields = jsonscan.Fields{
+		"organization": {"login": nil},
+		"repository":   {"owner": {"login": nil}},
+		"installation": {"id": nil, "account": {"login": nil}},
+		"sender":       {"login": nil},
+	}
+	jiraPartitionFields = jsonscan.Fields{
+		"issue":   {"self": nil, "key": nil, "fields": {"project": {"key": nil, "self": nil}}},
+		"comment": {"self": nil},
+		"worklog": {"self": nil},
+		"project": {"key": nil, "self": nil},
+		"user":    {"self": nil},
+	}
+)
+
 // GitHubPartition returns the account a GitHub event belongs to:
 // "github/<login>" of the organization, else of the repository's owner,
 // else of the installation's account, then "github/installation/<id>", else
@@ -134,7 +156,7 @@ func GitHubPartition(_ string, body []byte) (string, error) {
 		} `json:"installation"`
 		Sender account `json:"sender"`
 	}
-	if err := json.Unmarshal(body, &p); err != nil {
+	if err := jsonscan.Unmarshal(body, &p, gitHubPartitionFields); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoPartition, err)
 	}
 	login := ""
@@ -185,7 +207,7 @@ func JiraPartition(_ string, body []byte) (string, error) {
 		} `json:"project"`
 		User *self `json:"user"`
 	}
-	if err := json.Unmarshal(body, &p); err != nil {
+	if err := jsonscan.Unmarshal(body, &p, jiraPartitionFields); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoPartition, err)
 	}
 	var selfURL, project string
@@ -256,8 +278,7 @@ func (p Provider) metadata(h http.Header, d *Delivery) error {
 		}
 	case p.EventField != "":
 		var v map[string]json.RawMessage
-		dec := json.NewDecoder(bytes.NewReader(d.Body))
-		if err := dec.Decode(&v); err != nil {
+		if err := jsonscan.Unmarshal(d.Body, &v, jsonscan.Fields{p.EventField: nil}); err != nil {
 			return fmt.Errorf("%w: %w", ErrMalformed, err)
 		}
 		if raw, ok := v[p.EventField]; !ok || json.Unmarshal(raw, &d.Event) != nil || d.Event == "" {

@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -12,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/exactlyonce/exactlyonce/internal/jsonscan"
 )
 
 // Header names of the providers' delivery ids and signatures.
@@ -315,7 +316,7 @@ func readBody(body io.Reader, size, limit int64) ([]byte, error) {
 
 // isJSONObject reports whether b is one valid JSON object.
 func isJSONObject(b []byte) bool {
-	if !json.Valid(b) {
+	if !jsonscan.Valid(b) {
 		return false
 	}
 	for _, c := range b {
