@@ -13,6 +13,7 @@ import (
 	"github.com/ClickHouse/ch-go"
 
 	"github.com/exactlyonce/exactlyonce/internal/backoff"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
 // dialAttempts bounds dialClickHouse's tries, dialBackoff spaces them (the
@@ -53,24 +54,33 @@ func dialClickHouse(ctx context.Context, addr, database string) (*ch.Client, err
 // it exited on its own. clickhouse-local now and then aborts when a client
 // it serves is killed (internal/embedded's doc: the reset connection is an
 // uncaught exception there), and a test that kills its service and then
-// only reads never asks ClickHouse for the server again, so retries alone
-// would keep finding the port closed: a CI run failed an external module's
-// test that way. Its data
-// directory and port stay, so the test goes on with its tables. A server a
-// test killed on purpose is not Crashed and stays down.
+// only reads never asks ClickHouse(t) for the server again, so retries
+// alone would keep finding the port closed: a CI run failed an external
+// module's test that way. The data directory and port stay, so the test
+// goes on with its tables. A server a test killed on purpose is not
+// Crashed and stays down.
 func reviveShared(ctx context.Context, addr string) {
 	shared.mu.Lock()
 	srv := shared.srv
 	shared.mu.Unlock()
-	if srv == nil || srv.Addr() != addr {
-		return
-	}
-	if err := srv.Crashed(); err != nil {
-		fmt.Fprintf(os.Stderr, "testkit: the shared clickhouse exited, starting it again: %v\n", err)
-		if _, err := srv.EnsureRunning(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "testkit: start the shared clickhouse again: %v\n", err)
+	if srv != nil && srv.Addr() == addr {
+		logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+		if err := restartIfCrashed(ctx, srv, logf); err != nil {
+			logf("testkit: start the shared clickhouse again: %v", err) // the dial's retries report the rest
 		}
 	}
+}
+
+// restartIfCrashed starts srv again, on its directory and port, if it
+// exited on its own, and says so with logf.
+func restartIfCrashed(ctx context.Context, srv *embedded.ClickHouse, logf func(format string, args ...any)) error {
+	err := srv.Crashed()
+	if err == nil {
+		return nil
+	}
+	logf("testkit: the shared clickhouse exited, starting it again: %v", err)
+	_, err = srv.EnsureRunning(ctx)
+	return err
 }
 
 // unanswered reports whether err says the server did not answer, rather

@@ -55,15 +55,12 @@ func sharedClickHouse(t testing.TB) (string, error) {
 	if shared.err != nil {
 		return "", shared.err
 	}
-	if err := shared.srv.Crashed(); err != nil {
-		// clickhouse-local has been seen to abort on its own under load;
-		// later tests get a server again, on the same data.
-		t.Logf("testkit: the shared clickhouse exited, starting it again: %v", err)
-		ctx, cancel := setupContext(t)
-		defer cancel()
-		if _, err := shared.srv.EnsureRunning(ctx); err != nil {
-			return "", err
-		}
+	// clickhouse-local aborts now and then when a client it serves is
+	// killed; later tests get a server again, on the same data.
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	if err := restartIfCrashed(ctx, shared.srv, t.Logf); err != nil {
+		return "", err
 	}
 	return shared.srv.Addr(), nil
 }
