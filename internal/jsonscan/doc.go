@@ -21,13 +21,15 @@
 //     nesting limit (10,000), bytes of 0x80 and above accepted in strings
 //     without a UTF-8 check, as encoding/json's scanner does (differential
 //     fuzz test FuzzValid).
-//   - Unmarshal(b, v, keep) leaves v and returns the error that
-//     json.Unmarshal(b, v) would, provided keep names every member v's type
-//     decodes (FuzzUnmarshal): member names are matched as encoding/json
-//     matches them (a struct's fields case-insensitively, bytes.EqualFold
-//     after unescaping; a map's keys exactly), duplicates are kept in their
-//     order (the last one wins, as there), and a kept value that is not an
-//     object is kept whole, so a type mismatch fails the same way. A
-//     payload that is not a valid JSON object is decoded by json.Unmarshal
-//     itself, so its syntax error is encoding/json's own.
+//   - Unmarshal(b, v, keep) leaves in v what json.Unmarshal(b, v) would,
+//     and returns an error with the same message, provided keep names
+//     every member v's type decodes (FuzzUnmarshal, on both sides of the
+//     size below which it decodes the whole document directly): member
+//     names are matched as encoding/json matches them (a struct's fields
+//     case-insensitively, bytes.EqualFold after unescaping; a map's keys
+//     exactly), duplicates are kept in their order (the last one wins, as
+//     there), and a kept value that is not an object is kept whole, so a
+//     type mismatch fails the same way. A map may also get members keep
+//     does not name. A payload that is not a valid JSON object is decoded
+//     by json.Unmarshal itself, so its syntax error is encoding/json's own.
 package jsonscan
