@@ -22,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
 	"github.com/exactlyonce/exactlyonce/testkit"
+	"github.com/exactlyonce/exactlyonce/testkit/webhookkit"
 )
 
 // BenchmarkGateway serves signed webhooks over loopback HTTP to two handlers
@@ -32,7 +33,9 @@ import (
 //     check, claim, publish, complete), the store's scripts sent through
 //     go-redis's AutoPipeliner, as redisstore's doc recommends;
 //   - idempotent-unpipelined: the same over the plain client, one round
-//     trip per script, to show what the pipelining buys.
+//     trip per script, to show what the pipelining buys;
+//   - bare-28KB and idempotent-28KB: bare and idempotent with GitHub's
+//     pull_request example (28 KB) instead of a 112-byte body.
 //
 // It reports requests per second, the 99th percentile latency, and the CPU
 // each request costs: cpu-us/op of this process (the handlers, the clients
@@ -79,25 +82,36 @@ func BenchmarkGateway(b *testing.B) {
 		w.WriteHeader(http.StatusAccepted)
 	})
 
+	small := []byte(`{"action":"opened","organization":{"login":"octo-org"},"pull_request":{"number":1347,"title":"Amazing new feature"}}`)
+	var pullRequest []byte // GitHub's own example, 28 KB: real deliveries are 1 to 30 KB
+	for _, ex := range webhookkit.GitHubExamples(b) {
+		if ex.Event == "pull_request" && pullRequest == nil {
+			pullRequest = ex.Body
+		}
+	}
+	idempotent := handler(ap)
 	var run atomic.Int64
 	for _, bc := range []struct {
 		name string
 		h    http.Handler
-	}{{"bare", bare}, {"idempotent", handler(ap)}, {"idempotent-unpipelined", handler(rdb)}} {
+		body []byte
+	}{
+		{"bare", bare, small}, {"idempotent", idempotent, small}, {"idempotent-unpipelined", handler(rdb), small},
+		{"bare-28KB", bare, pullRequest}, {"idempotent-28KB", idempotent, pullRequest},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
-			benchServe(b, bc.h, rdb, fmt.Sprintf("%s-%d", bc.name, run.Add(1)))
+			benchServe(b, bc.h, rdb, fmt.Sprintf("%s-%d", bc.name, run.Add(1)), bc.body)
 		})
 	}
 }
 
-func benchServe(b *testing.B, h http.Handler, rdb *redis.Client, keyPrefix string) {
+func benchServe(b *testing.B, h http.Handler, rdb *redis.Client, keyPrefix string, body []byte) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	const clients = 64
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}}
 	defer client.CloseIdleConnections()
 
-	body := []byte(`{"action":"opened","organization":{"login":"octo-org"},"pull_request":{"number":1347,"title":"Amazing new feature"}}`)
 	sig := idempotency.SignGitHub(secret, body)
 	var (
 		seq       atomic.Int64

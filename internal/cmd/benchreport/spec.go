@@ -169,6 +169,7 @@ func sections(r *Results) []Section {
 			Figures: []Figure{
 				{Label: "idempotent gateway (AutoPipeliner)", Key: key("idempotency/kafkapub", gw+"idempotent", "req/s"), Base: ref("idempotency/kafkapub", gw+"bare", "req/s"), BaseLabel: "bare handler", MinRatio: 0.6, Target: "≥ 0.6"},
 				vs("idempotent gateway, plain client", "idempotency/kafkapub", gw+"idempotent-unpipelined", "req/s", "bare handler", gw+"bare"),
+				vs("idempotent gateway, 28 KB pull_request", "idempotency/kafkapub", gw+"idempotent-28KB", "req/s", "bare handler, 28 KB", gw+"bare-28KB"),
 				vs("idempotent producer, per batch", "kafkatxn", "BenchmarkProduce/idempotent", "ns/op", "kafka-go Writer", "BenchmarkProduce/kafka-go-writer"),
 				vs("transactions committed every 10 batches", "kafkatxn", "BenchmarkTransactional/batch=100/txn-commit-every=10", "ns/op", "idempotent producer", "BenchmarkTransactional/batch=100/idempotent"),
 			},
