@@ -47,15 +47,15 @@ func Unmarshal(data []byte, v any, keep Fields) error {
 }
 
 // unmarshal is Unmarshal, reading the kept members first from documents of
-// min bytes and more (tests take both ways with min 0 and the default).
-func unmarshal(data []byte, v any, keep Fields, min int) error {
+// minSize bytes and more (tests take both ways with 0 and the default).
+func unmarshal(data []byte, v any, keep Fields, minSize int) error {
 	exact := false
 	if t := reflect.TypeOf(v); t != nil && t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Map {
 		exact = true
 	}
 	s := scanner{b: data, exact: exact}
 	s.space()
-	if len(data) >= min && s.i < len(data) && data[s.i] == '{' {
+	if len(data) >= minSize && s.i < len(data) && data[s.i] == '{' {
 		out, ok := s.object(make([]byte, 0, 256), keep, 1)
 		if s.space(); ok && s.i == len(data) {
 			return json.Unmarshal(out, v)

@@ -78,14 +78,14 @@ func FuzzUnmarshal(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, min := range []int{0, minReduce} { // the pass at every size, and as Unmarshal takes it
+		for _, minSize := range []int{0, minReduce} { // the pass at every size, and as Unmarshal takes it
 			var got, want payload
-			gotErr, wantErr := unmarshal(b, &got, payloadFields, min), json.Unmarshal(b, &want)
+			gotErr, wantErr := unmarshal(b, &got, payloadFields, minSize), json.Unmarshal(b, &want)
 			assertSame(t, b, got, want, gotErr, wantErr)
 
 			// A map's keys match exactly; others may be there too.
 			var gotMap, wantMap map[string]json.RawMessage
-			gotErr, wantErr = unmarshal(b, &gotMap, Fields{"webhookEvent": nil}, min), json.Unmarshal(b, &wantMap)
+			gotErr, wantErr = unmarshal(b, &gotMap, Fields{"webhookEvent": nil}, minSize), json.Unmarshal(b, &wantMap)
 			assertSame(t, b, gotMap == nil, wantMap == nil, gotErr, wantErr)
 			gotEv, gotOK := gotMap["webhookEvent"]
 			wantEv, wantOK := wantMap["webhookEvent"]
