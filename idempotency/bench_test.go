@@ -32,7 +32,7 @@ func BenchmarkGitHubPartition(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		fn   func(string, []byte) (string, error)
-	}{{"jsonscan", idempotency.GitHubPartition}, {"json.Unmarshal", referenceGitHubPartition}} {
+	}{{"jsonscan", idempotency.GitHubPartition}, {"json.Unmarshal", idempotency.ReferenceGitHubPartition}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()

@@ -141,6 +141,13 @@ var (
 // GitHub compares them without case, so they are lower-cased. It fails with
 // ErrNoPartition when the payload has none of these.
 func GitHubPartition(_ string, body []byte) (string, error) {
+	return gitHubPartition(func(v any) error { return jsonscan.Unmarshal(body, v, gitHubPartitionFields) })
+}
+
+// gitHubPartition is GitHubPartition over a payload that decode decodes
+// into v. The tests also give it the decoding it replaced, json.Unmarshal
+// of the whole payload, and compare.
+func gitHubPartition(decode func(v any) error) (string, error) {
 	type account struct {
 		Login string `json:"login"`
 	}
@@ -156,7 +163,7 @@ func GitHubPartition(_ string, body []byte) (string, error) {
 		} `json:"installation"`
 		Sender account `json:"sender"`
 	}
-	if err := jsonscan.Unmarshal(body, &p, gitHubPartitionFields); err != nil {
+	if err := decode(&p); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoPartition, err)
 	}
 	login := ""
@@ -185,6 +192,12 @@ func GitHubPartition(_ string, body []byte) (string, error) {
 // (user or board events) are keyed by site alone. It fails with
 // ErrNoPartition when no "self" URL names the site.
 func JiraPartition(_ string, body []byte) (string, error) {
+	return jiraPartition(func(v any) error { return jsonscan.Unmarshal(body, v, jiraPartitionFields) })
+}
+
+// jiraPartition is JiraPartition over a payload that decode decodes into v
+// (see gitHubPartition).
+func jiraPartition(decode func(v any) error) (string, error) {
 	type self struct {
 		Self string `json:"self"`
 	}
@@ -207,7 +220,7 @@ func JiraPartition(_ string, body []byte) (string, error) {
 		} `json:"project"`
 		User *self `json:"user"`
 	}
-	if err := jsonscan.Unmarshal(body, &p, jiraPartitionFields); err != nil {
+	if err := decode(&p); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoPartition, err)
 	}
 	var selfURL, project string
