@@ -25,8 +25,9 @@ import (
 // TestGatewayRealPayloads posts GitHub's example payloads of the event
 // types the metrics read (JSON and form-encoded), its pings, Jira payloads
 // and unnormalizable ones to the gateway binary (examples/gateway
-// -pipeline devmetrics, as the demo runs it) on the kit's Kafka (Apache Kafka 4.4 unless EXACTLYONCE_KAFKA says otherwise) and
-// reads the topic back: every delivery that counts is accepted 2xx and
+// -pipeline devmetrics, as the demo runs it) on the kit's Kafka (Apache
+// Kafka 4.4 unless EXACTLYONCE_KAFKA says otherwise) and reads the topic
+// back: every delivery that counts is accepted 2xx and
 // published once with its event-type header, and the processor's decode
 // gives the event the gateway's normalization gave; pings and uncounted
 // activities are answered 200 and not published; an unnormalizable payload
