@@ -7,7 +7,9 @@ SHELL := /bin/bash
 
 CACHE_DIR    := $(or $(EXACTLYONCE_CACHE),$(HOME)/.cache/exactlyonce)
 CHDB_PACKAGE := @chdb/lib-linux-x64-gnu
-CHDB_VERSION := 26.7.3-stable.1
+# EXACTLYONCE_CLICKHOUSE picks another version of the package (the Go code
+# honours it too); docs/clickhouse-versions.md says which serve TCP.
+CHDB_VERSION := $(or $(EXACTLYONCE_CLICKHOUSE),26.7.3-stable.1)
 CHDB_TGZ     := $(CACHE_DIR)/chdb/chdb-lib-linux-x64-gnu-$(CHDB_VERSION).tgz
 # The S3 server of the tests, built once into the cache (about 100 s); the
 # path and the lock match internal/embedded's EnsureVersityGW.
@@ -19,7 +21,7 @@ OCTOKIT_DIR  := $(CACHE_DIR)/octokit
 OCTOKIT_PKGS := @octokit/webhooks-examples@7.6.1 @octokit/webhooks-methods@6.0.0
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps test test-compat test-cluster lint demo chaos bench
+.PHONY: deps check test-short test test-compat test-cluster lint demo chaos sim bench bench-peers
 
 # deps installs only what is missing: redis-server, npm, a C compiler (for
 # the cgo ClickHouse launcher), java and maven (for Apache Kafka and
@@ -91,8 +93,8 @@ deps:
 		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y default-jre-headless maven; \
 	fi
 	go mod download
-	@if [ -z "$${CLICKHOUSE_ADDR:-}" ]; then go run ./internal/cmd/fetchzookeeper; fi
-	@if [ -z "$${KAFKA_BROKERS:-}" ] && [ "$${EXACTLYONCE_KAFKA:-}" != kfake ]; then go run ./internal/cmd/fetchkafka; fi
+	@if [ -z "$${CLICKHOUSE_ADDR:-}" ]; then go run ./harness/cmd/fetchzookeeper; fi
+	@if [ -z "$${KAFKA_BROKERS:-}" ] && [ "$${EXACTLYONCE_KAFKA:-}" != kfake ]; then go run ./harness/cmd/fetchkafka; fi
 
 # lint runs staticcheck, pinned by the tool directive in go.mod (go tool
 # staticcheck: no install, the version is the module's), with its default
@@ -100,10 +102,23 @@ deps:
 lint:
 	go tool staticcheck ./...
 
-test: deps
+# check: what needs no server, in seconds: go vet (with and without the
+# demo tag), staticcheck and gofmt.
+check:
 	go vet ./...
+	go vet -tags demo ./examples/... ./harness/...
 	go tool staticcheck ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l found unformatted files:"; echo "$$out"; exit 1; fi
+
+# test-short: the tier without servers (go test -short: internal/embedded
+# starts nothing and testkit skips what needs a server; examples, whose
+# output needs servers, are left out). About a minute, nothing to install
+# but Go.
+test-short:
+	go test -short -count=1 -timeout 10m -run '^(Test|Fuzz)' ./...
+
+# test: everything, on real servers, with the race detector.
+test: deps check
 	@# .ci/unchanged-tree fails the run if the tests left a file in the checkout.
 	.ci/unchanged-tree go test -race -count=1 -timeout 25m ./...
 
@@ -132,18 +147,25 @@ test-cluster: deps
 # default: quicker, and with wire-level faults), KAFKA=cluster on three
 # brokers and a controller (chaos adds kafka-broker-kill, kafka-isr-down
 # and kafka-rolling-restart); DEMO_FLAGS passes more
-# flags (go run ./internal/cmd/demo -h).
+# flags (go run ./harness/cmd/demo -h).
 demo: deps
-	.ci/unchanged-tree go run ./internal/cmd/demo $(if $(NAIVE),-naive=$(NAIVE)) $(if $(KAFKA),-kafka=$(KAFKA)) $(DEMO_FLAGS)
+	.ci/unchanged-tree go run ./harness/cmd/demo $(if $(NAIVE),-naive=$(NAIVE)) $(if $(KAFKA),-kafka=$(KAFKA)) $(DEMO_FLAGS)
 
-# chaos: the pipeline under a long randomized fault schedule (internal/cmd/chaos);
+# chaos: the pipeline under a long randomized fault schedule (harness/cmd/chaos);
 # CHAOS_FLAGS passes flags, e.g. make chaos CHAOS_FLAGS="-events 1000000 -faults-per-kind 200 -json chaos.json".
 chaos: deps
-	go run ./internal/cmd/chaos $(if $(KAFKA),-kafka=$(KAFKA)) $(CHAOS_FLAGS)
+	go run ./harness/cmd/chaos $(if $(KAFKA),-kafka=$(KAFKA)) $(CHAOS_FLAGS)
+
+# sim: the deterministic simulation of the checkpoint protocol
+# (harness/internal/sim) in its long mode, SIM_SEEDS seeds per scenario; a failing
+# seed prints its trace and the command that replays it.
+SIM_SEEDS ?= 100000
+sim:
+	SIM_SEEDS=$(SIM_SEEDS) go test -count=1 -timeout 0 -run 'TestSimulation' ./harness/internal/sim/
 
 # bench runs every benchmark BENCH_COUNT times (default 3), keeps the output
 # in docs/bench/bench.txt and writes docs/bench/REPORT.md with its SVG charts
-# (internal/cmd/benchreport: medians, [min-max], ratios to baselines). At the
+# (harness/cmd/benchreport: medians, [min-max], ratios to baselines). At the
 # default sizes it takes about 35 minutes on 2 cores; the sizes are environment variables
 # (E2E_EVENTS, default 2,000,000, E2E_ROUNDS; DEDUP_BENCH_KEYS; RECOVERY_KEYS,
 # default 1000000,10000000, RECOVERY_STORAGES; BENCH_BATCH_ROWS; see
@@ -172,6 +194,22 @@ bench: deps
 		s=$${PIPESTATUS[0]}; [ $$s = 0 ] || status=$$s; \
 		echo "# after bench/ ($$(date -u '+%H:%M UTC')): $(LOADAVG)" >> $(BENCH_TXT); \
 	fi; \
-	go run ./internal/cmd/benchreport -o $(BENCH_OUT) $(BENCH_OUT)/bench.txt || status=1; \
+	go run ./harness/cmd/benchreport -o $(BENCH_OUT) $(BENCH_OUT)/bench.txt || status=1; \
 	echo "make bench: $(BENCH_OUT)/REPORT.md"; \
 	exit $$status
+
+# bench-peers runs one job on the SDK, Flink 2.2.1 and Kafka Streams 4.4,
+# side by side on the kit's Apache Kafka 4.4 and ClickHouse 26.7, from one
+# generated input whose ground truth every output is checked against
+# (bench/peers/doc.go). Maven builds the Java jobs from Maven Central into
+# $(PEERS_DIR) (its own local repository there, about 200 MB the first
+# time), never into the tree. PEERS_EVENTS (default 200000), PEERS_MINUTES
+# (30), PEERS_ROUNDS (1; the order is reversed every other round) and
+# PEERS_SYSTEMS (sdk,flink,kstreams) size and narrow the run.
+PEERS_DIR := $(CACHE_DIR)/peers
+bench-peers: deps
+	@for job in flink kstreams; do \
+		echo "bench-peers: mvn package bench/peers/$$job into $(PEERS_DIR)/$$job"; \
+		mvn -B -q -Dmaven.repo.local=$(PEERS_DIR)/m2 -Dpeers.out=$(PEERS_DIR)/$$job -f bench/peers/$$job/pom.xml package || exit 1; \
+	done
+	cd bench && PEERS=1 PEERS_CACHE=$(PEERS_DIR) go test -count=1 -run '^TestPeers$$' -v -timeout 300m ./peers/

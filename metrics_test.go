@@ -25,6 +25,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
+	"github.com/exactlyonce/exactlyonce/state"
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
@@ -109,10 +110,14 @@ func registered(t *testing.T) []instrument {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 
+	kv, err := state.NewValue[string, int64](state.String{}, state.Int64{}, state.Options{MeterProvider: rec})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = kv.Close() })
+
 	_, err = window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{MeterProvider: rec})
 	require.NoError(t, err)
 
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{MeterProvider: rec})
 	require.NoError(t, err)
@@ -145,7 +150,7 @@ func registered(t *testing.T) []instrument {
 	// instruments exist. Were that order to change, the chsink rows of the
 	// table would go missing and this test would say so.
 	_, err = chsink.New(ctx, chsink.Table{Addr: "127.0.0.1:1", Name: "t"}, checkpoint.TopicPartition{Topic: "t"},
-		checkpoint.NewMemStorage(), func() []chsink.Column[row] {
+		checkpoint.NewMemoryStorage(), func() []chsink.Column[row] {
 			return []chsink.Column[row]{chsink.Int64("n", func(r *row) int64 { return r.N })}
 		}, chsink.Options{MeterProvider: rec, DialTimeout: 100 * time.Millisecond})
 	require.Error(t, err)

@@ -242,7 +242,7 @@ func BenchmarkSinkVsClickHouseGo(b *testing.B) {
 			}
 			return st
 		}},
-		{"chsink-memjournal", func(*testing.B) checkpoint.Storage { return checkpoint.NewMemStorage() }},
+		{"chsink-memjournal", func(*testing.B) checkpoint.Storage { return checkpoint.NewMemoryStorage() }},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			table := newTable(b)

@@ -72,7 +72,7 @@ func (c *asyncCounter) notifications() []checkpoint.ID {
 // records processed after it.
 func TestBeginDoesNotWaitForThePendingPart(t *testing.T) {
 	ctx := context.Background()
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{})
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{})
 	a, s := newAsyncCounter(), &counter{}
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": a, "s": s})
 	require.NoError(t, err)
@@ -110,7 +110,7 @@ func TestBeginDoesNotWaitForThePendingPart(t *testing.T) {
 // Wait, from the barrier and from the next Begin.
 func TestPendingPartFailureAborts(t *testing.T) {
 	ctx := context.Background()
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{})
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{})
 	a := newAsyncCounter()
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": a})
 	require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestPendingPartFailureAborts(t *testing.T) {
 // called with a cancelled context and nothing is written.
 func TestSyncPartFailureReleasesPendingParts(t *testing.T) {
 	ctx := context.Background()
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{})
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{})
 	a, s := newAsyncCounter(), &counter{snapErr: errors.New("x")}
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": a, "b": s})
 	require.NoError(t, err)
@@ -164,7 +164,7 @@ func TestIntervalBarriersSkippedWhilePending(t *testing.T) {
 	defer cancel()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{Interval: 5 * time.Millisecond, MeterProvider: mp})
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{Interval: 5 * time.Millisecond, MeterProvider: mp})
 	a := newAsyncCounter()
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": a})
 	require.NoError(t, err)
@@ -204,7 +204,7 @@ func TestIntervalBarriersSkippedWhilePending(t *testing.T) {
 // checkpoint pending writes nothing and leaves no goroutine behind.
 func TestDetachAbortsPending(t *testing.T) {
 	ctx := context.Background()
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{})
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{})
 	a := newAsyncCounter()
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": a})
 	require.NoError(t, err)
@@ -224,7 +224,7 @@ func TestDetachAbortsPending(t *testing.T) {
 // Snapshot, as before asynchronous checkpoints.
 func TestSynchronousOption(t *testing.T) {
 	ctx := context.Background()
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{Synchronous: true})
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{Synchronous: true})
 	a := newAsyncCounter() // its pending part would block: release is empty
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": a})
 	require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 var chainSrc = checkpoint.TopicPartition{Topic: "events", Partition: 3}
 
 func TestChainAddRefusesBadNames(t *testing.T) {
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	c, err := checkpoint.NewChain(store, chainSrc)
 	require.NoError(t, err)
@@ -52,7 +52,7 @@ func TestChainHandsTheStore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.give), func(t *testing.T) {
-			storage := checkpoint.NewMemStorage()
+			storage := checkpoint.NewMemoryStorage()
 			store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{Keep: tt.give})
 			require.NoError(t, err)
 			c, err := checkpoint.NewChain(store, chainSrc)
@@ -65,7 +65,7 @@ func TestChainHandsTheStore(t *testing.T) {
 }
 
 func TestNewChainRefusesBadArguments(t *testing.T) {
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	_, err = checkpoint.NewChain(nil, chainSrc)
 	assert.ErrorIs(t, err, checkpoint.ErrInvalidOptions)
@@ -79,7 +79,7 @@ func TestNewChainRefusesBadArguments(t *testing.T) {
 // holds, and a restart that declares the same names restores them.
 func ExampleChain() {
 	ctx := context.Background()
-	store, _ := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, _ := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
 	defer coord.Close()
 	p := checkpoint.TopicPartition{Topic: "events", Partition: 0}

@@ -119,7 +119,7 @@ func FuzzDecode(f *testing.F) {
 
 func TestCheckpointRestoreAndKeep(t *testing.T) {
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	coord := newCoord(t, storage, checkpoint.Options{})
 	c := &counter{}
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"c": c})
@@ -178,7 +178,7 @@ func TestCorruptNewestFallsBack(t *testing.T) {
 
 func TestSnapshotFailureWritesNothing(t *testing.T) {
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	coord := newCoord(t, storage, checkpoint.Options{})
 	good, bad := &counter{}, &counter{snapErr: errors.New("boom")}
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": good, "b": bad})
@@ -211,7 +211,7 @@ func (s ctxBlindStorage) Put(_ context.Context, name string, data []byte) error 
 // (its partition was revoked) writes no checkpoint and commits no offset,
 // even over a Storage that ignores the context.
 func TestEndedOwnershipWritesNothing(t *testing.T) {
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	coord := newCoord(t, ctxBlindStorage{storage}, checkpoint.Options{})
 	c := &counter{}
 	task, err := coord.Attach(context.Background(), p0, map[string]checkpoint.Participant{"c": c})
@@ -245,7 +245,7 @@ func (*decliner) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
 func TestDeclinedIsSkippedNotFailed(t *testing.T) {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	coord := newCoord(t, storage, checkpoint.Options{
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 	})
@@ -287,7 +287,7 @@ func TestDeclinedIsSkippedNotFailed(t *testing.T) {
 
 func TestUnknownStateRefused(t *testing.T) {
 	ctx := context.Background()
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{})
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{})
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"old": &counter{}})
 	require.NoError(t, err)
 	require.NoError(t, task.Checkpoint(ctx, nil, 1, checkpoint.Meta{}, nil))
@@ -298,7 +298,7 @@ func TestUnknownStateRefused(t *testing.T) {
 
 func TestTriggerWaitsForChainsAndDetach(t *testing.T) {
 	ctx := context.Background()
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{})
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{})
 	c := &counter{}
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"c": c})
 	require.NoError(t, err)
@@ -342,7 +342,7 @@ func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	coord := newCoord(t, checkpoint.NewMemStorage(), checkpoint.Options{
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{
 		MeterProvider: mp, Now: func() time.Time { return now },
 	})
 	c := &counter{}

@@ -2,6 +2,8 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -30,16 +32,21 @@ func (t *Task) complete(ctx context.Context, cp *Checkpoint, pending map[string]
 			results <- result{name, state, err}
 		}()
 	}
-	var first *Error
+	// Every part is waited for; of several that failed, the error names the
+	// first in the chain's order, not the first to finish, so the same
+	// failures always read the same (the simulation replays by its trace).
+	errs := map[string]error{}
 	for range pending {
 		r := <-results
-		if r.err != nil && first == nil {
-			first = &Error{Partition: t.p, ID: id, Participant: r.name, Op: "snapshot", Err: r.err}
+		if r.err != nil {
+			errs[r.name] = r.err
 		}
 		cp.States[r.name] = r.state
 	}
-	if first != nil {
-		return fail(first)
+	for _, name := range t.names {
+		if err := errs[name]; err != nil {
+			return fail(&Error{Partition: t.p, ID: id, Participant: name, Op: "snapshot", Err: err})
+		}
 	}
 	for _, name := range t.names {
 		o := t.objects[name]
@@ -62,7 +69,26 @@ func (t *Task) complete(ctx context.Context, cp *Checkpoint, pending map[string]
 	if err := ctx.Err(); err != nil {
 		return fail(&Error{Partition: t.p, ID: id, Op: "save", Err: err})
 	}
-	size, err := c.store.Save(ctx, cp)
+	// Last: a snapshot that expires (a transaction near its timeout) must
+	// still be good when the file is durable and the commit follows.
+	for _, name := range t.names {
+		e, ok := t.participants[name].(Expirer)
+		if !ok {
+			continue
+		}
+		if err := e.Expired(ctx, id); err != nil {
+			if !errors.Is(err, ErrExpired) {
+				err = fmt.Errorf("%w: %w", ErrExpired, err)
+			}
+			c.expired.Add(ctx, 1, at)
+			return fail(&Error{Partition: t.p, ID: id, Participant: name, Op: "save", Err: err})
+		}
+	}
+	var start ID
+	if t.restored != nil {
+		start = t.restored.ID
+	}
+	size, err := c.store.save(ctx, cp, start, t.known)
 	if err != nil {
 		return fail(&Error{Partition: t.p, ID: id, Op: "save", Err: err})
 	}
@@ -98,7 +124,7 @@ func (t *Task) complete(ctx context.Context, cp *Checkpoint, pending map[string]
 		// After the notifications: the checkpoint is complete, and an
 		// object only older checkpoints referenced may go once Keep newer
 		// ones exist.
-		c.store.collectObjects(ctx, t.p, func(ref string) bool {
+		c.store.collectObjects(ctx, t.p, cp.Parent, func(ref string) bool {
 			name, obj, _ := strings.Cut(ref, "/")
 			o := t.objects[name]
 			return o != nil && o.isPending(obj)

@@ -32,6 +32,23 @@ var (
 	// it had failed (nothing written, no offset moved), but the chain goes
 	// on, and the next barrier tries again.
 	ErrDeclined = errors.New("checkpoint: participant declined the barrier")
+	// ErrOutputLost is wrapped by a Resolver's error for a checkpoint whose
+	// output is gone for good (its Kafka transaction was aborted): Attach
+	// falls back to an older retained checkpoint. Attach's error wraps it
+	// when no retained checkpoint is left to fall back to.
+	ErrOutputLost = errors.New("checkpoint: a checkpoint's output was lost")
+	// ErrExpired is wrapped by an Expirer's error: the checkpoint's
+	// snapshot would no longer be good once saved, so it is not saved.
+	ErrExpired = errors.New("checkpoint: snapshot expired before its checkpoint was saved")
+	// ErrSuperseded is wrapped by the error of a checkpoint that was not
+	// saved because a later owner of the partition (a consumer-group
+	// generation after the chain's) has saved one since the chain's
+	// Parent: the chain's ownership ended though it was not told yet (a
+	// process paused past its session timeout). Nothing is written and no
+	// offset moves; the chain must stop, not restart under its old
+	// generation. Task.Begin's checkpoint fails with it (on Failures), and
+	// Store.Save returns it.
+	ErrSuperseded = errors.New("checkpoint: a later owner of the partition saved a checkpoint")
 	// ErrInvalidOptions is wrapped by the errors NewStore and
 	// NewCoordinator return for a missing argument or an invalid option.
 	ErrInvalidOptions = errors.New("checkpoint: invalid options")
@@ -43,7 +60,7 @@ type Error struct {
 	Partition   TopicPartition
 	ID          ID
 	Participant string // empty when the failure was not a participant's
-	Op          string // "snapshot", "save" or "notify"
+	Op          string // "snapshot", "save", "notify", "restore" or "start"
 	Err         error
 }
 
@@ -99,6 +116,8 @@ type Coordinator struct {
 	waits    metric.Int64Counter
 	hold     metric.Float64Histogram
 	commits  metric.Int64Counter
+	expired  metric.Int64Counter
+	fallback metric.Int64Counter
 	reg      metric.Registration
 
 	mu     sync.Mutex
@@ -139,6 +158,10 @@ func NewCoordinator(store *Store, opts Options) (*Coordinator, error) {
 		"Time a barrier held its chain: the synchronous part of a checkpoint (see Task.Begin).")
 	c.commits = m.Counter("exactlyonce.checkpoint.offset_commit.failures", "{commit}",
 		"Offset commits to the consumer group that failed after a completed checkpoint (harmless: the checkpoint is the truth).")
+	c.expired = m.Counter("exactlyonce.checkpoint.expired", "{checkpoint}",
+		"Checkpoints not saved because a participant's snapshot would have expired first (ErrExpired: a Kafka transaction near its timeout).")
+	c.fallback = m.Counter("exactlyonce.checkpoint.restore.fallbacks", "{checkpoint}",
+		"Checkpoints a restore passed over because their output was lost (ErrOutputLost), falling back to an older one.")
 	age := m.FloatObservableGauge("exactlyonce.checkpoint.last_completed.age", "s",
 		"Time since the partition's last completed (or restored) checkpoint.")
 	lag := m.ObservableGauge("exactlyonce.checkpoint.consumer.lag", "{record}",

@@ -9,7 +9,7 @@
 // partition has its own chain of participants, run by one goroutine.
 //
 // Storage keeps named blobs durably. FSStorage is the default (temp file,
-// fsync, rename, fsync of the directory); MemStorage is for tests. The
+// fsync, rename, fsync of the directory); MemoryStorage is for tests. The
 // checkpointtest package is the conformance suite every Storage runs.
 //
 // Store lays checkpoints out in a Storage and finds the newest intact one,
@@ -65,9 +65,11 @@
 //     any other participant's Snapshot(N) returns its state (a synchronous
 //     sink flushes here). Begin returns and the chain goes on;
 //  2. in a goroutine of the task, waits for every pending part (the sink's
-//     insert acknowledged), then writes one file holding N, the next
-//     offset, every participant's state, the time, the duration and the
-//     consumer-group generation, atomically (its fsyncs included);
+//     insert acknowledged), asks every Expirer whether its snapshot is
+//     still good (a Kafka transaction not too close to its timeout), then
+//     writes one file holding N, the next offset, every participant's
+//     state, the time, the duration and the consumer-group generation,
+//     atomically (its fsyncs included);
 //  3. only then commits the next offset to the consumer group, for lag
 //     monitoring, while the generation is current;
 //  4. notifies every participant with CheckpointCompleted(N): an
@@ -91,6 +93,47 @@
 // checkpoint N is skipped in the same way, but the chain goes on and the
 // next barrier tries again.
 //
+// # Snapshots that expire, output that is lost
+//
+// A two-phase-commit sink's snapshot names a Kafka transaction that the
+// broker aborts once it outlives its timeout. Such a participant
+// implements Expirer: just before the save, after every pending part
+// returned, it can refuse (ErrExpired) when the save and its commit could
+// not finish in time; checkpoint N is then aborted like a failed pending
+// part, and the chain restarts from its last completed checkpoint
+// (exactlyonce.checkpoint.expired). It also implements Resolver: a process
+// paused or down between the save and the commit may find the
+// transaction aborted at restore, so Attach first asks every Resolver to
+// complete the output of the checkpoint it is about to restore, and
+// passes over a checkpoint whose output a Resolver reports lost
+// (ErrOutputLost) for the next older retained one
+// (exactlyonce.checkpoint.restore.fallbacks). Every participant is then
+// restored from that older checkpoint and the replay from its NextOffset
+// writes the lost output again. For the other participants this is the
+// restore of an older checkpoint, as after a corrupt newest one: dedup
+// decides the replayed records from the older checkpoint's keys, as it
+// did the first time; chsink's journal reaches back to the oldest of the
+// Keep checkpoints, so the replayed batches carry their journaled tokens
+// and ClickHouse drops what it holds already. The chain's next
+// checkpoint takes the lost one's ID (and, in the same generation, its
+// file name).
+//
+// A participant that must act before the chain's first record whether it
+// was restored or starts fresh implements Starter: Attach calls Start
+// last (kafkasink starts its producer there, which fences a revoked owner
+// still running; Restore is not called on a fresh start).
+//
+// Each checkpoint records its Parent: the checkpoint its chain had
+// restored, or completed last, before its barrier (0 for a chain that
+// started fresh), whose output was confirmed intact then. When every
+// retained checkpoint's output is lost, the oldest one's Parent decides:
+// 0, and the chain starts fresh, as the lineage did; any other, and
+// Attach fails naming the missing parent, since a fresh start would skip
+// or repeat input. Retention never deletes the parent of the checkpoint
+// just saved, so checkpoints that are saved and then lose their output
+// (one checkpoint retried under several generations) cannot push the
+// last good one out.
+//
 // # Layout: one file per partition and checkpoint
 //
 //	<prefix>/<topic>/<partition>/<id, 20 digits>-<generation, 10 digits>.ckpt
@@ -104,9 +147,20 @@
 // the restored checkpoint. If a revoked owner still finishes a write while
 // the new owner writes the same ID, the later generation sorts first; both
 // files are consistent (state and offset of the same barrier), which is all
-// restore needs. The file format (see Encode) is a JSON header, the raw
+// restore needs.
+//
+// A revoked owner that does not know it yet (a process paused past its
+// consumer-group session) can go on past the new owner's first checkpoint,
+// and under a larger ID, since its declined barriers used IDs too. Its
+// save is refused with ErrSuperseded when the partition holds a checkpoint
+// of a later generation above the one the chain restored, and a save that
+// raced the new owner's (checked before it, written after) is skipped at
+// restore: a checkpoint is passed over when a later generation's
+// checkpoint sorts between the start of its lineage (followed through
+// Parent within its generation) and it. The file format (see Encode) is a JSON header, the raw
 // states and a CRC-32C, so a partial or bit-flipped file is detected and
-// skipped. Store keeps the newest StoreOptions.Keep files per partition.
+// skipped. Store keeps the newest StoreOptions.Keep files per partition,
+// and the parent of the newest saved (see above) wherever it sorts.
 //
 // # Incremental state: objects beside the checkpoint
 //
@@ -170,24 +224,62 @@
 //   - No goroutine of a Task runs after Detach: it cancels a pending
 //     checkpoint (written already, or not at all) and waits for it.
 //   - Restore takes the newest intact checkpoint and logs why it skipped
-//     newer ones; a checkpoint naming a missing object is not intact.
+//     newer ones; a checkpoint naming a missing object is not intact, nor
+//     one whose output a Resolver reports lost (ErrOutputLost). Every
+//     participant is restored from the same checkpoint, and only after
+//     every Resolver accepted it. When every retained checkpoint's output
+//     is lost, Attach starts fresh if the oldest of them descends from a
+//     fresh start (Checkpoint.Parent 0; in a version 1 file, which does
+//     not record it, ID 1), and otherwise fails (ErrOutputLost) naming
+//     the parent that is no longer retained. Tested by
+//     TestRestoreFallsBackPastLostOutput,
+//     TestRestoreFallsBackPastLostFirstCheckpoint,
+//     TestRestoreFallsBackPastLostFirstSavedCheckpoint and
+//     TestRestoreLostCheckpointsParentPruned.
+//   - Store.Save never deletes the saved checkpoint's parent, the newest
+//     checkpoint its chain knew to be intact, whatever Keep says; its
+//     objects stay with it (TestRetentionKeepsLastGoodCheckpoint). A
+//     restore can therefore always fall back to it, unless another
+//     process prunes it (a revoked owner still saving, see the objects
+//     guarantee's assumption below).
+//   - A checkpoint an Expirer refuses just before the save (ErrExpired)
+//     writes no file and moves no offset (TestExpiredNotSaved).
+//   - A chain whose partition holds a checkpoint of a later consumer-group
+//     generation (Meta.Generation) than its own, with an ID above the
+//     checkpoint the chain restored, saves nothing more: its checkpoint
+//     fails with ErrSuperseded, writes no file, moves no offset and
+//     notifies no participant (TestRevokedOwnerSaveRefused, on memory,
+//     a directory and S3). Restore skips a checkpoint that a later
+//     generation's checkpoint sorts between the start of its lineage and
+//     it: the save of a revoked owner that raced the new owner's first
+//     one (TestRestoreSkipsRevokedOwnersLateCheckpoint). This assumes
+//     generations grow; a consumer group created anew starts at 1 again
+//     and goes on from the old group's newest checkpoint, unless that
+//     checkpoint's output was lost and an older one restored, when a
+//     checkpoint of the new group that the lost one sorts between can be
+//     skipped at restore (see TestGroupCreatedAnew for what holds).
 //   - An object (see ObjectParticipant) is deleted only after a checkpoint
 //     completed, and only when none of the newest Keep checkpoints
 //     references it and no checkpoint of this process still to be saved
 //     can: a retained checkpoint never names a deleted object. This
 //     assumes one writer per partition at a time (a revoked owner stops
-//     before its next write, as kafkasource's chains do).
+//     before its next write, as kafkasource's chains do; ErrSuperseded
+//     stops one that did not learn of its revocation, but only at its
+//     next save).
 //   - Store writes a checkpoint file as a stream (StreamPutter) from the
 //     participants' states, with its CRC computed on the way: the states are
-//     not copied into one file-sized buffer. The file format is unchanged
-//     (version 1); its optional "objects" member is absent when empty, so
-//     files of earlier releases read as before.
+//     not copied into one file-sized buffer. The file format is version
+//     2 (version 1 with the header's "parent"); files of version 1, of
+//     earlier releases, read as before (their parent unknown), and the
+//     optional "objects" member is absent when empty. A release before
+//     this one skips a version 2 file as unreadable (ErrUnsupportedVersion):
+//     do not roll back past it while its checkpoints are the newest.
 //   - Storage's conditional writes fence: of concurrent Creates of one name,
 //     from any process sharing the storage, exactly one succeeds; Replace
 //     applies only over the Version it was given. The loser gets ErrConflict
 //     and nothing changes. Any other error from a conditional write leaves
 //     the outcome unknown (see Storage). FSStorage holds this on one machine
-//     (link(2) and flock(2)); MemStorage within one process; the s3storage
+//     (link(2) and flock(2)); MemoryStorage within one process; the s3storage
 //     subpackage across machines.
 //   - FSStorage: a write that returned nil (Put, Create, Replace, Delete)
 //     survives a crash of the machine; one cut by the crash is wholly there
@@ -208,7 +300,7 @@
 //
 // Through Options.MeterProvider: exactlyonce.checkpoint.duration (s),
 // .hold (s: the synchronous part), .size (By), .failures, .declines,
-// .skips, .waits, .offset_commit.failures,
+// .expired, .restore.fallbacks, .skips, .waits, .offset_commit.failures,
 // .last_completed.age (s) and .consumer.lag (records), each with the
 // OpenTelemetry topic and partition attributes (messaging.destination.name,
 // messaging.destination.partition.id). docs/metrics.md lists every metric.

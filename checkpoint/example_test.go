@@ -26,7 +26,7 @@ func (s *sum) CheckpointCompleted(context.Context, checkpoint.ID) error { return
 // the state and the offset of the last completed checkpoint and replays.
 func Example() {
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage() // checkpoint.NewFSStorage(dir) in production
+	storage := checkpoint.NewMemoryStorage() // checkpoint.NewFSStorage(dir) in production
 	store, _ := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
 	defer coord.Close()

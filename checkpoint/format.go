@@ -41,7 +41,9 @@ type Checkpoint struct {
 	Duration time.Duration
 	// Generation and Member identify the consumer-group generation that
 	// wrote the checkpoint. Between two checkpoints with the same ID the
-	// one of the later generation wins.
+	// one of the later generation wins, and a later generation's
+	// checkpoint newer than the start of another's lineage supersedes it
+	// (see ErrSuperseded).
 	Generation int64
 	Member     string
 	// Objects names the objects, beside the checkpoint file, that the
@@ -50,6 +52,19 @@ type Checkpoint struct {
 	// checkpoint names, and restore skips a checkpoint whose objects are
 	// missing. Filled by Task.Checkpoint from ObjectParticipant.References.
 	Objects []string
+	// Parent is the checkpoint this one descends from: the newest
+	// checkpoint that the chain which took it had restored, or completed
+	// (its participants notified), before this one's barrier; 0 when that
+	// chain started fresh. Its output was confirmed intact then (every
+	// Resolver accepted it, or every CheckpointCompleted returned). A
+	// restore that finds this checkpoint's output lost, and nothing older
+	// retained, starts fresh only for Parent 0; Store.Save never prunes
+	// the saved checkpoint's parent. Filled by Task.Begin.
+	Parent ID
+	// ParentUnknown is set by Decode for a file of format version 1,
+	// which does not record Parent (Parent is then 0). Encode writes such
+	// a checkpoint in version 1, so a file re-encodes to the same bytes.
+	ParentUnknown bool
 }
 
 // ErrCorrupt is wrapped by errors from Decode for bytes that are not a whole,
@@ -61,9 +76,9 @@ var ErrCorrupt = errors.New("checkpoint: corrupt checkpoint")
 // it). Nothing is decoded.
 var ErrUnsupportedVersion = errors.New("checkpoint: unsupported checkpoint version")
 
-// File layout, version 1 (all integers big endian):
+// File layout, version 2 (all integers big endian):
 //
-//	magic    [8]byte  "EOCKPT01"
+//	magic    [8]byte  "EOCKPT02"
 //	hlen     uint32   length of header
 //	header   [hlen]byte JSON of fileHeader
 //	states   the participants' states, concatenated in header order
@@ -79,7 +94,17 @@ var ErrUnsupportedVersion = errors.New("checkpoint: unsupported checkpoint versi
 // as before it existed; a reader that does not know it ignores it (and then
 // restores a participant whose state references objects only if that
 // participant reads them itself).
-const magic = "EOCKPT01"
+//
+// Version 2 adds the header's "parent" member (Checkpoint.Parent), always
+// present: its absence in a version 1 file ("EOCKPT01", otherwise the same
+// layout) means the parent is unknown, and 0 is a meaningful parent (a
+// fresh start), so the version, not an optional member, says which. This
+// build reads both versions and writes version 2 (version 1 only for a
+// checkpoint Decode read from a version 1 file).
+const (
+	magic   = "EOCKPT02"
+	magicV1 = "EOCKPT01"
+)
 
 // magicFamily is the magic without its two version digits.
 const magicFamily = "EOCKPT"
@@ -97,6 +122,7 @@ type fileHeader struct {
 	Member     string      `json:"member,omitempty"`
 	States     []fileState `json:"states"`
 	Objects    []string    `json:"objects,omitempty"`
+	Parent     *uint64     `json:"parent,omitempty"` // always set in version 2, never in 1
 }
 
 type fileState struct {
@@ -137,13 +163,19 @@ func EncodeTo(w io.Writer, cp *Checkpoint) (int64, error) {
 	for i, name := range names {
 		h.States[i] = fileState{Name: name, Size: len(cp.States[name])}
 	}
+	m := magicV1
+	if !cp.ParentUnknown {
+		m = magic
+		parent := uint64(cp.Parent)
+		h.Parent = &parent
+	}
 	hb, err := json.Marshal(h)
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: encode: %w", err)
 	}
 	cw := &crcWriter{w: w}
-	head := make([]byte, 0, len(magic)+4+len(hb))
-	head = append(head, magic...)
+	head := make([]byte, 0, len(m)+4+len(hb))
+	head = append(head, m...)
 	head = binary.BigEndian.AppendUint32(head, uint32(len(hb)))
 	head = append(head, hb...)
 	if _, err := cw.Write(head); err != nil {
@@ -184,9 +216,11 @@ func Decode(data []byte) (*Checkpoint, error) {
 	if len(data) < len(magic)+4+4 {
 		return nil, corrupt("%d bytes is too short", len(data))
 	}
-	if string(data[:len(magic)]) != magic {
+	v1 := string(data[:len(magic)]) == magicV1
+	if string(data[:len(magic)]) != magic && !v1 {
 		if string(data[:len(magicFamily)]) == magicFamily {
-			return nil, fmt.Errorf("%w: version %q, this build reads %q", ErrUnsupportedVersion, data[len(magicFamily):len(magic)], magic[len(magicFamily):])
+			return nil, fmt.Errorf("%w: version %q, this build reads %q and %q", ErrUnsupportedVersion,
+				data[len(magicFamily):len(magic)], magicV1[len(magicFamily):], magic[len(magicFamily):])
 		}
 		return nil, corrupt("bad magic %q", data[:len(magic)])
 	}
@@ -204,6 +238,9 @@ func Decode(data []byte) (*Checkpoint, error) {
 		return nil, corrupt("header: %v", err)
 	}
 	rest = rest[hlen:]
+	if v1 != (h.Parent == nil) {
+		return nil, corrupt("parent recorded in version %q", data[len(magicFamily):len(magic)])
+	}
 	for _, o := range h.Objects {
 		if !ValidName(o) {
 			return nil, corrupt("object name %q", o)
@@ -214,6 +251,10 @@ func Decode(data []byte) (*Checkpoint, error) {
 		NextOffset: h.NextOffset, Created: h.Created, Duration: time.Duration(h.DurationNS),
 		Generation: h.Generation, Member: h.Member,
 		States: make(map[string][]byte, len(h.States)), Objects: h.Objects,
+		ParentUnknown: v1,
+	}
+	if h.Parent != nil {
+		cp.Parent = ID(*h.Parent)
 	}
 	for _, s := range h.States {
 		if s.Size < 0 || s.Size > len(rest) {

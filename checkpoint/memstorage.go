@@ -11,12 +11,12 @@ import (
 	"sync"
 )
 
-// MemStorage is an in-memory Storage for tests and examples. Its content
+// MemoryStorage is an in-memory Storage for tests and examples. Its content
 // lives as long as the value: it survives nothing.
 //
 // Its Versions come from a counter, so every write, even of the same bytes,
 // gets a new Version.
-type MemStorage struct {
+type MemoryStorage struct {
 	mu    sync.Mutex
 	blobs map[string]memBlob
 	seq   uint64 // the last Version handed out
@@ -28,16 +28,16 @@ type memBlob struct {
 }
 
 var (
-	_ Storage      = (*MemStorage)(nil)
-	_ StreamPutter = (*MemStorage)(nil)
+	_ Storage      = (*MemoryStorage)(nil)
+	_ StreamPutter = (*MemoryStorage)(nil)
 )
 
-// NewMemStorage returns an empty MemStorage.
-func NewMemStorage() *MemStorage {
-	return &MemStorage{blobs: map[string]memBlob{}}
+// NewMemoryStorage returns an empty MemoryStorage.
+func NewMemoryStorage() *MemoryStorage {
+	return &MemoryStorage{blobs: map[string]memBlob{}}
 }
 
-func (s *MemStorage) check(ctx context.Context, op, name string) error {
+func (s *MemoryStorage) check(ctx context.Context, op, name string) error {
 	if !ValidName(name) {
 		return fmt.Errorf("checkpoint: %s %q: %w", op, name, ErrInvalidName)
 	}
@@ -48,20 +48,20 @@ func (s *MemStorage) check(ctx context.Context, op, name string) error {
 }
 
 // store keeps a copy of data under name; s.mu is held.
-func (s *MemStorage) store(name string, data []byte) Version {
+func (s *MemoryStorage) store(name string, data []byte) Version {
 	v := s.nextVersion()
 	s.blobs[name] = memBlob{data: append([]byte(nil), data...), version: v}
 	return v
 }
 
 // nextVersion hands out a new Version; s.mu is held.
-func (s *MemStorage) nextVersion() Version {
+func (s *MemoryStorage) nextVersion() Version {
 	s.seq++
 	return Version(strconv.FormatUint(s.seq, 10))
 }
 
 // Put implements Storage. It keeps a copy of data.
-func (s *MemStorage) Put(ctx context.Context, name string, data []byte) error {
+func (s *MemoryStorage) Put(ctx context.Context, name string, data []byte) error {
 	if err := s.check(ctx, "put", name); err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (s *MemStorage) Put(ctx context.Context, name string, data []byte) error {
 
 // PutStream implements StreamPutter: it collects what write writes, then
 // stores it as Put does. An error from write stores nothing.
-func (s *MemStorage) PutStream(ctx context.Context, name string, write func(w io.Writer) error) error {
+func (s *MemoryStorage) PutStream(ctx context.Context, name string, write func(w io.Writer) error) error {
 	if err := s.check(ctx, "put", name); err != nil {
 		return err
 	}
@@ -88,17 +88,17 @@ func (s *MemStorage) PutStream(ctx context.Context, name string, write func(w io
 }
 
 // Get implements Storage. It returns a copy.
-func (s *MemStorage) Get(ctx context.Context, name string) ([]byte, error) {
+func (s *MemoryStorage) Get(ctx context.Context, name string) ([]byte, error) {
 	data, _, err := s.getVersion(ctx, "get", name)
 	return data, err
 }
 
 // GetVersion implements Storage. It returns a copy.
-func (s *MemStorage) GetVersion(ctx context.Context, name string) ([]byte, Version, error) {
+func (s *MemoryStorage) GetVersion(ctx context.Context, name string) ([]byte, Version, error) {
 	return s.getVersion(ctx, "get", name)
 }
 
-func (s *MemStorage) getVersion(ctx context.Context, op, name string) ([]byte, Version, error) {
+func (s *MemoryStorage) getVersion(ctx context.Context, op, name string) ([]byte, Version, error) {
 	if err := s.check(ctx, op, name); err != nil {
 		return nil, "", err
 	}
@@ -112,7 +112,7 @@ func (s *MemStorage) getVersion(ctx context.Context, op, name string) ([]byte, V
 }
 
 // Create implements Storage. It keeps a copy of data.
-func (s *MemStorage) Create(ctx context.Context, name string, data []byte) (Version, error) {
+func (s *MemoryStorage) Create(ctx context.Context, name string, data []byte) (Version, error) {
 	if err := s.check(ctx, "create", name); err != nil {
 		return "", err
 	}
@@ -125,7 +125,7 @@ func (s *MemStorage) Create(ctx context.Context, name string, data []byte) (Vers
 }
 
 // Replace implements Storage. It keeps a copy of data.
-func (s *MemStorage) Replace(ctx context.Context, name string, data []byte, v Version) (Version, error) {
+func (s *MemoryStorage) Replace(ctx context.Context, name string, data []byte, v Version) (Version, error) {
 	if err := s.check(ctx, "replace", name); err != nil {
 		return "", err
 	}
@@ -139,7 +139,7 @@ func (s *MemStorage) Replace(ctx context.Context, name string, data []byte, v Ve
 }
 
 // List implements Storage.
-func (s *MemStorage) List(ctx context.Context, prefix string) ([]string, error) {
+func (s *MemoryStorage) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("checkpoint: list %q: %w", prefix, err)
 	}
@@ -156,7 +156,7 @@ func (s *MemStorage) List(ctx context.Context, prefix string) ([]string, error) 
 }
 
 // Delete implements Storage.
-func (s *MemStorage) Delete(ctx context.Context, name string) error {
+func (s *MemoryStorage) Delete(ctx context.Context, name string) error {
 	if err := s.check(ctx, "delete", name); err != nil {
 		return err
 	}
@@ -165,3 +165,13 @@ func (s *MemStorage) Delete(ctx context.Context, name string) error {
 	delete(s.blobs, name)
 	return nil
 }
+
+// MemStorage is MemoryStorage.
+//
+// Deprecated: use MemoryStorage, named as idempotency.MemoryStore is.
+type MemStorage = MemoryStorage
+
+// NewMemStorage returns an empty MemoryStorage.
+//
+// Deprecated: use NewMemoryStorage.
+func NewMemStorage() *MemoryStorage { return NewMemoryStorage() }

@@ -78,7 +78,7 @@ func objectsIn(t *testing.T, s checkpoint.Storage, participant string) []string 
 // new process reads the newest checkpoint's objects.
 func TestObjectsKeptWhileReferenced(t *testing.T) {
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	// A crash after an object was written and before its checkpoint.
 	require.NoError(t, storage.Put(ctx, "checkpoints/t/0/objects/c/obj-crashed", []byte("x")))
 
@@ -121,7 +121,7 @@ func TestObjectsKeptWhileReferenced(t *testing.T) {
 // falls back to the newest checkpoint whose objects are all there.
 func TestMissingObjectFallsBack(t *testing.T) {
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	coord := newCoord(t, storage, checkpoint.Options{})
 	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"c": &chained{}})
 	require.NoError(t, err)
@@ -143,7 +143,7 @@ func TestMissingObjectFallsBack(t *testing.T) {
 // Save streams the file: the stored bytes are Encode's.
 func TestSaveStreamsEncodeBytes(t *testing.T) {
 	ctx := context.Background()
-	for _, storage := range []checkpoint.Storage{checkpoint.NewMemStorage(), putOnly{checkpoint.NewMemStorage()}} {
+	for _, storage := range []checkpoint.Storage{checkpoint.NewMemoryStorage(), putOnly{checkpoint.NewMemoryStorage()}} {
 		store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 		require.NoError(t, err)
 		cp := goldenCheckpoint()
@@ -164,5 +164,5 @@ func TestSaveStreamsEncodeBytes(t *testing.T) {
 	}
 }
 
-// putOnly hides MemStorage's StreamPutter: PutStream falls back to Put.
+// putOnly hides MemoryStorage's StreamPutter: PutStream falls back to Put.
 type putOnly struct{ checkpoint.Storage }

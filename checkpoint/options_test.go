@@ -12,7 +12,7 @@ import (
 // Every refused construction wraps ErrInvalidOptions, so a caller matches
 // one sentinel whatever the option.
 func TestInvalidOptions(t *testing.T) {
-	mem := checkpoint.NewMemStorage()
+	mem := checkpoint.NewMemoryStorage()
 	tests := []struct {
 		name string
 		give func() error

@@ -74,3 +74,57 @@ type AsyncParticipant interface {
 // cancelled ctx, so that it can let go of what it holds; it then returns
 // promptly and its result is ignored.
 type PendingSnapshot func(ctx context.Context) ([]byte, error)
+
+// Expirer is an optional interface of a Participant whose snapshot stays
+// good only for a while after its barrier: a two-phase-commit sink whose
+// prepared transaction the broker aborts once it is older than its
+// timeout (kafkasink). The coordinator finds it by type assertion.
+//
+// Just before the coordinator saves checkpoint id (every pending part has
+// returned, nothing is written yet), it calls Expired of every participant
+// implementing it, from the goroutine that saves. An error aborts the
+// checkpoint exactly as a failed pending part does: no file is written, no
+// offset moves, and the chain restarts from its last completed checkpoint,
+// whose replay writes the records again. Expired returns an error when
+// the save and the CheckpointCompleted after it might not both finish
+// before the deadline, with a margin of its own; it must return promptly
+// (it may abort the participant's pending work, best effort, bounded by
+// ctx).
+type Expirer interface {
+	Expired(ctx context.Context, id ID) error
+}
+
+// Resolver is an optional interface of a Participant whose checkpointed
+// state names output that can be lost after the checkpoint was saved: a
+// Kafka transaction the checkpoint recorded, which the broker aborts if it
+// outlives its timeout before a commit (the process paused or down between
+// the save and the commit), or which the broker forgets with its
+// transactional id. The coordinator finds it by type assertion.
+//
+// Attach calls Resolve with the participant's state in the checkpoint it
+// is about to restore (nil when the checkpoint holds none), before it
+// restores any participant from that checkpoint. Resolve completes the
+// output if it can (commits the transaction; repeating that is harmless).
+// An error wrapping ErrOutputLost says the output is gone for good: Attach
+// then tries the next older retained checkpoint, whose replay writes that
+// output again, and restores every participant from the first checkpoint
+// every Resolver accepts. Any other error fails Attach, as a Restore error
+// does.
+type Resolver interface {
+	Resolve(ctx context.Context, state []byte) error
+}
+
+// Starter is an optional interface of a Participant that must act once
+// the chain's starting point is decided, before its first record, whether
+// the chain was restored or starts fresh: a transactional sink fences the
+// producers of the partition's earlier owners (kafkasink starts its
+// producer, which aborts their open transaction and refuses their
+// commits). Restore alone cannot do it: it is not called on a fresh
+// start. The coordinator finds it by type assertion.
+//
+// Attach calls Start of every participant implementing it, in name order,
+// after every Restore (or, on a fresh start, once it found no checkpoint),
+// before it returns. An error fails Attach, as a Restore error does.
+type Starter interface {
+	Start(ctx context.Context) error
+}

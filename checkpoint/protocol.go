@@ -40,8 +40,9 @@ func (t *Task) Checkpoint(ctx context.Context, b *Barrier, nextOffset int64, met
 //     SnapshotAsync of every AsyncParticipant and Snapshot of every other
 //     participant (a synchronous sink flushes here). Begin returns.
 //  2. In a goroutine of the task: wait for every PendingSnapshot (an
-//     asynchronous sink's last insert), then write the checkpoint
-//     atomically to the Store (fsyncs included).
+//     asynchronous sink's last insert), ask every Expirer whether its
+//     snapshot is still good (an error wrapping ErrExpired aborts), then
+//     write the checkpoint atomically to the Store (fsyncs included).
 //  3. commit(ctx, nextOffset), if commit is not nil: the source moves the
 //     consumer group's offset, only while its generation is current. A
 //     commit error is logged and counted, not returned: the checkpoint, not
@@ -132,9 +133,15 @@ func (t *Task) begin(ctx context.Context, b *Barrier, start time.Time, nextOffse
 	}
 	t.lastID++
 	id := t.lastID
+	t.mu.Lock()
+	// The previous checkpoint's notifications returned (else begin failed
+	// above): its output is confirmed, and this one's state descends from it.
+	parent := t.completedID
+	t.mu.Unlock()
 	cp := &Checkpoint{
 		ID: id, Partition: t.p, NextOffset: nextOffset, Created: start,
 		States: make(map[string][]byte, len(t.names)), Generation: meta.Generation, Member: meta.Member,
+		Parent: parent,
 	}
 	for _, o := range t.objects {
 		o.gen.Store(max(meta.Generation, 0))

@@ -87,7 +87,7 @@ type Storage interface {
 // StreamPutter is an optional interface of a Storage that stores a blob
 // written piece by piece, so that a large state (ten million dedup keys)
 // goes to storage without first being copied into one buffer. FSStorage
-// and MemStorage have it; PutStream falls back to Put for a Storage that
+// and MemoryStorage have it; PutStream falls back to Put for a Storage that
 // has not.
 type StreamPutter interface {
 	// PutStream is Put of the bytes write writes to w, with Put's

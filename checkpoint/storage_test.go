@@ -24,7 +24,7 @@ func TestFSStorage(t *testing.T) {
 
 func TestMemStorage(t *testing.T) {
 	checkpointtest.TestStorage(t, func(t *testing.T) checkpoint.Storage {
-		return checkpoint.NewMemStorage()
+		return checkpoint.NewMemoryStorage()
 	})
 }
 

@@ -25,8 +25,11 @@ type StoreOptions struct {
 	// can share one Storage. Default: DefaultPrefix.
 	Prefix string
 	// Keep is how many completed checkpoints are kept per partition; older
-	// ones are deleted after every Save. Keeping more than one lets restore
-	// fall back past a corrupt newest checkpoint. Default: DefaultKeep.
+	// ones are deleted after every Save, except the saved checkpoint's
+	// parent (Checkpoint.Parent: the newest one whose output is confirmed
+	// intact), which is kept too wherever it sorts. Keeping more than one
+	// lets restore fall back past a corrupt newest checkpoint. Default:
+	// DefaultKeep.
 	Keep int
 	// Logger receives the reasons why restore skipped a checkpoint and
 	// failures to delete old ones. Default: discard.
@@ -131,7 +134,7 @@ func (s *Store) entries(ctx context.Context, p TopicPartition) ([]entry, error) 
 }
 
 // Save writes cp atomically, then deletes the partition's checkpoints beyond
-// the newest Keep. When Save returns nil the checkpoint is durable. When it
+// the newest Keep, except cp's parent (Checkpoint.Parent). When Save returns nil the checkpoint is durable. When it
 // returns an error the checkpoint may or may not have been stored (the
 // Storage's outcome may be unknown); either way a later restore finds a
 // consistent checkpoint, this one or an earlier one.
@@ -139,12 +142,29 @@ func (s *Store) entries(ctx context.Context, p TopicPartition) ([]entry, error) 
 // The file is streamed to a Storage that is a StreamPutter (EncodeTo), so
 // the participants' states are not copied into one file-sized buffer.
 //
+// Save refuses, with an error wrapping ErrSuperseded and writing nothing,
+// a checkpoint whose partition holds one of a later generation with an ID
+// above cp.Parent: a later owner took the partition over (see
+// ErrSuperseded; a Task's save checks from the checkpoint it restored).
+// That check lists the partition before the write, so a write racing the
+// later owner's first one can still land; restore skips it (see Latest).
+//
 // Failing to delete old checkpoints is logged, not returned: it loses
 // nothing. Save does not delete objects (see ObjectParticipant): the
 // Coordinator does, after the checkpoint completed.
 func (s *Store) Save(ctx context.Context, cp *Checkpoint) (size int, err error) {
+	return s.save(ctx, cp, cp.Parent, nil)
+}
+
+// save is Save for a chain that restored start (0: it started fresh); the
+// checkpoints named in known (those its Attach saw, and passed over) do
+// not refuse it.
+func (s *Store) save(ctx context.Context, cp *Checkpoint, start ID, known map[string]bool) (size int, err error) {
 	name, err := s.Name(cp)
 	if err != nil {
+		return 0, err
+	}
+	if err := s.checkOwner(ctx, cp, start, known); err != nil {
 		return 0, err
 	}
 	for _, o := range cp.Objects {
@@ -162,8 +182,26 @@ func (s *Store) Save(ctx context.Context, cp *Checkpoint) (size int, err error) 
 		return 0, err
 	}
 	s.remember(name, cp.Objects)
-	s.prune(ctx, cp.Partition)
+	s.prune(ctx, cp.Partition, cp.Parent)
 	return int(n), nil
+}
+
+// retained splits es (newest first) into the checkpoints retention keeps
+// and those it deletes: the newest Keep, and every file of checkpoint
+// parent (the newest checkpoint whose output is confirmed intact, see
+// Checkpoint.Parent) wherever it sorts. Without the parent, Keep
+// newer checkpoints whose output was then lost (retries of one
+// checkpoint under several generations, each aborted) would push the
+// last good one out, and no restore could fall back to it.
+func (s *Store) retained(es []entry, parent ID) (keep, drop []entry) {
+	for i, e := range es {
+		if i < s.keep || parent != 0 && e.id == uint64(parent) {
+			keep = append(keep, e)
+		} else {
+			drop = append(drop, e)
+		}
+	}
+	return keep, drop
 }
 
 func (s *Store) remember(name string, objects []string) {
@@ -172,13 +210,14 @@ func (s *Store) remember(name string, objects []string) {
 	s.mu.Unlock()
 }
 
-func (s *Store) prune(ctx context.Context, p TopicPartition) {
+func (s *Store) prune(ctx context.Context, p TopicPartition, parent ID) {
 	es, err := s.entries(ctx, p)
 	if err != nil {
 		s.log.WarnContext(ctx, "checkpoint: listing old checkpoints failed", "partition", p.String(), "err", err)
 		return
 	}
-	for _, e := range es[min(s.keep, len(es)):] {
+	_, drop := s.retained(es, parent)
+	for _, e := range drop {
 		if err := s.storage.Delete(ctx, e.name); err != nil {
 			s.log.WarnContext(ctx, "checkpoint: deleting old checkpoint failed", "name", e.name, "err", err)
 			continue
@@ -189,12 +228,13 @@ func (s *Store) prune(ctx context.Context, p TopicPartition) {
 	}
 }
 
-// collectObjects deletes the partition's objects that none of the newest
-// Keep checkpoints references and that spare does not protect (objects
-// written for a checkpoint not saved yet). A checkpoint it cannot read
-// stops the collection (nothing is deleted): it may reference anything.
-// Failures are logged: an object left behind is only garbage.
-func (s *Store) collectObjects(ctx context.Context, p TopicPartition, spare func(ref string) bool) {
+// collectObjects deletes the partition's objects that none of the
+// retained checkpoints (the newest Keep and parent, see retained)
+// references and that spare does not protect (objects written for a
+// checkpoint not saved yet). A checkpoint it cannot read stops the
+// collection (nothing is deleted): it may reference anything. Failures
+// are logged: an object left behind is only garbage.
+func (s *Store) collectObjects(ctx context.Context, p TopicPartition, parent ID, spare func(ref string) bool) {
 	d, err := s.dir(p)
 	if err != nil {
 		return
@@ -213,7 +253,8 @@ func (s *Store) collectObjects(ctx context.Context, p TopicPartition, spare func
 		return
 	}
 	live := map[string]bool{}
-	for _, e := range es[:min(s.keep, len(es))] {
+	keep, _ := s.retained(es, parent)
+	for _, e := range keep {
 		s.mu.Lock()
 		refs, ok := s.refs[e.name]
 		s.mu.Unlock()
@@ -278,23 +319,47 @@ func (s *Store) missingObject(ctx context.Context, p TopicPartition, refs []stri
 }
 
 // Latest returns the partition's newest checkpoint that reads back intact.
-// It skips a corrupt or foreign checkpoint (for another partition), or one
-// naming an object (Checkpoint.Objects) that is not stored, with a logged
-// reason and falls back to the one before. Without any intact
-// checkpoint it returns an error wrapping ErrNotFound.
+// It skips a corrupt or foreign checkpoint (for another partition), one
+// naming an object (Checkpoint.Objects) that is not stored, and one a
+// revoked owner saved after a later owner's checkpoint (one of a later
+// generation with an ID above the start of its lineage and not above its
+// own, see ErrSuperseded), with a logged reason, and falls back to the one
+// before.
+// Without any intact checkpoint it returns an error wrapping ErrNotFound.
 func (s *Store) Latest(ctx context.Context, p TopicPartition) (*Checkpoint, error) {
+	cp, _, _, err := s.latestBefore(ctx, p, nil)
+	return cp, err
+}
+
+// latestBefore is Latest among the checkpoints that sort after before
+// (older ones), or among all with a nil before; it also returns the
+// checkpoint's entry, for the next call, and the names listed.
+func (s *Store) latestBefore(ctx context.Context, p TopicPartition, before *entry) (*Checkpoint, *entry, map[string]bool, error) {
 	es, err := s.entries(ctx, p)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
+		return nil, nil, nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
 	}
+	listed := make(map[string]bool, len(es))
+	for _, e := range es {
+		listed[e.name] = true
+	}
+	cp, e, err := s.newestOf(ctx, p, es, before)
+	return cp, e, listed, err
+}
+
+// newestOf is latestBefore over the entries es.
+func (s *Store) newestOf(ctx context.Context, p TopicPartition, es []entry, before *entry) (*Checkpoint, *entry, error) {
 	var have map[string]bool // the partition's objects, listed when first needed
 	for _, e := range es {
+		if before != nil && (e.id > before.id || e.id == before.id && e.gen >= before.gen) {
+			continue
+		}
 		data, err := s.storage.Get(ctx, e.name)
 		if errors.Is(err, ErrNotFound) {
 			continue // pruned meanwhile by a later Save
 		}
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
+			return nil, nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
 		}
 		cp, err := Decode(data)
 		if err == nil && (cp.Partition != p || uint64(cp.ID) != e.id) {
@@ -306,16 +371,26 @@ func (s *Store) Latest(ctx context.Context, p TopicPartition) (*Checkpoint, erro
 		}
 		missing, err := s.missingObject(ctx, p, cp.Objects, &have)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
+			return nil, nil, fmt.Errorf("checkpoint: restore %s: %w", p, err)
 		}
 		if missing != "" {
 			s.log.WarnContext(ctx, "checkpoint: skipping checkpoint whose object is missing", "name", e.name, "object", missing)
 			continue
 		}
+		// Only when a later generation's checkpoint sorts below it at all
+		// (rare) is its lineage read, a Get of each ancestor.
+		if _, later := supersededBy(es, e.gen, 0, e.id, nil); later && !cp.ParentUnknown {
+			start := s.lineageStart(ctx, es, e, cp)
+			if d, ok := supersededBy(es, e.gen, start, e.id, nil); ok {
+				s.log.WarnContext(ctx, "checkpoint: skipping checkpoint a revoked owner saved after a later owner's",
+					"name", e.name, "generation", e.gen, "lineage_start", start, "later", d.name)
+				continue
+			}
+		}
 		s.remember(e.name, cp.Objects)
-		return cp, nil
+		return cp, &e, nil
 	}
-	return nil, fmt.Errorf("checkpoint: restore %s: %w", p, ErrNotFound)
+	return nil, nil, fmt.Errorf("checkpoint: restore %s: %w", p, ErrNotFound)
 }
 
 // List returns the IDs of the partition's stored checkpoints, newest first,

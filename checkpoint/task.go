@@ -47,6 +47,7 @@ type Task struct {
 	barriers     chan *Barrier
 
 	restored   *Checkpoint
+	known      map[string]bool // the checkpoint names listed at Attach
 	lastID     ID
 	notifiedID ID        // the last completed checkpoint the synchronous participants were told of
 	flight     *inflight // the checkpoint Begin started last
@@ -68,9 +69,16 @@ type Task struct {
 //
 // A checkpoint holding state under a name not in participants is an error
 // wrapping ErrUnknownState; a participant without state in the checkpoint
-// starts empty. A participant's Restore error is returned as is: restore
-// does not fall back to an older checkpoint for it, since the error may be
-// transient.
+// starts empty. Before restoring any participant, Attach calls Resolve of
+// every Resolver with its state: a checkpoint whose output a Resolver
+// reports lost (ErrOutputLost) is passed over for the next older retained
+// one, and every participant is restored from the checkpoint chosen; when
+// no retained checkpoint is left, the error wraps ErrOutputLost. Any other
+// Resolve error, and a participant's Restore error, is returned as is:
+// restore does not fall back to an older checkpoint for it, since the
+// error may be transient. Last, Attach calls Start of every Starter,
+// restored or fresh (a transactional sink fences earlier owners there);
+// its error fails Attach too.
 func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants map[string]Participant) (*Task, error) {
 	t := &Task{
 		c: c, p: p, participants: participants,
@@ -106,18 +114,13 @@ func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants
 		t.objects[n] = o
 		op.UseObjects(o)
 	}
-	cp, err := c.store.Latest(ctx, p)
+	cp, err := t.resolved(ctx)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		c.log.InfoContext(ctx, "checkpoint: no checkpoint, fresh start", "partition", p.String())
 	case err != nil:
 		return nil, err
 	default:
-		for name := range cp.States {
-			if _, ok := participants[name]; !ok {
-				return nil, fmt.Errorf("checkpoint: attach %s: checkpoint %d: %q: %w", p, cp.ID, name, ErrUnknownState)
-			}
-		}
 		for _, name := range t.names {
 			state, ok := cp.States[name]
 			if !ok {
@@ -133,10 +136,93 @@ func (c *Coordinator) Attach(ctx context.Context, p TopicPartition, participants
 		t.completedID, t.notifiedID = cp.ID, cp.ID
 		c.log.InfoContext(ctx, "checkpoint: restored", "partition", p.String(), "id", cp.ID, "next_offset", cp.NextOffset)
 	}
+	for _, name := range t.names {
+		s, ok := participants[name].(Starter)
+		if !ok {
+			continue
+		}
+		if err := s.Start(ctx); err != nil {
+			var id ID
+			if t.restored != nil {
+				id = t.restored.ID
+			}
+			return nil, &Error{Partition: p, ID: id, Participant: name, Op: "start", Err: err}
+		}
+	}
 	c.mu.Lock()
 	c.tasks[t] = struct{}{}
 	c.mu.Unlock()
 	return t, nil
+}
+
+// resolved returns the newest intact checkpoint of the chain's partition
+// that every Resolver accepts, falling back past checkpoints whose output
+// was lost (ErrOutputLost), or an error wrapping ErrNotFound when the
+// partition has no checkpoint at all.
+func (t *Task) resolved(ctx context.Context) (*Checkpoint, error) {
+	c, p := t.c, t.p
+	var lost error         // the newest checkpoint's lost output, if any
+	var oldest *Checkpoint // the oldest checkpoint passed over
+	var before *entry
+	for {
+		cp, e, listed, err := c.store.latestBefore(ctx, p, before)
+		if t.known == nil {
+			// What the partition held at Attach: a later generation's
+			// checkpoint among it (passed over, or a group created anew)
+			// does not make this chain's saves superseded.
+			t.known = listed
+		}
+		if errors.Is(err, ErrNotFound) && lost != nil {
+			// A chain that started fresh wrote the oldest lost checkpoint
+			// (a version 1 file does not say: only ID 1 is taken for
+			// one): a fresh start is what came before it.
+			if oldest.Parent == 0 && (!oldest.ParentUnknown || oldest.ID == 1) {
+				c.log.WarnContext(ctx, "checkpoint: the output of a checkpoint descending from a fresh start was lost; fresh start",
+					"partition", p.String(), "id", oldest.ID)
+				return nil, err
+			}
+			// The checkpoint it descends from was pruned: a fresh start
+			// would skip or repeat input, so say so instead.
+			parent := "an unknown checkpoint (a version 1 file)"
+			if !oldest.ParentUnknown {
+				parent = fmt.Sprintf("checkpoint %d", oldest.Parent)
+			}
+			return nil, fmt.Errorf("checkpoint: attach %s: no older retained checkpoint to fall back to: checkpoint %d descends from %s, which is not retained: %w",
+				p, oldest.ID, parent, lost)
+		}
+		if err != nil {
+			return nil, err
+		}
+		for name := range cp.States {
+			if _, ok := t.participants[name]; !ok {
+				return nil, fmt.Errorf("checkpoint: attach %s: checkpoint %d: %q: %w", p, cp.ID, name, ErrUnknownState)
+			}
+		}
+		err = nil
+		for _, name := range t.names {
+			r, ok := t.participants[name].(Resolver)
+			if !ok {
+				continue
+			}
+			if err = r.Resolve(ctx, cp.States[name]); err != nil {
+				err = &Error{Partition: p, ID: cp.ID, Participant: name, Op: "restore", Err: err}
+				break
+			}
+		}
+		if err == nil {
+			return cp, nil
+		}
+		if !errors.Is(err, ErrOutputLost) {
+			return nil, err
+		}
+		c.fallback.Add(ctx, 1, metric.WithAttributeSet(t.attrs))
+		c.log.WarnContext(ctx, "checkpoint: checkpoint's output was lost; falling back to an older one, whose replay writes it again",
+			"partition", p.String(), "id", cp.ID, "err", err)
+		if lost == nil {
+			lost = err
+		}
+		oldest, before = cp, e
+	}
 }
 
 // Restored returns the checkpoint the chain was restored from, or nil on a

@@ -82,7 +82,7 @@ func TestIncrementalMatchesFull(t *testing.T) {
 		for _, upd := range []dedup.UpdateType{dedup.OnCreateAndWrite, dedup.OnReadAndWrite} {
 			t.Run(fmt.Sprintf("exact=%v/%v", exact, upd), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(upd), 7))
-				storage := checkpoint.NewMemStorage()
+				storage := checkpoint.NewMemoryStorage()
 				opts := dedup.Options{Incremental: true, MaxDeltas: 3, ExactKeys: exact, UpdateType: upd}
 				inc := attachInc(t, storage, opts)
 				ref, err := dedup.New(50*time.Second, dedup.Options{ExactKeys: exact, UpdateType: upd})
@@ -147,7 +147,7 @@ func TestIncrementalMatchesFull(t *testing.T) {
 // last one, not the table: bytes in proportion to what changed.
 func TestIncrementalWritesWhatChanged(t *testing.T) {
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	c := attachInc(t, storage, dedup.Options{Incremental: true, MaxDeltas: 1000})
 	now := time.Unix(1_800_000_000, 0)
 	for i := range 10_000 {
@@ -180,9 +180,9 @@ func TestIncrementalWritesWhatChanged(t *testing.T) {
 
 // buildChain checkpoints keys into a base and two deltas on partition pInc
 // and returns the storage and the newest checkpoint's manifest.
-func buildChain(t testing.TB, exact bool) (*checkpoint.MemStorage, []byte) {
+func buildChain(t testing.TB, exact bool) (*checkpoint.MemoryStorage, []byte) {
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
@@ -309,7 +309,7 @@ func TestIncrementalRestoresFullSnapshot(t *testing.T) {
 		exact := strings.Contains(name, "exact")
 		golden, err := os.ReadFile(filepath.Join("testdata", name))
 		require.NoError(t, err)
-		storage := checkpoint.NewMemStorage()
+		storage := checkpoint.NewMemoryStorage()
 		c := attachInc(t, storage, dedup.Options{Incremental: true, ExactKeys: exact})
 		require.NoError(t, c.d.Restore(ctx, golden))
 		require.NoError(t, c.task.Checkpoint(ctx, nil, 1, checkpoint.Meta{}, nil))
@@ -345,7 +345,7 @@ func FuzzIncrementalRestore(f *testing.F) {
 				m, obj = fixCRC(m), fixCRC(obj)
 			}
 			// A fresh partition with the chain's objects, the delta replaced.
-			s := checkpoint.NewMemStorage()
+			s := checkpoint.NewMemoryStorage()
 			for _, n := range names {
 				b, err := storage.Get(ctx, n)
 				require.NoError(t, err)
@@ -386,7 +386,7 @@ func FuzzIncrementalRestore(f *testing.F) {
 // the deduplicator then writes full snapshots.
 func TestIncrementalWithoutObjectsWritesFull(t *testing.T) {
 	ctx := context.Background()
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
 	require.NoError(t, err)
@@ -409,7 +409,7 @@ func TestIncrementalWithoutObjectsWritesFull(t *testing.T) {
 // gatedStorage holds every write of a compaction's base (an object named
 // base-… after the first) until the gate opens.
 type gatedStorage struct {
-	*checkpoint.MemStorage
+	*checkpoint.MemoryStorage
 	gate   chan struct{}
 	bases  atomic.Int32
 	queued chan string
@@ -420,7 +420,7 @@ func (s *gatedStorage) PutStream(ctx context.Context, name string, write func(io
 		s.queued <- name
 		<-s.gate
 	}
-	return s.MemStorage.PutStream(ctx, name, write)
+	return s.MemoryStorage.PutStream(ctx, name, write)
 }
 
 // A barrier never waits for a compaction it does not need: with the
@@ -428,7 +428,7 @@ func (s *gatedStorage) PutStream(ctx context.Context, name string, write func(io
 // four times MaxDeltas; the next one adopts the compaction once it is done.
 func TestCheckpointsDoNotWaitForCompaction(t *testing.T) {
 	ctx := context.Background()
-	storage := &gatedStorage{MemStorage: checkpoint.NewMemStorage(), gate: make(chan struct{}), queued: make(chan string, 1)}
+	storage := &gatedStorage{MemoryStorage: checkpoint.NewMemoryStorage(), gate: make(chan struct{}), queued: make(chan string, 1)}
 	c := attachInc(t, storage, dedup.Options{Incremental: true, MaxDeltas: 2})
 	now := time.Unix(1_800_000_000, 0)
 	next := 0
@@ -511,7 +511,7 @@ func (p *decliner) CheckpointCompleted(context.Context, checkpoint.ID) error { r
 // exactly those keys.
 func TestIncrementalFirstBaseAfterTheBarrier(t *testing.T) {
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	attach := func(d *dedup.Deduplicator, gate *decliner) (*checkpoint.Coordinator, *checkpoint.Task) {
 		store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 		require.NoError(t, err)

@@ -178,7 +178,7 @@ func TestRestoreLeavesRoomToGrow(t *testing.T) {
 		assert.Zero(t, log.n.Load(), "table rebuilds after the restore")
 	})
 	t.Run("incremental", func(t *testing.T) {
-		storage := checkpoint.NewMemStorage()
+		storage := checkpoint.NewMemoryStorage()
 		c := attachInc(t, storage, dedup.Options{Incremental: true})
 		fill(t, c.d, 0, keys)
 		require.NoError(t, c.task.Checkpoint(ctx, nil, 1, checkpoint.Meta{}, nil))

@@ -52,6 +52,8 @@ func rejectStatus(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, ErrSignature):
 		return http.StatusUnauthorized, "signature"
+	case errors.Is(err, ErrMediaType):
+		return http.StatusUnsupportedMediaType, "content_type"
 	case errors.Is(err, ErrNoKey):
 		return http.StatusBadRequest, "key"
 	case errors.Is(err, ErrMalformed):

@@ -56,16 +56,24 @@ type Outcome struct {
 }
 
 // EffectError is returned by [Do] when fn failed: the key was released (or
-// ReleaseErr says why not), so a retry runs fn again.
+// ReleaseErr says why not), so a retry runs fn again; or, when fn's error
+// wraps ErrOutcomeUnknown, held (Held): it stays pending until its
+// PendingTTL, and retries until then get ErrPending.
 type EffectError struct {
 	Err error
 	// ReleaseErr is the Release failure, if any: the key then stays
 	// pending until its PendingTTL, and retries until then get ErrPending.
 	ReleaseErr error
+	// Held is true when fn's outcome is unknown and the key was not
+	// released.
+	Held bool
 }
 
 // Error implements error.
 func (e *EffectError) Error() string {
+	if e.Held {
+		return fmt.Sprintf("idempotency: side effect's outcome unknown, key held: %v", e.Err)
+	}
 	if e.ReleaseErr != nil {
 		return fmt.Sprintf("idempotency: side effect failed: %v (release failed too: %v)", e.Err, e.ReleaseErr)
 	}
@@ -86,7 +94,8 @@ func (e *EffectError) Unwrap() error { return e.Err }
 //     another fingerprint, ErrFingerprintMismatch; neither runs fn.
 //   - A store failure while claiming is returned wrapped; fn did not run
 //     (IsOutcomeUnknown tells whether the claim may have been taken).
-//   - fn's failure returns an *EffectError after releasing the key.
+//   - fn's failure returns an *EffectError after releasing the key; if its
+//     error wraps ErrOutcomeUnknown, without releasing it (Held).
 //   - fn's success completes the key with fn's Response and returns nil,
 //     even if completing fails (see Outcome.CompleteErr).
 //
@@ -116,6 +125,9 @@ func Do(ctx context.Context, store Store, key, fingerprint string, fn func(ctx c
 	fctx, cancel := context.WithTimeout(ctx, opts.SideEffectTimeout)
 	resp, err := fn(fctx)
 	cancel()
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return Outcome{}, &EffectError{Err: err, Held: true}
+	}
 	if err != nil {
 		sctx, cancel := context.WithTimeout(after, opts.StoreTimeout)
 		rerr := store.Release(sctx, claim)

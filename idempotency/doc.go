@@ -50,20 +50,26 @@
 // [GitHub] or [JiraCloud] (there is no default provider: a Jira endpoint
 // must not read GitHub's headers). It reads the body within
 // Options.ReadTimeout (408 after it), checks the body size (413), the
-// signature over the body as sent (401), the key, the event type and that
-// the payload is a JSON object (400, after decoding GitHub's form-encoded
-// bodies); answers 200 without publishing an event type it ignores (GitHub's
+// signature over the body as sent (401), the content type (415: GitHub
+// sends application/json or application/x-www-form-urlencoded, Jira
+// application/json; Provider.ContentTypes), the key, the event type and
+// that the payload is a JSON object in valid UTF-8 (400, after decoding
+// GitHub's form-encoded bodies); answers 200 without publishing an event type it ignores (GitHub's
 // "ping", Options.Ignore); finds the tenant partition key (422 without one);
 // runs Options.Check ([Reject]: its 4xx; [ErrIgnored]: 200; other errors:
 // 503). Only then it calls [Do]: claims, runs the side effect (a [Func], such
 // as kafkapub's Publisher.Publish, which carries the delivery id, event
 // type, source, hook id and retry count as Kafka headers), and either
-// completes and answers 202, or releases and answers 503 with Retry-After.
+// completes and answers 202, or releases and answers 503 with Retry-After;
+// a side effect whose outcome is unknown ([ErrOutcomeUnknown]) is answered
+// 503 and its key held, not released.
 // A side effect's [*RejectError] (kafkapub's 413 for a payload too large
 // for the topic) is answered as that permanent 4xx. Every answer comes
 // within Options.AnswerTimeout (8 s, under GitHub's 10 s), whatever the
-// store and the side effect do: one still running then is answered 503 and
-// its key settled when it ends. Beyond Options.MaxInFlight deliveries a new
+// store and the side effect do: one still running then is answered 503
+// (and the connection closed, so that a keep-alive client's next request
+// does not wait behind it), its claim extended while it runs ([Extender]),
+// and its key settled when it ends. Beyond Options.MaxInFlight deliveries a new
 // one is answered 503 at once. The key is completed or released after the
 // answer is sent; over net/http's server "done" is written after
 // ServeHTTP returned, so the connection serves its next request meanwhile
@@ -77,9 +83,31 @@
 //
 //   - A key is done only after its side effect returned nil, so every 2xx
 //     answered for a delivery (first or replayed) means the side effect is
-//     durable. A failed side effect always leads to a 503 and a released
-//     key, so a retry (Jira's own, or GitHub's redelivery through
+//     durable. A side effect that failed definitely leads to a 503 and a
+//     released key, so a retry (Jira's own, or GitHub's redelivery through
 //     githubredeliver) runs it again.
+//   - A key whose side effect's outcome is unknown is never released as
+//     failed. While the side effect runs on past its answer (a 503 at
+//     Options.AnswerTimeout), the Handler extends its claim (with a store
+//     that implements [Extender], as both of the SDK's do), so the key
+//     stays pending however long it runs, and a retry meanwhile gets 503,
+//     never a second run. When it ends, the key is completed (a retry gets
+//     the stored 202, replayed), released (it failed definitely: a retry
+//     runs it once), or, when it ended with an error wrapping
+//     [ErrOutcomeUnknown], held until its PendingTTL runs out; a retry
+//     after that runs it again. With kafkapub's IdempotentPublisher a
+//     publish returns only once its outcome is known, so a delivery
+//     answered 503 is never written twice by its redelivery; with
+//     kafkapub's plain Publisher, whose outcome stays unknown after a
+//     timeout, it may be, after PendingTTL.
+//   - If the gateway process dies while a key is pending (its side effect
+//     running, or its "done" not yet written), the key expires after
+//     PendingTTL and a redelivery runs the side effect again, although the
+//     first run may have been written: the two records carry the same
+//     delivery id (kafkapub's event-id header), which the stream
+//     processor's deduplicator (package dedup) keys on, so it counts the
+//     event once. That dedup is what makes the pipeline exactly-once
+//     across gateway crashes; this layer keeps such copies rare.
 //   - While the store remembers a key, at most one side effect for it runs at
 //     a time, and none runs after it is done. A key answered 2xx is pending
 //     in the store until its "done" is written after the answer: a
@@ -87,14 +115,15 @@
 //     answered 503 by any other (its retry replays); if the "done" is lost,
 //     the key stays pending until PendingTTL and the redelivery after it
 //     runs the side effect again.
-//   - Rejected requests (401, 413, 400, 405, 422 and Check's 4xx) and
+//   - Rejected requests (401, 413, 415, 400, 405, 422 and Check's 4xx) and
 //     ignored events (200) claim nothing and run nothing; ignored events
 //     are counted in idempotency.ignored.
 //
 // What it does not promise: exactly one side effect per delivery. The store
 // can forget a key (TTL, eviction, a Redis restart), a side effect can
-// outlive its claim, and a publish can be written twice by the client's own
-// retries. Each of those produces a duplicate, never a loss; the side effect
+// outlive its claim (a store without [Extender], a gateway that dies), and
+// a publish can be written twice by a client without idempotence (kafkapub's
+// plain Publisher retrying, or its redelivery after PendingTTL). Each of those produces a duplicate, never a loss; the side effect
 // carries the delivery id, and the stream processor's deduplicator (package
 // dedup) drops the copy. This layer is the cheap first filter, and the
 // guarantee that nothing is acknowledged before it is durable.

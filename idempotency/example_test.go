@@ -40,6 +40,7 @@ func ExampleHandler() {
 	body := `{"action":"opened","organization":{"login":"octo-org"}}`
 	for range 3 {
 		r := httptest.NewRequest(http.MethodPost, "/webhooks/github", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set(idempotency.HeaderGitHubDelivery, "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 		r.Header.Set(idempotency.HeaderGitHubEvent, "pull_request")
 		r.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub(secret, []byte(body)))

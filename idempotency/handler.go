@@ -17,8 +17,9 @@ import (
 // For each POST it:
 //  1. reads the body within Options.ReadTimeout (408 after it, the
 //     connection closed), limits it (413), verifies the signature over the
-//     body as sent (401), reads the key, decodes a form-encoded payload,
-//     checks the payload is a JSON object and reads the event type (400).
+//     body as sent (401), checks the content type (415), reads the key,
+//     decodes a form-encoded payload, checks the payload is a JSON object
+//     in valid UTF-8 and reads the event type (400).
 //     A rejected request claims nothing and publishes nothing.
 //  2. answers 200 without publishing an event type it ignores (GitHub's
 //     "ping", Options.Ignore), finds the partition key (422 without one),
@@ -33,12 +34,18 @@ import (
 //  4. runs the side effect. On success it answers 202 and then completes
 //     the key with that response; on failure it answers 503 with
 //     Retry-After (or, for a *RejectError, that permanent 4xx with its
-//     reason) and then releases the key.
+//     reason) and then releases the key, unless the failure wraps
+//     ErrOutcomeUnknown: the side effect may have happened, and the key
+//     stays pending until its PendingTTL.
 //
 // Every answer comes within Options.AnswerTimeout of the start: a side
-// effect still running then is answered 503 while it goes on, and its key
-// is completed or released when it ends, so a redelivery after a late
-// success replays the 202.
+// effect still running then is answered 503 with Connection: close while
+// it goes on in ServeHTTP's goroutine (the client's next request comes on
+// a new connection rather than wait behind it), its claim is extended
+// every third of PendingTTL while it runs (when the store is an
+// [Extender]), and its key is completed or released when it ends, so a
+// redelivery after a late success replays the 202 and one after a late
+// failure runs it once.
 //
 // Writing "done" after the answer costs nothing in safety: a 2xx is sent
 // only once the side effect is durable, and a complete that is lost (the
@@ -265,8 +272,17 @@ func (h *Handler) serve(a *answer, r *http.Request, start time.Time) {
 	// and off this goroutine (settle).
 	h.m.claim(ctx, "claimed")
 	fctx, cancel := context.WithDeadline(ctx, within(deadline, h.opts.SideEffectTimeout))
-	resp, e, err := h.runAndAnswer(fctx, a, d, fp)
+	resp, e, err := h.runAndAnswer(fctx, a, d, fp, claim)
 	cancel()
+	if errors.Is(err, ErrOutcomeUnknown) {
+		// The side effect may have happened: a retry must not run it
+		// again. The key stays pending until its TTL; retries until then
+		// are answered 503.
+		h.m.releases.Add(ctx, 1, h.m.opt("result", "held").add...)
+		h.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "idempotency: side effect's outcome unknown; key held until its pending TTL",
+			slog.String("key", d.Key), slog.Duration("pending_ttl", h.opts.PendingTTL), slog.Any("error", err))
+		return
+	}
 	if err != nil {
 		// runAndAnswer logged the failure with its answer. Released
 		// before returning, so that a retry can claim the key at once.
@@ -295,7 +311,7 @@ func within(deadline time.Time, d time.Duration) time.Time {
 // effect's outcome for the key to be completed or released, and on success
 // the settler's entry of the key, made before the answer. ctx must end by
 // its deadline only (serve cancels it after runAndAnswer returns).
-func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery, fingerprint string) (Response, *settling, error) {
+func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery, fingerprint string, c Claim) (Response, *settling, error) {
 	// The deadline's answer is a callback beside the side effect, not a
 	// wait on it: a Func may overrun its ctx (an idempotent producer waits
 	// for a batch in flight), and the answer must not wait for it. The side
@@ -305,16 +321,24 @@ func (h *Handler) runAndAnswer(ctx context.Context, a *answer, d Delivery, finge
 	// which registers with ctx and allocates thrice as much.
 	fired := make(chan struct{})
 	at, _ := ctx.Deadline()
+	var k *keeper // set by the callback
 	timer := time.AfterFunc(time.Until(at), func() {
 		defer close(fired)
-		if h.retryLater(ctx, a, "answer_deadline", d.Key, nil, "delivery timed out, retry later") {
+		// The connection closes after this answer: the side effect goes
+		// on in ServeHTTP's goroutine, and a keep-alive client's next
+		// request must not wait behind it; it comes on a new connection.
+		if h.retryLater(ctx, a, "answer_deadline", d.Key, nil, "delivery timed out, retry later", "Connection", "close") {
 			h.m.timeouts.Add(ctx, 1)
 		}
+		// The side effect may run on until its outcome is known: keep
+		// the key pending meanwhile.
+		k = h.keep(context.WithoutCancel(ctx), c)
 	})
 	err := h.run(ctx, d)
 	if !timer.Stop() {
 		<-fired // the callback is ours: let it finish before the key is settled
 	}
+	k.stop()
 	var rej *RejectError
 	if err != nil {
 		rej = asReject(err)
@@ -400,8 +424,8 @@ func (h *Handler) released(ctx context.Context, key string, err error) {
 // failing store or broker. A duplicate of a pending key is the protocol at
 // work and logs at Info; every other reason at Warn. It reports whether it
 // answered.
-func (h *Handler) retryLater(ctx context.Context, a *answer, reason, key string, err error, msg string) bool {
-	if !a.text(http.StatusServiceUnavailable, msg, "Retry-After", h.retryAfterSecs()) {
+func (h *Handler) retryLater(ctx context.Context, a *answer, reason, key string, err error, msg string, header ...string) bool {
+	if !a.text(http.StatusServiceUnavailable, msg, append([]string{"Retry-After", h.retryAfterSecs()}, header...)...) {
 		return false
 	}
 	level := slog.LevelWarn

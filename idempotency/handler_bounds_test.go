@@ -25,6 +25,7 @@ func post(t *testing.T, url, key, body string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idempotency.HeaderGitHubDelivery, key)
 	req.Header.Set(idempotency.HeaderGitHubEvent, "pull_request")
 	req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub(secret, []byte(body)))

@@ -31,8 +31,8 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 	m := meter.New(mp, "idempotency")
 	var hm handlerMetrics
 	hm.claims = m.Counter("exactlyonce.idempotency.claims", "{claim}", "Claims by outcome: claimed, done, pending, mismatch, error.")
-	hm.releases = m.Counter("exactlyonce.idempotency.releases", "{release}", "Releases after a failed side effect, by result: ok, lost, error.")
-	hm.lostC = m.Counter("exactlyonce.idempotency.claims.lost", "{claim}", "Claims found taken over or expired, by step: complete, release.")
+	hm.releases = m.Counter("exactlyonce.idempotency.releases", "{release}", "Releases after a failed side effect, by result: ok, lost, error, or held (outcome unknown: the key stays pending, not released).")
+	hm.lostC = m.Counter("exactlyonce.idempotency.claims.lost", "{claim}", "Claims found taken over or expired, by step: complete, release, extend.")
 	hm.rejected = m.Counter("exactlyonce.idempotency.rejected", "{request}", "Requests rejected before claiming, by reason.")
 	hm.ignored = m.Counter("exactlyonce.idempotency.ignored", "{delivery}", "Deliveries answered 200 and not published: an ignored event type (reason=event) or a Check that returned ErrIgnored (reason=check).")
 	hm.duration = m.Histogram("exactlyonce.idempotency.request.duration", "s", "Time to answer a webhook.")
@@ -44,16 +44,16 @@ func newHandlerMetrics(mp metric.MeterProvider) (handlerMetrics, error) {
 	hm.opts = make(map[string]attrOpt)
 	for key, values := range map[string][]string{
 		"outcome": {"claimed", "done", "pending", "mismatch", "error"},
-		"result":  {"ok", "lost", "error"},
-		"step":    {"complete", "release"},
-		"reason":  {"method", "too_large", "signature", "key", "malformed", "read", "partition", "check", "check_transient", "event", "read_timeout", "busy", "effect"},
+		"result":  {"ok", "lost", "error", "held"},
+		"step":    {"complete", "release", "extend"},
+		"reason":  {"method", "too_large", "signature", "content_type", "key", "malformed", "read", "partition", "check", "check_transient", "event", "read_timeout", "busy", "effect"},
 	} {
 		for _, v := range values {
 			hm.opts[key+"="+v] = newAttrOpt(attribute.String(key, v))
 		}
 	}
 	hm.statuses = make(map[int]attrOpt)
-	for _, code := range []int{200, 202, 204, 400, 401, 404, 405, 408, 409, 410, 413, 422, 503} {
+	for _, code := range []int{200, 202, 204, 400, 401, 404, 405, 408, 409, 410, 413, 415, 422, 503} {
 		hm.statuses[code] = statusAttr(code)
 	}
 	return hm, nil

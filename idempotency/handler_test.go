@@ -82,6 +82,16 @@ func githubRequest(key, body string) *http.Request {
 	return r
 }
 
+// withType sets r's Content-Type, or removes it for "".
+func withType(r *http.Request, ct string) *http.Request {
+	if ct == "" {
+		r.Header.Del("Content-Type")
+	} else {
+		r.Header.Set("Content-Type", ct)
+	}
+	return r
+}
+
 func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
@@ -130,13 +140,30 @@ func TestHandlerRejectsBeforeClaiming(t *testing.T) {
 		{"key too long", func() *http.Request {
 			return githubRequest(strings.Repeat("k", idempotency.MaxKeyBytes+1), body)
 		}, http.StatusBadRequest},
+		{"not UTF-8", func() *http.Request { return githubRequest("k", "{\"a\":\"caf\xe9\"}") }, http.StatusBadRequest},
+		{"form payload not UTF-8", func() *http.Request {
+			return withType(githubRequest("k", "payload=%7B%22a%22%3A%22caf%E9%22%7D"), "application/x-www-form-urlencoded")
+		}, http.StatusBadRequest},
+		{"text/plain", func() *http.Request { return withType(githubRequest("k", body), "text/plain") }, http.StatusUnsupportedMediaType},
+		{"no content type", func() *http.Request { return withType(githubRequest("k", body), "") }, http.StatusUnsupportedMediaType},
+		{"multipart", func() *http.Request {
+			return withType(githubRequest("k", body), "multipart/form-data; boundary=x")
+		}, http.StatusUnsupportedMediaType},
+		{"latin-1 JSON", func() *http.Request {
+			return withType(githubRequest("k", body), "application/json; charset=iso-8859-1")
+		}, http.StatusUnsupportedMediaType},
 	}
+	reasons := map[int]string{http.StatusUnsupportedMediaType: "content type", http.StatusBadRequest: ""}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pub := &published{}
 			h, store := newMemHandler(t, pub, idempotency.Options{MaxBodyBytes: 1024})
 			w := serve(h, tt.give())
 			assert.Equal(t, tt.want, w.Code, w.Body.String())
+			assert.Contains(t, w.Body.String(), reasons[tt.want], "the reason")
+			if strings.Contains(tt.name, "UTF-8") {
+				assert.Contains(t, w.Body.String(), "not valid UTF-8")
+			}
 			assert.Equal(t, 0, store.Len(), "nothing claimed")
 			assert.Empty(t, pub.Keys(), "nothing published")
 		})

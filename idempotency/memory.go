@@ -45,7 +45,10 @@ type MemoryStore struct {
 	done    expiryHeap
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store    = (*MemoryStore)(nil)
+	_ Extender = (*MemoryStore)(nil)
+)
 
 type memEntry struct {
 	key     string
@@ -158,6 +161,26 @@ func (s *MemoryStore) Release(ctx context.Context, c Claim) error {
 	}
 	heap.Remove(&s.pending, e.index)
 	delete(s.keys, c.Key)
+	return nil
+}
+
+// Extend implements Extender.
+func (s *MemoryStore) Extend(ctx context.Context, c Claim, ttl time.Duration) error {
+	if err := CheckClaimArgs(c.Key, ttl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	e, err := s.held(now, c)
+	if err != nil {
+		return err
+	}
+	e.expires = now.Add(ttl)
+	heap.Fix(&s.pending, e.index)
 	return nil
 }
 

@@ -56,6 +56,13 @@ const HeaderReplayed = "Idempotent-Replayed"
 //
 // ctx carries Options.SideEffectTimeout but is not cancelled when the client
 // disconnects: a half-finished publish is worse than a finished one.
+//
+// An error says the effect did not happen, and releases the key for a
+// retry, unless it wraps ErrOutcomeUnknown: then the effect may have
+// happened, and the key is held until its PendingTTL. A Func that can
+// learn its outcome may return after ctx ended, once it knows it: the
+// Handler has answered 503 at the deadline meanwhile and keeps the key
+// pending until the Func returns.
 type Func func(ctx context.Context, d Delivery) error
 
 // Options configures a Handler. Provider (or Key) is required: the zero
@@ -113,9 +120,10 @@ type Options struct {
 	// AnswerTimeout bounds the time from the start of ServeHTTP to the
 	// answer, whatever the store and the side effect do: the claim and
 	// the side effect get what is left of it, and a side effect still
-	// running at the deadline is answered 503 with Retry-After while it
-	// goes on (bounded by SideEffectTimeout); its key is then completed or
-	// released as the side effect ends. It must exceed ReadTimeout.
+	// running at the deadline is answered 503 with Retry-After (and
+	// Connection: close) while it goes on, its claim extended; its key is
+	// then completed or released as the side effect ends. It must exceed
+	// ReadTimeout.
 	// Default DefaultAnswerTimeout.
 	AnswerTimeout time.Duration
 	// MaxInFlight bounds the deliveries past their body read (checked,
@@ -124,15 +132,21 @@ type Options struct {
 	// idempotency.rejected (reason=busy). Clients still sending their body
 	// do not count: ReadTimeout bounds them. Default DefaultMaxInFlight.
 	MaxInFlight int
-	// PendingTTL is the life of a claim. It must exceed SideEffectTimeout
-	// plus StoreTimeout, or a slow side effect could lose its claim and a
-	// concurrent retry publish a second copy. Default DefaultPendingTTL.
+	// PendingTTL is the life of a claim, extended every third of it while
+	// a side effect runs past its answer (with an Extender store). It
+	// bounds how long a key stays pending after its gateway died, or
+	// after a side effect whose outcome is unknown. It must exceed
+	// SideEffectTimeout plus StoreTimeout, or a slow side effect could
+	// lose its claim and a concurrent retry publish a second copy.
+	// Default DefaultPendingTTL.
 	PendingTTL time.Duration
 	// DoneTTL is how long a done key replays its response. Past it, a
 	// retry is published again (downstream dedup drops it). Default
 	// DefaultDoneTTL.
 	DoneTTL time.Duration
-	// SideEffectTimeout bounds Func. Default DefaultSideEffectTimeout.
+	// SideEffectTimeout is the deadline of Func's ctx. A Func may
+	// overrun it to learn its outcome (see Func). Default
+	// DefaultSideEffectTimeout.
 	SideEffectTimeout time.Duration
 	// StoreTimeout bounds each Store call. Default DefaultStoreTimeout.
 	StoreTimeout time.Duration

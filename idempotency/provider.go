@@ -56,6 +56,12 @@ type Provider struct {
 	HookIDHeader string
 	// RetryHeader carries the provider's retry count, if it sends one.
 	RetryHeader string
+	// ContentTypes are the media types the provider sends a body as; a
+	// request of another type (or of none, or with a charset other than
+	// UTF-8) is answered 415 after its signature is checked, claims
+	// nothing and publishes nothing. Empty: any type, read as JSON
+	// (or as a form when FormEncoded and the type says so).
+	ContentTypes []string
 	// FormEncoded accepts application/x-www-form-urlencoded bodies of the
 	// form payload=<url-encoded JSON>, as GitHub sends when a webhook's
 	// content type is "form" (the REST API's default). The signature is
@@ -88,6 +94,7 @@ func GitHub() Provider {
 		SignatureHeader: HeaderGitHubSignature,
 		EventHeader:     HeaderGitHubEvent,
 		HookIDHeader:    HeaderGitHubHookID,
+		ContentTypes:    []string{"application/json", "application/x-www-form-urlencoded"},
 		FormEncoded:     true,
 		Ignore:          []string{"ping"},
 		Partition:       GitHubPartition,
@@ -108,6 +115,7 @@ func JiraCloud() Provider {
 		KeyHeader:       HeaderJiraWebhookID,
 		SignatureHeader: HeaderJiraSignature,
 		EventField:      "webhookEvent",
+		ContentTypes:    []string{"application/json"},
 		RetryHeader:     HeaderJiraRetry,
 		Partition:       JiraPartition,
 	}
@@ -258,6 +266,28 @@ func jiraPartition(decode func(v any) error) (string, error) {
 		key += "/" + project
 	}
 	return key, nil
+}
+
+// checkContentType refuses a request whose Content-Type is not one of
+// p.ContentTypes, with ErrMediaType.
+func (p Provider) checkContentType(h http.Header) error {
+	if len(p.ContentTypes) == 0 {
+		return nil
+	}
+	v := h.Get("Content-Type")
+	ct, params, err := mime.ParseMediaType(v)
+	if err != nil {
+		return fmt.Errorf("%w: %q; want %s", ErrMediaType, v, strings.Join(p.ContentTypes, " or "))
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return fmt.Errorf("%w: charset %q; want utf-8", ErrMediaType, cs)
+	}
+	for _, want := range p.ContentTypes {
+		if ct == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q; want %s", ErrMediaType, ct, strings.Join(p.ContentTypes, " or "))
 }
 
 // decodeBody returns the JSON payload of a body: the body itself, or, for a

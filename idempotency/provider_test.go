@@ -229,6 +229,7 @@ func TestJiraPreset(t *testing.T) {
 		`"issue":{"id":"10001","self":"https://Acme.atlassian.net/rest/api/2/10001","key":"ENG-12","fields":{"project":{"key":"ENG"}}}}`
 	send := func(key, retry, body string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPost, "/webhooks/jira", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set(idempotency.HeaderJiraWebhookID, key)
 		if retry != "" {
 			r.Header.Set(idempotency.HeaderJiraRetry, retry)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/exactlyonce/exactlyonce/internal/jsonscan"
 )
@@ -40,9 +41,13 @@ var (
 	ErrSignature = errors.New("idempotency: bad signature")
 	// ErrNoKey: the request carries no usable idempotency key (400).
 	ErrNoKey = errors.New("idempotency: no idempotency key")
-	// ErrMalformed: the body is not a JSON object, or the event type is
-	// missing (400).
+	// ErrMalformed: the body is not a JSON object in valid UTF-8, or the
+	// event type is missing (400).
 	ErrMalformed = errors.New("idempotency: malformed body")
+	// ErrMediaType: the request's Content-Type is not one the provider
+	// sends (Provider.ContentTypes), or names a charset other than UTF-8
+	// (415).
+	ErrMediaType = errors.New("idempotency: unsupported content type")
 	// ErrNoPartition: the payload names no tenant to partition it by
 	// (Provider.Partition); answered 422.
 	ErrNoPartition = errors.New("idempotency: payload has no partition key")
@@ -235,7 +240,7 @@ type parser struct {
 
 // parse reads and checks a request's header and body, size bytes long
 // by its Content-Length (-1 unknown; a hint only). Rejections wrap
-// ErrBodyTooLarge, ErrSignature, ErrNoKey or ErrMalformed; an error reading
+// ErrBodyTooLarge, ErrSignature, ErrMediaType, ErrNoKey or ErrMalformed; an error reading
 // the body is returned as is.
 func (p *parser) parse(h http.Header, body io.Reader, size int64) (Delivery, error) {
 	b, err := readBody(body, size, p.maxBody+1)
@@ -258,6 +263,9 @@ func (p *parser) parse(h http.Header, body io.Reader, size int64) (Delivery, err
 			return Delivery{}, err
 		}
 	}
+	if err := p.provider.checkContentType(h); err != nil {
+		return Delivery{}, err
+	}
 	key, err := p.key(h, b)
 	if err != nil {
 		if !errors.Is(err, ErrNoKey) {
@@ -275,6 +283,12 @@ func (p *parser) parse(h http.Header, body io.Reader, size int64) (Delivery, err
 	}
 	if !isJSONObject(b) {
 		return Delivery{}, fmt.Errorf("%w: not a JSON object", ErrMalformed)
+	}
+	// JSON is UTF-8 (RFC 8259), and encoding/json's grammar lets other
+	// bytes through inside strings: a consumer that decodes strictly, or
+	// ClickHouse, would fail on the record, or store U+FFFD instead.
+	if !utf8.Valid(b) {
+		return Delivery{}, fmt.Errorf("%w: payload is not valid UTF-8", ErrMalformed)
 	}
 	d := Delivery{Key: key, Source: p.source, Header: h, Body: b}
 	if err := p.provider.metadata(h, &d); err != nil {

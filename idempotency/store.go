@@ -44,6 +44,17 @@ var (
 	ErrInvalidOptions = errors.New("idempotency: invalid options")
 )
 
+// ErrOutcomeUnknown is wrapped by a side effect's ([Func], or [Do]'s fn)
+// error when the side effect may have taken effect although it failed: a
+// publish sent to a broker that did not answer. The key of such a delivery
+// is never released as failed, since a retry could then run the side
+// effect a second time: it stays pending until its PendingTTL runs out (a
+// retry meanwhile is answered 503, or ErrPending). A side effect that can
+// learn its outcome (kafkapub's IdempotentPublisher) returns only once it
+// knows it, and needs this error only when it never will. kafkapub's
+// publishers wrap it in every error their IsOutcomeUnknown reports.
+var ErrOutcomeUnknown = errors.New("idempotency: outcome unknown")
+
 // DoneError is returned by Claim for a key whose side effect is done. Its
 // Record holds the response to replay. errors.Is(err, ErrDone) reports true.
 type DoneError struct {
@@ -126,6 +137,21 @@ type Store interface {
 	// Release deletes the key held by c, so that a retry can claim it at
 	// once. It returns ErrClaimLost if the key no longer holds c.
 	Release(ctx context.Context, c Claim) error
+}
+
+// Extender is a [Store] that can extend a pending claim. The Handler
+// extends the claim of a delivery whose side effect outlives its answer
+// (a publish whose outcome the producer is still learning), every third
+// of PendingTTL, so that the key stays pending until the side effect ends
+// however long that takes, and no retry runs it again meanwhile; if the
+// gateway dies, the key expires within PendingTTL. Without Extender such a
+// key can expire while its side effect still runs. MemoryStore and
+// redisstore's Store implement it.
+type Extender interface {
+	// Extend sets the life of the pending key held by c to ttl from now.
+	// It returns ErrClaimLost, changing nothing, if the key no longer
+	// holds c (it expired, was taken over, completed or released).
+	Extend(ctx context.Context, c Claim, ttl time.Duration) error
 }
 
 // CheckClaimArgs validates the arguments of Store.Claim and Store.Complete:

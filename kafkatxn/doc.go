@@ -34,6 +34,11 @@
 //	defer r.Close()
 //	msgs, err := r.Fetch(ctx) // committed records only
 //
+// A transaction left open by a producer that died pins the last stable
+// offset of its partitions until its timeout: ListTransactions and
+// DescribeTransactions find it, and AbortTransaction aborts it as a new
+// producer of the id would (exactlyonce txn is the command line of them).
+//
 // # How the producer handles the protocol's errors
 //
 // One batch per partition is in flight at a time. A broken connection, a
@@ -71,7 +76,14 @@
 // backoff until DeliveryTimeout and reach the new coordinator. Produce
 // retries a batch with the same sequence number, as Producer does.
 // PRODUCER_FENCED and INVALID_PRODUCER_EPOCH become ErrFenced, final and
-// without the broker's (retriable-looking) error code in the chain.
+// without the broker's (retriable-looking) error code in the chain, unless
+// the open transaction was TransactionTimeout old or older: the broker
+// answers so after it aborted the transaction by its timeout too (it
+// bumps the epoch), and the error then wraps ErrTimedOut instead, which
+// IsFenced does not match. Txn.Expires tells a two-phase-commit sink how
+// long its prepared transaction may wait for its commit, and
+// MaxTransactionTimeout reads the brokers' transaction.max.timeout.ms
+// (DescribeConfigs), which caps TransactionTimeout.
 //
 // # Guarantees
 //
@@ -80,14 +92,20 @@
 //     and broker restarts.
 //
 //   - An error wrapping ErrOutcomeUnknown may have written the records (at
-//     most once); any other Produce error wrote nothing.
+//     most once); any other Produce error wrote nothing. With
+//     ProducerOptions.SettleUnknown, Produce returns ErrOutcomeUnknown
+//     only when Close ends its wait for a broker's answer.
 //
 //   - Records of one partition are written in Produce order.
 //
 //   - Reader hands out every committed record (and every record written
 //     without a transaction) once, in offset order, and no record of an
 //     aborted transaction and no control record. It reads up to the last
-//     stable offset only, so an open transaction holds it back.
+//     stable offset only, so an open transaction holds it back. Its
+//     records read as the Java consumer's: nil for a null key, value or
+//     header value and an empty slice for an empty one, the broker's
+//     append time on a LogAppendTime topic; a Fetch that ends with its
+//     context returns an error wrapping the context's.
 //
 //   - TxProducer: the records of a transaction become visible to
 //     read_committed readers all at once when Commit returns nil, or
@@ -96,13 +114,26 @@
 //     transaction is aborted by the producer that fenced it.
 //
 //   - CommitPrepared returns nil only when the transaction is committed,
-//     and ErrAborted when it never will be; it never commits another
-//     transaction of the id.
+//     and ErrAborted when it never will be (aborted by its timeout, by a
+//     new producer of the id, or before the broker expired the
+//     transactional id: INVALID_PRODUCER_ID_MAPPING is settled by the
+//     log's marker too); it never commits another transaction of the id.
+//
+//   - A TxProducer error wraps ErrTimedOut, not ErrFenced, when the
+//     broker refused a transaction open for TransactionTimeout or longer;
+//     the broker cannot have aborted a transaction by its timeout before
+//     Txn.Expires.
+//
+//   - ListTransactions and DescribeTransactions only read.
+//     AbortTransaction aborts only a transaction open when it asked (an
+//     id without one is ErrNoOpenTransaction, nothing done), and returns
+//     nil once the abort is complete: the coordinator has written its
+//     markers and fenced the producer that held it.
 //
 // What it assumes: the broker enforces idempotence (Kafka 0.11+, enabled
 // by default since 3.0); the same producer id is never used by two
-// Producers (each NewProducer gets its own); a transaction recorded for
-// CommitPrepared is resolved before TransactionTimeout aborts it.
+// Producers (each NewProducer gets its own); this process's clock runs at
+// the broker's rate (Txn.Expires is measured here, the timeout there).
 //
 // # Protocol versions and the brokers tested
 //
@@ -110,7 +141,8 @@
 // version both kafka-go and the broker support; with kafka-go v0.4.51 that
 // is InitProducerId v4, AddPartitionsToTxn v3, AddOffsetsToTxn v3,
 // TxnOffsetCommit v3, EndTxn v3, Produce v8, ListOffsets v5, Metadata v8,
-// FindCoordinator v2. Reader, and the producer's look-ups for its own
+// FindCoordinator v2. ListTransactions v0 and DescribeTransactions v0,
+// which kafka-go lacks, are written by internal/kafkawire. Reader, and the producer's look-ups for its own
 // batches and markers, read through the SDK's one fetch path
 // (internal/kafkawire, shared with kafkasource): Fetch v4 on a connection
 // of their own, SaslHandshake v1 and SaslAuthenticate v0 when the

@@ -3,7 +3,6 @@ package kafkatxn
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -38,29 +37,6 @@ const (
 	backoffJitter     = 0.2
 )
 
-var (
-	// ErrInvalidOptions is wrapped by the error of a constructor
-	// (NewProducer, NewTxProducer, NewReader, and CommitPrepared's client)
-	// whose required arguments are missing or whose options cannot work: a
-	// configuration to fix, found at start-up.
-	ErrInvalidOptions = errors.New("kafkatxn: invalid options")
-	// ErrInvalidArgument is wrapped by the error of a call given an
-	// argument it cannot use (Produce without a topic or records,
-	// SendOffsets without a group, a Txn without its ids): nothing was
-	// sent.
-	ErrInvalidArgument = errors.New("kafkatxn: invalid argument")
-	// ErrClosed is returned by Produce after Close.
-	ErrClosed = errors.New("kafkatxn: producer closed")
-	// ErrOutcomeUnknown is wrapped by Produce errors after which the batch
-	// may or may not be in the log: the delivery timeout ran out while the
-	// broker did not answer. IsOutcomeUnknown matches it.
-	ErrOutcomeUnknown = errors.New("kafkatxn: outcome unknown")
-)
-
-// IsOutcomeUnknown reports whether err leaves it open whether the records
-// were written. Every other Produce error means they were not.
-func IsOutcomeUnknown(err error) bool { return errors.Is(err, ErrOutcomeUnknown) }
-
 // ProducerOptions configures a Producer. The zero value is valid.
 type ProducerOptions struct {
 	// DeliveryTimeout: see DefaultDeliveryTimeout.
@@ -70,6 +46,15 @@ type ProducerOptions struct {
 	// InitialBackoff and MaxBackoff: see DefaultInitialBackoff. The
 	// attempts of a batch are bounded by DeliveryTimeout, not by a count.
 	InitialBackoff, MaxBackoff time.Duration
+	// SettleUnknown keeps a batch whose outcome is unknown when
+	// DeliveryTimeout runs out (an attempt went unanswered: the broker may
+	// have written it) and resends it with the same sequence number, one
+	// attempt each MaxBackoff, until a broker answers: Produce then
+	// returns the batch's offset (it was written, once) or a definite
+	// error (it was not), never ErrOutcomeUnknown, unless Close ends the
+	// wait. Meanwhile the partition's later batches wait, or end with
+	// their ctx. Default false: ErrOutcomeUnknown at DeliveryTimeout.
+	SettleUnknown bool
 	// Transport for broker connections. Default: a new kafka.Transport,
 	// closed by Close.
 	Transport *kafka.Transport
@@ -132,6 +117,9 @@ type Producer struct {
 	epoch  int16
 	parts  map[topicPartition]*partState
 	closed bool
+	// closing is closed by Close: it ends the waits between attempts of
+	// a batch settling its outcome (ProducerOptions.SettleUnknown).
+	closing chan struct{}
 }
 
 type topicPartition struct {
@@ -139,10 +127,13 @@ type topicPartition struct {
 	partition int
 }
 
-// partState is the sequence of one partition. Its mutex is held for the
+// partState is the sequence of one partition. Its turn is held for the
 // whole send of a batch, retries included.
 type partState struct {
-	mu    sync.Mutex
+	// turn holds a token while a batch of the partition is being sent: a
+	// channel rather than a mutex, so that a Produce waiting behind a
+	// batch in flight (a broker that stopped answering) ends with its ctx.
+	turn  chan struct{}
 	epoch int16 // the epoch seq counts in; another epoch restarts at 0
 	seq   int32
 	// next is the offset after the last batch this producer wrote here, or
@@ -159,7 +150,7 @@ func NewProducer(ctx context.Context, brokers []string, opts ProducerOptions) (*
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	p := &Producer{transport: opts.Transport, opts: opts, parts: map[topicPartition]*partState{}}
+	p := &Producer{transport: opts.Transport, opts: opts, parts: map[topicPartition]*partState{}, closing: make(chan struct{})}
 	if p.transport == nil {
 		p.transport, p.ownTrans = &kafka.Transport{}, true
 	}
@@ -213,10 +204,13 @@ func (p *Producer) ProducerID() (id int64, epoch int16) {
 // offset of the first one once the leader and every in-sync replica have it
 // (acks=all). It retries a batch whose answer was lost with the same
 // sequence number, which the broker recognises as a duplicate, until
-// DeliveryTimeout. An error wrapping ErrOutcomeUnknown means the batch may be
-// in the log; any other error means it is not. When ctx ends while a batch is
-// in flight Produce still waits for its outcome (at most DeliveryTimeout), so
-// that the next batch of the partition follows it in sequence.
+// DeliveryTimeout (or, with ProducerOptions.SettleUnknown, until a broker
+// answers). An error wrapping ErrOutcomeUnknown means the batch may be in
+// the log; any other error means it is not. When ctx ends while a batch is
+// in flight Produce still waits for its outcome (at most DeliveryTimeout,
+// without SettleUnknown), so that the next batch of the partition follows
+// it in sequence; when ctx ends while it waits for an earlier batch of the
+// partition, it returns ctx's error and sent nothing.
 func (p *Producer) Produce(ctx context.Context, topic string, partition int, recs ...Record) (int64, error) {
 	if topic == "" || partition < 0 || len(recs) == 0 {
 		return 0, fmt.Errorf("%w: topic, partition and at least one record are required", ErrInvalidArgument)
@@ -229,20 +223,24 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int, rec
 	tp := topicPartition{topic, partition}
 	ps := p.parts[tp]
 	if ps == nil {
-		ps = &partState{epoch: p.epoch, next: -1}
+		ps = &partState{turn: make(chan struct{}, 1), epoch: p.epoch, next: -1}
 		p.parts[tp] = ps
 	}
 	p.mu.Unlock()
 
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
+	select {
+	case ps.turn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err() // nothing sent: a definite failure
+	}
+	defer func() { <-ps.turn }()
 	if err := ctx.Err(); err != nil {
 		return 0, err // nothing sent yet: a definite failure
 	}
 	return p.send(tp, ps, recs)
 }
 
-// send writes one batch with retries; ps.mu is held.
+// send writes one batch with retries; ps.turn is held.
 func (p *Producer) send(tp topicPartition, ps *partState, recs []Record) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.DeliveryTimeout)
 	defer cancel()
@@ -300,14 +298,25 @@ func (p *Producer) send(tp topicPartition, ps *partState, recs []Record) (int64,
 		default:
 			return 0, p.fail(unknown, err)
 		}
+		if unknown && p.opts.SettleUnknown && ctx.Err() != nil {
+			// Past DeliveryTimeout, settling: the same batch again, until
+			// a broker answers it. Each attempt has RequestTimeout.
+			ctx = context.Background()
+		}
 		select {
 		case <-ctx.Done():
+			if unknown && p.opts.SettleUnknown {
+				ctx = context.Background() // as above
+				continue
+			}
 			// Out of time with an attempt of unknown outcome: the next
 			// batch must not count on this sequence, so bump the epoch.
 			if unknown {
 				_ = p.bump(context.Background(), epoch)
 			}
 			return 0, p.fail(unknown, fmt.Errorf("delivery timeout: %w", lastErr))
+		case <-p.closing:
+			return 0, p.fail(unknown, fmt.Errorf("%w while retrying: %w", ErrClosed, lastErr))
 		case <-time.After(p.opts.wait(attempt)):
 		}
 	}
@@ -382,43 +391,13 @@ func (p *Producer) written(ctx context.Context, tp topicPartition, from int64, h
 // Close is safe to call twice.
 func (p *Producer) Close() error {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.closing)
+	}
 	p.closed = true
 	p.mu.Unlock()
 	if p.ownTrans {
 		p.transport.CloseIdleConnections()
 	}
 	return nil
-}
-
-func isKafkaErr(err error, codes ...kafka.Error) bool {
-	var ke kafka.Error
-	if !errors.As(err, &ke) {
-		return false
-	}
-	for _, c := range codes {
-		if ke == c {
-			return true
-		}
-	}
-	return false
-}
-
-// retriable reports whether sending the same request again may succeed: a
-// broken connection, a timeout, or a broker error Kafka marks retriable.
-func retriable(err error) bool {
-	var ke kafka.Error
-	if errors.As(err, &ke) {
-		return ke.Temporary() || ke == kafka.ConcurrentTransactions
-	}
-	return !errors.Is(err, context.Canceled)
-}
-
-// definite reports whether a retriable error is an answer saying the request
-// was not carried out (so the attempt wrote nothing).
-func definite(err error) bool {
-	var ke kafka.Error
-	if !errors.As(err, &ke) {
-		return false // no answer: the request may have been carried out
-	}
-	return ke != kafka.RequestTimedOut && ke != kafka.NotEnoughReplicasAfterAppend
 }

@@ -3,6 +3,7 @@ package kafkatxn
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -94,4 +95,55 @@ func (c *txClient) retry(ctx context.Context, op string, f func(ctx context.Cont
 		case <-time.After(wait):
 		}
 	}
+}
+
+// MaxTransactionTimeout returns the smallest transaction.max.timeout.ms of
+// the cluster's brokers (DescribeConfigs of each broker, as listed by
+// Metadata): the longest TransactionTimeout that InitProducerID accepts
+// whichever broker coordinates the transactional id.
+func MaxTransactionTimeout(ctx context.Context, brokers []string, opts TxOptions) (time.Duration, error) {
+	c, err := newTxClient(brokers, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer c.close()
+	var limit time.Duration
+	err = c.retry(ctx, "describe transaction.max.timeout.ms", func(ctx context.Context) error {
+		md, err := c.cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
+		if err != nil {
+			return err
+		}
+		limit = 0
+		for _, b := range md.Brokers {
+			res, err := c.cl.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+				ResourceType: kafka.ResourceTypeBroker, ResourceName: strconv.Itoa(b.ID),
+				ConfigNames: []string{"transaction.max.timeout.ms"},
+			}}})
+			if err != nil {
+				return err
+			}
+			for _, r := range res.Resources {
+				if r.Error != nil {
+					return r.Error
+				}
+				for _, e := range r.ConfigEntries {
+					if e.ConfigName != "transaction.max.timeout.ms" {
+						continue
+					}
+					ms, err := strconv.ParseInt(e.ConfigValue, 10, 64)
+					if err != nil {
+						return fmt.Errorf("kafkatxn: broker %d: transaction.max.timeout.ms %q: %w", b.ID, e.ConfigValue, err)
+					}
+					if d := time.Duration(ms) * time.Millisecond; limit == 0 || d < limit {
+						limit = d
+					}
+				}
+			}
+		}
+		if limit == 0 {
+			return fmt.Errorf("kafkatxn: no broker described transaction.max.timeout.ms")
+		}
+		return nil
+	})
+	return limit, err
 }

@@ -3,6 +3,7 @@ package kafkatxn
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -48,6 +49,7 @@ func (p *TxProducer) Produce(ctx context.Context, topic string, partition int, r
 }
 
 func (p *TxProducer) addPartition(ctx context.Context, tp topicPartition) error {
+	p.starting()
 	err := p.c.retry(ctx, "add partition to transaction", func(ctx context.Context) error {
 		res, err := p.c.cl.AddPartitionsToTxn(ctx, &kafka.AddPartitionsToTxnRequest{
 			TransactionalID: p.txid, ProducerID: int(p.pid), ProducerEpoch: int(p.epoch),
@@ -63,10 +65,7 @@ func (p *TxProducer) addPartition(ctx context.Context, tp topicPartition) error 
 		}
 		return fmt.Errorf("kafkatxn: no result for %s/%d", tp.topic, tp.partition)
 	})
-	if IsFenced(err) {
-		p.broken = err
-	}
-	return err
+	return p.refused(err)
 }
 
 // send writes one transactional batch with retries, with the same sequence
@@ -95,14 +94,13 @@ func (p *TxProducer) send(ctx context.Context, tp topicPartition, ps *txPart, re
 		case err == nil, isKafkaErr(err, kafka.DuplicateSequenceNumber):
 			return p.acked(ps, h, recs, off), nil
 		case fencedErr(err):
-			p.broken = fmt.Errorf("kafkatxn: produce %s/%d: %w (%v)", tp.topic, tp.partition, ErrFenced, err)
-			return 0, p.broken
+			return 0, p.refused(fmt.Errorf("kafkatxn: produce %s/%d: %w (%v)", tp.topic, tp.partition, ErrFenced, err))
 		case isKafkaErr(err, kafka.OutOfOrderSequenceNumber, kafka.UnknownProducerId, kafka.InvalidTransactionState):
 			// The broker has no state matching this transaction's: it
 			// did not write the batch, and the transaction cannot go on.
 			// A broker may say so to a fenced producer too (kfake does):
 			// the coordinator tells which it is.
-			if aerr := p.addPartition(dctx, tp); IsFenced(aerr) {
+			if aerr := p.addPartition(dctx, tp); IsFenced(aerr) || errors.Is(aerr, ErrTimedOut) {
 				return 0, p.broken
 			}
 			p.broken = fmt.Errorf("kafkatxn: produce %s/%d: %w: %w", tp.topic, tp.partition, ErrAbortable, err)
@@ -175,6 +173,7 @@ func (p *TxProducer) SendOffsets(ctx context.Context, group string, generation i
 	if err := p.begin(ctx); err != nil {
 		return err
 	}
+	p.starting()
 	err := p.c.retry(ctx, "add offsets to transaction", func(ctx context.Context) error {
 		res, err := p.c.cl.AddOffsetsToTxn(ctx, &kafka.AddOffsetsToTxnRequest{
 			TransactionalID: p.txid, ProducerID: int(p.pid), ProducerEpoch: int(p.epoch), GroupID: group,
@@ -214,8 +213,5 @@ func (p *TxProducer) SendOffsets(ctx context.Context, group string, generation i
 			return nil
 		})
 	}
-	if IsFenced(err) {
-		p.broken = err
-	}
-	return err
+	return p.refused(err)
 }

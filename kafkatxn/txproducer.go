@@ -28,6 +28,17 @@ var (
 	// was aborted (it timed out, or a producer of the same transactional
 	// id started before it was committed): its records are gone.
 	ErrAborted = errors.New("kafkatxn: transaction aborted")
+	// ErrTimedOut is wrapped, instead of ErrFenced, by the error of a
+	// TxProducer whose open transaction the broker refused after it had
+	// been open for TransactionTimeout or longer: the broker aborted it by
+	// its timeout and bumped the producer's epoch, so it answers as to a
+	// fenced producer, although no other producer of the id need exist.
+	// It is final for the producer, as ErrFenced is (its epoch is gone),
+	// but a new producer of the id fences nobody who should run: IsFenced
+	// does not match it. The transaction's age is measured from just
+	// before its first partition was added, so it is never shorter than
+	// the broker's.
+	ErrTimedOut = errors.New("kafkatxn: transaction aborted by the broker's transaction timeout")
 	// ErrAbortable is wrapped by a TxProducer error after which the open
 	// transaction cannot commit (the broker lost the producer's state, or
 	// a batch's outcome is unknown): call Abort, then start again.
@@ -44,11 +55,13 @@ type TxOptions struct {
 	// transaction request (AddPartitionsToTxn, EndTxn, ...).
 	ProducerOptions
 	// TransactionTimeout: the broker aborts a transaction open longer than
-	// this. A transaction that a checkpoint recorded must still be open
-	// when the chain that recorded it restarts, so with a two-phase-commit
-	// sink this must exceed the checkpoint interval plus the longest
-	// restart; the broker caps it at transaction.max.timeout.ms (15 min by
-	// default). Default: DefaultTransactionTimeout.
+	// this (Txn.Expires says when, at the earliest). A two-phase-commit
+	// sink must commit its transaction within it, so it must exceed the
+	// checkpoint interval plus the time a checkpoint takes; a transaction
+	// a checkpoint recorded that the broker aborted before the commit is
+	// reported by CommitPrepared (ErrAborted). The broker caps it at
+	// transaction.max.timeout.ms (15 min by default; see
+	// MaxTransactionTimeout). Default: DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
 }
 
@@ -76,6 +89,13 @@ type Txn struct {
 	// record in each, sorted by topic and partition. Empty when the
 	// transaction holds no records.
 	Partitions []TxnPartition
+	// Expires is the earliest time at which the broker may abort the
+	// transaction by its timeout: TransactionTimeout after the moment
+	// just before the producer added the transaction's first partition
+	// (the broker starts its clock when it gets that request, later).
+	// Zero when the transaction holds nothing. It carries a monotonic
+	// clock reading: compare it with time.Now, in this process only.
+	Expires time.Time
 }
 
 // TxnPartition is a partition a transaction wrote to.
@@ -104,9 +124,13 @@ type TxProducer struct {
 	bump   bool // the last transaction ended: bump the epoch before the next
 	parts  map[topicPartition]*txPart
 	order  []topicPartition
-	groups bool  // the open transaction holds consumer offsets
-	broken error // ErrFenced or ErrAbortable: set until Abort (abortable) or forever (fenced)
-	closed bool
+	groups bool // the open transaction holds consumer offsets
+	// started is when the open transaction began, taken just before its
+	// first AddPartitionsToTxn or AddOffsetsToTxn; zero when none is
+	// open.
+	started time.Time
+	broken  error // ErrFenced or ErrAbortable: set until Abort (abortable) or forever (fenced)
+	closed  bool
 }
 
 type txPart struct {
@@ -164,6 +188,9 @@ func (p *TxProducer) Txn() Txn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t := Txn{TransactionalID: p.txid, ProducerID: p.pid, Epoch: p.epoch}
+	if !p.started.IsZero() {
+		t.Expires = p.started.Add(p.c.opts.TransactionTimeout)
+	}
 	for _, tp := range p.order {
 		t.Partitions = append(t.Partitions, TxnPartition{Topic: tp.topic, Partition: tp.partition, FirstOffset: p.parts[tp].firstOffset})
 	}
@@ -195,6 +222,29 @@ func (p *TxProducer) usable() error {
 	return p.broken
 }
 
+// starting marks the open transaction as begun, before its first request
+// to the coordinator; p.mu is held.
+func (p *TxProducer) starting() {
+	if p.started.IsZero() {
+		p.started = time.Now()
+	}
+}
+
+// refused returns err, with ErrTimedOut in place of ErrFenced when the
+// open transaction is as old as TransactionTimeout or older, and marks
+// the producer broken by it if it is either; p.mu is held.
+func (p *TxProducer) refused(err error) error {
+	if !IsFenced(err) {
+		return err
+	}
+	if !p.started.IsZero() && time.Since(p.started) >= p.c.opts.TransactionTimeout {
+		err = fmt.Errorf("kafkatxn: transaction open for %v, TransactionTimeout %v: %w (%v)",
+			time.Since(p.started).Round(time.Millisecond), p.c.opts.TransactionTimeout, ErrTimedOut, err)
+	}
+	p.broken = err
+	return err
+}
+
 // begin bumps the epoch after an ended transaction, so the next one has
 // its own; p.mu is held.
 func (p *TxProducer) begin(ctx context.Context) error {
@@ -217,7 +267,8 @@ func (p *TxProducer) begin(ctx context.Context) error {
 //
 // Commit retries while the coordinator moves or is busy, until
 // DeliveryTimeout; repeating a commit that went through is harmless. An
-// error wrapping ErrFenced means the transaction was or will be aborted.
+// error wrapping ErrFenced means the transaction was or will be aborted;
+// one wrapping ErrTimedOut, that the broker aborted it by its timeout.
 // After any other error the outcome is unknown: call Commit again, or
 // resolve it later with CommitPrepared.
 func (p *TxProducer) Commit(ctx context.Context) error { return p.end(ctx, true) }
@@ -233,7 +284,7 @@ func (p *TxProducer) end(ctx context.Context, commit bool) error {
 	if p.closed {
 		return ErrClosed
 	}
-	if p.broken != nil && (commit || IsFenced(p.broken)) {
+	if p.broken != nil && (commit || IsFenced(p.broken) || errors.Is(p.broken, ErrTimedOut)) {
 		return p.broken
 	}
 	if len(p.parts) > 0 || p.groups {
@@ -250,15 +301,13 @@ func (p *TxProducer) end(ctx context.Context, commit bool) error {
 			}
 			return res.Error
 		})
-		if IsFenced(err) {
-			p.broken = err
-		}
 		if err != nil {
-			return err
+			return p.refused(err)
 		}
 		p.bump = true
 	}
 	p.parts, p.order, p.groups, p.broken = map[topicPartition]*txPart{}, nil, false, nil
+	p.started = time.Time{}
 	return nil
 }
 

@@ -309,12 +309,16 @@ func testTxProducerRestart(t *testing.T, brokers []string, stop, start func()) {
 			during.Add(1)
 		}
 	}()
-	// Each restart comes once a transaction committed since the last.
-	for k := range 3 {
+	// Each restart comes once a transaction committed since the last, and
+	// the producer stops once one committed after the third.
+	for k := range 4 {
 		deadline := time.Now().Add(3 * time.Minute)
 		for during.Load() <= int64(k) {
 			require.True(t, time.Now().Before(deadline), "no transaction committed after restart %d", k)
 			time.Sleep(10 * time.Millisecond)
+		}
+		if k == 3 {
+			break
 		}
 		time.Sleep(50 * time.Millisecond) // into the next transaction
 		stop()

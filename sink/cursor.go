@@ -19,10 +19,10 @@ import (
 // after a restore and never repeat one a sink has journaled. Like every
 // participant it is used from the chain goroutine only.
 //
-//	var cur sink.Cursor
-//	// Process(m):     cur.At(m.Offset); ... sink.Add(ctx, cur.Next(), row)
-//	// Tick:           ... sink.Add(ctx, cur.Next(), row)
-//	// Participants:   {"cursor": &cur, "rows": rowsSink, ...}
+//	cur := new(sink.Cursor)
+//	err := c.Add("cursor", cur) // c is the partition's checkpoint.Chain
+//	// Process(m): cur.At(m.Offset); ... rows.Add(ctx, cur.Next(), row)
+//	// Tick:       ... rows.Add(ctx, cur.Next(), row)
 //
 // The zero value starts at (0, 0).
 type Cursor struct {

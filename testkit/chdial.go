@@ -61,25 +61,34 @@ func dialClickHouse(ctx context.Context, addr, database string) (*ch.Client, err
 // Crashed and stays down.
 func reviveShared(ctx context.Context, addr string) {
 	shared.mu.Lock()
-	srv := shared.srv
+	srv, guard := shared.srv, shared.guard
 	shared.mu.Unlock()
-	if srv != nil && srv.Addr() == addr {
-		logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-		if err := restartIfCrashed(ctx, srv, logf); err != nil {
-			logf("testkit: start the shared clickhouse again: %v", err) // the dial's retries report the rest
+	if srv != nil && (srv.Addr() == addr || guard != nil && guard.Addr() == addr) {
+		if err := restartIfCrashed(ctx, srv, stderrf); err != nil {
+			stderrf("testkit: start the shared clickhouse again: %v", err) // the dial's retries report the rest
 		}
 	}
 }
 
+// stderrf writes a line to standard error, for what the kit notices off a
+// test (in the guard, or in a dial without a test).
+func stderrf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+
 // restartIfCrashed starts srv again, on its directory and port, if it
-// exited on its own, and says so with logf.
+// exited on its own, and says so with logf in one line: the server's
+// log (its expected errors, such as chsink's probes for tables that do not
+// exist yet, and the ~180 lines of a fault report) goes to a file named in
+// that line, not into the test's output.
 func restartIfCrashed(ctx context.Context, srv *embedded.ClickHouse, logf func(format string, args ...any)) error {
-	err := srv.Crashed()
-	if err == nil {
+	crash := srv.Crashed()
+	if crash == nil {
 		return nil
 	}
-	logf("testkit: the shared clickhouse exited, starting it again: %v", err)
-	_, err = srv.EnsureRunning(ctx)
+	started, err := srv.EnsureRunning(ctx)
+	if started { // one line per crash, from whoever started it again
+		logf("testkit: the shared clickhouse exited (%s); started it again on the same data (its log: %s)",
+			crashSummary(crash.Error()), saveCrashLog(srv.Dir(), crash.Error()))
+	}
 	return err
 }
 

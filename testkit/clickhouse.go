@@ -17,9 +17,10 @@ import (
 // It is never stopped explicitly: the kernel kills it when the test binary
 // exits (Pdeathsig), and a later run removes its directory.
 var shared struct {
-	mu  sync.Mutex
-	srv *embedded.ClickHouse
-	err error
+	mu    sync.Mutex
+	srv   *embedded.ClickHouse
+	guard *chGuard // in front of srv: tests get its address (see chGuard)
+	err   error
 }
 
 // firstStartTimeout covers a cold cache: downloading and extracting the
@@ -34,6 +35,7 @@ const firstStartTimeout = 15 * time.Minute
 // password.
 func ClickHouse(t testing.TB) (addr, database string) {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.ClickHouse")
 	addr = os.Getenv(EnvClickHouseAddr)
 	if addr == "" {
 		var err error
@@ -51,24 +53,34 @@ func sharedClickHouse(t testing.TB) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), firstStartTimeout)
 		defer cancel()
 		shared.srv, shared.err = embedded.StartClickHouse(ctx, embedded.ClickHouseOptions{Progress: os.Stderr})
+		if shared.err == nil {
+			srv := shared.srv
+			shared.guard, shared.err = startCHGuard(srv.Addr(), func(ctx context.Context) {
+				if err := restartIfCrashed(ctx, srv, stderrf); err != nil {
+					stderrf("testkit: start the shared clickhouse again: %v", err)
+				}
+			})
+		}
 	}
 	if shared.err != nil {
 		return "", shared.err
 	}
-	// clickhouse-local aborts now and then when a client it serves is
-	// killed; later tests get a server again, on the same data.
+	// Should clickhouse-local abort all the same (the guard keeps killed
+	// clients from resetting its connections), later tests get a server
+	// again, on the same data.
 	ctx, cancel := setupContext(t)
 	defer cancel()
 	if err := restartIfCrashed(ctx, shared.srv, t.Logf); err != nil {
 		return "", err
 	}
-	return shared.srv.Addr(), nil
+	return shared.guard.Addr(), nil
 }
 
 // NewDatabase creates a database with a unique name on the server at addr
 // and drops it at cleanup.
 func NewDatabase(t testing.TB, addr string) string {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.NewDatabase")
 	db := Name(t, "db")
 	ctx, cancel := setupContext(t)
 	defer cancel()
@@ -129,6 +141,7 @@ type ClickHouseServer struct {
 // in the cache.
 func StartClickHouse(t testing.TB) *ClickHouseServer {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.StartClickHouse")
 	if os.Getenv(EnvClickHouseAddr) != "" {
 		t.Skipf("testkit: %s is set; this test needs a dedicated server it can kill", EnvClickHouseAddr)
 	}
@@ -183,7 +196,8 @@ func (s *ClickHouseServer) Restart() {
 	defer cancel()
 	err := s.srv.Restart(ctx)
 	for attempt := 0; err != nil && attempt < 2 && ctx.Err() == nil; attempt++ {
-		s.t.Logf("testkit: clickhouse restart failed, starting it again: %v", err)
+		s.t.Logf("testkit: clickhouse restart failed (%s; its log: %s), starting it again",
+			crashSummary(err.Error()), saveCrashLog(s.Dir(), err.Error()))
 		_, err = s.srv.EnsureRunning(ctx)
 	}
 	if err != nil {

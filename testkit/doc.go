@@ -43,18 +43,30 @@
 // notice when it exits on its own (Exited, Wait); its output is kept (Logs)
 // and printed when the test fails:
 //
+//	cfg := testkit.Setup(t, "config", func() Config { // runs in the test process only
+//		addr, db := testkit.ClickHouse(t)
+//		return Config{Brokers: testkit.Kafka(t), ClickHouse: addr, Database: db}
+//	})
 //	svc := testkit.Func(t, "aggregator", func(ctx context.Context) error { return run(ctx, cfg) })
-//	// ... deliver half the events ...
-//	svc.Kill()
-//	svc.Restart()
+//	// ... input arriving from a goroutine of the test ...
+//	rows := func() (uint64, error) { return testkit.QueryCount(ctx, cfg.ClickHouse, cfg.Database, "SELECT count() FROM events") }
+//	svc.KillWhileGrowing(ctx, rows) // SIGKILL while it writes rows
+//	svc.Start()
+//	testkit.EventuallyRows(t, cfg.ClickHouse, cfg.Database, "SELECT ... FINAL ORDER BY ...", want)
+//
+// The Func child runs the test again from its start, so servers reach it
+// through Setup, never through the closure alone: in a Func child the
+// kit's server functions refuse to start a server, and Func fails the test
+// with a message that says so.
 //
 // Two subpackages keep this one light: testkit/s3kit gives a test an S3
 // bucket (versitygw) and imports the AWS SDK; testkit/webhookkit hands out
 // GitHub's own example webhooks and signatures and Jira issue events, and
 // sends deliveries as each idempotency preset's provider does (Delivery:
-// delivery id, event type, signature and retry headers; Post), to a real
-// idempotency.Handler or your gateway. Importing testkit alone adds no AWS
-// module to your go.mod.
+// delivery id, event type, signature and retry headers; Send, from any
+// goroutine, returns the whole answer) to a real idempotency.Handler, to
+// your gateway or to one it starts in one call (Gateway). Importing
+// testkit alone adds no AWS module to your go.mod.
 //
 // # What it needs
 //
@@ -65,7 +77,10 @@
 // builds the launcher, once per machine, under a file lock, into
 // $EXACTLYONCE_CACHE (default ~/.cache/exactlyonce); a progress line goes
 // to standard error meanwhile (the first start takes a minute or two, later
-// ones half a second). So the machine needs npm, a C compiler (cgo) and the
+// ones half a second). $EXACTLYONCE_CLICKHOUSE names another version of the
+// package, fetched the same way: of those published, only the 26.7 line's
+// clickhouse-local serves TCP (docs/clickhouse-versions.md of the
+// repository). So the machine needs npm, a C compiler (cgo) and the
 // Go toolchain, on linux/amd64. Redis needs redis-server on the PATH or at
 // /usr/bin/redis-server (Debian: apt-get install redis-server). Kafka is
 // Apache Kafka's own broker in KRaft mode, a java process: on first use the
@@ -101,4 +116,16 @@
 // cleanup and is killed by the kernel if the test binary dies. Kill is
 // SIGKILL and returns once the process is gone; Restart reuses the data
 // directory and port, so data survives it.
+//
+// ClickHouse hands out the address of a proxy in the test process in
+// front of the shared server, which turns a killed client's reset into an
+// orderly close: clickhouse-local 26.7 aborts on such a reset, behind the
+// proxy it never sees one (docs/testing.md has the measurement). Should
+// the shared server exit all the same, the kit starts it again on the
+// same data and port and says so in one line; its log goes to a file.
+//
+// A process Func starts never gets servers of its own from the kit: asked
+// for one, it exits before starting anything, and Func (or Start) fails
+// the test with the reason instead of returning. Func and Start return once
+// fn runs.
 package testkit

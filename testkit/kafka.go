@@ -88,6 +88,7 @@ var sharedKafka struct {
 // own).
 func Kafka(t testing.TB) []string {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.Kafka")
 	if v := os.Getenv(EnvKafkaBrokers); v != "" {
 		return strings.Split(v, ",")
 	}
@@ -180,6 +181,7 @@ type KafkaBroker struct {
 // ignores $KAFKA_BROKERS: a test that kills brokers needs its own.
 func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.StartKafkaBroker")
 	var o KafkaBrokerOptions
 	if len(opts) > 0 {
 		o = opts[0]
@@ -335,6 +337,7 @@ type KafkaCluster struct {
 // test that injects faults needs its own broker.
 func StartKafka(t testing.TB, extra ...kfake.Opt) *KafkaCluster {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.StartKafka")
 	k, err := embedded.StartKafka(embedded.KafkaOptions{Extra: extra})
 	if err != nil {
 		Unavailable(t, "kafka (kfake)", err)
@@ -384,6 +387,7 @@ type KafkaServer struct {
 // first use on a machine builds the broker program into the cache.
 func StartKafkaProcess(t testing.TB, opts ...KafkaProcessOptions) *KafkaServer {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.StartKafkaProcess")
 	ctx, cancel := setupContext(t)
 	defer cancel()
 	var o KafkaProcessOptions

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +31,9 @@ type Process struct {
 	name string
 	argv []string
 	env  []string
+	// handshake: the process is a Func child, which reports on a pipe
+	// whether it reached fn.
+	handshake bool
 
 	mu     sync.Mutex
 	logs   bytes.Buffer
@@ -49,13 +53,38 @@ func Command(t testing.TB, path string, args []string, env ...string) *Process {
 
 // Func runs fn in a process of its own, so that it can be killed: the test
 // binary is started again, running only this test, with EnvFunc naming
-// fn. Call it first in the test: in the child it runs fn with a context
-// that ends on SIGTERM or SIGINT, and exits (status 0 if fn returned nil,
-// else 1, its error on stderr), never returning; in the test it returns the
-// started Process. name tells apart the funcs of one test.
+// fn. name tells apart the funcs of one test. In the test, Func returns
+// the started Process once the child reached fn (so a Kill right after it
+// kills a running fn). In the child, Func runs fn with a context that ends
+// on SIGTERM or SIGINT and exits (status 0 if fn returned nil, else 1, its
+// error on stderr), never returning.
+//
+// The child runs the test from its start up to Func, so what the test does
+// before Func happens twice, once in each process. Servers therefore come
+// through Setup, whose func runs in the test process only and whose result
+// the child gets:
+//
+//	cfg := testkit.Setup(t, "config", func() Config {
+//		addr, db := testkit.ClickHouse(t)
+//		return Config{Brokers: testkit.Kafka(t), ClickHouse: addr, Database: db}
+//	})
+//	svc := testkit.Func(t, "service", func(ctx context.Context) error { return run(ctx, cfg) })
+//
+// Starting the servers before Func without Setup and capturing them in
+// fn's closure would hand fn servers the child started for itself, on
+// other ports, and the test would wait for output that never comes. The
+// kit refuses that: in a Func child its server functions (ClickHouse,
+// Kafka, Redis, NewDatabase and the Start functions) exit the child at
+// once, and Func fails the test with a message that shows the pattern
+// above. Anything else that must not happen twice (producing input,
+// creating tables) belongs in Setup too.
 func Func(t *testing.T, name string, fn func(ctx context.Context) error) *Process {
 	t.Helper()
 	if os.Getenv(EnvFunc) == t.Name()+"/"+name {
+		if f := readyFile(); f != nil {
+			_, _ = f.WriteString("R")
+			_ = f.Close()
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		err := fn(ctx)
 		stop()
@@ -65,28 +94,55 @@ func Func(t *testing.T, name string, fn func(ctx context.Context) error) *Proces
 		}
 		os.Exit(0)
 	}
+	if _, ok := funcChild(t); ok {
+		// The child of another func of this test: that func comes later in
+		// the test, so go on without starting this one.
+		return &Process{t: t, name: name}
+	}
 	if os.Getenv(EnvFunc) != "" {
 		t.Skipf("testkit: a child running %s", os.Getenv(EnvFunc))
 	}
 	p := &Process{t: t, name: name, argv: []string{os.Args[0], "-test.run=^" + t.Name() + "$", "-test.count=1"},
-		env: []string{EnvFunc + "=" + t.Name() + "/" + name}}
+		env: []string{EnvFunc + "=" + t.Name() + "/" + name}, handshake: true}
 	p.Start()
 	return p
 }
 
-// Start starts the process; it must not be running.
+// Start starts the process; it must not be running. For a Func it returns
+// once the child reached fn, and fails the test if the child exits before
+// (with the reason the kit gave, or the child's output).
 func (p *Process) Start() {
 	p.t.Helper()
+	if p.argv == nil {
+		p.t.Fatalf("testkit: %s is another func's placeholder in a child process", p.name)
+	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.cmd != nil && !closed(p.exited) {
+		p.mu.Unlock()
 		p.t.Fatalf("testkit: %s is already running", p.name)
 	}
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = (*logWriter)(p), (*logWriter)(p)
+	var ready *os.File
+	if p.handshake {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.mu.Unlock()
+			p.t.Fatalf("testkit: start %s: %v", p.name, err)
+		}
+		defer r.Close()
+		ready = r
+		cmd.ExtraFiles = []*os.File{w} // fd 3 in the child
+		cmd.Env = append(cmd.Env, envReadyFD+"=3")
+		defer w.Close()
+	}
 	if err := cmd.Start(); err != nil {
+		p.mu.Unlock()
 		p.t.Fatalf("testkit: start %s: %v", p.name, err)
+	}
+	if len(cmd.ExtraFiles) > 0 {
+		_ = cmd.ExtraFiles[0].Close() // the child holds its end: EOF when it exits
 	}
 	if p.cmd == nil { // the first start: clean up once
 		p.t.Cleanup(p.cleanup)
@@ -99,6 +155,37 @@ func (p *Process) Start() {
 		p.mu.Unlock()
 		close(exited)
 	}(cmd, p.exited)
+	p.mu.Unlock()
+	if ready != nil {
+		p.awaitReady(ready)
+	}
+}
+
+// awaitReady waits until a Func child reports that it reached fn, and
+// fails the test if it reports that it will not, or ends first.
+func (p *Process) awaitReady(r *os.File) {
+	p.t.Helper()
+	// A child that runs the test's set-up before Func may take a while,
+	// but not longer than the kit's own server starts.
+	_ = r.SetReadDeadline(time.Now().Add(startTimeout))
+	// Read the first byte only: after 'R' the pipe may stay open in a
+	// process the child started before it reached Func.
+	var first [1]byte
+	_, err := io.ReadFull(r, first[:])
+	switch {
+	case err == nil && first[0] == 'R':
+		return
+	case err == nil && first[0] == 'E':
+		msg, _ := io.ReadAll(io.LimitReader(r, 1<<16)) // the child exits right after writing
+		<-p.Exited()
+		p.t.Fatalf("testkit.Func(t, %q) did not start fn:\n%s", p.name, msg)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		p.t.Fatalf("testkit.Func(t, %q): the child did not reach Func within %v; its output so far:\n%s", p.name, startTimeout, p.Logs())
+	default:
+		<-p.Exited()
+		p.t.Fatalf("testkit.Func(t, %q): the child ended (%v) before it reached Func: it ran the test from its start and failed or skipped on the way; its output:\n%s",
+			p.name, p.Err(), p.Logs())
+	}
 }
 
 // Exited returns a channel closed when the current run ends, by a kill or

@@ -70,3 +70,37 @@ func TestFuncProcess(t *testing.T) {
 	require.Error(t, err, "it exits on its own")
 	assert.Contains(t, p.Logs(), "counted to 1000")
 }
+
+// KillWhileGrowing kills a func while its count grows: after two
+// increases, so the count it returns is past the one at its call, and the
+// count stops there or a step later (the write in flight when SIGKILL
+// came), far below where the func would have gone.
+func TestKillWhileGrowing(t *testing.T) {
+	file := testkit.Setup(t, "file", func() string { return filepath.Join(t.TempDir(), "count") })
+	count := func() (uint64, error) {
+		b, err := os.ReadFile(file)
+		if os.IsNotExist(err) {
+			return 0, nil
+		}
+		n, _ := strconv.ParseUint(string(b), 10, 64)
+		return n, err
+	}
+	p := testkit.Func(t, "writer", func(ctx context.Context) error {
+		for n := 1; ctx.Err() == nil; n++ {
+			if err := os.WriteFile(file, []byte(strconv.Itoa(n)), 0o644); err != nil {
+				return err
+			}
+			time.Sleep(30 * time.Millisecond)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	at := p.KillWhileGrowing(ctx, count)
+	assert.False(t, p.Running(), "killed")
+	assert.GreaterOrEqual(t, at, uint64(2), "two increases seen")
+	time.Sleep(300 * time.Millisecond)
+	after, err := count()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, after, at+1, "nothing written after the kill but the write in flight")
+}

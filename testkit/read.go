@@ -3,8 +3,10 @@ package testkit
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
@@ -53,13 +55,11 @@ func Rows(t testing.TB, addr, database, query string) [][]string {
 // "SELECT count() FROM events FINAL". It fails the test on error.
 func Count(t testing.TB, addr, database, query string) uint64 {
 	t.Helper()
-	rows := Rows(t, addr, database, "SELECT toUInt64(("+query+")) AS n")
-	if len(rows) != 1 || len(rows[0]) != 1 {
-		t.Fatalf("testkit: %s: %d rows, want one number", query, len(rows))
-	}
-	var n uint64
-	if _, err := fmt.Sscan(rows[0][0], &n); err != nil {
-		t.Fatalf("testkit: %s: %v", query, err)
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	n, err := QueryCount(ctx, addr, database, query)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }
@@ -154,4 +154,61 @@ func firstLine(q string) string {
 		q = q[:i] + " ..."
 	}
 	return q
+}
+
+// eventuallyTimeout bounds EventuallyRows: a service restarted after a
+// kill rejoins its consumer group and replays from its checkpoint first.
+const eventuallyTimeout = 2 * time.Minute
+
+// EventuallyRows runs query in database every 100 ms until its rows, as
+// Rows formats them, equal want, and fails the test with the last rows
+// beside want if they do not within two minutes. Read with FINAL (or
+// Table's Final) to check what a query of the merged result sees:
+//
+//	testkit.EventuallyRows(t, addr, db, "SELECT org, start, events FROM org_minute FINAL ORDER BY ALL", want)
+//
+// Rows of event-time windows appear only once a later event's watermark
+// closes them: an input whose last events are the ones checked needs one
+// more event after them. An event behind a closed window is dropped as
+// late (windowsink.Sink.Late, the window.late_events metric), never
+// written.
+func EventuallyRows(t testing.TB, addr, database, query string, want [][]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), eventuallyTimeout)
+	if tt, ok := t.(interface{ Context() context.Context }); ok {
+		ctx, cancel = context.WithTimeout(tt.Context(), eventuallyTimeout)
+	}
+	defer cancel()
+	start := time.Now()
+	var got [][]string
+	var err error
+	for {
+		got, err = QueryStrings(ctx, addr, database, query)
+		if err == nil && (len(got) == 0 && len(want) == 0 || reflect.DeepEqual(got, want)) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				t.Fatalf("testkit: EventuallyRows: %v", err)
+			}
+			t.Fatalf("testkit: EventuallyRows: after %v, %s\nreturns %d rows:\n%swant %d rows:\n%s",
+				time.Since(start).Round(time.Millisecond), firstLine(query), len(got), formatRows(got), len(want), formatRows(want))
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// formatRows prints rows one a line, at most 50 of them.
+func formatRows(rows [][]string) string {
+	var b strings.Builder
+	for i, r := range rows {
+		if i == 50 {
+			fmt.Fprintf(&b, "\t... %d more\n", len(rows)-50)
+			break
+		}
+		fmt.Fprintf(&b, "\t%s\n", strings.Join(r, " | "))
+	}
+	return b.String()
 }

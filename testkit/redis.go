@@ -13,6 +13,7 @@ import (
 // cleanup.
 func Redis(t testing.TB) string {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.Redis")
 	if v := os.Getenv(EnvRedisAddr); v != "" {
 		return v
 	}
@@ -36,6 +37,7 @@ type RedisServer struct {
 // own.
 func StartRedis(t testing.TB) *RedisServer {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.StartRedis")
 	ctx, cancel := setupContext(t)
 	defer cancel()
 	r, err := embedded.StartRedis(ctx, embedded.RedisOptions{})

@@ -32,6 +32,7 @@ var sharedReplicated struct {
 // ZooKeeper is away. See docs/replicated.md.
 func ReplicatedClickHouse(t testing.TB) (addr, database string) {
 	t.Helper()
+	refuseInFuncChild(t, "testkit.ReplicatedClickHouse")
 	sharedReplicated.mu.Lock()
 	if sharedReplicated.srv == nil && sharedReplicated.err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), firstStartTimeout)

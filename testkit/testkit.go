@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
 // Environment variables that point the kit at servers you run.
@@ -28,10 +31,15 @@ const (
 const startTimeout = 3 * time.Minute
 
 // Unavailable fails the test when CI=true and skips it otherwise, with the
-// reason either way. The kit calls it when a server cannot start; call it
+// reason either way; inside go test -short it skips (the short tier starts
+// no servers). The kit calls it when a server cannot start; call it
 // for servers of your own.
 func Unavailable(t testing.TB, service string, err error) {
 	t.Helper()
+	if errors.Is(err, embedded.ErrShort) {
+		t.Skip("testkit: " + service + ": go test -short starts no servers")
+		return
+	}
 	if os.Getenv(EnvCI) == "true" {
 		t.Fatalf("testkit: %s unavailable (CI=true, so this fails instead of skipping): %v", service, err)
 		return

@@ -1,12 +1,15 @@
 package testkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // recorder is a testing.TB that records Fatalf and Skipf instead of ending
@@ -60,4 +63,32 @@ func TestName(t *testing.T) {
 	}
 	long := Name(t, strings.Repeat("x", 100))
 	assert.LessOrEqual(t, len(long), 60)
+}
+
+// ctxRecorder is a recorder whose Context ends when the test says.
+type ctxRecorder struct {
+	*recorder
+	ctx context.Context
+}
+
+func (r ctxRecorder) Context() context.Context { return r.ctx }
+
+// EventuallyRows returns once the rows equal want, and otherwise fails
+// with the last rows beside want.
+func TestEventuallyRows(t *testing.T) {
+	addr, db := ClickHouse(t)
+	require.NoError(t, Exec(t.Context(), addr, db, "CREATE TABLE t (k String, n UInt64) ENGINE = ReplacingMergeTree(n) ORDER BY k"))
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = Exec(context.Background(), addr, db, "INSERT INTO t VALUES ('a', 1), ('b', 2)")
+		_ = Exec(context.Background(), addr, db, "INSERT INTO t VALUES ('a', 3)")
+	}()
+	EventuallyRows(t, addr, db, "SELECT k, n FROM t FINAL ORDER BY k", [][]string{{"a", "3"}, {"b", "2"}})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	r := ctxRecorder{&recorder{TB: t}, ctx}
+	EventuallyRows(r, addr, db, "SELECT k, n FROM t FINAL ORDER BY k", [][]string{{"a", "4"}})
+	require.True(t, r.fataled)
+	assert.Contains(t, r.msg, "returns 2 rows:\n\ta | 3\n\tb | 2\nwant 1 rows:\n\ta | 4\n")
 }

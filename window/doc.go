@@ -53,15 +53,29 @@
 // An event that arrives out of order may extend a session, or bridge two
 // (its [t, t+gap] reaches both): they merge into one, with the
 // aggregator's Merge, and the merged session's Version is its number of
-// events. When a merged session had been emitted (fired, or an early row)
-// under a Start that is no longer a session's start, the operator emits a
-// Row with Deleted set for that (Key, Start), whose Version beats every
-// row written there; the merged session is emitted at once (a final row
-// when the watermark is past its End, else an early row). A table read
-// with FINAL so holds exactly the current sessions. With Early.Every, a
-// session gets an early row whenever its count reaches or passes a
-// multiple of Every, by one event or by a merge (3 + 3 + 1 events under
-// Every 4).
+// events. When the table may hold a row of a merged session under a Start
+// that is no longer a session's start (the operator emitted one: it
+// fired, or had an early row; or AssumeWritten says a run that died may
+// have), the operator emits a Row with Deleted set for that (Key, Start),
+// whose Version beats every row written there; the merged session is
+// emitted at once (a final row when the watermark is past its End, else an
+// early row). A table read with FINAL so holds exactly the current
+// sessions. With Early.Every, a session gets an early row whenever its
+// count reaches or passes a multiple of Every, by one event or by a merge
+// (3 + 3 + 1 events under Every 4).
+//
+// After a crash, the table holds what the dead run wrote after its last
+// checkpoint, and the replay from that checkpoint may not emit it again:
+// early rows by Early.Interval and sessions fired by idleness depend on
+// the clock. So what a merge retracts cannot follow from what the
+// replaying operator emitted alone. Turned on, [Operator.AssumeWritten]
+// makes it count every session it holds, and every one it creates or
+// changes, as written: a merge retracts them. A sink turns it on after a
+// restore while the input is within what the dead run may have written,
+// and off after (package sink/chsink/windowsink does, from its journal).
+// A deletion for a (Key, Start) that holds no row costs a row and nothing
+// else: no session of the key starts there again (the merged session
+// holds an event there and starts before it), and FINAL drops the key.
 //
 // Lateness is judged on the merged session, as Flink does: an event is
 // late when the session it would make, merged with the sessions it
@@ -93,10 +107,11 @@
 //     the lateness, and drops the others silently. Reason: nothing is
 //     lost without a trace.
 //   - A merge retracts the rows of the sessions it replaced (Deleted rows)
-//     and emits the merged session at once when one of them had a row;
-//     Flink emits the merged window when it next fires and leaves the
-//     parts' results standing downstream. Reason: the table read with
-//     FINAL holds only current sessions, never a part beside the whole.
+//     and emits the merged session at once when the table may hold a row
+//     of one of them; Flink emits the merged window when it next fires
+//     and leaves the parts' results standing downstream. Reason: the table
+//     read with FINAL holds only current sessions, never a part beside
+//     the whole.
 //   - Early.Every fires at multiples of the session's total count (4, 8,
 //     12 under Every 4; 7 then 8 after a 3 + 3 + 1 merge); Flink's
 //     CountTrigger counts since its last firing (7, then 11). Reason: a
@@ -116,7 +131,8 @@
 //     written again are the same.
 //
 // A session operator's snapshot is format version 3 (the gap, each
-// session's end and whether it has a row, and each key's floor: where its
+// session's end and whether the table may hold a row of it, and each
+// key's floor: where its
 // closed sessions end); it reads version 2 too. Window operators still
 // write version 1, and a snapshot of one kind is refused by the other with
 // ErrIncompatible.
@@ -170,10 +186,10 @@
 // # Guarantees
 //
 // Deterministic: given the same snapshot and the same input in the same
-// order (RemoveInput and EndInput calls included), and the same idleness
-// and early-firing-interval decisions, the operator emits byte-identical
-// rows in the same order (windows by start, then key) and takes
-// byte-identical snapshots. Processing time is not in a snapshot.
+// order (RemoveInput, EndInput and AssumeWritten calls included), and the
+// same idleness and early-firing-interval decisions, the operator emits
+// byte-identical rows in the same order (windows by start, then key) and
+// takes byte-identical snapshots. Processing time is not in a snapshot.
 //
 // Idleness and EarlyFiring.Interval are the inputs that are not replayed:
 // they depend on the clock, so a replay may close a window, or emit a
@@ -185,7 +201,9 @@
 // (read with FINAL) keeps the most complete emission, whichever run wrote
 // it, early or final, and rewriting a row writes the same bytes. A row written by a run that
 // died before its checkpoint is replaced or rewritten by the replay, never
-// added to.
+// added to (a session's row that the replay merges away is replaced by its
+// deletion when the replay assumes it written: see Sessions across
+// crashes below).
 //
 // Assumptions: events reach Add at least once and in offset order per
 // input, deduplicated upstream (package dedup) so a redelivery is not
@@ -205,4 +223,14 @@
 // accepted events, and every other event is in Output.Late. Session rows
 // are keyed by (Key, Start) and need the Deleted column: a merge retracts
 // a session's row by a deletion, never by a row of another key.
+//
+// Sessions across crashes: the same holds for the rows of every run
+// together, those of runs that died before their next checkpoint
+// included, when each replay from a snapshot has AssumeWritten on while
+// it replays the input that a dead run after that snapshot may have
+// written rows for, and, when events can be late, idleness decides alike
+// in every run (it does with a negative IdleTimeout; otherwise which
+// events are late may differ between runs). A session that only a dead
+// run showed (by Early.Interval or idleness) and that the replay merges
+// away then gets its deletion row although the replay never emitted it.
 package window

@@ -58,6 +58,7 @@ type Operator[In, Acc, Out any] struct {
 	forget   dueHeap
 	floor0   int64
 	unfired  int
+	assume   bool // AssumeWritten: every session held may have a row
 
 	// Early firings: every > 0 emits a pane at every multiple of every
 	// events; interval > 0 emits changed panes every interval of processing

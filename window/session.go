@@ -39,8 +39,11 @@ type session[Acc any] struct {
 	n          uint64
 	shown      uint64 // n at the last emission; not in a snapshot
 	fired      bool   // watermark reached end; derived from it on Restore
-	emitted    bool   // a row exists for (key, start): in the snapshot
-	acc        Acc
+	// emitted says the table may hold a row for (key, start): one was
+	// emitted, or AssumeWritten said so. A merge that moves the start
+	// retracts it. In the snapshot.
+	emitted bool
+	acc     Acc
 }
 
 // newKeyFloor returns the floor of a key the operator holds nothing of:
@@ -169,6 +172,38 @@ func (o *Operator[In, Acc, Out]) addSession(ev Event[In], t int64, out *Output[I
 	if needDue {
 		o.due.push(dueEntry{at: m.nextDue(o.lateness), key: ev.Key})
 	}
+	if o.assume {
+		m.emitted = true // a dead run may have shown it as it is now
+	}
+}
+
+// AssumeWritten says whether the table may hold rows of sessions that the
+// operator did not emit. On, every session the operator holds, and every
+// session it creates or changes until it is turned off, counts as having
+// a row under its (Key, Start): a merge that moves that start retracts the
+// row with a deletion and emits the merged session at once, as for a
+// session it emitted. Off, the default, only the sessions it emitted,
+// marked while it was on, or restored as written count.
+//
+// A sink turns it on after a restore, while the input replays the
+// positions at which a run that died before its next checkpoint may have
+// written rows that the replay does not emit again: rows that depend on
+// the clock (early rows by Early.Interval, sessions closed by idleness),
+// which the dead run may have emitted for any session it held. Package
+// sink/chsink/windowsink does, from the sink's journal. The marks stay
+// after it is turned off, and are in snapshots; the setting itself is not,
+// and Restore turns it off.
+// Window operators (Tumbling, Hopping) ignore it: their rows are never
+// retracted.
+func (o *Operator[In, Acc, Out]) AssumeWritten(on bool) {
+	if on && !o.assume {
+		for _, ks := range o.sessions {
+			for _, s := range ks.ss {
+				s.emitted = true
+			}
+		}
+	}
+	o.assume = on
 }
 
 // nextDue returns the watermark at which s fires, or closes if it fired.

@@ -104,6 +104,7 @@ func (o *Operator[In, Acc, Out]) restoreSessions(d *decoder, version byte, wm in
 	o.inst.open.Add(context.Background(), int64(n-o.open), o.inst.add...)
 	o.inputs = declaredInputs(o.declared, inputs, now)
 	o.wm, o.sessions, o.open, o.unfired, o.floor0 = wm, sessions, n, unfired, floor0
+	o.assume = false // the sink says again what the table may hold (AssumeWritten)
 	// What early firings emitted is not in the snapshot: the next one
 	// emits every unfired session again (the same rows, if it was shown).
 	o.pending, o.nextEarly = unfired > 0, satAdd(now, o.interval)

@@ -30,7 +30,7 @@ import (
 //	size | slide | offset | gap
 //	watermark | inputs as in version 1
 //	uvarint #sessions, ascending by (key, start):
-//	    uvarint len | key | start | end | flags byte (1: a row was emitted)
+//	    uvarint len | key | start | end | flags byte (1: the table may hold a row)
 //	    | uvarint events | uvarint len | accumulator
 //	CRC-32C
 //

@@ -42,6 +42,19 @@ func totals(t *testing.T, addr, db string) map[string]uint64 {
 // run.
 func runFolder(t *testing.T, brokers []string, topic string, storage checkpoint.Storage, addr, db string, want map[string]uint64) {
 	t.Helper()
+	runChains(t, brokers, topic, storage, addr, db, want, false, func(store *checkpoint.Store) kafkasource.NewProcessor {
+		return kafkasource.Chains(store, chaudit.Folder(chaudit.FolderConfig{
+			ClickHouse: chsink.DB{Addr: addr, Database: db}, Sink: chsink.Options{MaxDelay: 100 * time.Millisecond},
+		}))
+	})
+}
+
+// runChains runs the chains newProc builds over the audit topic until the
+// audit table's totals are want, takes a last checkpoint if last says so,
+// and stops the Source.
+func runChains(t *testing.T, brokers []string, topic string, storage checkpoint.Storage, addr, db string, want map[string]uint64,
+	last bool, newProc func(*checkpoint.Store) kafkasource.NewProcessor) {
+	t.Helper()
 	stop := func() bool { return assert.ObjectsAreEqual(want, totals(t, addr, db)) }
 	defer func() {
 		if t.Failed() {
@@ -56,11 +69,7 @@ func runFolder(t *testing.T, brokers []string, topic string, storage checkpoint.
 	require.NoError(t, err)
 	defer coord.Close()
 	go func() { _ = coord.Run(ctx) }()
-	folder := chaudit.NewFolder(chaudit.FolderConfig{
-		ClickHouse: chsink.Table{Addr: addr}, Sink: chsink.Options{Database: db, MaxDelay: 100 * time.Millisecond},
-		Storage: storage,
-	})
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "folder", Topics: []string{topic}}, coord, folder,
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "folder", Topics: []string{topic}}, coord, newProc(store),
 		kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -73,6 +82,9 @@ func runFolder(t *testing.T, brokers []string, topic string, storage checkpoint.
 		}
 		return stop()
 	}, 60*time.Second, 50*time.Millisecond)
+	if last {
+		require.NoError(t, src.Checkpoint(ctx))
+	}
 	cancel()
 	require.NoError(t, <-done)
 }
@@ -119,7 +131,7 @@ func TestFolderCountsEveryDeltaOnce(t *testing.T) {
 	}
 	want[audit.StageAccepted+" org0 10:00"] += 60
 	want[audit.StageAccepted+" org9 10:00"] = 1000
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	runFolder(t, brokers, topic, storage, addr, db, want)
 	t.Log("first run folded every delta")
 
@@ -141,13 +153,18 @@ func TestCounterThroughSinkAcrossCrash(t *testing.T) {
 	addr, db := testkit.ClickHouse(t)
 	ctx := context.Background()
 	require.NoError(t, chaudit.CreateTable(ctx, ch.Options{Address: addr}, db, chaudit.DefaultTable))
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	p := checkpoint.TopicPartition{Topic: "webhooks", Partition: 0}
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(t, err)
 	open := func() (*audit.Counter, *chsink.Sink[audit.Row]) {
 		c, err := audit.NewCounter(p.String(), audit.Options{})
 		require.NoError(t, err)
-		s, err := chaudit.NewSink(ctx, chsink.Table{Addr: addr}, p, storage, chsink.Options{Database: db})
+		chain, err := checkpoint.NewChain(store, p)
 		require.NoError(t, err)
+		s, err := chaudit.OpenSink(ctx, chain, chsink.DB{Addr: addr, Database: db}, "", chsink.Options{})
+		require.NoError(t, err)
+		require.Equal(t, map[string]checkpoint.Participant{chaudit.DefaultTable: s}, chain.Participants(), "registered under the table's name")
 		return c, s
 	}
 	feed := func(c *audit.Counter, s *chsink.Sink[audit.Row], from, to int) {

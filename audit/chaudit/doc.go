@@ -31,6 +31,10 @@
 //	      FROM audit_counts GROUP BY stage, tenant, bucket, counter)
 //	GROUP BY tenant, bucket ORDER BY tenant, bucket
 //
+// Server reads the ClickHouse version and the deduplication settings the
+// sinks depend on (chsink.ReadServerSettings); exactlyonce audit prints
+// them above its table and under "clickhouse" in its JSON.
+//
 // # Guarantees
 //
 //   - A Counter's rows reach the table through chsink: flushed at every
@@ -39,7 +43,7 @@
 //     completed. Rows written again are the same counts (or, after a
 //     restore, counts on their way to the same total): ReplacingMergeTree
 //     keeps the largest.
-//   - NewFolder folds every Delta of the audit topic once: dedup by the
+//   - Folder folds every Delta of the audit topic once: dedup by the
 //     delta's source and sequence number, inside the checkpoint, so a delta
 //     the gateway sent twice or the chain replays counts once.
 //   - Totals and TableCounts refuse a table that lacks the audit schema or

@@ -15,53 +15,62 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
-// FolderConfig is what NewFolder needs. ClickHouse.Addr and Storage are
-// required.
+// FolderConfig is what Folder needs. ClickHouse.Addr is required.
 type FolderConfig struct {
-	// ClickHouse is the audit table's server and name (DefaultTable when
-	// empty).
-	ClickHouse chsink.Table
-	// Sink configures the audit sink (Database, Client, ...).
+	// ClickHouse is the audit table's server and database.
+	ClickHouse chsink.DB
+	// Table is the audit table's name. Default DefaultTable.
+	Table string
+	// Sink configures the audit sink (Client, MaxDelay, ...); leave
+	// Database and KeepCheckpoints zero (ClickHouse and the chain give
+	// them). Its ParticipantName defaults to "audit".
 	Sink chsink.Options
-	// Storage keeps the sink's journal; the Coordinator's store shares it.
-	Storage checkpoint.Storage
 	// Counter sets the buckets; they must be the gateway's.
 	Counter audit.Options
 	// Logger receives the deltas that are no deltas. Default: discards.
 	Logger *slog.Logger
 }
 
-// NewFolder returns the chain of one partition of the audit topic: each
-// Delta, deduplicated by source and sequence number, is added to a Counter
-// named after the partition, whose rows go to the audit table. A record
-// that is no delta is poison (kafkasource.Poison): it stops the chain, or
-// goes to the Processor's dead-letter topic if the caller sets one.
-func NewFolder(cfg FolderConfig) kafkasource.NewProcessor {
+// Folder returns the chain of one partition of the audit topic, for
+// kafkasource.Chains: each Delta, deduplicated by source and sequence
+// number, is added to a Counter named after the partition, whose rows go
+// to the audit table. A record that is no delta is poison
+// (kafkasource.Poison): it stops the chain, or goes to the Processor's
+// dead-letter topic if the caller sets one.
+//
+// The chain's participants are "dedup", "counter" and the sink, "audit"
+// unless cfg.Sink.ParticipantName says otherwise: the keys of their state
+// in every checkpoint.
+func Folder(cfg FolderConfig) kafkasource.BuildChain {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
+	if cfg.Sink.ParticipantName == "" {
+		cfg.Sink.ParticipantName = "audit"
+	}
+	return func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
 		// Deltas repeat within seconds (a lost acknowledgement); a week of
 		// event time is far beyond any retry.
 		d, err := dedup.New(7*24*time.Hour, dedup.Options{})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["dedup"] = d
-		counter, err := audit.NewCounter(p.String(), cfg.Counter)
+		if err := c.Add("dedup", d); err != nil {
+			return nil, err
+		}
+		counter, err := audit.NewCounter(c.Partition().String(), cfg.Counter)
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["counter"] = counter
-		s, err := NewSink(ctx, cfg.ClickHouse, p, cfg.Storage, cfg.Sink)
+		if err := c.Add("counter", counter); err != nil {
+			return nil, err
+		}
+		s, err := OpenSink(ctx, c, cfg.ClickHouse, cfg.Table, cfg.Sink)
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["audit"] = s
 		f := &folder{dedup: d, counter: counter, sink: s}
-		proc.Process, proc.Tick = f.process, f.tick
-		return proc, nil
+		return &kafkasource.Processor{Process: f.process, Tick: f.tick}, nil
 	}
 }
 

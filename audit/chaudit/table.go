@@ -63,16 +63,18 @@ func Schema() []chsink.Column[audit.Row] {
 	}
 }
 
-// NewSink returns the sink of one chain's Counter rows into the audit table
-// (table.Name, DefaultTable when empty). It takes chsink.MismatchReinsert,
-// whatever opts says: a Counter flushes on Ticks, whose positions move on
-// replay, and its rows are idempotent in the ReplacingMergeTree.
-func NewSink(ctx context.Context, table chsink.Table, p checkpoint.TopicPartition, storage checkpoint.Storage, opts chsink.Options) (*chsink.Sink[audit.Row], error) {
-	if table.Name == "" {
-		table.Name = DefaultTable
+// OpenSink opens, in chain c, the sink of the chain's Counter rows into
+// the audit table (table in db, DefaultTable when empty), registered under
+// opts.ParticipantName (default: the table's name), as chsink.Open does.
+// It takes chsink.MismatchReinsert, whatever opts says: a Counter flushes
+// on Ticks, whose positions move on replay, and its rows are idempotent in
+// the ReplacingMergeTree.
+func OpenSink(ctx context.Context, c *checkpoint.Chain, db chsink.DB, table string, opts chsink.Options) (*chsink.Sink[audit.Row], error) {
+	if table == "" {
+		table = DefaultTable
 	}
 	opts.OnMismatch = chsink.MismatchReinsert
-	return chsink.New(ctx, table, p, storage, Schema, opts)
+	return chsink.Open(ctx, c, db, table, Schema, opts)
 }
 
 // ComparisonQuery returns the one query that puts the stages side by side

@@ -1,7 +1,7 @@
 // Package kafkaaudit sends a gateway's audit counts to the audit topic:
 // Publisher sums what the gateway accepted per stage, tenant and bucket and
 // sends the sums every Options.Interval as audit.Deltas, keyed by tenant,
-// which the processor folds into the audit table (audit/chaudit.NewFolder).
+// which the processor folds into the audit table (audit/chaudit.Folder).
 //
 //	pub, _ := kafkaaudit.New(brokers, "webhooks_audit", kafkaaudit.Options{})
 //	go pub.Run(ctx)

@@ -62,7 +62,7 @@ func TestProcessBatchCheckpointsAtRecordBoundaries(t *testing.T) {
 	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, perPart)
 
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 3 * time.Millisecond})
 	require.NoError(t, err)
@@ -119,7 +119,7 @@ func TestProcessBatchPoison(t *testing.T) {
 	cl.Close()
 	produce(t, brokers, topic, 1, 1001, 500)
 
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 5 * time.Millisecond})
 	require.NoError(t, err)
@@ -166,7 +166,7 @@ func TestProcessBatchDeadLetter(t *testing.T) {
 	require.NoError(t, cl.ProduceSync(context.Background(), recs...).FirstErr())
 	cl.Close()
 
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 10 * time.Millisecond})
 	require.NoError(t, err)

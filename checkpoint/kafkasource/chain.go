@@ -13,11 +13,38 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 )
 
-// runChain runs partition p's chain for one generation. It returns nil when
-// the generation (or Run) ends, and an error when the chain failed.
-func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.TopicPartition) (err error) {
+// ownership is what a chain knows of its partition's owner: the meta of its
+// checkpoints and how to commit the group's offset. Under the classic
+// protocol it is a generation (classicOwnership), under the consumer
+// protocol the member and its epoch (member.go).
+type ownership struct {
+	meta       checkpoint.Meta
+	commit     func(ctx context.Context, p checkpoint.TopicPartition, next int64) error
+	membership *membership // what MembershipOf returns
+	// confirm asks the group coordinator whether the ownership is still
+	// current, before a chain is restarted (see superviseChain); nil under
+	// the consumer protocol, whose member learns it from its heartbeat.
+	confirm func(ctx context.Context) (bool, error)
+}
+
+func (s *Source) classicOwnership(gen *kafka.Generation) ownership {
+	return ownership{
+		meta: checkpoint.Meta{Generation: int64(gen.ID), Member: gen.MemberID},
+		commit: func(_ context.Context, p checkpoint.TopicPartition, next int64) error {
+			s.commitMu.Lock()
+			defer s.commitMu.Unlock()
+			return gen.CommitOffsets(map[string]map[int]int64{p.Topic: {p.Partition: next}})
+		},
+		membership: &membership{group: s.group.ID, current: func() (int, string) { return int(gen.ID), gen.MemberID }},
+		confirm:    func(ctx context.Context) (bool, error) { return s.generationCurrent(ctx, gen) },
+	}
+}
+
+// runChain runs partition p's chain for one ownership. It returns nil when
+// the ownership (gctx) or Run ends, and an error when the chain failed.
+func (s *Source) runChain(runCtx, gctx context.Context, own ownership, p checkpoint.TopicPartition) (err error) {
 	// ctx ends with the ownership: the generation or Run, whichever first.
-	ctx, cancel := context.WithCancel(gctx)
+	ctx, cancel := context.WithCancel(context.WithValue(gctx, membershipKey{}, own.membership))
 	defer cancel()
 	stop := context.AfterFunc(runCtx, cancel)
 	defer stop()
@@ -80,14 +107,12 @@ func (s *Source) runChain(runCtx, gctx context.Context, gen *kafka.Generation, p
 	}
 	defer task.Detach()
 
-	meta := checkpoint.Meta{Generation: int64(gen.ID), Member: gen.MemberID}
+	meta := own.meta
 	commit := func(cctx context.Context, next int64) error {
 		if cctx.Err() != nil {
 			return errGenerationEnded
 		}
-		s.commitMu.Lock()
-		defer s.commitMu.Unlock()
-		return gen.CommitOffsets(map[string]map[int]int64{p.Topic: {p.Partition: next}})
+		return own.commit(cctx, p, next)
 	}
 
 	next, err := s.startOffset(ctx, p, task.Restored())
@@ -133,12 +158,12 @@ func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next 
 	task *checkpoint.Task, meta checkpoint.Meta, commit func(context.Context, int64) error) (int64, bool, error) {
 	r := s.newWireFetcher(p, next)
 	fctx, fcancel := context.WithCancel(ctx)
-	mb := newMailbox(s.opts.Buffer)
+	mb := newMailbox(s.opts.Buffer, next)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
 			ms, err := r.fetchBatch(fctx)
-			if !mb.putAll(ms, err, fctx.Done()) || err != nil {
+			if !mb.putAll(ms, r.f.Next, r.f.HighWatermark, err, fctx.Done()) || err != nil {
 				return
 			}
 		}
@@ -194,10 +219,12 @@ func (s *Source) consume(ctx context.Context, p checkpoint.TopicPartition, next 
 			return c.next, false, fmt.Errorf("kafkasource: %w", err)
 		case <-mb.ready:
 			var ferr error
-			batch, ferr = mb.take(batch)
+			var end, hwm int64
+			batch, end, hwm, ferr = mb.take(batch)
 			if stop, err := c.records(ctx, batch); stop {
 				return c.next, false, err
 			}
+			c.fetched(end, hwm)
 			if ferr != nil {
 				if ctx.Err() != nil {
 					return c.next, false, nil
@@ -296,12 +323,26 @@ func (c *chainState) records(ctx context.Context, batch []kafka.Message) (stop b
 			c.advance(m)
 		}
 	}
-	if len(batch) > 0 {
-		if last := batch[len(batch)-1]; last.HighWaterMark > 0 {
-			c.task.SetLag(max(last.HighWaterMark-c.next, 0))
+	return false, nil
+}
+
+// fetched moves the chain to end, the fetcher's position once every record
+// fetched so far was processed, when it lies past the last record: past
+// the control records and aborted records that followed it. The Java
+// consumer's position moves past them the same way, so a group offset
+// committed at the end of a transactional topic is its high watermark, not
+// the offset of its last commit marker (a lag of 1 forever in Kafka's
+// tools). It then sets the lag from the fetch's high watermark.
+func (c *chainState) fetched(end, hwm int64) {
+	if end > c.next {
+		c.next = end
+		if c.dl != nil {
+			c.dl.next = c.next
 		}
 	}
-	return false, nil
+	if hwm > 0 {
+		c.task.SetLag(max(hwm-c.next, 0))
+	}
 }
 
 // advance moves the chain past m.

@@ -8,8 +8,9 @@ import (
 )
 
 // BuildChain builds the chain of one partition on c: it registers the
-// chain's participants in c (chsink.Open and windowsink.Open register the
-// sinks they return; Chain.Add the others) and returns the Processor with
+// chain's participants in c (chsink.Open, windowsink.Open and
+// kafkasink.Open register the sinks they return; Chain.Add the others) and
+// returns the Processor with
 // Process (or ProcessBatch), and Tick and the other fields as needed, but
 // no Participants: the chain holds them.
 //

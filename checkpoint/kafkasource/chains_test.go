@@ -21,7 +21,7 @@ var chainsSrc = checkpoint.TopicPartition{Topic: "events", Partition: 1}
 // of the partition over the store, and that the Processor it returns holds
 // exactly what the chain registered.
 func TestChainsHandsTheChain(t *testing.T) {
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{Keep: 5})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{Keep: 5})
 	require.NoError(t, err)
 	a, b := newLifecycled(), newLifecycled()
 	var got *checkpoint.Chain
@@ -43,7 +43,7 @@ func TestChainsHandsTheChain(t *testing.T) {
 // registers participants beside the chain is refused, with what both held
 // handed back or closed.
 func TestChainsRefusesParticipantsTwice(t *testing.T) {
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	inChain, inMap := newLifecycled(), newLifecycled()
 	newProc := kafkasource.Chains(store, func(_ context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
@@ -68,7 +68,7 @@ func TestHalfBuiltChainsClosed(t *testing.T) {
 		mu    sync.Mutex
 		built []*lifecycled
 	)
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	src, _, _, _ := lifecycleSource(t, kafkasource.Chains(store, func(_ context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
 		first := newLifecycled()

@@ -77,7 +77,7 @@ func TestReadsCommittedOnly(t *testing.T) {
 
 	var mu sync.Mutex
 	got := map[string]int{}
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Hour})
 	require.NoError(t, err)

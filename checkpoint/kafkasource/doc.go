@@ -3,40 +3,47 @@
 //
 // # Tour
 //
-// Write a NewProcessor that builds one partition's chain: its participants
-// (by stable name) and a Process function. New ties it to a consumer group
-// and a checkpoint.Coordinator; Run blocks:
+// Write a BuildChain that builds one partition's chain: it declares each
+// part once, in the checkpoint.Chain the Source creates for the partition,
+// under the stable name that keys its state in every checkpoint, and
+// returns a Processor with the Process function. Participants built
+// elsewhere (dedup, a window.Operator, state) are registered with
+// Chain.Add; a sink opened on the chain (chsink.Open, windowsink.Open,
+// kafkasink.Open) registers itself, taking the chain's partition, the
+// Store's Storage and Keep, and, for ClickHouse, one chsink.DB. The
+// handles these return are what Process uses. Chains turns the BuildChain
+// into the NewProcessor that New ties to a consumer group and a
+// checkpoint.Coordinator; Run blocks:
 //
+//	db := chsink.DB{Addr: "clickhouse:9000", Database: "analytics"}
 //	src, err := kafkasource.New(
 //		kafkasource.Group{Brokers: brokers, ID: "aggregator", Topics: []string{"events"}},
 //		coord,
-//		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-//			d, _ := dedup.New(24*time.Hour, dedup.Options{})
-//			s := newSink(p)
-//			return &kafkasource.Processor{
-//				Participants: map[string]checkpoint.Participant{"dedup": d, "sink": s},
-//				Process: func(ctx context.Context, m kafka.Message) error { ... },
-//			}, nil
-//		},
+//		kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
+//			d, err := dedup.New(24*time.Hour, dedup.Options{})
+//			if err != nil {
+//				return nil, err
+//			}
+//			if err := c.Add("dedup", d); err != nil {
+//				return nil, err
+//			}
+//			s, err := chsink.Open(ctx, c, db, "events", schema, chsink.Options{})
+//			if err != nil {
+//				return nil, err // the Source closes what c holds
+//			}
+//			return &kafkasource.Processor{Process: func(ctx context.Context, m kafka.Message) error { ... }}, nil
+//		}),
 //		kafkasource.Options{})
 //	err = src.Run(ctx)
 //
-// Chains builds that NewProcessor from a function that declares each part
-// of the chain once, in a checkpoint.Chain the Source creates per
-// partition: participants are registered with Chain.Add, and the sinks
-// opened on the chain (chsink.Open, windowsink.Open) register themselves
-// with the Store's Storage and Keep and one chsink.DB. The returned
-// Processor has Process (and Tick) but no Participants; the handles the
-// registrations returned are what Process uses:
-//
-//	kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
-//		d, err := dedup.New(24*time.Hour, dedup.Options{})
-//		if err != nil { return nil, err }
-//		if err := c.Add("dedup", d); err != nil { return nil, err }
-//		s, err := chsink.Open(ctx, c, db, "events", schema, chsink.Options{})
-//		if err != nil { return nil, err } // the Source closes what c holds
-//		return &kafkasource.Processor{Process: func(ctx context.Context, m kafka.Message) error { ... }}, nil
-//	})
+// store is the Coordinator's Store. A NewProcessor written by hand, whose
+// Processor lists its Participants by name, still works (Chains fills that
+// field), but is deprecated: it repeats for every sink the partition, the
+// Storage, the Keep and the database that the chain knows, and must return
+// its half-built Processor with an error for the Source to close it.
+// Moving such a chain to Chains keeps its checkpoints as long as every
+// participant keeps its name (a sink's Options.ParticipantName, when its
+// name was not its table's).
 //
 // A chain that gains from deciding records together sets
 // Processor.ProcessBatch instead of Process: it gets the records fetched
@@ -115,7 +122,15 @@
 // counted in exactlyonce.kafkasource.chain.restarts. Defaults: 1 s initial backoff,
 // doubling, at most 1 min, up to 10 % shorter at random, reset after 5 min without a
 // failure, unlimited attempts (see Restart). Any other chain error ends
-// Run.
+// Run. Before a chain is built again, the group coordinator must confirm
+// that its generation is current (DescribeGroups: the group Stable, this
+// member in it): a member paused past its session timeout learns that its
+// generation ended only at its next heartbeat, and a chain attached
+// meanwhile would restore the new owner's checkpoint and fence the new
+// owner's Kafka producer. A checkpoint the store refuses with
+// checkpoint.ErrSuperseded (a later generation saved one) is that case
+// found by the store: the chain stops as on a revocation once the
+// coordinator confirms the generation ended, and restarts if it does not.
 //
 // # Topics and partitions
 //
@@ -155,6 +170,44 @@
 // watermark with it, and no other chain's watermark waits for it (nothing
 // to call window.Operator.RemoveInput for).
 //
+// # The consumer group protocol
+//
+// The rebalances above are the classic protocol's (ProtocolClassic, the
+// default): eager, so a member joining or leaving stops every chain of
+// every instance. Group.Protocol = ProtocolConsumer joins with Kafka's
+// consumer group protocol (KIP-848, Kafka 4.0 and later) instead: the
+// coordinator computes each member's target assignment, the member
+// heartbeats at the interval the coordinator gives (the broker's
+// group.consumer.heartbeat.interval.ms; its session timeout is the
+// broker's group.consumer.session.timeout.ms), and reconciles:
+//
+//   - a partition that stays keeps its chain, untouched;
+//   - a partition that leaves has its chain stopped (where it is, as above,
+//     its pending checkpoint settled), and only then is it left out of the
+//     partitions the member reports owning, which is what frees it for its
+//     next owner;
+//   - a partition that arrives gets a chain that restores its checkpoint.
+//
+// A member the coordinator fences (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)
+// stops every chain and joins again with epoch 0; one that hears nothing
+// from the coordinator for Options.SessionTimeout (at least three
+// heartbeat intervals) stops them too. Run stops every chain before it
+// leaves the group (epoch -1). Offsets are committed with OffsetCommit v9
+// and the member's epoch; checkpoints carry the epoch in which the
+// partition arrived as their Generation (a later owner arrives in a higher
+// one); MembershipOf gives a chain the member id and current epoch, for
+// offsets committed in a transaction. Options.HeartbeatInterval is then only the retry delay after a
+// failed heartbeat; SessionTimeout and RebalanceTimeout keep their
+// meaning. Not yet under this protocol: static membership, regular
+// expression subscriptions, the idle-member and partition-count checks.
+//
+// A group moves between the protocols offline: stop every instance, start
+// them under the other protocol; the checkpoints carry every partition
+// over. Online, Kafka 4.4 refuses a ProtocolConsumer member into a group
+// that has classic members of this package (kafka-go's subscription is
+// not one the coordinator can convert), and Run returns that error
+// (wrapping kafka.GroupIdNotFound).
+//
 // # Offsets out of range
 //
 // Before reading, a chain checks the restored offset against the log's
@@ -192,7 +245,11 @@
 //
 // # Protocol versions and the brokers tested
 //
-// The consumer group is kafka-go's ConsumerGroup, which sends fixed
+// Under ProtocolConsumer the member sends ConsumerGroupHeartbeat v1 (v0
+// to a broker without v1), OffsetCommit v9 and Metadata v12 (topic ids),
+// written in internal/kafkawire, and FindCoordinator v2 and ApiVersions
+// v1. Under ProtocolClassic the consumer group is kafka-go's
+// ConsumerGroup, which sends fixed
 // versions: FindCoordinator v0, JoinGroup v2 (v1 to a broker without v2),
 // SyncGroup v0, Heartbeat v0, LeaveGroup v0, OffsetFetch v1, OffsetCommit
 // v2 and Metadata v6. The chain's fetcher sends Fetch v4 (read_committed;
@@ -238,9 +295,19 @@
 //     (aborted transactions and control records dropped), in offset
 //     order, none skipped: a batch whose CRC does not match or that cannot
 //     be decoded fails the fetch instead, and a batch older than v2 stops
-//     the chain with a *FormatError.
+//     the chain with a *FormatError. Keys, values and header values are
+//     nil when null and empty slices when empty; a record's Time is the
+//     broker's append time on a LogAppendTime topic.
+//   - Once every record fetched is processed, the chain's offset moves
+//     past the control and aborted records that followed the last one, as
+//     the Java consumer's position does: a transactional topic read to its
+//     end is checkpointed and committed at its high watermark (lag 0).
 //   - Offsets committed to the group never pass a completed checkpoint; the
 //     checkpoint, not the group offset, is where a chain restarts.
+//   - Under ProtocolConsumer a partition is given up (left out of the
+//     member's heartbeat, or the member leaves) only after its chain
+//     stopped, so no two members run a chain of it at once while their
+//     heartbeats are answered.
 //   - A chain's Process (or ProcessBatch), Tick and its participants are
 //     called from one goroutine, records in offset order; once the chain's ownership has
 //     ended it takes no further record, tick or barrier (one already taken
@@ -251,6 +318,11 @@
 //     chain; a retryable one restarts that chain alone from its last
 //     checkpoint, so a restart replays and never skips. Run returns nil
 //     when its context ends.
+//   - A chain is built again only after the group coordinator confirmed
+//     its generation is current (TestGenerationCurrent); a save refused
+//     with checkpoint.ErrSuperseded ends neither Run nor any other chain:
+//     the chain stops if its generation ended, and is restarted from its
+//     last checkpoint if not (TestSupersededSaveRestarts).
 //   - No participant goroutine outlives its chain: Runners are awaited and
 //     Closers closed before the chain's partition is given up.
 //   - A poison record of a chain with a dead-letter topic is in that topic

@@ -74,7 +74,7 @@ func Example_pipeline() {
 	}
 	cl.Close()
 
-	storage := checkpoint.NewMemStorage() // shared storage (FSStorage on a shared disk, S3) in production
+	storage := checkpoint.NewMemoryStorage() // shared storage (FSStorage on a shared disk, S3) in production
 	store, _ := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 100 * time.Millisecond})
 	defer coord.Close()

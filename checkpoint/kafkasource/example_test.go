@@ -37,17 +37,19 @@ func Example() {
 	}
 	cl.Close()
 
-	store, _ := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, _ := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1}) // on demand only, to keep the output exact
 	defer coord.Close()
 	var processed atomic.Int64
 	src, _ := kafkasource.New(
 		kafkasource.Group{Brokers: k.ListenAddrs(), ID: "example", Topics: []string{"numbers"}},
 		coord,
-		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
+		kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
 			sum := &total{}
+			if err := c.Add("sum", sum); err != nil { // "sum" keys its state in every checkpoint
+				return nil, err
+			}
 			return &kafkasource.Processor{
-				Participants: map[string]checkpoint.Participant{"sum": sum},
 				Process: func(ctx context.Context, m kafka.Message) error {
 					v, err := strconv.Atoi(string(m.Value))
 					if err != nil {
@@ -58,7 +60,7 @@ func Example() {
 					return nil
 				},
 			}, nil
-		},
+		}),
 		kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
 
 	runCtx, stop := context.WithCancel(ctx)

@@ -1,4 +1,15 @@
 package kafkasource
 
+import (
+	"context"
+
+	"github.com/segmentio/kafka-go"
+)
+
 // RetryableGroupError exposes the consumer-group error classifier to tests.
 var RetryableGroupError = retryableGroupError
+
+// GenerationCurrent exposes the generation check before a restart to tests.
+func (s *Source) GenerationCurrent(ctx context.Context, gen *kafka.Generation) (bool, error) {
+	return s.generationCurrent(ctx, gen)
+}

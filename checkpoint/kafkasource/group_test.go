@@ -52,7 +52,7 @@ func (w *warnings) has(s string) bool {
 // measures with reader, stopped at cleanup.
 func watchedSource(t *testing.T, brokers []string, group, topic string, w *warnings, reader *sdkmetric.ManualReader) *checkpoint.Store {
 	t.Helper()
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 50 * time.Millisecond})
 	require.NoError(t, err)

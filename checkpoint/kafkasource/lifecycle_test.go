@@ -53,7 +53,7 @@ func lifecycleSource(t *testing.T, newProc kafkasource.NewProcessor) (*kafkasour
 	brokers := testkit.Kafka(t)
 	topic := testkit.Name(t, "topic")
 	testkit.CreateTopic(t, brokers, topic, 1)
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	// One checkpoint first, so a chain has something to restore.
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Hour})

@@ -21,10 +21,10 @@ func TestMailboxPutAllTakesAWholeFetch(t *testing.T) {
 		}
 		return ms
 	}
-	mb := newMailbox(4)
+	mb := newMailbox(4, 0)
 	done := make(chan struct{})
 	first := make(chan bool, 1)
-	go func() { first <- mb.putAll(msgs(0, 10), nil, done) }()
+	go func() { first <- mb.putAll(msgs(0, 10), 10, 0, nil, done) }()
 	select {
 	case ok := <-first:
 		require.True(t, ok)
@@ -34,7 +34,7 @@ func TestMailboxPutAllTakesAWholeFetch(t *testing.T) {
 	}
 
 	second := make(chan bool, 1)
-	go func() { second <- mb.putAll(msgs(10, 3), errors.New("end of fetches"), done) }()
+	go func() { second <- mb.putAll(msgs(10, 3), 13, 0, errors.New("end of fetches"), done) }()
 	select {
 	case <-second:
 		t.Fatal("putAll did not wait while max records waited")
@@ -47,7 +47,7 @@ func TestMailboxPutAllTakesAWholeFetch(t *testing.T) {
 	for err == nil {
 		<-mb.ready
 		var batch []kafka.Message
-		batch, err = mb.take(spare)
+		batch, _, _, err = mb.take(spare)
 		for _, m := range batch {
 			got = append(got, m.Offset)
 		}

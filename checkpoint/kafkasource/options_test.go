@@ -13,7 +13,7 @@ import (
 
 // Every refused construction wraps ErrInvalidOptions; nothing connects.
 func TestNewInvalidOptions(t *testing.T) {
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{})
 	require.NoError(t, err)

@@ -63,7 +63,7 @@ func TestClickHouseOutage(t *testing.T) {
 	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, n)
 
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 200 * time.Millisecond})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"syscall"
 	"time"
 
@@ -153,10 +154,36 @@ func IsRetryable(err error) bool {
 		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
-// superviseChain runs p's chain for one generation and restarts it after
+// superviseChain runs p's chain for one ownership (gctx) and restarts it after
 // retryable failures. It returns nil when the generation or Run ends, and
 // the error that ends Run otherwise.
-func (s *Source) superviseChain(runCtx, gctx context.Context, gen *kafka.Generation, p checkpoint.TopicPartition) error {
+//
+// Before every restart it asks the group coordinator whether the
+// generation is still current (generationCurrent): a member paused past its
+// session timeout learns that its generation ended only at kafka-go's next
+// heartbeat, and a chain attached meanwhile under the old generation would
+// restore the new owner's checkpoint and fence the new owner's producer at
+// Start (kafkasink.Sink.Start), ending the new owner's chain.
+//
+// A save refused with checkpoint.ErrSuperseded (a later generation saved a
+// checkpoint of the partition) is that same case, found by the checkpoint
+// store: this member's generation ended though it was not told yet. It is
+// not permanent (ending Run would stop every chain of the instance for a
+// routine race, and ask the caller to restart), nor retryable as is
+// (restarting at once would attach under the old generation): the
+// generation is confirmed first, whatever Restart.Retryable says; once it
+// ended, the chain stops as on a revocation, which loses nothing, since
+// nothing after its last completed checkpoint was committed and the new
+// owner replays from its own. A generation still current (the group was
+// created anew and counts from 1 again) restarts the chain from its last
+// checkpoint, whose Attach no longer counts the later generation's files
+// it lists (with Restart.Disabled, Run returns the error instead).
+//
+// Under the consumer protocol (own.confirm nil) the member learns of a
+// revocation from its own heartbeat: a refused save stops the chain, and
+// the member starts it again at its next heartbeat if the partition is
+// still in its assignment.
+func (s *Source) superviseChain(runCtx, gctx context.Context, own ownership, p checkpoint.TopicPartition) error {
 	r := &s.opts.Restart
 	attrs := metric.WithAttributes(meter.Partition(p.Topic, p.Partition)...)
 	attempt := 0
@@ -165,36 +192,97 @@ func (s *Source) superviseChain(runCtx, gctx context.Context, gen *kafka.Generat
 		// runChain returns nil when the ownership ended before the chain
 		// failed; an error happened while it owned the partition, even if
 		// Run is stopping by now.
-		err := s.runChain(runCtx, gctx, gen, p)
+		err := s.runChain(runCtx, gctx, own, p)
 		if err == nil {
 			return nil
 		}
-		if r.Disabled || !r.Retryable(err) {
-			return err
+		superseded := errors.Is(err, checkpoint.ErrSuperseded)
+		if superseded {
+			current, cerr := false, error(nil)
+			if own.confirm != nil {
+				current, cerr = own.confirm(gctx)
+			}
+			if cerr == nil && !current || gctx.Err() != nil || runCtx.Err() != nil {
+				s.log.Info("kafkasource: a later generation saved a checkpoint of the partition; the chain stops",
+					"partition", p.String(), "generation", own.meta.Generation, "err", err)
+				return nil
+			}
 		}
-		if gctx.Err() != nil || runCtx.Err() != nil {
-			return nil // no one to restart for
+		if r.Disabled || !superseded && !r.Retryable(err) {
+			return err
 		}
 		if time.Since(started) >= r.ResetAfter {
 			attempt = 0
 		}
-		attempt++
-		if r.MaxAttempts > 0 && attempt > r.MaxAttempts {
-			return fmt.Errorf("%w after %d restarts: %w", ErrRestartsExhausted, r.MaxAttempts, err)
-		}
-		wait := r.backoff(attempt)
-		s.restarts.Add(context.WithoutCancel(runCtx), 1, attrs)
-		s.log.Warn("kafkasource: chain failed; restarting it from its last checkpoint",
-			"partition", p.String(), "attempt", attempt, "backoff", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-gctx.Done():
-			t.Stop()
-			return nil
-		case <-runCtx.Done():
-			t.Stop()
-			return nil
+		for {
+			attempt++
+			if r.MaxAttempts > 0 && attempt > r.MaxAttempts {
+				return fmt.Errorf("%w after %d restarts: %w", ErrRestartsExhausted, r.MaxAttempts, err)
+			}
+			wait := r.backoff(attempt)
+			s.restarts.Add(context.WithoutCancel(runCtx), 1, attrs)
+			s.log.Warn("kafkasource: chain failed; restarting it from its last checkpoint",
+				"partition", p.String(), "attempt", attempt, "backoff", wait, "err", err)
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-gctx.Done():
+				t.Stop()
+				return nil
+			case <-runCtx.Done():
+				t.Stop()
+				return nil
+			}
+			current, cerr := true, error(nil)
+			if own.confirm != nil {
+				current, cerr = own.confirm(gctx)
+			}
+			gen := own.meta.Generation
+			switch {
+			case gctx.Err() != nil || runCtx.Err() != nil:
+				return nil
+			case cerr == nil && !current:
+				s.log.Info("kafkasource: the generation ended; the chain is not restarted",
+					"partition", p.String(), "generation", gen, "err", err)
+				return nil
+			case cerr != nil && !IsRetryable(cerr):
+				return fmt.Errorf("kafkasource: %s: confirming generation %d before a restart: %w (after: %w)", p, gen, cerr, err)
+			case cerr != nil:
+				err = fmt.Errorf("kafkasource: %s: confirming generation %d before a restart: %w", p, gen, cerr)
+				continue
+			}
+			break
 		}
 	}
+}
+
+// generationCurrent asks the group coordinator whether gen is still the
+// group's generation with this member in it: kafka-go's heartbeat ends the
+// generation's context only at its next tick, and a member that was paused
+// or cut off longer than its session timeout may not know yet. The group
+// must be Stable with this member among its members: being in a later
+// generation takes this member's own JoinGroup, which kafka-go sends only
+// after ending gen. (A Heartbeat would say it more directly, but kafka-go's
+// Client.Heartbeat decodes versions 1 to 4 of the response in the wrong
+// field order and never reports its error.) An error says the question was
+// not answered.
+func (s *Source) generationCurrent(ctx context.Context, gen *kafka.Generation) (bool, error) {
+	tr := dialerTransport(s.opts.Dialer)
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(s.group.Brokers...), Transport: tr, Timeout: 10 * time.Second}
+	resp, err := cl.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{gen.GroupID}})
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Groups) != 1 {
+		return false, fmt.Errorf("kafkasource: describe group %s: %d groups in the answer", gen.GroupID, len(resp.Groups))
+	}
+	g := resp.Groups[0]
+	if g.Error != nil {
+		return false, g.Error
+	}
+	if g.GroupState != "Stable" {
+		return false, nil
+	}
+	return slices.ContainsFunc(g.Members, func(m kafka.DescribeGroupsResponseMember) bool { return m.MemberID == gen.MemberID }), nil
 }

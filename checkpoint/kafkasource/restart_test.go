@@ -78,7 +78,7 @@ func TestRestartKeepsOtherPartitions(t *testing.T) {
 	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, n)
 
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 50 * time.Millisecond})
 	require.NoError(t, err)
@@ -163,7 +163,7 @@ func TestRestartDisabled(t *testing.T) {
 			topic := testkit.Name(t, "topic")
 			testkit.CreateTopic(t, brokers, topic, 1)
 			produce(t, brokers, topic, 1, 0, 5)
-			store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+			store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 			require.NoError(t, err)
 			coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 20 * time.Millisecond})
 			require.NoError(t, err)

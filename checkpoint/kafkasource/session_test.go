@@ -29,7 +29,7 @@ func TestSessionTimeoutBelowBrokerMinimum(t *testing.T) {
 	topic := testkit.Name(t, "topic")
 	testkit.CreateTopic(t, brokers, topic, 1)
 
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 50 * time.Millisecond})
 	require.NoError(t, err)

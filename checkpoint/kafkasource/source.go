@@ -90,6 +90,8 @@ type Group struct {
 	Brokers []string
 	ID      string
 	Topics  []string
+	// Protocol the group is joined with. Default: ProtocolClassic.
+	Protocol GroupProtocol
 }
 
 // Options configures a Source. The zero value is valid.
@@ -151,7 +153,9 @@ type Options struct {
 // for every partition the Source is assigned.
 type Processor struct {
 	// Participants are the chain's stateful operators by stable name; the
-	// names key their state in every checkpoint. The Source owns their
+	// names key their state in every checkpoint. Chains sets it from the
+	// checkpoint.Chain; a NewProcessor that fills it by hand is the older,
+	// deprecated form (see the package doc). The Source owns their
 	// lifecycle: one that implements Runner is started once the chain is
 	// restored and awaited when the chain ends; one that implements
 	// io.Closer is closed when the chain ends, however it ends (so a sink's
@@ -279,6 +283,8 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 		return nil, fmt.Errorf("%w: nil Coordinator", ErrInvalidOptions)
 	case newProcessor == nil:
 		return nil, fmt.Errorf("%w: nil NewProcessor", ErrInvalidOptions)
+	case group.Protocol < ProtocolClassic || group.Protocol > ProtocolConsumer:
+		return nil, fmt.Errorf("%w: unknown Protocol %d", ErrInvalidOptions, group.Protocol)
 	case opts.OutOfRange < OutOfRangeFail || opts.OutOfRange > OutOfRangeLatest:
 		return nil, fmt.Errorf("%w: unknown OutOfRange policy %d", ErrInvalidOptions, opts.OutOfRange)
 	case opts.MissingTopic < MissingTopicWait || opts.MissingTopic > MissingTopicFail:
@@ -344,7 +350,8 @@ func (s *Source) Checkpoint(ctx context.Context) error { return s.coord.Trigger(
 // ErrRestartsExhausted): the caller restarts, and every partition resumes
 // from its last completed checkpoint.
 //
-// On every rebalance each chain stops where it is: work since its last
+// On every rebalance (under ProtocolConsumer, for every partition that
+// moves) each chain stops where it is: work since its last
 // checkpoint is abandoned, not committed, and the partition's next owner
 // (maybe this instance again) restores from the checkpoint.
 func (s *Source) Run(ctx context.Context) error {
@@ -355,6 +362,9 @@ func (s *Source) Run(ctx context.Context) error {
 
 	if err := s.awaitTopics(ctx); err != nil || ctx.Err() != nil {
 		return err
+	}
+	if s.group.Protocol == ProtocolConsumer {
+		return s.runMember(ctx)
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -414,7 +424,7 @@ func (s *Source) Run(ctx context.Context) error {
 				wg.Add(1)
 				gen.Start(func(gctx context.Context) {
 					defer wg.Done()
-					if err := s.superviseChain(runCtx, gctx, gen, p); err != nil {
+					if err := s.superviseChain(runCtx, gctx, s.classicOwnership(gen), p); err != nil {
 						errOnce.Do(func() { chainErr = err })
 						cancel(err)
 					}

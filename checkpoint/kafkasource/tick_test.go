@@ -28,7 +28,7 @@ func TestTickRunsWhileIdleAndStopsRun(t *testing.T) {
 	testkit.CreateTopic(t, brokers, topic, 2)
 	produce(t, brokers, topic, 1, 0, 200) // partition 1 stays idle
 
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func TestDeclinedCheckpointKeepsRunning(t *testing.T) {
 	brokers := testkit.Kafka(t)
 	const topic = "decline"
 	testkit.CreateTopic(t, brokers, topic, 1)
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})

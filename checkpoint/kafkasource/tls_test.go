@@ -66,7 +66,7 @@ func TestTLSAndSASL(t *testing.T) {
 				require.NoError(t, pub.Publish(ctx, idempotency.Delivery{Key: fmt.Sprint(i), Source: "github", Body: []byte(fmt.Sprint(i))}))
 			}
 
-			store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+			store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 			require.NoError(t, err)
 			coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 50 * time.Millisecond})
 			require.NoError(t, err)

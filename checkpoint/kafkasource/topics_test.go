@@ -18,7 +18,7 @@ import (
 
 func topicSource(t *testing.T, brokers []string, topic string, missing kafkasource.MissingTopic) (*kafkasource.Source, *checkpoint.Store) {
 	t.Helper()
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 50 * time.Millisecond})
 	require.NoError(t, err)

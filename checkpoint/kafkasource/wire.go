@@ -50,7 +50,8 @@ func (s *Source) newWireFetcher(p checkpoint.TopicPartition, next int64) *wireFe
 }
 
 // fetchBatch returns the next fetched records, at least one, waiting until
-// there are some or ctx ends. Connection failures and broker errors are
+// there are some or ctx ends; or none, when a fetch moved f.f.Next past
+// control or aborted records only. Connection failures and broker errors are
 // retried with a backoff, as kafka-go's Reader does; an offset out of range
 // is returned (wrapping kafka.OffsetOutOfRange), and so is a batch older
 // than v2 (*FormatError). The returned slice is reused by the next call;
@@ -60,12 +61,13 @@ func (f *wireFetcher) fetchBatch(ctx context.Context) ([]kafka.Message, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		from := f.f.Next
 		ms, err := f.f.Fetch(ctx)
 		var ferr *FormatError
 		switch {
 		case err == nil:
 			f.failed = 0
-			if len(ms) > 0 {
+			if len(ms) > 0 || f.f.Next > from {
 				return ms, nil
 			}
 			continue

@@ -44,7 +44,7 @@ func apiCode(err error) string {
 	return ""
 }
 
-// Retryable reports whether err is worth retrying: a transport failure (a
+// IsRetryable reports whether err is worth retrying: a transport failure (a
 // refused, reset or cut connection, a timeout of one attempt), a 5xx reply,
 // 408 Request Timeout, 429 or SlowDown, or 409 ConditionalRequestConflict
 // (S3's answer to a conditional write that raced another one for the same
@@ -54,7 +54,7 @@ func apiCode(err error) string {
 //
 // A retryable error from a write leaves its outcome unknown: the server may
 // have applied it before the reply was lost.
-func Retryable(err error) bool {
+func IsRetryable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, checkpoint.ErrConflict) || errors.Is(err, checkpoint.ErrNotFound) {
 		return false
@@ -88,3 +88,8 @@ func isNotFound(err error) bool {
 	}
 	return status(err) == 404
 }
+
+// Retryable is IsRetryable.
+//
+// Deprecated: use IsRetryable, as chsink and kafkasource name it.
+func Retryable(err error) bool { return IsRetryable(err) }

@@ -51,7 +51,7 @@ func TestRetryable(t *testing.T) {
 		{give: errors.New("something else"), want: false},
 	}
 	for _, tt := range tests {
-		assert.Equal(t, tt.want, s3storage.Retryable(tt.give), "%v", tt.give)
+		assert.Equal(t, tt.want, s3storage.IsRetryable(tt.give), "%v", tt.give)
 	}
 }
 

@@ -154,7 +154,7 @@ func TestServerKillRestart(t *testing.T) {
 	require.Error(t, err, "Create during the outage")
 	assert.NotErrorIs(t, err, checkpoint.ErrConflict)
 	assert.NotErrorIs(t, err, s3storage.ErrUnknownOutcome, "a refused connection sent nothing: a definite failure")
-	assert.True(t, s3storage.Retryable(err) || strings.Contains(err.Error(), "refused"), "%v", err)
+	assert.True(t, s3storage.IsRetryable(err) || strings.Contains(err.Error(), "refused"), "%v", err)
 
 	srv.Start()
 	got, v, err := s.GetVersion(ctx, "kept")

@@ -197,7 +197,7 @@ func (s *Storage) retry(ctx context.Context, fn func(ctx context.Context) error)
 		if !definite(err) {
 			ambiguous = true
 		}
-		if !Retryable(err) || !s.policy.Retry(attempt) {
+		if !IsRetryable(err) || !s.policy.Retry(attempt) {
 			return ambiguous, err
 		}
 		t := time.NewTimer(s.policy.Delay(attempt, rand.Float64))

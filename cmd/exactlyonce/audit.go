@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,17 @@ type auditOutput struct {
 	Buckets  []audit.Bucket  `json:"buckets"`
 	Findings []audit.Finding `json:"findings"`
 	Scan     *scanReport     `json:"scan,omitempty"` // -scan-topic
+	// ClickHouse is the server's version and deduplication settings
+	// (chaudit.Server): the defaults this connection's user gets, and what
+	// every sink insert sends instead.
+	ClickHouse *auditServer `json:"clickhouse,omitempty"`
+}
+
+type auditServer struct {
+	Version              string            `json:"version"`
+	DeduplicationVersion string            `json:"insert_deduplication_version,omitempty"`
+	Defaults             map[string]string `json:"defaults"`
+	Sent                 map[string]string `json:"sent_by_sinks"`
 }
 
 type auditSummary struct {
@@ -104,6 +116,11 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 			checks = append(checks, c)
 		}
 	}
+	srv, err := chaudit.Server(ctx, opts)
+	if err != nil {
+		return err
+	}
+	server := &auditServer{Version: srv.Version, DeduplicationVersion: srv.DeduplicationVersion, Defaults: srv.Defaults, Sent: srv.Sent}
 	rep := audit.Compare(totals, audit.CompareOptions{Now: now, Bucket: *bucket, Settle: *settle, Checks: checks})
 	var scan *scanReport
 	if sc.topic != "" {
@@ -119,7 +136,7 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 	if *asJSON {
 		out := auditOutput{From: from, To: to, Bucket: bucket.String(), Settle: settle.String(), Failed: rep.Failed(),
 			Summary: auditSummary{rep.OKCount, rep.Pending, rep.Late, rep.Lost, rep.Duplicated},
-			Stages:  rep.Stages, Buckets: rep.Buckets, Findings: rep.Findings, Scan: scan}
+			Stages:  rep.Stages, Buckets: rep.Buckets, Findings: rep.Findings, Scan: scan, ClickHouse: server}
 		if out.Buckets == nil {
 			out.Buckets = []audit.Bucket{}
 		}
@@ -134,6 +151,7 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 	} else {
 		fmt.Fprintf(stdout, "audit of %s.%s, event time %s to %s, buckets of %v, settled %v after their end\n",
 			*database, *auditTable, from.Format(time.RFC3339), to.Format(time.RFC3339), *bucket, *settle)
+		writeServer(stdout, server)
 		if err := rep.WriteTable(stdout, *differences); err != nil {
 			return err
 		}
@@ -154,6 +172,23 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 		return errFound
 	}
 	return nil
+}
+
+// writeServer prints the server's version and deduplication settings on
+// one line each.
+func writeServer(w io.Writer, srv *auditServer) {
+	kv := func(m map[string]string) string {
+		var b strings.Builder
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if b.Len() > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s=%q", k, m[k])
+		}
+		return b.String()
+	}
+	fmt.Fprintf(w, "clickhouse %s, insert_deduplication_version %q\n", srv.Version, srv.DeduplicationVersion)
+	fmt.Fprintf(w, "  this user's defaults: %s\n  every sink insert sends: %s\n", kv(srv.Defaults), kv(srv.Sent))
 }
 
 // writeAtomically writes a file through a temporary one in its directory

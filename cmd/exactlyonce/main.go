@@ -11,17 +11,27 @@
 //	exactlyonce verify -state-dir /var/lib/processor -topic webhooks
 //	exactlyonce rewind -state-dir /var/lib/processor -topic webhooks -partition 3 -to 118 \
 //		-brokers kafka:9092 -group processor [-yes]
+//	exactlyonce txn list -brokers kafka:9092 [-prefix processor-out] [-all]
+//	exactlyonce txn describe -brokers kafka:9092 processor-out-webhooks-3
+//	exactlyonce txn abort -brokers kafka:9092 processor-out-webhooks-3 [-yes]
 //
 // audit compares the stages' counts per tenant and event-time bucket (see
 // package audit) and exits 1 when a settled bucket differs: lost or
 // duplicated events; with -scan-topic it also reads the topic and the
 // table by event id and names the ids lost or duplicated, one part of the
 // id space at a time (-scan-shards bounds its memory). Every command but
-// rewind is read-only; -s3-bucket (with the S3_ENDPOINT, S3_ACCESS_KEY_ID
+// rewind and txn abort is read-only; -s3-bucket (with the S3_ENDPOINT, S3_ACCESS_KEY_ID
 // and S3_SECRET_ACCESS_KEY of the processor) reads checkpoints kept in S3
 // instead of -state-dir.
 //
-// rewind is the one command that writes, and only with -yes (without it,
+// txn lists the transactional ids with a transaction open (or, with
+// -all, every one), with the transaction's age and partitions: an open
+// transaction pins the last stable offset of its partitions, so
+// read_committed readers see nothing past it. txn abort -yes aborts one
+// left open by a dead producer the way a new producer of the id would
+// (InitProducerId: the coordinator aborts it and fences the old epoch).
+//
+// rewind is the other command that writes, also only with -yes (without it,
 // it prints what it would do): it makes an older checkpoint of a partition
 // the newest, so the next processor restores from it and replays. It is
 // fenced like an owner: it refuses while the processors' consumer group
@@ -76,6 +86,7 @@ func commands() []command {
 		{"lag", "consumer lag per partition beside its last checkpoint's age", runLag},
 		{"verify", "check every checkpoint and sink journal of a topic is intact", runVerify},
 		{"rewind", "make an older checkpoint of a partition its newest (writes; fenced against live processors)", runRewind},
+		{"txn", "list, describe or abort (writes, with -yes) Kafka transactions that pin the last stable offset", runTxn},
 	}
 }
 

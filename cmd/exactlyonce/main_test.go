@@ -77,6 +77,8 @@ func TestAuditAgrees(t *testing.T) {
 	code, out, errOut := exec(t, nil, "audit", "-clickhouse", addr, "-database", db, "-table", "events", "-settle", "1m")
 	require.Equal(t, exitOK, code, "%s%s", out, errOut)
 	assert.Contains(t, out, "2 buckets: 2 ok, 0 pending, 0 late, 0 lost, 0 duplicated")
+	assert.Regexp(t, `clickhouse 26\.\S+, insert_deduplication_version "new_unified_hash"`, out)
+	assert.Contains(t, out, `every sink insert sends: async_insert="0", deduplicate_blocks_in_dependent_materialized_views="1", deduplicate_insert="enable"`)
 	assert.Regexp(t, `org-a\s+\S+ \S+\s+5\s+6\s+5\s+5\s+ok`, out)
 }
 
@@ -97,6 +99,9 @@ func TestAuditFlagsLossAndDuplication(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.True(t, got.Failed)
 	assert.Equal(t, auditSummary{OK: 0, Pending: 1, Lost: 1, Duplicated: 1}, got.Summary)
+	require.NotNil(t, got.ClickHouse)
+	assert.Equal(t, "enable", got.ClickHouse.Sent["deduplicate_insert"])
+	assert.Equal(t, "enable", got.ClickHouse.Defaults["deduplicate_insert"], "the embedded server's default")
 	assert.Contains(t, got.Findings, audit.Finding{Check: "processor.first_seen→events", Tenant: "org-a", Bucket: hourAgo, Upstream: 5, Downstream: 4, Status: audit.StatusLost})
 	assert.Contains(t, got.Findings, audit.Finding{Check: "processor.first_seen→events", Tenant: "org-b", Bucket: hourAgo.Add(time.Minute), Upstream: 2, Downstream: 3, Status: audit.StatusDuplicated})
 
@@ -228,35 +233,41 @@ func startPipeline(t *testing.T, brokers []string, topic string, addr, db, dir s
 		At         time.Time
 	}
 	seen := &offsets{m: map[checkpoint.TopicPartition]map[int64]bool{}}
-	chain := func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
+	chain := kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
+		p := c.Partition()
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{Incremental: incremental})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
 		w, err := window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{Inputs: []int{p.Partition}})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		events, err := chsink.New(ctx, chsink.Table{Addr: addr, Name: "events"}, p, storage, func() []chsink.Column[ev] {
+		counter, err := audit.NewCounter(p.String(), audit.Options{})
+		if err != nil {
+			return nil, err
+		}
+		for name, part := range map[string]checkpoint.Participant{"dedup": d, "window": w, "audit": counter} {
+			if err := c.Add(name, part); err != nil {
+				return nil, err
+			}
+		}
+		chdb := chsink.DB{Addr: addr, Database: db}
+		events, err := chsink.Open(ctx, c, chdb, "events", func() []chsink.Column[ev] {
 			return []chsink.Column[ev]{
 				chsink.String("tenant", func(e *ev) string { return e.Tenant }),
 				chsink.DateTime64("at", 3, func(e *ev) time.Time { return e.At }),
 				chsink.String("id", func(e *ev) string { return e.ID }),
 			}
-		}, chsink.Options{Database: db})
+		}, chsink.Options{})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		counter, err := audit.NewCounter(p.String(), audit.Options{})
+		auditSink, err := chaudit.OpenSink(ctx, c, chdb, "", chsink.Options{ParticipantName: "audit_rows"})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		auditSink, err := chaudit.NewSink(ctx, chsink.Table{Addr: addr}, p, storage, chsink.Options{Database: db})
-		if err != nil {
-			return proc, err
-		}
-		proc.Participants = map[string]checkpoint.Participant{"dedup": d, "window": w, "events": events, "audit": counter, "audit_rows": auditSink}
+		proc := &kafkasource.Processor{}
 		var rows []audit.Row
 		var pos []sink.Position
 		var out window.Output[string, uint64]
@@ -286,7 +297,7 @@ func startPipeline(t *testing.T, brokers []string, topic string, addr, db, dir s
 		proc.Tick = func(ctx context.Context) error { return chaudit.Flush(ctx, counter, auditSink, &rows, &pos) }
 		proc.TickInterval = 100 * time.Millisecond
 		return proc, nil
-	}
+	})
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "ops", Topics: []string{topic}}, coord, chain,
 		kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
 	require.NoError(t, err)

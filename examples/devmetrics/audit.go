@@ -54,16 +54,20 @@ type chainAudit struct {
 	pos     []sink.Position
 }
 
-func newChainAudit(ctx context.Context, cfg Config, p checkpoint.TopicPartition, proc map[string]checkpoint.Participant) (*chainAudit, error) {
-	c, err := audit.NewCounter(p.String(), audit.Options{})
+func newChainAudit(ctx context.Context, cfg Config, parts *checkpoint.Chain) (*chainAudit, error) {
+	c, err := audit.NewCounter(parts.Partition().String(), audit.Options{})
 	if err != nil {
 		return nil, err
 	}
-	s, err := chaudit.NewSink(ctx, chsink.Table{Addr: cfg.ClickHouse.Addr}, p, cfg.Storage, cfg.Sink)
+	if err := parts.Add("audit", c); err != nil {
+		return nil, err
+	}
+	opts := cfg.Sink
+	opts.ParticipantName = "" // the table's name, audit_counts
+	s, err := chaudit.OpenSink(ctx, parts, cfg.ClickHouse, chaudit.DefaultTable, opts)
 	if err != nil {
 		return nil, err
 	}
-	proc["audit"], proc["audit_counts"] = c, s
 	return &chainAudit{counter: c, sink: s}, nil
 }
 

@@ -22,18 +22,16 @@ import (
 // show a partial row before they close.
 const DefaultEarlyEvery = 3
 
-// Config is what NewProcessor needs. Table.Addr, Storage are required; the
-// zero value of every other field is valid.
+// Config is what BuildChain needs. ClickHouse.Addr is required; the zero
+// value of every other field is valid.
 type Config struct {
-	// ClickHouse is the server of both tables (Addr); Name is set per
-	// table.
-	ClickHouse chsink.Table
-	// Sink configures both sinks (Database, Client, MaxDelay, ...).
-	// OnMismatch is set per table: see NewProcessor.
+	// ClickHouse is the server and database of the chain's tables.
+	ClickHouse chsink.DB
+	// Sink configures every sink (Client, User, MaxDelay, ...); leave
+	// Database and KeepCheckpoints zero (ClickHouse and the chain give
+	// them). OnMismatch and ParticipantName are set per table: see
+	// BuildChain.
 	Sink chsink.Options
-	// Storage keeps the sinks' journals; the checkpoint store of the
-	// Coordinator shares it.
-	Storage checkpoint.Storage
 	// DeadLetterTopic receives the records Decode cannot normalize, once
 	// each, and the partition goes on. Empty: such a record stops the
 	// chain with a *kafkasource.PoisonError.
@@ -57,13 +55,16 @@ type Config struct {
 	// organisation and minute of event time into the audit table
 	// (package audit; create it with chaudit.CreateTable), exactly once.
 	Audit bool
+	// Now is the window operator's processing clock (window.Options.Now):
+	// idleness and early firings by time. Default time.Now.
+	Now func() time.Time
 }
 
-// NewProcessor returns the chain of one partition: Decode → dedup by
-// organisation, source and delivery id → normalized_events, and hourly
-// per-employee windows with early firings → employee_metrics_window. The
-// kafkasource.Source runs the sinks' flush timers and closes every
-// participant when the chain ends.
+// BuildChain returns the chain of one partition, for kafkasource.Chains:
+// Decode → dedup by organisation, source and delivery id →
+// normalized_events, and hourly per-employee windows with early firings →
+// employee_metrics_window. The kafkasource.Source runs the sinks' flush
+// timers and closes every participant when the chain ends.
 //
 // normalized_events refuses a replayed batch whose rows differ from the
 // journal's (chsink's default): its views count what it receives.
@@ -71,20 +72,28 @@ type Config struct {
 // a Tick (idleness, the wall clock) may be emitted at another position on
 // replay, and writing a window's row again is harmless in a
 // ReplacingMergeTree keyed by window.
-func NewProcessor(cfg Config) kafkasource.NewProcessor {
+//
+// The participants' names, the keys of their state in every checkpoint,
+// are those of the first versions of this chain: dedup, window, cursor,
+// events (normalized_events), metrics (employee_metrics_window), and with
+// the options that add them naive_mv, audit (the counter) and
+// audit_counts (its sink).
+func BuildChain(cfg Config) kafkasource.BuildChain {
 	if cfg.EarlyEvery == 0 {
 		cfg.EarlyEvery = DefaultEarlyEvery
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
+	return func(ctx context.Context, parts *checkpoint.Chain) (*kafkasource.Processor, error) {
+		p := parts.Partition()
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["dedup"] = d
+		if err := parts.Add("dedup", d); err != nil {
+			return nil, err
+		}
 		w, err := window.New(window.Tumbling(time.Hour), Agg{}, window.Options{
 			MaxOutOfOrderness: 5 * time.Second,
 			// Retries and redeliveries arrive hours late in event time (the
@@ -102,49 +111,59 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			// positions. (A deployment whose hours last an hour would add
 			// Interval: a few minutes, which MismatchReinsert allows for.)
 			Early: window.EarlyFiring{Every: cfg.EarlyEvery},
+			Now:   cfg.Now,
 		})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["window"] = w
-		table := cfg.ClickHouse
-		table.Name = "normalized_events"
-		events, err := chsink.New(ctx, table, p, cfg.Storage, EventSchema, cfg.Sink)
+		if err := parts.Add("window", w); err != nil {
+			return nil, err
+		}
+		// The hourly rollup, a plain MergeTree view target, is told by its
+		// rows after a server restart: every row carries org_id, and one
+		// organisation's events all go to one partition (PartitionKey), so
+		// no other partition's insert writes the same rows there.
+		eventsOpts := cfg.Sink
+		eventsOpts.DistinctViewRows = true
+		eventsOpts.ParticipantName = "events"
+		events, err := chsink.Open(ctx, parts, cfg.ClickHouse, "normalized_events", EventSchema, eventsOpts)
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["events"] = events
-		table.Name = "employee_metrics_window"
 		metricsOpts := cfg.Sink
 		metricsOpts.OnMismatch = chsink.MismatchReinsert
-		metrics, err := chsink.New(ctx, table, p, cfg.Storage, WindowSchema, metricsOpts)
+		metricsOpts.ParticipantName = "metrics"
+		metrics, err := chsink.Open(ctx, parts, cfg.ClickHouse, "employee_metrics_window", WindowSchema, metricsOpts)
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["metrics"] = metrics
 		c := &chain{partition: p.Partition, dedup: d, windows: w, events: events, metrics: metrics, log: cfg.Logger}
+		database := cfg.ClickHouse.Database
+		if database == "" {
+			database = "default"
+		}
+		client := cfg.Sink.Client
+		if cfg.Sink.User != "" {
+			client.User, client.Password = cfg.Sink.User, cfg.Sink.Password
+		}
 		if slices.Contains(cfg.Naive, NaiveSink) {
-			client := cfg.Sink.Client
-			if cfg.Sink.User != "" {
-				client.User, client.Password = cfg.Sink.User, cfg.Sink.Password
-			}
-			c.naive = &naiveSink{addr: cfg.ClickHouse.Addr, database: cfg.Sink.Database, client: client, log: cfg.Logger}
+			c.naive = &naiveSink{addr: cfg.ClickHouse.Addr, database: database, client: client, log: cfg.Logger}
 		}
 		if slices.Contains(cfg.Naive, NaiveMV) {
-			client := cfg.Sink.Client
-			if cfg.Sink.User != "" {
-				client.User, client.Password = cfg.Sink.User, cfg.Sink.Password
+			c.naiveView = &naiveViewSink{addr: cfg.ClickHouse.Addr, database: database, client: client, partition: p.Partition}
+			if err := parts.Add("naive_mv", c.naiveView); err != nil {
+				return nil, err
 			}
-			c.naiveView = &naiveViewSink{addr: cfg.ClickHouse.Addr, database: cfg.Sink.Database, client: client, partition: p.Partition}
-			proc.Participants["naive_mv"] = c.naiveView
 		}
 		if cfg.Audit {
-			if c.audit, err = newChainAudit(ctx, cfg, p, proc.Participants); err != nil {
-				return proc, err
+			if c.audit, err = newChainAudit(ctx, cfg, parts); err != nil {
+				return nil, err
 			}
 		}
-		proc.Participants["cursor"] = &c.cursor
-		proc.Process, proc.Tick, proc.TickInterval = c.process, c.tick, 500*time.Millisecond
+		if err := parts.Add("cursor", &c.cursor); err != nil {
+			return nil, err
+		}
+		proc := &kafkasource.Processor{Process: c.process, Tick: c.tick, TickInterval: 500 * time.Millisecond}
 		if cfg.DeadLetterTopic != "" {
 			proc.DeadLetter = &kafkasource.DeadLetter{Topic: cfg.DeadLetterTopic, Transport: cfg.DeadLetterTransport}
 		}

@@ -50,13 +50,13 @@ func TestDedupByRecordTime(t *testing.T) {
 	defer w.Close()
 	require.NoError(t, w.WriteMessages(ctx, msgs...))
 
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Hour})
 	require.NoError(t, err)
 	defer coord.Close()
-	chain := NewProcessor(Config{ClickHouse: chsink.Table{Addr: addr}, Sink: chsink.Options{Database: db}, Storage: storage, Audit: true})
+	chain := kafkasource.Chains(store, BuildChain(Config{ClickHouse: chsink.DB{Addr: addr, Database: db}, Audit: true}))
 	var seen atomic.Int64
 	counting := func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc, err := chain(ctx, p)

@@ -15,8 +15,8 @@
 // cannot be normalized 422 with the reason; PartitionKey keys the Kafka
 // record by organisation, so each employee's hour lives in one partition.
 //
-// On the processor, NewProcessor builds one partition's chain for
-// kafkasource: Decode, dedup by organisation, source and delivery id, the
+// On the processor, BuildChain builds one partition's chain for
+// kafkasource.Chains: Decode, dedup by organisation, source and delivery id, the
 // events into normalized_events, and hourly windows (Agg) that fire early
 // (a partial row every Config.EarlyEvery events, replaced by the final
 // row) into employee_metrics_window. A record Decode cannot read goes to

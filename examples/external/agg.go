@@ -11,6 +11,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/ClickHouse/ch-go/proto"
@@ -105,13 +107,14 @@ func Run(ctx context.Context, s Service) error {
 	if err != nil {
 		return err
 	}
-	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 100 * time.Millisecond})
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 100 * time.Millisecond, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer coord.Close()
 	src, err := kafkasource.New(kafkasource.Group{Brokers: s.Brokers, ID: s.Group, Topics: []string{s.Topic}},
-		coord, NewProcessor(Config{DB: s.DB, Store: store}),
+		coord, NewProcessor(Config{DB: s.DB, Store: store, Logger: log}),
 		// Short timings, so that an instance killed is replaced in seconds
 		// in the test; 6 s is the broker's least session timeout by default.
 		kafkasource.Options{SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
@@ -126,6 +129,9 @@ func Run(ctx context.Context, s Service) error {
 type Config struct {
 	DB    chsink.DB         // the ClickHouse server and database of both tables
 	Store *checkpoint.Store // the Coordinator's; its Storage holds the sinks' journals too
+	// Logger gets the late events, one line each, and the sinks' logs.
+	// Default: discards.
+	Logger *slog.Logger
 }
 
 // NewProcessor builds one partition's chain (the gateway's kafkapub keys
@@ -134,7 +140,15 @@ type Config struct {
 // its sink. Each part is declared once, in the chain, which hands the sinks
 // the Store's Storage and Keep. The Source runs the sinks' flush timers and
 // closes everything when the chain ends, also when a step fails.
+//
+// An event whose minute had closed (its watermark passed: a later event of
+// its partition came first) is late: it is in the events table, not in
+// org_minute, and logged, one line each.
 func NewProcessor(cfg Config) kafkasource.NewProcessor {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return kafkasource.Chains(cfg.Store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 		if err != nil {
@@ -143,7 +157,7 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 		if err := c.Add("dedup", d); err != nil {
 			return nil, err
 		}
-		opts := chsink.Options{MaxDelay: 100 * time.Millisecond}
+		opts := chsink.Options{MaxDelay: 100 * time.Millisecond, Logger: log}
 		events, err := chsink.Open(ctx, c, cfg.DB, "events", eventSchema, opts)
 		if err != nil {
 			return nil, err
@@ -175,7 +189,14 @@ func NewProcessor(cfg Config) kafkasource.NewProcessor {
 			if err := events.Add(ctx, sink.Position{Offset: m.Offset}, ev); err != nil {
 				return err
 			}
-			return minutes.Add(ctx, m.Offset, window.Event[string]{Input: p, Key: ev.Org, Time: ev.At, Value: ev.ID})
+			if err := minutes.Add(ctx, m.Offset, window.Event[string]{Input: p, Key: ev.Org, Time: ev.At, Value: ev.ID}); err != nil {
+				return err
+			}
+			for _, l := range minutes.Late() {
+				log.Warn("late event: its minute had closed; in events, not in org_minute",
+					"org", l.Event.Key, "id", l.Event.Value, "at", l.Event.Time, "minute", l.Start, "watermark", l.Watermark)
+			}
+			return nil
 		}
 		return &kafkasource.Processor{Process: process, Tick: minutes.Tick, TickInterval: 100 * time.Millisecond}, nil
 	})

@@ -2,20 +2,17 @@ package webhookagg_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http/httptest"
-	"os"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
-	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
-	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/exactlyonce/exactlyonce/testkit/webhookkit"
@@ -23,86 +20,120 @@ import (
 	"example.com/webhookagg"
 )
 
-// envService hands the servers of the test to the aggregator's process.
-const envService = "WEBHOOKAGG_SERVICE"
-
-// TestPipeline sends 33 deliveries, 30 of them twice, through a gateway
-// (Redis idempotency store, Kafka publisher) to the aggregator, which runs
-// in a process of its own and is killed with SIGKILL halfway and started
-// again, and checks that ClickHouse has every event once and the right
-// count per organisation and minute, read with FINAL.
+// TestPipeline sends GitHub push deliveries, each twice (the second a
+// retry), through a gateway (Redis idempotency store, Kafka publisher) to
+// the aggregator, which runs in a process of its own and is killed with
+// SIGKILL twice while it writes rows, and started again each time. Then
+// one delivery per organisation closes the last minutes, and one comes
+// late. It checks, read with FINAL, that ClickHouse has every event once,
+// the exact count per organisation and minute, and that the late event
+// was logged rather than dropped in silence.
 func TestPipeline(t *testing.T) {
-	var svc webhookagg.Service
-	if env := os.Getenv(envService); env != "" { // the aggregator's process
-		require.NoError(t, json.Unmarshal([]byte(env), &svc))
-	} else { // the test: every server from the test kit
+	svc := testkit.Setup(t, "service", func() webhookagg.Service {
 		chAddr, db := testkit.ClickHouse(t)
-		svc = webhookagg.Service{Brokers: testkit.Kafka(t), Group: testkit.Name(t, "agg"), Topic: testkit.Name(t, "webhooks"),
+		s := webhookagg.Service{Brokers: testkit.Kafka(t), Group: testkit.Name(t, "agg"), Topic: testkit.Name(t, "webhooks"),
 			DB: chsink.DB{Addr: chAddr, Database: db}, Dir: t.TempDir()}
-		testkit.CreateTopic(t, svc.Brokers, svc.Topic, 2)
+		testkit.CreateTopic(t, s.Brokers, s.Topic, 2)
 		for _, q := range webhookagg.DDL {
 			require.NoError(t, testkit.Exec(t.Context(), chAddr, "", fmt.Sprintf(q, db)))
 		}
-		b, err := json.Marshal(svc)
-		require.NoError(t, err)
-		t.Setenv(envService, string(b))
-	}
+		return s
+	})
 	agg := testkit.Func(t, "aggregator", func(ctx context.Context) error { return webhookagg.Run(ctx, svc) })
 
-	// The gateway: GitHub deliveries, signed with the webhook's secret.
-	rdb := redis.NewClient(&redis.Options{Addr: testkit.Redis(t)})
-	t.Cleanup(func() { _ = rdb.Close() })
+	// The gateway, GitHub deliveries signed with the webhook's secret.
 	secret := []byte("webhook secret")
-	store, err := redisstore.New(rdb, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
-	require.NoError(t, err)
-	pub, err := kafkapub.New(t.Context(), svc.Brokers, svc.Topic, kafkapub.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	h, err := idempotency.NewHandler(store, pub.Publish, idempotency.Options{Provider: idempotency.GitHub(), Secret: secret})
-	require.NoError(t, err)
-	gw := httptest.NewServer(h)
-	t.Cleanup(gw.Close)
-
-	// 30 events over five minutes, 10 s apart, organisations in turn, every
-	// one twice (the provider retries); then one event per organisation at
-	// minute 6, whose watermark closes the first five minutes.
+	url := webhookkit.Gateway(t, svc.Brokers, svc.Topic, webhookkit.GatewayOptions{Secret: secret})
 	base := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	send := func(id string, org int, at time.Time) {
+	delivery := func(id string, org int, at time.Time) webhookkit.Delivery {
 		body := fmt.Sprintf(`{"ref":"refs/heads/main","organization":{"login":"org-%d"},"head_commit":{"timestamp":%q}}`,
 			org, at.Format(time.RFC3339Nano))
-		d := webhookkit.Delivery{Provider: idempotency.GitHub(), ID: id, Event: "push", Body: []byte(body), Secret: secret}
-		require.Less(t, webhookkit.Post(t, gw.URL, d), 300, "delivery %s", id)
+		return webhookkit.Delivery{Provider: idempotency.GitHub(), ID: id, Event: "push", Body: []byte(body), Secret: secret}
 	}
-	events := func() uint64 { return testkit.Count(t, svc.DB.Addr, svc.DB.Database, "SELECT count() FROM events") }
-	for half := range 2 {
-		for range 2 {
-			for i := half * 15; i < half*15+15; i++ {
-				send(fmt.Sprintf("delivery-%d", i), i%3, base.Add(time.Duration(i)*10*time.Second))
+	// send delivers d and, as GitHub would after a lost answer, again:
+	// the retry is answered with the first answer, replayed (or 503 while
+	// the first is being recorded: then once more), published nowhere.
+	send := func(ctx context.Context, d webhookkit.Delivery) error {
+		a, err := webhookkit.Send(ctx, url, d)
+		if err != nil || a.Status >= 300 {
+			return fmt.Errorf("delivery %s: %d %s %v", d.ID, a.Status, a.Body, err)
+		}
+		d.Retry = 1
+		for range 100 {
+			if a, err = webhookkit.Send(ctx, url, d); err != nil || a.Status != http.StatusServiceUnavailable {
+				break
 			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if half == 0 { // kill the aggregator once it has written some rows, and start it again
-			require.Eventually(t, func() bool { return events() > 0 }, time.Minute, 50*time.Millisecond)
-			agg.Kill()
-			agg.Start()
+		if err != nil || a.Status >= 300 || !a.Replayed() {
+			return fmt.Errorf("retry of %s: %d %s %v, want the first answer replayed", d.ID, a.Status, a.Body, err)
 		}
-	}
-	for org := range 3 {
-		send(fmt.Sprintf("closer-%d", org), org, base.Add(6*time.Minute))
+		return nil
 	}
 
-	var want [][]string // two events per organisation and minute
-	for m := range 5 {
+	// The sender: one event every 10 s of event time, organisations in
+	// turn, a delivery every 20 ms, until both kills are done (at least
+	// 120), so that input keeps arriving while the aggregator is killed.
+	var killed atomic.Bool
+	var sent int
+	sendErr := make(chan error, 1)
+	ctx, cancel := context.WithCancelCause(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err := func() error {
+			for sent = 0; sent < 120 || !killed.Load(); sent++ {
+				if err := send(ctx, delivery(fmt.Sprintf("delivery-%d", sent), sent%3, base.Add(time.Duration(sent)*10*time.Second))); err != nil {
+					return err
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			return nil
+		}()
+		if err != nil {
+			cancel(fmt.Errorf("the sender failed: %w", err)) // ends the wait for growth below
+		}
+		sendErr <- err
+	})
+	t.Cleanup(func() { cancel(nil); wg.Wait() })
+
+	events := func() (uint64, error) {
+		return testkit.QueryCount(t.Context(), svc.DB.Addr, svc.DB.Database, "SELECT count() FROM events")
+	}
+	for kill := range 2 {
+		kctx, kcancel := context.WithTimeout(ctx, 2*time.Minute)
+		at := agg.KillWhileGrowing(kctx, events)
+		kcancel()
+		t.Logf("kill %d: SIGKILL with %d events written", kill, at)
+		agg.Start()
+	}
+	killed.Store(true)
+	require.NoError(t, <-sendErr)
+
+	// One event per organisation two minutes after the last closes every
+	// minute before; then one that is late for its minute.
+	closer := base.Add(time.Duration(sent)*10*time.Second + 2*time.Minute).Truncate(time.Minute)
+	for org := range 3 {
+		require.NoError(t, send(t.Context(), delivery(fmt.Sprintf("closer-%d", org), org, closer)))
+	}
+	require.NoError(t, send(t.Context(), delivery("late-0", 0, base)))
+
+	var want [][]string // events per organisation and minute, before closer
+	perMinute := map[[2]int]int{}
+	for i := range sent {
+		perMinute[[2]int{i * 10 / 60, i % 3}]++
+	}
+	for m := 0; base.Add(time.Duration(m) * time.Minute).Before(closer); m++ {
 		for org := range 3 {
-			want = append(want, []string{fmt.Sprintf("org-%d", org), base.Add(time.Duration(m) * time.Minute).Format("2006-01-02 15:04:05.000"), "2"})
+			if n := perMinute[[2]int{m, org}]; n > 0 {
+				want = append(want, []string{fmt.Sprintf("org-%d", org), base.Add(time.Duration(m) * time.Minute).Format("2006-01-02 15:04:05.000"), fmt.Sprint(n)})
+			}
 		}
 	}
-	minutes := func() [][]string {
-		return testkit.Rows(t, svc.DB.Addr, svc.DB.Database, fmt.Sprintf(
-			"SELECT org, start, events FROM org_minute FINAL WHERE start < '%s' ORDER BY start, org", base.Add(5*time.Minute).Format(time.DateTime)))
-	}
-	require.Eventually(t, func() bool { return events() >= 33 && len(minutes()) == len(want) }, time.Minute, 50*time.Millisecond)
-	assert.Equal(t, want, minutes())
-	assert.Equal(t, uint64(33), events(), "every event once")
-	assert.Equal(t, uint64(33), testkit.Count(t, svc.DB.Addr, svc.DB.Database, "SELECT uniqExact(id) FROM events"))
+	testkit.EventuallyRows(t, svc.DB.Addr, svc.DB.Database, fmt.Sprintf(
+		"SELECT org, start, events FROM org_minute FINAL WHERE start < '%s' ORDER BY start, org", closer.Format(time.DateTime)), want)
+	total := fmt.Sprint(sent + 4) // the closers and the late one too
+	testkit.EventuallyRows(t, svc.DB.Addr, svc.DB.Database, "SELECT count(), uniqExact(id) FROM events", [][]string{{total, total}})
+	require.Eventually(t, func() bool { return strings.Contains(agg.Logs(), "id=late-0") }, time.Minute, 50*time.Millisecond,
+		"the late event is logged")
 	require.NoError(t, agg.Terminate(time.Minute), "a graceful stop")
 }

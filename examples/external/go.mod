@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/ClickHouse/ch-go v0.75.0
 	github.com/exactlyonce/exactlyonce v0.0.0
-	github.com/redis/go-redis/v9 v9.23.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/stretchr/testify v1.12.1
 )
@@ -22,6 +21,7 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pascaldekloe/name v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/twmb/franz-go v1.22.3 // indirect
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"log/slog"
 	"time"
 
@@ -19,9 +18,9 @@ type auditFlags struct {
 	topic, stage string
 }
 
-func (a *auditFlags) register(fs *flag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&a.topic, "audit-topic", getenv("KAFKA_AUDIT_TOPIC"), "send the accepted deliveries' counts per tenant and minute to this topic, for the processor's -audit-topic (KAFKA_AUDIT_TOPIC)")
-	fs.StringVar(&a.stage, "audit-stage", "", "count under this stage instead of gateway.accepted (a second gateway beside the first)")
+func (a *auditFlags) register(s *settings) {
+	s.String(&a.topic, "audit-topic", "KAFKA_AUDIT_TOPIC", "", "send the accepted deliveries' counts per tenant and minute to this topic, for the processor's -audit-topic")
+	s.String(&a.stage, "audit-stage", "GATEWAY_AUDIT_STAGE", "", "count under this stage instead of gateway.accepted (a second gateway beside the first)")
 }
 
 // withAudit wraps publish to count every delivery whose publish succeeded,

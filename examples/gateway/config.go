@@ -56,6 +56,7 @@ type config struct {
 	compression     string
 	claimCheck      claimCheck
 	idempotent      bool
+	events          string    // -events, comma-separated; empty: all
 	demo            demoFlags // the demo harness's build only (demo.go)
 	githubSecret    string
 	jiraSecret      string
@@ -119,8 +120,8 @@ func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, 
 	s.String(&c.claimCheck.prefix, "claim-check-prefix", "CLAIM_CHECK_PREFIX", "", "object name prefix in -claim-check-bucket")
 	s.String(&c.claimCheck.endpoint, "s3-endpoint", "S3_ENDPOINT", "", "S3-compatible server URL for -claim-check-bucket; empty for AWS")
 	s.String(&c.claimCheck.region, "s3-region", "S3_REGION", "us-east-1", "S3 region of -claim-check-bucket")
-	s.Bool(&c.idempotent, "idempotent-producer", "KAFKA_IDEMPOTENT",
-		"publish with Kafka's idempotent producer (producer id and sequence numbers: the broker drops a batch retried after a lost acknowledgement instead of writing it twice); needs brokers with idempotence enabled, the default since Kafka 3.0")
+	s.BoolOn(&c.idempotent, "idempotent-producer", "KAFKA_IDEMPOTENT",
+		"publish with Kafka's idempotent producer (producer id and sequence numbers: the broker drops a batch sent again, and a delivery whose publish outlived its answer is held until the broker answers, so a redelivery never writes it twice); needs brokers with idempotence enabled, the default since Kafka 3.0. -idempotent-producer=false publishes with kafka-go's plain writer, for brokers without it: a delivery answered 503 while the broker did not answer may then be written twice, and the processor's dedup drops the copy")
 	s.String(&c.githubSecret, "github-secret", "GITHUB_WEBHOOK_SECRET", "", "GitHub webhook secret")
 	s.String(&c.jiraSecret, "jira-secret", "JIRA_WEBHOOK_SECRET", "", "Jira webhook secret")
 	s.Bool(&c.acceptUnsigned, "accept-unsigned", "GATEWAY_ACCEPT_UNSIGNED",
@@ -132,7 +133,10 @@ func flags(fs *flag.FlagSet, getenv func(string) string, c *config) (*settings, 
 	s.String(&c.kafka.sasl, "kafka-sasl", "KAFKA_SASL", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512")
 	s.String(&c.kafka.user, "kafka-user", "KAFKA_USER", "", "SASL user")
 	s.String(&c.kafka.passwd, "kafka-password", "KAFKA_PASSWORD", "", "SASL password")
+	s.String(&c.events, "events", "GATEWAY_EVENTS", "",
+		"event types to publish, comma-separated (GitHub's X-GitHub-Event, Jira's webhookEvent); others are answered 200 and not published. Empty: every event type, known or not (GitHub's ping never)")
 	c.demo.register(s)
+	c.audit.register(s) // audit.go
 	return s, &brokers, &providers, &level
 }
 
@@ -143,7 +147,6 @@ func parse(args []string, getenv func(string) string, out io.Writer) (config, er
 	fs.SetOutput(out)
 	var c config
 	s, brokers, providers, level := flags(fs, getenv, &c)
-	c.audit.register(fs, getenv) // audit.go
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage of gateway: every flag also reads the environment variable in brackets; the flag wins.\n")
 		fs.PrintDefaults()

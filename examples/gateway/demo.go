@@ -8,13 +8,13 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/exactlyonce/exactlyonce/examples/gateway/internal/demopublish"
 	"github.com/exactlyonce/exactlyonce/idempotency"
-	"github.com/exactlyonce/exactlyonce/internal/demopublish"
 )
 
 // demoFlags are the demo harness's flags, in its build of the gateway
-// only (go build -tags demo; internal/demo builds it so): Kafka publish
-// faults and the naive gateway, package internal/demopublish. The gateway
+// only (go build -tags demo; harness/internal/demo builds it so): Kafka publish
+// faults and the naive gateway, package examples/gateway/internal/demopublish. The gateway
 // warns loudly when they are set. A plain build has none (nodemo.go).
 type demoFlags struct {
 	faults demopublish.Rates

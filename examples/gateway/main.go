@@ -16,7 +16,10 @@
 //
 // Under real traffic: a body is read within -read-timeout (408 and the
 // connection closed after it), every delivery is answered within
-// -answer-timeout whatever Kafka and the store do, beyond -max-in-flight
+// -answer-timeout whatever Kafka and the store do, on new and keep-alive
+// connections alike (a 503 whose publish runs on closes its connection,
+// and a publish waiting behind another of its partition ends at the
+// deadline), beyond -max-in-flight
 // deliveries a new one is answered 503 at once, and a body that fits no
 // Kafka record even compressed goes to -claim-check-bucket or is answered
 // 413 with the reason (githubredeliver does not redeliver it).
@@ -24,20 +27,34 @@
 // -pipeline says what it publishes. tenant-minute (the default) publishes
 // every signed delivery, keyed by the provider's tenant: a gateway you can
 // point any GitHub or Jira hook at, whose records the processor's default
-// chain counts per tenant and minute. devmetrics publishes only what the
+// chain counts per tenant and minute. It publishes every event type, one
+// it has never heard of included (providers add event types, and dropping
+// them would lose events silently), but GitHub's ping; -events names the
+// ones to publish, answering others 200 unpublished (counted in
+// idempotency.ignored). devmetrics publishes only what the
 // per-employee metrics of package examples/devmetrics count, keyed by
 // organisation; it answers other activities 200 and payloads it cannot
 // normalize 422 with the reason, unpublished.
 //
-// -idempotent-producer publishes through kafkapub.NewIdempotent: the
-// broker drops a batch the producer retries after a lost acknowledgement,
-// so a lost ack writes no duplicate (the default, kafkapub.New, writes it
-// again; the processor's dedup drops it either way).
+// It publishes through kafkapub.NewIdempotent, the idempotent producer
+// (-idempotent-producer, on by default): the broker drops a batch the
+// producer sends again after a lost acknowledgement, and a delivery whose
+// publish is still unanswered at its answer deadline (a broker that
+// stopped answering) is answered 503 while its key stays held until the
+// producer knows whether the record was written; the redelivery then gets
+// the stored 202, or writes it once. -idempotent-producer=false publishes
+// through kafkapub.New, kafka-go's writer, for brokers without
+// idempotence: a lost ack, or a delivery answered 503 while the broker
+// did not answer, may then be written twice (its key is held for
+// -pending-ttl, not until the outcome is known), and the processor's dedup
+// drops the copy by its event id.
 //
-// On SIGTERM or SIGINT it stops being ready, stops accepting connections,
-// cuts the clients still sending a request (answered 408, so they retry),
-// finishes the deliveries in flight (bounded by -shutdown-timeout), exits 0
-// and closes the Kafka writer.
+// On SIGTERM or SIGINT it stops being ready, takes the connections
+// already queued for it and then stops accepting, answers every request
+// whose headers come within half a second (the others are cut, and a
+// client still sending its body at -read-timeout is answered 408, so they
+// retry), finishes the deliveries in flight (bounded by
+// -shutdown-timeout), exits 0 and closes the Kafka writer.
 package main
 
 import (
@@ -148,6 +165,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		// one organisation's events go to one partition.
 		check, pubOpts.PartitionKey = devmetrics.Check, devmetrics.PartitionKey
 	}
+	check = onlyEvents(list(cfg.events), check)
 	var publish idempotency.Func
 	if cfg.idempotent {
 		pub, err := kafkapub.NewIdempotent(ctx, cfg.brokers, cfg.topic, pubOpts)
@@ -202,10 +220,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		handlers = append(handlers, h)
 	}
 
-	ln, err := net.Listen("tcp", cfg.listen)
+	tl, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
 	}
+	ln := &drainListener{TCPListener: tl.(*net.TCPListener)}
 	conns := newConnTracker()
 	srv := &http.Server{
 		Handler:           mux,
@@ -236,15 +255,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	log.Info("shutting down: finishing deliveries in flight", "timeout", cfg.shutdownTimeout)
 	readiness.stop()
 	srv.SetKeepAlivesEnabled(false)
+	// Take the connections the kernel has queued before the listener
+	// closes (closing it would reset them, deliveries sent and all), then
+	// stop serving new ones.
+	ln.drain()
+	servedErr := <-served
+	// Let the connections that have not sent a request yet send it (or
+	// be cut), since net/http drops a request it reads after Shutdown
+	// began. Shutdown then closes idle connections and waits for the
+	// others, which finish or are cut by their read deadlines (a slow
+	// reader is answered 408, and retried).
+	conns.readWaiting()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- srv.Shutdown(sctx) }()
-	// Shutdown closes idle connections and waits for the others: cut the
-	// ones that have not begun a request; the rest finish or are cut by
-	// their read deadlines (a slow reader is answered 408, and retried).
-	conns.cutWaiting()
-	err = <-shut
+	err = srv.Shutdown(sctx)
 	// The answered deliveries' "done" writes run after their handlers
 	// returned: wait for them, or their keys stay pending until the TTL and
 	// the providers' redeliveries are published again.
@@ -254,9 +278,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
+	if !errors.Is(servedErr, errDrained) && !errors.Is(servedErr, http.ErrServerClosed) {
+		return servedErr
 	}
 	log.Info("gateway stopped cleanly")
 	return nil
+}
+
+// onlyEvents returns a Check that answers every event type outside events
+// 200, unpublished (idempotency.ErrIgnored), before check; check itself
+// when events is empty.
+func onlyEvents(events []string, check func(context.Context, idempotency.Delivery) error) func(context.Context, idempotency.Delivery) error {
+	if len(events) == 0 {
+		return check
+	}
+	allowed := make(map[string]bool, len(events))
+	for _, e := range events {
+		allowed[e] = true
+	}
+	return func(ctx context.Context, d idempotency.Delivery) error {
+		if !allowed[d.Event] {
+			return fmt.Errorf("%w: event type %s is not in -events", idempotency.ErrIgnored, d.Event)
+		}
+		if check == nil {
+			return nil
+		}
+		return check(ctx, d)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -143,6 +144,15 @@ func TestHelpListsEveryFlagAndItsVariable(t *testing.T) {
 			assert.Contains(t, out.String(), "("+v, "-%s's variable in -h", f.Name)
 		}
 	})
+	// And from -h's text alone, whatever registered the flag: each flag's
+	// usage ends with its variable in brackets. (-audit-stage had none.)
+	blocks := regexp.MustCompile(`(?m)^  -`).Split(out.String(), -1)[1:]
+	require.NotEmpty(t, blocks)
+	for _, b := range blocks {
+		b, _, _ = strings.Cut(b, "\n  S3_") // the environment-only trailer
+		name, _, _ := strings.Cut(b, "\n")
+		assert.Regexp(t, `\([A-Z0-9_]+(=(true|false))?\)\s*(\(default .*\))?\s*$`, strings.TrimSpace(b), "-%s names no environment variable in -h", name)
+	}
 }
 
 // Every setting is read from its environment variable when the flag is not
@@ -237,13 +247,14 @@ func settingsTable() string {
 	fs.VisitAll(func(f *flag.Flag) {
 		usage := strings.TrimSuffix(f.Usage, " ("+s.env[f.Name]+")")
 		usage = strings.TrimSuffix(usage, " ("+s.env[f.Name]+"=true)")
+		usage = strings.TrimSuffix(usage, " ("+s.env[f.Name]+"=false)")
 		def := "`" + f.DefValue + "`"
 		if f.DefValue == "" {
 			def = ""
 		}
 		v := s.env[f.Name]
 		if _, ok := f.Value.(interface{ IsBoolFlag() bool }); ok {
-			v += "=true"
+			v += "=" + map[string]string{"true": "false", "false": "true"}[f.DefValue]
 		}
 		fmt.Fprintf(&b, "| `-%s` | `%s` | %s | %s |\n", f.Name, v, def, strings.ReplaceAll(usage, "|", "\\|"))
 	})
@@ -262,4 +273,61 @@ func TestDeployedGatewayHasNoDemoFlags(t *testing.T) {
 	}
 	assert.ErrorContains(t, run(context.Background(), []string{"-naive", "gateway"}, env(nil), io.Discard),
 		"flag provided but not defined: -naive")
+}
+
+// The tenant-minute pipeline's policy for event types: every one is
+// published, one no provider documents included, but GitHub's ping; with
+// -events only those named are, and the others are answered 200 and not
+// published.
+func TestEventsPolicy(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	send := func(g *testGateway, key, event string) (int, string) {
+		body := pushBody("octo")
+		req, err := http.NewRequest(http.MethodPost, g.url+"/webhooks/github", bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(idempotency.HeaderGitHubDelivery, key)
+		req.Header.Set(idempotency.HeaderGitHubEvent, event)
+		req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub([]byte(testSecret), body))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	tests := []struct {
+		name   string
+		events string
+		want   map[string]int // event type -> status
+	}{
+		{"every type by default", "", map[string]int{"push": 202, "made_up_event": 202, "ping": 200}},
+		{"only -events", "push,issues", map[string]int{"push": 202, "issues": 202, "made_up_event": 200, "pull_request": 200}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			topic := testkit.Name(t, "webhooks")
+			testkit.CreateTopic(t, brokers, topic, 1)
+			g := startGateway(t, "-providers", "github", "-github-secret", testSecret,
+				"-brokers", strings.Join(brokers, ","), "-topic", topic, "-events", tt.events)
+			published := 0
+			for event, want := range tt.want {
+				status, body := send(g, "d-"+event, event)
+				assert.Equal(t, want, status, "%s: %s", event, body)
+				if want == http.StatusAccepted {
+					published++
+				}
+			}
+			assert.Equal(t, published, recordCount(t, brokers, topic), "only the 202s are in Kafka")
+		})
+	}
+}
+
+// recordCount returns how many records topic's one partition holds.
+func recordCount(t *testing.T, brokers []string, topic string) int {
+	t.Helper()
+	n := 0
+	for _, c := range eventIDs(t, brokers, topic, 1) {
+		n += c
+	}
+	return n
 }

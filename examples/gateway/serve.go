@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -115,20 +116,83 @@ func (t *connTracker) track(c net.Conn, s http.ConnState) {
 	}
 }
 
-// cutWaiting cuts the connections that have sent no byte of a request
-// yet: Shutdown closes only idle ones and would wait for these. A request
-// already on its way is left to finish within its own deadlines
-// (ReadHeaderTimeout for the headers, -read-timeout for the body, after
-// which the Handler answers 408): a delivery whose body is being sent at
-// SIGTERM is answered as usual, and a slow reader is cut at its deadline,
-// well inside -shutdown-timeout.
-func (t *connTracker) cutWaiting() {
+// newConnGrace is how long a connection the server has not read from yet
+// may still take to send its request's headers once the gateway is
+// shutting down. A provider sends them at once; what it sent before the
+// SIGTERM is in the socket already and is read at once.
+const newConnGrace = 500 * time.Millisecond
+
+// readWaiting gives the connections the server has read no request from
+// yet newConnGrace to send one, and returns once each has (it is then
+// active, and Shutdown waits for its answer) or has been cut at that
+// deadline. It must come before Shutdown: net/http drops, unanswered, a
+// request it finishes reading after Shutdown began. They are not cut at
+// once either: one whose request is already in its socket, unread, would
+// be reset with its delivery (a read under a deadline in the past fails
+// even with data waiting). A request already on its way is left to finish
+// within its own deadlines (-read-timeout for the body, after which the
+// Handler answers 408): a delivery whose body is being sent at SIGTERM is
+// answered as usual, and a slow reader is cut at its deadline, well
+// inside -shutdown-timeout.
+func (t *connTracker) readWaiting() {
+	at := time.Now().Add(newConnGrace)
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := time.Now()
 	for c, s := range t.conns {
 		if s == http.StateNew {
-			_ = c.SetReadDeadline(now)
+			_ = c.SetReadDeadline(at)
 		}
 	}
+	t.mu.Unlock()
+	// net/http's ConnState reports no event to wait on but the states:
+	// look every few milliseconds, at most until the deadline (and the
+	// closes it causes) passed.
+	for end := at.Add(100 * time.Millisecond); time.Now().Before(end) && t.waiting(); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waiting reports whether a connection is still in StateNew.
+func (t *connTracker) waiting() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.conns {
+		if s == http.StateNew {
+			return true
+		}
+	}
+	return false
+}
+
+// drainWindow is how long a shutting-down gateway goes on accepting the
+// connections the kernel has queued for it.
+const drainWindow = 100 * time.Millisecond
+
+// errDrained ends Serve once drainListener has taken every connection the
+// kernel had queued.
+var errDrained = errors.New("listener drained")
+
+// drainListener is the gateway's listener. Closing a listener resets the
+// connections still queued in the kernel's backlog, whose clients may
+// have sent their whole delivery: at SIGTERM, drain makes Accept take
+// what is queued (and what arrives within drainWindow) before Serve ends,
+// so that the server answers those too.
+type drainListener struct {
+	*net.TCPListener
+	draining atomic.Bool
+}
+
+// Accept implements net.Listener.
+func (l *drainListener) Accept() (net.Conn, error) {
+	c, err := l.TCPListener.Accept()
+	var ne net.Error
+	if err != nil && l.draining.Load() && errors.As(err, &ne) && ne.Timeout() {
+		return nil, errDrained // not a timeout: Serve returns it
+	}
+	return c, err
+}
+
+// drain accepts for drainWindow more, then ends Serve with errDrained.
+func (l *drainListener) drain() {
+	l.draining.Store(true)
+	_ = l.SetDeadline(time.Now().Add(drainWindow))
 }

@@ -40,8 +40,17 @@ func (s *settings) String(p *string, name, env, def, usage string) {
 	s.fs.StringVar(p, name, def, s.usage(usage, env))
 }
 
+// Bool registers a flag that is false unless given; BoolOn one that is
+// true unless turned off (-name=false, or its variable false).
 func (s *settings) Bool(p *bool, name, env string, usage string) {
-	def := false
+	s.boolean(p, name, env, false, usage)
+}
+
+func (s *settings) BoolOn(p *bool, name, env string, usage string) {
+	s.boolean(p, name, env, true, usage)
+}
+
+func (s *settings) boolean(p *bool, name, env string, def bool, usage string) {
 	if v := s.lookup(name, env); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -49,7 +58,7 @@ func (s *settings) Bool(p *bool, name, env string, usage string) {
 		}
 		def = b
 	}
-	s.fs.BoolVar(p, name, def, s.usage(usage, env+"=true"))
+	s.fs.BoolVar(p, name, def, s.usage(usage, env+"="+strconv.FormatBool(!def)))
 }
 
 func (s *settings) Duration(p *time.Duration, name, env string, def time.Duration, usage string) {

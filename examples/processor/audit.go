@@ -34,7 +34,7 @@ func auditTopics(c config) []string {
 
 // withAudit creates the audit table if asked and returns the chain that
 // runs the folder on the audit topic's partitions and chain on the others.
-func withAudit(ctx context.Context, c config, opts ch.Options, table chsink.Table, sinkOpts chsink.Options, storage checkpoint.Storage, chain kafkasource.NewProcessor) (kafkasource.NewProcessor, error) {
+func withAudit(ctx context.Context, c config, opts ch.Options, db chsink.DB, sinkOpts chsink.Options, chain kafkasource.BuildChain) (kafkasource.BuildChain, error) {
 	if !c.audit && c.auditTopic == "" {
 		return chain, nil
 	}
@@ -46,11 +46,11 @@ func withAudit(ctx context.Context, c config, opts ch.Options, table chsink.Tabl
 	if c.auditTopic == "" {
 		return chain, nil
 	}
-	folder := chaudit.NewFolder(chaudit.FolderConfig{ClickHouse: table, Sink: sinkOpts, Storage: storage})
-	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-		if p.Topic == c.auditTopic {
-			return folder(ctx, p)
+	folder := chaudit.Folder(chaudit.FolderConfig{ClickHouse: db, Sink: sinkOpts})
+	return func(ctx context.Context, parts *checkpoint.Chain) (*kafkasource.Processor, error) {
+		if parts.Partition().Topic == c.auditTopic {
+			return folder(ctx, parts)
 		}
-		return chain(ctx, p)
+		return chain(ctx, parts)
 	}, nil
 }

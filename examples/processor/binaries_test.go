@@ -175,8 +175,15 @@ func TestBinaries(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the server is reading the body
 	gw.Signal(syscall.SIGTERM)
 	require.Eventually(t, func() bool { return strings.Contains(gw.Logs(), "shutting down") }, 10*time.Second, 10*time.Millisecond)
-	_, err = net.DialTimeout("tcp", gwAddr, time.Second)
-	assert.Error(t, err, "no new connection once shutting down")
+	// The log line comes just before the listener closes (the gateway first
+	// takes the connections the kernel queued): wait for the close.
+	assert.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", gwAddr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, 10*time.Second, 20*time.Millisecond, "no new connection once shutting down")
 	_, err = io.WriteString(conn, body[10:])
 	require.NoError(t, err)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

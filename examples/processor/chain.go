@@ -20,7 +20,7 @@ import (
 
 // This file is the processing chain; main.go is the service around it.
 // Swap newChain (and tableDDL) for your own chain: main.go only needs a
-// kafkasource.NewProcessor.
+// kafkasource.BuildChain.
 
 // tableDDL creates the chain's tables in database %[1]s: every event once,
 // and the events per tenant and minute (keyed by window and versioned, so a
@@ -88,9 +88,8 @@ func minuteSchema() []chsink.Column[minuteRow] {
 
 // chainConfig is what newChain needs from the service.
 type chainConfig struct {
-	ClickHouse chsink.Table // Addr; Name is set per table
-	Sink       chsink.Options
-	Storage    checkpoint.Storage
+	ClickHouse chsink.DB      // the server and database of the tables
+	Sink       chsink.Options // every sink's; Database and KeepCheckpoints zero
 	Logger     *slog.Logger
 	// PerRecord hands the chain one record at a time (Process) instead of
 	// each fetched batch (ProcessBatch). Both give the same checkpoints and
@@ -102,47 +101,48 @@ type chainConfig struct {
 // newChain builds one partition's chain: dedup by delivery id → events;
 // one-minute counts per tenant → tenant_minute. The Source runs the
 // sinks' flush timers and closes every participant when the chain ends.
-func newChain(cfg chainConfig) kafkasource.NewProcessor {
-	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
-		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
-		c := &chain{input: p.Partition, log: cfg.Logger}
+// The participants' names key their state in every checkpoint: dedup,
+// window, cursor, and the sinks under their tables' names, as since the
+// first version of the processor (TestUpgradeRestoresHandWiredCheckpoint).
+func newChain(cfg chainConfig) kafkasource.BuildChain {
+	return func(ctx context.Context, parts *checkpoint.Chain) (*kafkasource.Processor, error) {
+		c := &chain{input: parts.Partition().Partition, log: cfg.Logger}
 		var err error
 		// Incremental: a checkpoint writes the keys added since the last one,
 		// not the whole table (a day of keys at the TTL). Measured in
 		// BenchmarkEndToEnd: see BENCHMARKS.md.
 		if c.dedup, err = dedup.New(dedup.DefaultTTL, dedup.Options{Incremental: true}); err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["dedup"] = c.dedup
+		if err := parts.Add("dedup", c.dedup); err != nil {
+			return nil, err
+		}
 		c.window, err = window.New(window.Tumbling(time.Minute), window.Count[string]{}, window.Options{
-			Inputs: []int{p.Partition}, MaxOutOfOrderness: 5 * time.Second, IdleTimeout: 2 * time.Second,
+			Inputs: []int{c.input}, MaxOutOfOrderness: 5 * time.Second, IdleTimeout: 2 * time.Second,
 		})
 		if err != nil {
-			return proc, err
+			return nil, err
 		}
-		proc.Participants["window"] = c.window
-		table := cfg.ClickHouse
-		table.Name = "events"
-		if c.events, err = chsink.New(ctx, table, p, cfg.Storage, eventSchema, cfg.Sink); err != nil {
-			return proc, err
+		if err := parts.Add("window", c.window); err != nil {
+			return nil, err
 		}
-		proc.Participants["events"] = c.events
-		table.Name = "tenant_minute"
+		if c.events, err = chsink.Open(ctx, parts, cfg.ClickHouse, "events", eventSchema, cfg.Sink); err != nil {
+			return nil, err
+		}
 		minuteOpts := cfg.Sink
 		minuteOpts.OnMismatch = chsink.MismatchReinsert // windows closed by a tick may move on replay
-		if c.minutes, err = chsink.New(ctx, table, p, cfg.Storage, minuteSchema, minuteOpts); err != nil {
-			return proc, err
+		if c.minutes, err = chsink.Open(ctx, parts, cfg.ClickHouse, "tenant_minute", minuteSchema, minuteOpts); err != nil {
+			return nil, err
 		}
-		proc.Participants["tenant_minute"] = c.minutes
-		proc.Participants["cursor"] = &c.cursor
-
+		if err := parts.Add("cursor", &c.cursor); err != nil {
+			return nil, err
+		}
+		proc := &kafkasource.Processor{Tick: c.tick, TickInterval: 500 * time.Millisecond}
 		if cfg.PerRecord {
 			proc.Process = c.process
 		} else {
 			proc.ProcessBatch = c.processBatch
 		}
-		proc.Tick = c.tick
-		proc.TickInterval = 500 * time.Millisecond
 		return proc, nil
 	}
 }

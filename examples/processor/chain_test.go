@@ -76,19 +76,19 @@ func TestBatchEqualsPerRecord(t *testing.T) {
 			require.NoError(t, testkit.Exec(ctx, addr, db, "DROP TABLE IF EXISTS "+table+" SYNC"))
 		}
 		require.NoError(t, createTables(ctx, ch.Options{Address: addr}, db))
-		storage := checkpoint.NewMemStorage()
+		storage := checkpoint.NewMemoryStorage()
 		store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 		require.NoError(t, err)
 		coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: time.Hour}) // only the checkpoint below
 		require.NoError(t, err)
 		defer coord.Close()
 		var seen atomic.Int64
-		chain := newChain(chainConfig{
-			ClickHouse: chsink.Table{Addr: addr},
+		chain := kafkasource.Chains(store, newChain(chainConfig{
+			ClickHouse: chsink.DB{Addr: addr, Database: db},
 			// Only the checkpoint flushes, so both runs cut the same batches.
-			Sink:    chsink.Options{Database: db, MaxDelay: time.Hour, MaxRows: 1_000_000},
-			Storage: storage, Logger: slog.New(slog.DiscardHandler), PerRecord: perRecord,
-		})
+			Sink:   chsink.Options{MaxDelay: time.Hour, MaxRows: 1_000_000},
+			Logger: slog.New(slog.DiscardHandler), PerRecord: perRecord,
+		}))
 		src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}},
 			coord, counted(chain, &seen), kafkasource.Options{MaxBatch: 64, HeartbeatInterval: 100 * time.Millisecond})
 		require.NoError(t, err)

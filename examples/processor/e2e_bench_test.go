@@ -377,8 +377,8 @@ func chainVariantWith(interval time.Duration, perRecord bool, srcOpts kafkasourc
 		var seen atomic.Int64
 		var first time.Time
 		total := int64(env.partitions * env.perPart)
-		chain := newChain(chainConfig{ClickHouse: chsink.Table{Addr: env.chAddr}, Sink: chsink.Options{Database: db, MeterProvider: mp},
-			Storage: storage, Logger: slog.New(slog.DiscardHandler), PerRecord: perRecord})
+		chain := kafkasource.Chains(store, newChain(chainConfig{ClickHouse: chsink.DB{Addr: env.chAddr, Database: db},
+			Sink: chsink.Options{MeterProvider: mp}, Logger: slog.New(slog.DiscardHandler), PerRecord: perRecord}))
 		src, err := kafkasource.New(kafkasource.Group{Brokers: env.brokers, ID: fmt.Sprintf("e2e-%d", env.runs), Topics: []string{env.topic}},
 			coord, counted(chain, &seen), srcOpts)
 		require.NoError(b, err)

@@ -233,15 +233,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: cfg.interval, Logger: log, MeterProvider: mp})
+	now := cfg.demo.clock(ctx) // nil (time.Now) but in the chaos run's build
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: cfg.interval, Logger: log, MeterProvider: mp, Now: now})
 	if err != nil {
 		return err
 	}
 	defer coord.Close()
-	table := chsink.Table{Addr: cfg.chAddr}
-	sinkOpts := chsink.Options{Database: cfg.database, User: cfg.chUser, Password: cfg.chPassword, Client: chOpts,
-		MaxDelay: cfg.sinkMaxDelay, Logger: log, MeterProvider: mp}
-	var chain kafkasource.NewProcessor
+	db := chsink.DB{Addr: cfg.chAddr, Database: cfg.database}
+	sinkOpts := chsink.Options{User: cfg.chUser, Password: cfg.chPassword, Client: chOpts,
+		MaxDelay: cfg.sinkMaxDelay, Logger: log, MeterProvider: mp, Now: now}
+	var chain kafkasource.BuildChain
 	naives, _ := cfg.demo.naives(cfg.pipeline) // checked by parse
 	switch cfg.pipeline {
 	case "devmetrics":
@@ -253,12 +254,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 				return err
 			}
 		}
-		chain = devmetrics.NewProcessor(devmetrics.Config{
-			ClickHouse: table, Sink: sinkOpts, Storage: storage, Logger: log,
+		chain = devmetrics.BuildChain(devmetrics.Config{
+			ClickHouse: db, Sink: sinkOpts, Logger: log,
 			DeadLetterTopic:     cfg.deadLetterTopic,
 			Naive:               naives,
 			DeadLetterTransport: &kafka.Transport{TLS: dialer.TLS, SASL: dialer.SASLMechanism},
 			Audit:               cfg.audit,
+			Now:                 now,
 		})
 	default:
 		if cfg.createTables {
@@ -266,15 +268,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 				return err
 			}
 		}
-		chain = newChain(chainConfig{ClickHouse: table, Sink: sinkOpts, Storage: storage, Logger: log})
+		chain = newChain(chainConfig{ClickHouse: db, Sink: sinkOpts, Logger: log})
 	}
-	if chain, err = withAudit(ctx, cfg, chOpts, table, sinkOpts, storage, chain); err != nil {
+	if chain, err = withAudit(ctx, cfg, chOpts, db, sinkOpts, chain); err != nil {
 		return err
 	}
+	chain = cfg.demo.withOutput(chain, cfg.topic, cfg.brokers, cfg.interval) // the chaos run's build only
 	srcOpts := cfg.group
 	srcOpts.Dialer, srcOpts.Logger, srcOpts.MeterProvider = dialer, log, mp
 	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.groupID, Topics: auditTopics(cfg)},
-		coord, chain, srcOpts)
+		coord, kafkasource.Chains(store, chain), srcOpts)
 	if err != nil {
 		return err
 	}

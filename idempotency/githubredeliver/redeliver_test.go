@@ -467,7 +467,7 @@ func TestCheckpointStateAcrossRestart(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	f, srv := newFake(t, "/repos/o/r/hooks/1", clk.Now)
 	f.add("g1", clk.Now().Add(-time.Minute), 503, false)
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	state := githubredeliver.CheckpointState{Storage: storage, Name: "githubredeliver/o/r/1"}
 	for range 2 {
 		r := newRedeliverer(t, srv, githubredeliver.RepoHook("o", "r", 1), clk, githubredeliver.Options{State: state})

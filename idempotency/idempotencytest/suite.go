@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 		{"ForeignToken", testForeignToken},
 		{"ClaimUsedUp", testClaimUsedUp},
 		{"PendingExpiry", testPendingExpiry},
+		{"Extend", testExtend},
 		{"DoneExpiry", testDoneExpiry},
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"KeysIndependent", testKeysIndependent},
@@ -272,4 +273,41 @@ func testInvalidArguments(t *testing.T, s idempotency.Store, key string) {
 	assert.ErrorIs(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, 0), idempotency.ErrInvalidArgument)
 	_, err = s.Claim(ctx, key, "fp", longTTL)
 	assert.ErrorIs(t, err, idempotency.ErrPending, "a rejected Complete changed nothing")
+}
+
+// testExtend checks an idempotency.Extender: an extended claim outlives
+// its first TTL and is still the owner's; Extend of a claim the key no
+// longer holds changes nothing. Stores without Extend skip it.
+func testExtend(t *testing.T, s idempotency.Store, key string) {
+	ext, ok := s.(idempotency.Extender)
+	if !ok {
+		t.Skip("the store does not implement idempotency.Extender")
+	}
+	ctx := context.Background()
+	c, err := s.Claim(ctx, key, "fp", shortTTL)
+	require.NoError(t, err)
+	require.NoError(t, ext.Extend(ctx, c, longTTL))
+	time.Sleep(past)
+	_, err = s.Claim(ctx, key, "fp", longTTL)
+	require.ErrorIs(t, err, idempotency.ErrPending, "extended past its first TTL")
+
+	foreign := c
+	foreign.Token = "not-" + c.Token
+	assert.ErrorIs(t, ext.Extend(ctx, foreign, longTTL), idempotency.ErrClaimLost)
+	require.NoError(t, s.Complete(ctx, c, idempotency.Response{Status: 202}, longTTL))
+	assert.ErrorIs(t, ext.Extend(ctx, c, longTTL), idempotency.ErrClaimLost, "done")
+	var done *idempotency.DoneError
+	_, err = s.Claim(ctx, key, "fp", longTTL)
+	require.ErrorAs(t, err, &done, "Extend of a done key left it done")
+
+	// An extension shortens too, and one after expiry finds nothing.
+	lone, err := s.Claim(ctx, key+"/lone", "fp", longTTL)
+	require.NoError(t, err)
+	require.NoError(t, ext.Extend(ctx, lone, shortTTL))
+	time.Sleep(past)
+	assert.ErrorIs(t, ext.Extend(ctx, lone, longTTL), idempotency.ErrClaimLost)
+	_, err = s.Claim(ctx, key+"/lone", "fp", longTTL)
+	assert.NoError(t, err, "a lost Extend left nothing behind")
+
+	assert.ErrorIs(t, ext.Extend(ctx, idempotency.Claim{Token: "t"}, longTTL), idempotency.ErrInvalidArgument)
 }

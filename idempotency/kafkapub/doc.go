@@ -59,13 +59,25 @@
 //   - IdempotentPublisher (NewIdempotent) writes through kafkatxn's
 //     idempotent producer: a retry after a lost acknowledgement is dropped
 //     by the broker, so a Publish that returns nil wrote its message once.
-//     Only a Publish that fails with an unknown outcome (and is retried by
-//     the provider) can still leave a copy, which the event-id dedup drops.
+//     A Publish whose batch went unanswered (a broker that stopped
+//     answering) returns only once a broker answered the same batch sent
+//     again with its sequence number: nil if it was written, a definite
+//     error if not, never an unknown outcome (but after Close). Behind the
+//     Handler, which answers 503 at its deadline and holds the key until
+//     Publish returns, a redelivery of such a delivery replays the 202 or
+//     writes it once: with the broker stopped (SIGSTOP) for 8 s with 16
+//     deliveries in flight and every 503 redelivered until 202, each was
+//     in Kafka exactly once (TestGatewayBrokerPausedIdempotent).
 //   - Publisher, for brokers with idempotence disabled, is at least once:
 //     kafka-go has no idempotent producer.
 //     Its retries after a lost acknowledgement, and a Publish whose context
 //     ends while the batch is in flight, can write a message twice, even when
-//     Publish returned an error (IsOutcomeUnknown). Each message carries the
+//     Publish returned an error (IsOutcomeUnknown, and such errors wrap
+//     idempotency.ErrOutcomeUnknown, so the Handler holds the key until
+//     its PendingTTL rather than release it). In the same pause test the
+//     redeliveries wrote 6 duplicate records for 16 deliveries
+//     (TestGatewayBrokerPausedPlain).
+//     Each message carries the
 //     delivery id in its event-id header; the downstream deduplicator drops
 //     copies by that id. The pipeline is exactly-once only with it.
 //   - After Options.ResetAfter Publishes in a row end with an unknown

@@ -93,12 +93,14 @@ func NewIdempotent(ctx context.Context, brokers []string, topic string, opts Opt
 	}
 	lim := opts.limits(ctx, brokers, transport, topic, 0)
 	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{
-		// The producer waits for a batch in flight past Publish's ctx, up
-		// to its delivery timeout: that is WriteTimeout, so a Publish ends
-		// within the Handler's SideEffectTimeout (by default the same 5 s)
-		// and never outlives its claim. Two attempts fit in it.
+		// The producer waits for a batch in flight past Publish's ctx
+		// until its outcome is known: a batch unanswered at the delivery
+		// timeout (WriteTimeout) is sent again with its sequence number
+		// until a broker answers, so Publish says written or not, never
+		// "unknown" (but after Close). Two attempts fit in WriteTimeout.
 		RequestTimeout:  opts.WriteTimeout / 2,
 		DeliveryTimeout: opts.WriteTimeout,
+		SettleUnknown:   true,
 		Transport:       transport,
 	})
 	if err != nil {
@@ -117,14 +119,19 @@ func (p *IdempotentPublisher) CheckDurability(ctx context.Context) (Durability, 
 }
 
 // Publish writes one message for d, with the same key, value and headers
-// as Publisher.Publish, and returns nil
-// once every in-sync replica has it. A retry after a lost acknowledgement
-// does not write it twice. An error for which IsOutcomeUnknown is true
-// (kafkatxn.ErrOutcomeUnknown: the delivery timeout ran out without an
-// answer) may still leave the message in the log; the webhook is then
-// retried and the downstream deduplicator drops the copy by its event id.
-// Any other error means the message was not written (kafkatxn's producer
-// says so, and it waits for a batch in flight even when ctx ends).
+// as Publisher.Publish, and returns nil once every in-sync replica has it.
+// A retry after a lost acknowledgement does not write it twice.
+//
+// Publish returns when the message's outcome is known, which for a
+// message sent to a broker that stopped answering is after ctx ends: its
+// batch is sent again with the same sequence number until a broker
+// answers, and Publish then returns nil (written once) or an error that
+// says it was not written. Waiting behind an earlier batch of its
+// partition, it ends with ctx, having sent nothing. Only Close, ending
+// that wait, leaves an error for which IsOutcomeUnknown is true (it wraps
+// kafkatxn.ErrOutcomeUnknown and idempotency.ErrOutcomeUnknown): the
+// message may be in the log, and the Handler holds the delivery's key
+// until its PendingTTL.
 func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	key, err := p.opts.PartitionKey(d)
 	if err != nil {
@@ -153,10 +160,7 @@ func (p *IdempotentPublisher) Publish(ctx context.Context, d idempotency.Deliver
 		}
 	}
 	p.inst.record(ctx, start, p.opts.Now(), err)
-	if err != nil {
-		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
-	}
-	return nil
+	return publishError(d, p.topic, err)
 }
 
 func record(m kafka.Message) kafkatxn.Record {

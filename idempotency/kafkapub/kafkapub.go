@@ -144,10 +144,21 @@ func (p *Publisher) Publish(ctx context.Context, d idempotency.Delivery) error {
 	if g != nil {
 		p.observe(ctx, g, err)
 	}
-	if err != nil {
-		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, p.topic, err)
+	return publishError(d, p.topic, err)
+}
+
+// publishError wraps a Publish error with the delivery and the topic, and
+// with idempotency.ErrOutcomeUnknown when IsOutcomeUnknown(err): the
+// Handler then holds the delivery's key instead of releasing it.
+func publishError(d idempotency.Delivery, topic string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case IsOutcomeUnknown(err):
+		return fmt.Errorf("kafkapub: publish %q to %s: %w: %w", d.Key, topic, idempotency.ErrOutcomeUnknown, err)
+	default:
+		return fmt.Errorf("kafkapub: publish %q to %s: %w", d.Key, topic, err)
 	}
-	return nil
 }
 
 // write sends msg by the route its size calls for (see limits.place). A

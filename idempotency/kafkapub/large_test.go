@@ -73,6 +73,7 @@ func postDelivery(t *testing.T, url, key string, body []byte) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idempotency.HeaderGitHubDelivery, key)
 	req.Header.Set(idempotency.HeaderGitHubEvent, "push")
 	req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub(secret, body))

@@ -50,7 +50,7 @@ var ErrClaimCheck = errors.New("kafkapub: claim check")
 // PayloadStore keeps the payloads too large for a Kafka record (the claim
 // check pattern): the record carries the object's name, the consumer reads
 // the object back with Payload. checkpoint.Storage has these two methods, so
-// s3storage.Storage (S3), checkpoint.FSStorage and checkpoint.MemStorage are
+// s3storage.Storage (S3), checkpoint.FSStorage and checkpoint.MemoryStorage are
 // PayloadStores.
 //
 // Put must be durable when it returns nil, and overwriting a name with the

@@ -77,6 +77,7 @@ func (g *settleGateway) deliver(t *testing.T, key, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
 	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idempotency.HeaderGitHubDelivery, key)
 	req.Header.Set(idempotency.HeaderGitHubEvent, "pull_request")
 	req.Header.Set(idempotency.HeaderGitHubSignature, idempotency.SignGitHub(secret, []byte(body)))

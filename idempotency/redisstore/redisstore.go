@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,14 +26,25 @@ type Options struct {
 	Prefix string
 }
 
-// Store is an idempotency.Store in Redis. Each key is a Redis hash with the
-// fields s (state: "p" pending or "d" done), t (the owner token), f (the
-// fingerprint) and, once done, c, y and b (status, content type and body of
-// the response). Its Redis TTL is the pending TTL, then the done TTL.
+// Store is an idempotency.Store in Redis. Each key is a Redis string that
+// holds its state (pending, with the owner token and the fingerprint, or
+// done, with the fingerprint and the response to replay); its Redis TTL is
+// the pending TTL, then the done TTL.
 //
-// Every method is one Lua script, so each step is atomic on the server:
-// Claim creates the hash only if it is absent, and Complete and Release act
-// only if the hash still holds the caller's token.
+// Every method is one command, so each step is atomic on the server: Claim
+// is SET with NX and GET, which creates the key only if it is absent and
+// returns what it held (one native command, where a Lua script of three
+// ran before: about a fifth less of Redis's CPU per delivery); Complete,
+// Release and Extend are Lua scripts that act only if the key still holds
+// the caller's token.
+//
+// Keys written by older Stores, as Redis hashes, are still read and
+// written: a Claim that finds a hash claims, replays or refuses it as
+// those Stores did, and its claim is completed, released or extended in
+// that layout. Older Stores sharing the Redis cannot read the strings and
+// fail their calls on those keys (a 503, retried): upgrade every gateway
+// of a Redis together. A Redis before 7.0 (no SET with NX and GET) gets
+// the hash layout throughout.
 //
 // Durability is Redis's: a Redis without persistence that restarts forgets
 // every key, so duplicates of events published before the restart are
@@ -46,10 +57,11 @@ type Options struct {
 // its first run took effect (the key is done, or absent). A Store is safe
 // for concurrent use.
 type Store struct {
-	rdb    redis.Scripter
-	sub    submitter // rdb's deferred face, when it has one
-	prefix string
-	tokens tokens
+	rdb      redis.Scripter
+	sub      submitter // rdb's deferred face, when it has one
+	prefix   string
+	tokens   tokens
+	hashOnly atomic.Bool // Redis before 7.0: claims in the hash layout
 }
 
 // submitter is the deferred face of go-redis's AutoPipeliner
@@ -63,7 +75,10 @@ type submitter interface {
 	Submit(ctx context.Context, cmd redis.Cmder) redis.AutoFuture
 }
 
-var _ idempotency.Store = (*Store)(nil)
+var (
+	_ idempotency.Store    = (*Store)(nil)
+	_ idempotency.Extender = (*Store)(nil)
+)
 
 // New returns a Store over rdb, a *redis.Client, *redis.ClusterClient, the
 // *redis.AutoPipeliner of AsyncAutoPipeline (recommended for a busy
@@ -154,98 +169,17 @@ func (s *Store) submit(ctx context.Context, all []any) *redis.Cmd {
 	return cmd
 }
 
-// claimScript: KEYS[1] key; ARGV token, fingerprint, ttl ms.
-//
-// go-redis replays a script whose reply was lost (a dropped connection). The
-// token is unique to one Claim call, so a pending key holding it was claimed
-// by this very call: the replay answers claimed instead of pending, and the
-// claim is not orphaned until its TTL.
-var claimScript = newScript(claimSrc)
-
-// claimSrc answers a word (claimed, mismatch, pending) or, for a done key, the
-// list {'done', status, content type, body}. An absent key, the common
-// case, costs HEXISTS rather than a six-field HMGET (a hash without s
-// counts as absent, as before), and its word is one bulk string for
-// go-redis to read rather than a list.
-const claimSrc = `
-if redis.call('HEXISTS', KEYS[1], 's') == 0 then
-  redis.call('HSET', KEYS[1], 's', 'p', 't', ARGV[1], 'f', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return 'claimed'
-end
-local v = redis.call('HMGET', KEYS[1], 's', 'f', 'c', 'y', 'b', 't')
-if v[2] ~= ARGV[2] then return 'mismatch' end
-if v[1] == 'p' then
-  if v[6] == ARGV[1] then return 'claimed' end
-  return 'pending'
-end
-return {'done', v[3] or '0', v[4] or '', v[5] or ''}
-`
-
-// completeScript: KEYS[1] key; ARGV token, status, content type, body, ttl ms.
-var completeScript = newScript(completeSrc)
-
-const completeSrc = `
-local v = redis.call('HMGET', KEYS[1], 's', 't')
-if v[1] ~= 'p' or v[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 's', 'd', 'c', ARGV[2], 'y', ARGV[3], 'b', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1
-`
-
-// releaseScript: KEYS[1] key; ARGV token.
-var releaseScript = newScript(releaseSrc)
-
-const releaseSrc = `
-local v = redis.call('HMGET', KEYS[1], 's', 't')
-if v[1] ~= 'p' or v[2] ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-return 1
-`
-
 // Claim implements idempotency.Store.
 func (s *Store) Claim(ctx context.Context, key, fingerprint string, ttl time.Duration) (idempotency.Claim, error) {
 	if err := idempotency.CheckClaimArgs(key, ttl); err != nil {
 		return idempotency.Claim{}, err
 	}
-	token := s.tokens.next()
-	cmd := s.run(ctx, claimScript, scriptArgs(s.prefix+key, token, fingerprint, ms(ttl)))
-	if err := cmd.Err(); err != nil {
-		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: %w", key, err)
-	}
-	if word, ok := cmd.Val().(string); ok {
-		switch word {
-		case "claimed":
-			return idempotency.Claim{Key: key, Token: token, Fingerprint: fingerprint}, nil
-		case "mismatch":
-			return idempotency.Claim{}, idempotency.ErrFingerprintMismatch
-		case "pending":
-			return idempotency.Claim{}, idempotency.ErrPending
+	if !s.hashOnly.Load() {
+		if c, ok, err := s.claimString(ctx, key, fingerprint, ms(ttl)); ok {
+			return c, err
 		}
-		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: unexpected reply %q", key, word)
 	}
-	res, err := cmd.StringSlice()
-	if err != nil {
-		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: %w", key, err)
-	}
-	switch {
-	case len(res) == 4 && res[0] == "done":
-		status, err := strconv.Atoi(res[1])
-		if err != nil {
-			return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: corrupt status %q", key, res[1])
-		}
-		var body []byte
-		if res[3] != "" {
-			body = []byte(res[3])
-		}
-		return idempotency.Claim{}, &idempotency.DoneError{Record: idempotency.Record{
-			Key:         key,
-			Fingerprint: fingerprint,
-			Response:    idempotency.Response{Status: status, ContentType: res[2], Body: body},
-		}}
-	default:
-		return idempotency.Claim{}, fmt.Errorf("redisstore: claim %q: unexpected reply %q", key, res)
-	}
+	return s.claimHash(ctx, key, fingerprint, ms(ttl))
 }
 
 // Complete implements idempotency.Store.
@@ -253,30 +187,66 @@ func (s *Store) Complete(ctx context.Context, c idempotency.Claim, resp idempote
 	if err := idempotency.CheckClaimArgs(c.Key, ttl); err != nil {
 		return err
 	}
-	n, err := s.run(ctx, completeScript, scriptArgs(s.prefix+c.Key,
-		c.Token, resp.Status, resp.ContentType, resp.Body, ms(ttl))).Int()
+	sc := completeScript
+	if isHashClaim(c) {
+		sc = hashCompleteScript
+	}
+	n, err := s.ownerScript(ctx, sc, c, c.Token, resp.Status, resp.ContentType, resp.Body, ms(ttl))
 	if err != nil {
 		return fmt.Errorf("redisstore: complete %q: %w", c.Key, err)
 	}
-	if n != 1 {
-		return idempotency.ErrClaimLost
-	}
-	return nil
+	return n
 }
 
 // Release implements idempotency.Store.
 func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
-	if c.Key == "" || c.Token == "" {
+	if c.Key == "" {
 		return idempotency.ErrClaimLost
 	}
-	n, err := s.run(ctx, releaseScript, scriptArgs(s.prefix+c.Key, c.Token)).Int()
+	sc := releaseScript
+	if isHashClaim(c) {
+		sc = hashReleaseScript
+	}
+	n, err := s.ownerScript(ctx, sc, c, c.Token)
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", c.Key, err)
 	}
-	if n != 1 {
-		return idempotency.ErrClaimLost
+	return n
+}
+
+// Extend implements idempotency.Extender.
+func (s *Store) Extend(ctx context.Context, c idempotency.Claim, ttl time.Duration) error {
+	if err := idempotency.CheckClaimArgs(c.Key, ttl); err != nil {
+		return err
 	}
-	return nil
+	sc := extendScript
+	if isHashClaim(c) {
+		sc = hashExtendScript
+	}
+	n, err := s.ownerScript(ctx, sc, c, c.Token, ms(ttl))
+	if err != nil {
+		return fmt.Errorf("redisstore: extend %q: %w", c.Key, err)
+	}
+	return n
+}
+
+// ownerScript runs one of the scripts that act only while c's key holds
+// c's token, with args (the token first): it returns an error for a
+// failed call, and otherwise idempotency.ErrClaimLost when the script did
+// nothing, nil when it acted.
+func (s *Store) ownerScript(ctx context.Context, sc *script, c idempotency.Claim, args ...any) (lost, err error) {
+	// A token with a NUL could match a prefix of another's pending value.
+	if c.Token == "" || strings.IndexByte(c.Token, 0) >= 0 {
+		return idempotency.ErrClaimLost, nil
+	}
+	n, err := s.run(ctx, sc, scriptArgs(s.prefix+c.Key, args...)).Int()
+	if err != nil {
+		return nil, err
+	}
+	if n != 1 {
+		return idempotency.ErrClaimLost, nil
+	}
+	return nil, nil
 }
 
 // ms converts a TTL to whole milliseconds, at least 1.
@@ -305,12 +275,30 @@ func (t *tokens) init() error {
 	return nil
 }
 
+// tokenLen is the length of a token.
+const tokenLen = 40
+
 // next returns a token never returned before by this Store.
 func (t *tokens) next() string {
-	var b [40]byte
-	copy(b[:], t.prefix[:])
+	var b [tokenLen]byte
+	t.put(b[:])
+	return string(b[:])
+}
+
+// pending returns the value of a key claimed with a new token, "p" token
+// NUL fingerprint (see the string layout), in one allocation.
+func (t *tokens) pending(fingerprint string) string {
+	b := make([]byte, 1+tokenLen+1+len(fingerprint))
+	b[0] = 'p'
+	t.put(b[1 : 1+tokenLen])
+	copy(b[2+tokenLen:], fingerprint)
+	return string(b)
+}
+
+// put writes a new token into b, tokenLen bytes.
+func (t *tokens) put(b []byte) {
+	copy(b, t.prefix[:])
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], t.seq.Add(1))
 	hex.Encode(b[24:], n[:])
-	return string(b[:])
 }

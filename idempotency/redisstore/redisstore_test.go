@@ -37,18 +37,37 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// pipeliners are the deferred AutoPipeliner's configurations the tests
+// run: go-redis's default (half duplex) and FullDuplex, which the gateway
+// uses.
+var pipeliners = []struct {
+	name string
+	opts func() *redis.AutoPipelineOptions
+}{
+	{"halfduplex", redis.DefaultAutoPipelineOptions},
+	{"fullduplex", func() *redis.AutoPipelineOptions {
+		o := redis.DefaultAutoPipelineOptions()
+		o.FullDuplex = true
+		return o
+	}},
+}
+
 // TestConformanceAutoPipelined runs the suite through go-redis's
 // AutoPipeliner, the client the package doc recommends for a busy gateway:
 // scripts of concurrent callers share pipelines, and every guarantee holds.
 func TestConformanceAutoPipelined(t *testing.T) {
 	addr := testkit.Redis(t)
-	idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
-		ap, err := newClient(t, addr).AsyncAutoPipeline()
-		require.NoError(t, err)
-		s, err := redisstore.New(ap, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
-		require.NoError(t, err)
-		return s
-	})
+	for _, p := range pipeliners {
+		t.Run(p.name, func(t *testing.T) {
+			idempotencytest.Run(t, func(t *testing.T) idempotency.Store {
+				ap, err := newClient(t, addr).AsyncAutoPipelineWithOptions(p.opts())
+				require.NoError(t, err)
+				s, err := redisstore.New(ap, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
+				require.NoError(t, err)
+				return s
+			})
+		})
+	}
 }
 
 // TestAutoPipelinedRace claims each of a few keys from many goroutines at
@@ -84,43 +103,6 @@ func TestAutoPipelinedRace(t *testing.T) {
 			assert.EqualValues(t, 1, won[k].Load(), "round %d key %d", round, k)
 		}
 	}
-}
-
-func TestLayout(t *testing.T) {
-	ctx := context.Background()
-	rdb := newClient(t, testkit.Redis(t))
-	prefix := testkit.Name(t, "idem") + ":"
-	s, err := redisstore.New(rdb, redisstore.Options{Prefix: prefix})
-	require.NoError(t, err)
-
-	c, err := s.Claim(ctx, "k", "fp", 30*time.Second)
-	require.NoError(t, err)
-	got, err := rdb.HGetAll(ctx, prefix+"k").Result()
-	require.NoError(t, err)
-	assert.Equal(t, map[string]string{"s": "p", "t": c.Token, "f": "fp"}, got)
-	ttl, err := rdb.PTTL(ctx, prefix+"k").Result()
-	require.NoError(t, err)
-	assert.InDelta(t, 30*time.Second, ttl, float64(2*time.Second))
-
-	require.NoError(t, s.Complete(ctx, c, idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte(`{}`)}, time.Hour))
-	got, err = rdb.HGetAll(ctx, prefix+"k").Result()
-	require.NoError(t, err)
-	assert.Equal(t, map[string]string{"s": "d", "t": c.Token, "f": "fp", "c": "202", "y": "application/json", "b": "{}"}, got)
-	ttl, err = rdb.PTTL(ctx, prefix+"k").Result()
-	require.NoError(t, err)
-	assert.InDelta(t, time.Hour, ttl, float64(2*time.Second))
-
-	// A hash without the state field is no claim: it is claimed, as
-	// when Claim read it with HMGET; a key of another type is an error.
-	require.NoError(t, rdb.HSet(ctx, prefix+"stray", "x", "1").Err())
-	c, err = s.Claim(ctx, "stray", "fp", time.Minute)
-	require.NoError(t, err)
-	got, err = rdb.HGetAll(ctx, prefix+"stray").Result()
-	require.NoError(t, err)
-	assert.Equal(t, map[string]string{"s": "p", "t": c.Token, "f": "fp", "x": "1"}, got)
-	require.NoError(t, rdb.Set(ctx, prefix+"str", "v", time.Minute).Err())
-	_, err = s.Claim(ctx, "str", "fp", time.Minute)
-	assert.ErrorContains(t, err, "WRONGTYPE")
 }
 
 func TestRedisDownAndBack(t *testing.T) {
@@ -201,17 +183,19 @@ func newDropProxy(t *testing.T, target string) *dropProxy {
 }
 
 func TestReplayedScriptsAfterLostReply(t *testing.T) {
-	for _, pipelined := range []bool{false, true} {
+	for _, pipelined := range []string{"", pipeliners[0].name, pipeliners[1].name} {
 		t.Run(fmt.Sprintf("autopipelined=%v", pipelined), func(t *testing.T) {
 			ctx := context.Background()
 			proxy := newDropProxy(t, testkit.Redis(t))
 			rdb := redis.NewClient(&redis.Options{Addr: proxy.l.Addr().String(), MaxRetries: 2, PoolSize: 1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			var scripter redis.Scripter = rdb
-			if pipelined {
-				ap, err := rdb.AsyncAutoPipeline()
-				require.NoError(t, err)
-				scripter = ap
+			for _, p := range pipeliners {
+				if p.name == pipelined {
+					ap, err := rdb.AsyncAutoPipelineWithOptions(p.opts())
+					require.NoError(t, err)
+					scripter = ap
+				}
 			}
 			s, err := redisstore.New(scripter, redisstore.Options{Prefix: testkit.Name(t, "idem") + ":"})
 			require.NoError(t, err)
@@ -235,10 +219,16 @@ func TestReplayedScriptsAfterLostReply(t *testing.T) {
 // commands on a context of its own: 35 s and more with its defaults). After
 // the pause the claim made before it completes.
 func TestCallEndsWithContextWhenRedisHangs(t *testing.T) {
+	for _, p := range pipeliners {
+		t.Run(p.name, func(t *testing.T) { testCallEndsWithContext(t, p.opts()) })
+	}
+}
+
+func testCallEndsWithContext(t *testing.T, opts *redis.AutoPipelineOptions) {
 	srv := testkit.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // go-redis's defaults
 	t.Cleanup(func() { _ = rdb.Close() })
-	ap, err := rdb.AsyncAutoPipeline()
+	ap, err := rdb.AsyncAutoPipelineWithOptions(opts)
 	require.NoError(t, err)
 	s, err := redisstore.New(ap, redisstore.Options{})
 	require.NoError(t, err)
@@ -264,4 +254,39 @@ func TestNewRefusesBlockingAutoPipeline(t *testing.T) {
 	require.NoError(t, err)
 	_, err = redisstore.New(ap, redisstore.Options{})
 	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
+}
+
+// Through either pipeliner, with the gateway's client options: a call to a
+// stopped Redis ends with its context, outcome unknown, and once Redis is
+// back the Store claims again.
+func TestPipelinerRedisDownAndBack(t *testing.T) {
+	for _, p := range pipeliners {
+		t.Run(p.name, func(t *testing.T) {
+			ctx := context.Background()
+			srv := testkit.StartRedis(t)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1, DialTimeout: time.Second})
+			t.Cleanup(func() { _ = rdb.Close() })
+			ap, err := rdb.AsyncAutoPipelineWithOptions(p.opts())
+			require.NoError(t, err)
+			s, err := redisstore.New(ap, redisstore.Options{})
+			require.NoError(t, err)
+			_, err = s.Claim(ctx, "before", "fp", time.Minute)
+			require.NoError(t, err)
+
+			srv.Stop()
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = s.Claim(cctx, "k", "fp", time.Minute)
+			cancel()
+			require.Error(t, err)
+			assert.True(t, idempotency.IsOutcomeUnknown(err), "an unreachable store is not a definite answer: %v", err)
+
+			srv.Start()
+			require.Eventually(t, func() bool {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				_, err := s.Claim(cctx, "k", "fp", time.Minute)
+				return err == nil
+			}, 30*time.Second, 100*time.Millisecond, "claims again once Redis is back")
+		})
+	}
 }

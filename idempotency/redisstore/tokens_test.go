@@ -17,7 +17,11 @@ func TestTokensUnique(t *testing.T) {
 	assert.NotEqual(t, a.prefix, b.prefix, "two Stores drew one prefix")
 	seen := make(map[string]bool)
 	for range 1000 {
-		for _, tk := range []string{a.next(), b.next()} {
+		v := a.pending("fp") // a claim's value holds a token of its own
+		require.Len(t, v, 1+40+1+2)
+		assert.Equal(t, "p", v[:1])
+		assert.Equal(t, "\x00fp", v[41:])
+		for _, tk := range []string{a.next(), b.next(), v[1:41]} {
 			assert.Len(t, tk, 40)
 			_, err := hex.DecodeString(tk)
 			assert.NoError(t, err, tk)

@@ -56,6 +56,9 @@ const slf4jSimple = "org.slf4j:slf4j-simple:1.7.36"
 // about 45 MB), fetching them with Maven into $cacheDir/maven/kafka-version
 // the first time (see EnsureMaven).
 func EnsureApacheKafka(ctx context.Context, cacheDir, version string, progress io.Writer) (string, error) {
+	if Short() {
+		return "", ErrShort
+	}
 	return ensureMaven(ctx, cacheDir, "kafka-"+version, progress,
 		"org.apache.kafka:kafka_2.13:"+version, slf4jSimple)
 }
@@ -130,6 +133,9 @@ type ApacheKafka struct {
 // returning once each answers and sees every broker. With a temporary
 // directory it retries on fresh ports when a port was taken meanwhile.
 func StartApacheKafka(ctx context.Context, opts ApacheKafkaOptions) (*ApacheKafka, error) {
+	if Short() {
+		return nil, ErrShort
+	}
 	if opts.Version == "" {
 		opts.Version = ApacheKafka4
 	}

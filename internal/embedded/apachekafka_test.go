@@ -37,6 +37,7 @@ func startApacheKafka(t *testing.T, opts embedded.ApacheKafkaOptions) *embedded.
 // TestApacheKafkaKillRestart: a record acknowledged with acks=all survives
 // kill -9 of the broker, which comes back on the same port and directory.
 func TestApacheKafkaKillRestart(t *testing.T) {
+	embedded.SkipShort(t)
 	for _, version := range []string{embedded.ApacheKafka4, embedded.ApacheKafka39} {
 		t.Run(version, func(t *testing.T) {
 			k := startApacheKafka(t, embedded.ApacheKafkaOptions{Version: version})
@@ -76,6 +77,7 @@ func TestApacheKafkaKillRestart(t *testing.T) {
 // TestApacheKafkaTestTiming: the broker runs with the lowered test timing
 // unless KafkaDefaults, which keeps Kafka's own.
 func TestApacheKafkaTestTiming(t *testing.T) {
+	embedded.SkipShort(t)
 	tests := []struct {
 		name string
 		give embedded.ApacheKafkaOptions

@@ -26,10 +26,27 @@ const (
 	ChDBVersion = "26.7.3-stable.1"
 	// EnvCacheDir overrides the cache directory.
 	EnvCacheDir = "EXACTLYONCE_CACHE"
+	// EnvClickHouse names another version of ChDBPackage to start, fetched
+	// into the cache like the default one (ClickHouseOptions.ChDBVersion
+	// overrides it). Only builds whose clickhouse-local serves TCP work:
+	// docs/clickhouse-versions.md lists those tried (26.5.x does not).
+	EnvClickHouse = "EXACTLYONCE_CLICKHOUSE"
 )
 
-// chdbTarball is the file name `npm pack` gives the package.
-const chdbTarball = "chdb-lib-linux-x64-gnu-" + ChDBVersion + ".tgz"
+// chdbVersion returns the package version to use: v, else
+// $EXACTLYONCE_CLICKHOUSE, else ChDBVersion.
+func chdbVersion(v string) string {
+	if v != "" {
+		return v
+	}
+	if e := os.Getenv(EnvClickHouse); e != "" {
+		return e
+	}
+	return ChDBVersion
+}
+
+// chdbTarball is the file name `npm pack` gives the package's version.
+func chdbTarball(version string) string { return "chdb-lib-linux-x64-gnu-" + version + ".tgz" }
 
 //go:embed chdblauncher/main.go
 var launcherSource []byte
@@ -53,12 +70,16 @@ func CacheDir() (string, error) {
 // extracting the library beside it once. Concurrent callers, in this process
 // or others, serialise on a file lock, so the tarball is downloaded once.
 func EnsureChDB(ctx context.Context, cacheDir string) (string, error) {
-	return ensureChDB(ctx, cacheDir, nil)
+	if Short() {
+		return "", ErrShort
+	}
+	return ensureChDB(ctx, cacheDir, "", nil)
 }
 
 // ensureChDB is EnsureChDB that writes progress lines to progress (nil:
 // none) while it downloads and extracts.
-func ensureChDB(ctx context.Context, cacheDir string, progress io.Writer) (string, error) {
+func ensureChDB(ctx context.Context, cacheDir, version string, progress io.Writer) (string, error) {
+	version = chdbVersion(version)
 	if cacheDir == "" {
 		var err error
 		if cacheDir, err = CacheDir(); err != nil {
@@ -66,7 +87,7 @@ func ensureChDB(ctx context.Context, cacheDir string, progress io.Writer) (strin
 		}
 	}
 	dir := filepath.Join(cacheDir, "chdb")
-	lib := filepath.Join(dir, "libchdb-"+ChDBVersion+".so")
+	lib := filepath.Join(dir, "libchdb-"+version+".so")
 	if _, err := os.Stat(lib); err == nil {
 		return lib, nil
 	}
@@ -82,10 +103,10 @@ func ensureChDB(ctx context.Context, cacheDir string, progress io.Writer) (strin
 		return lib, nil // another process finished while we waited
 	}
 
-	tgz := filepath.Join(dir, chdbTarball)
+	tgz := filepath.Join(dir, chdbTarball(version))
 	if _, err := os.Stat(tgz); err != nil {
-		done := reportProgress(progress, fmt.Sprintf("downloading ClickHouse (%s@%s, 178 MB) with npm pack into %s, once", ChDBPackage, ChDBVersion, dir))
-		err := npmPack(ctx, dir)
+		done := reportProgress(progress, fmt.Sprintf("downloading ClickHouse (%s@%s, 178 MB) with npm pack into %s, once", ChDBPackage, version, dir))
+		err := npmPack(ctx, dir, version)
 		done(err)
 		if err != nil {
 			return "", err
@@ -102,24 +123,24 @@ func ensureChDB(ctx context.Context, cacheDir string, progress io.Writer) (strin
 
 // npmPack downloads the chdb tarball into dir, through a temporary
 // directory and a rename, so the tarball in dir is complete or absent.
-func npmPack(ctx context.Context, dir string) error {
+func npmPack(ctx context.Context, dir, version string) error {
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		return fmt.Errorf("embedded: npm is needed to fetch %s@%s: %w (%w)", ChDBPackage, ChDBVersion, ErrNotInstalled, err)
+		return fmt.Errorf("embedded: npm is needed to fetch %s@%s: %w (%w)", ChDBPackage, version, ErrNotInstalled, err)
 	}
 	tmp, err := os.MkdirTemp(dir, "npm-pack-")
 	if err != nil {
 		return fmt.Errorf("embedded: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, npm, "pack", ChDBPackage+"@"+ChDBVersion, "--pack-destination", tmp)
+	cmd := exec.CommandContext(ctx, npm, "pack", ChDBPackage+"@"+version, "--pack-destination", tmp)
 	cmd.Dir = tmp
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("embedded: npm pack %s@%s: %w\n%s", ChDBPackage, ChDBVersion, err, out)
+		return fmt.Errorf("embedded: npm pack %s@%s: %w\n%s", ChDBPackage, version, err, out)
 	}
-	if err := os.Rename(filepath.Join(tmp, chdbTarball), filepath.Join(dir, chdbTarball)); err != nil {
-		return fmt.Errorf("embedded: npm pack did not produce %s: %w\n%s", chdbTarball, err, out)
+	if err := os.Rename(filepath.Join(tmp, chdbTarball(version)), filepath.Join(dir, chdbTarball(version))); err != nil {
+		return fmt.Errorf("embedded: npm pack did not produce %s: %w\n%s", chdbTarball(version), err, out)
 	}
 	return nil
 }
@@ -206,6 +227,9 @@ func extractWithGo(tgz string, w io.Writer) error {
 // means CacheDir()), building it with the go tool the first time. Builds are
 // keyed by a hash of the launcher's source and the Go version.
 func EnsureLauncher(ctx context.Context, cacheDir string) (string, error) {
+	if Short() {
+		return "", ErrShort
+	}
 	if cacheDir == "" {
 		var err error
 		if cacheDir, err = CacheDir(); err != nil {

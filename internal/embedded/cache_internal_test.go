@@ -78,9 +78,10 @@ func TestExtractLib(t *testing.T) {
 // TestEnsureChDBConcurrent proves concurrent callers share one extraction
 // and all get the complete library, without npm when the tarball is cached.
 func TestEnsureChDBConcurrent(t *testing.T) {
+	SkipShort(t)
 	cache := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(cache, "chdb"), 0o755))
-	writeTgz(t, filepath.Join(cache, "chdb", chdbTarball), map[string]string{"package/libchdb.so": "lib"})
+	writeTgz(t, filepath.Join(cache, "chdb", chdbTarball(ChDBVersion)), map[string]string{"package/libchdb.so": "lib"})
 
 	var wg sync.WaitGroup
 	paths := make([]string, 4)
@@ -104,4 +105,21 @@ func TestTailBuffer(t *testing.T) {
 	_, _ = b.Write([]byte("abc"))
 	_, _ = b.Write([]byte("defg"))
 	assert.Equal(t, "cdefg", b.String())
+}
+
+// TestEnsureChDBOtherVersion: $EXACTLYONCE_CLICKHOUSE picks another
+// version of the package, cached under its own names beside the default.
+func TestEnsureChDBOtherVersion(t *testing.T) {
+	SkipShort(t)
+	cache := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(cache, "chdb"), 0o755))
+	const other = "26.7.0-stable.1"
+	writeTgz(t, filepath.Join(cache, "chdb", "chdb-lib-linux-x64-gnu-"+other+".tgz"), map[string]string{"package/libchdb.so": "other"})
+	t.Setenv(EnvClickHouse, other)
+	got, err := EnsureChDB(context.Background(), cache)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(cache, "chdb", "libchdb-"+other+".so"), got)
+	b, err := os.ReadFile(got)
+	require.NoError(t, err)
+	assert.Equal(t, "other", string(b))
 }

@@ -16,11 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"github.com/ClickHouse/ch-go"
-	"github.com/ClickHouse/ch-go/proto"
 )
 
 // Defaults for ClickHouseOptions.
@@ -53,6 +49,9 @@ type ClickHouseOptions struct {
 	Port int
 	// CacheDir holds libchdb.so and the launcher. Default: CacheDir().
 	CacheDir string
+	// ChDBVersion is the version of ChDBPackage to start. Default:
+	// $EXACTLYONCE_CLICKHOUSE, else ChDBVersion (see EnvClickHouse).
+	ChDBVersion string
 	// StartTimeout bounds each wait for readiness.
 	// Default: DefaultClickHouseStartTimeout.
 	StartTimeout time.Duration
@@ -71,6 +70,16 @@ type ClickHouseOptions struct {
 	// Macros are the configuration's <macros> ({shard}, {replica}, ...),
 	// written with ZooKeeper. Default: none.
 	Macros map[string]string
+	// Users, if set, is the users configuration (a <clickhouse> document
+	// with <profiles>, <users> and <quotas>, as a server's users.xml),
+	// written into Dir and named by users_config: tests give the default
+	// user a profile, or add users with settings and constraints of their
+	// own. Default: clickhouse-local's one user "default", no settings.
+	Users string
+	// QueryLog turns on system.query_log (flushed every second, and by
+	// SYSTEM FLUSH LOGS), which clickhouse-local keeps only when its
+	// configuration names it. Default: off.
+	QueryLog bool
 }
 
 // ClickHouse is a clickhouse-local process serving the native protocol on
@@ -104,6 +113,9 @@ type ClickHouse struct {
 // read version(). Errors for a missing npm, go tool or C compiler wrap
 // ErrNotInstalled.
 func StartClickHouse(ctx context.Context, opts ClickHouseOptions) (*ClickHouse, error) {
+	if Short() {
+		return nil, ErrShort
+	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = DefaultClickHouseStartTimeout
 	}
@@ -111,7 +123,7 @@ func StartClickHouse(ctx context.Context, opts ClickHouseOptions) (*ClickHouse, 
 		opts.Logger = discardLogger()
 	}
 	t0 := time.Now()
-	lib, err := ensureChDB(ctx, opts.CacheDir, opts.Progress)
+	lib, err := ensureChDB(ctx, opts.CacheDir, opts.ChDBVersion, opts.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +324,7 @@ func (c *ClickHouse) start(ctx context.Context) error {
 		"--logger.console=1",
 		"--log-level=error",
 	}
-	if c.opts.ZooKeeper != "" {
+	if c.opts.ZooKeeper != "" || c.opts.Users != "" || c.opts.QueryLog {
 		cfg, err := c.writeConfig()
 		if err != nil {
 			return err
@@ -351,29 +363,34 @@ func (c *ClickHouse) start(ctx context.Context) error {
 }
 
 // configFile is the name of the configuration StartClickHouse writes into
-// Dir when ClickHouseOptions.ZooKeeper is set.
-const configFile = ".exactlyonce-config.xml"
+// Dir when ClickHouseOptions.ZooKeeper, Users or QueryLog is set; usersFile
+// that of ClickHouseOptions.Users.
+const (
+	configFile = ".exactlyonce-config.xml"
+	usersFile  = ".exactlyonce-users.xml"
+)
 
-// writeConfig writes the <zookeeper> and <macros> configuration into Dir
-// and returns its path.
+// writeConfig writes the configuration that ClickHouseOptions asks for
+// (<zookeeper> and <macros>, users_config, query_log) into Dir and returns
+// its path.
 func (c *ClickHouse) writeConfig() (string, error) {
-	host, port, err := net.SplitHostPort(c.opts.ZooKeeper)
-	if err != nil {
-		return "", fmt.Errorf("embedded: clickhouse: zookeeper address %q: %w", c.opts.ZooKeeper, err)
-	}
 	var b strings.Builder
-	b.WriteString("<clickhouse>\n  <zookeeper>\n")
-	fmt.Fprintf(&b, "    <node><host>%s</host><port>%s</port></node>\n", xmlText(host), xmlText(port))
-	b.WriteString("    <session_timeout_ms>10000</session_timeout_ms>\n  </zookeeper>\n")
-	if len(c.opts.Macros) > 0 {
-		b.WriteString("  <macros>\n")
-		for _, k := range slices.Sorted(maps.Keys(c.opts.Macros)) {
-			if !macroName.MatchString(k) {
-				return "", fmt.Errorf("embedded: clickhouse: macro name %q: want letters, digits and _", k)
-			}
-			fmt.Fprintf(&b, "    <%s>%s</%s>\n", k, xmlText(c.opts.Macros[k]), k)
+	b.WriteString("<clickhouse>\n")
+	if c.opts.Users != "" {
+		users := filepath.Join(c.opts.Dir, usersFile)
+		if err := os.WriteFile(users, []byte(c.opts.Users), 0o644); err != nil {
+			return "", fmt.Errorf("embedded: clickhouse: %w", err)
 		}
-		b.WriteString("  </macros>\n")
+		fmt.Fprintf(&b, "  <users_config>%s</users_config>\n", xmlText(users))
+	}
+	if c.opts.QueryLog {
+		b.WriteString("  <query_log><database>system</database><table>query_log</table>" +
+			"<flush_interval_milliseconds>1000</flush_interval_milliseconds></query_log>\n")
+	}
+	if c.opts.ZooKeeper != "" {
+		if err := c.writeZooKeeper(&b); err != nil {
+			return "", err
+		}
 	}
 	b.WriteString("</clickhouse>\n")
 	path := filepath.Join(c.opts.Dir, configFile)
@@ -381,6 +398,28 @@ func (c *ClickHouse) writeConfig() (string, error) {
 		return "", fmt.Errorf("embedded: clickhouse: %w", err)
 	}
 	return path, nil
+}
+
+// writeZooKeeper writes the <zookeeper> and <macros> sections into b.
+func (c *ClickHouse) writeZooKeeper(b *strings.Builder) error {
+	host, port, err := net.SplitHostPort(c.opts.ZooKeeper)
+	if err != nil {
+		return fmt.Errorf("embedded: clickhouse: zookeeper address %q: %w", c.opts.ZooKeeper, err)
+	}
+	b.WriteString("  <zookeeper>\n")
+	fmt.Fprintf(b, "    <node><host>%s</host><port>%s</port></node>\n", xmlText(host), xmlText(port))
+	b.WriteString("    <session_timeout_ms>10000</session_timeout_ms>\n  </zookeeper>\n")
+	if len(c.opts.Macros) > 0 {
+		b.WriteString("  <macros>\n")
+		for _, k := range slices.Sorted(maps.Keys(c.opts.Macros)) {
+			if !macroName.MatchString(k) {
+				return fmt.Errorf("embedded: clickhouse: macro name %q: want letters, digits and _", k)
+			}
+			fmt.Fprintf(b, "    <%s>%s</%s>\n", k, xmlText(c.opts.Macros[k]), k)
+		}
+		b.WriteString("  </macros>\n")
+	}
+	return nil
 }
 
 // macroName is what a macro's name may be: it becomes an XML element.
@@ -391,50 +430,4 @@ func xmlText(s string) string {
 	var b strings.Builder
 	_ = xml.EscapeText(&b, []byte(s))
 	return b.String()
-}
-
-// chVersion connects with ch-go, pings, and reads version().
-func chVersion(ctx context.Context, addr string) (string, error) {
-	if err := dialOK(ctx, addr); err != nil {
-		return "", err
-	}
-	client, err := ch.Dial(ctx, ch.Options{Address: addr, DialTimeout: 5 * time.Second})
-	if err != nil {
-		return "", err
-	}
-	defer client.Close()
-	if err := client.Ping(ctx); err != nil {
-		return "", err
-	}
-	var col proto.ColStr
-	if err := client.Do(ctx, ch.Query{
-		Body:   "SELECT version()",
-		Result: proto.Results{{Name: "version()", Data: &col}},
-	}); err != nil {
-		return "", err
-	}
-	if col.Rows() != 1 {
-		return "", fmt.Errorf("version(): %d rows", col.Rows())
-	}
-	return col.Row(0), nil
-}
-
-// sweepStaleDirs removes data directories named prefix* this package
-// created in earlier runs whose owner process is gone (killed test binaries
-// leave them).
-func sweepStaleDirs(prefix string) {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
-	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, ownerFile))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = os.RemoveAll(d)
-		}
-	}
 }

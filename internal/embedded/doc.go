@@ -107,5 +107,8 @@
 // server's log (errors and worse; clickhouse-local logs nothing unless
 // told to), and EnsureRunning starts the server again on the same data,
 // which is what the demo's watchdog and testkit do. Tests that kill clients
-// must expect it.
+// must expect it, or keep the reset from the server: testkit's shared
+// server sits behind a proxy that turns a dead client's reset into an
+// orderly close (measured: 0 aborts in 80 kills during LZ4 inserts behind
+// it, 14 in 160 without).
 package embedded

@@ -138,6 +138,7 @@ func TestKafkaCloseTwice(t *testing.T) {
 }
 
 func TestRedisMissingBinary(t *testing.T) {
+	embedded.SkipShort(t)
 	_, err := embedded.StartRedis(t.Context(), embedded.RedisOptions{Binary: "/nonexistent/redis-server"})
 	assert.ErrorIs(t, err, embedded.ErrNotInstalled)
 }

@@ -84,6 +84,9 @@ type KafkaProcess struct {
 // from this module's source: the current directory must be inside the
 // module) and starts it.
 func StartKafkaProcess(ctx context.Context, opts KafkaProcessOptions) (*KafkaProcess, error) {
+	if Short() {
+		return nil, ErrShort
+	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = DefaultKafkaStartTimeout
 	}

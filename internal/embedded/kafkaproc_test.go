@@ -18,6 +18,7 @@ import (
 // killed with SIGKILL and restarted on the same port and data directory,
 // keeping acknowledged records and committed offsets.
 func TestKafkaProcessKillRestart(t *testing.T) {
+	embedded.SkipShort(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	k, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: t.TempDir()})
@@ -71,6 +72,7 @@ func TestKafkaProcessKillRestart(t *testing.T) {
 // is written, the producer hears nothing), a refused fetch, then Kill: no
 // faults on a killed broker, none left after the restart.
 func TestKafkaProcessFaults(t *testing.T) {
+	embedded.SkipShort(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	k, err := embedded.StartKafkaProcess(ctx, embedded.KafkaProcessOptions{DataDir: t.TempDir()})

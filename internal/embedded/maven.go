@@ -40,6 +40,9 @@ const installJava = "apt-get install maven default-jre-headless, or make deps"
 // fetching other coordinates under a name already fetched fails. The error
 // wraps ErrNotInstalled when mvn or java is missing.
 func EnsureMaven(ctx context.Context, cacheDir, name string, coords ...string) (string, error) {
+	if Short() {
+		return "", ErrShort
+	}
 	return ensureMaven(ctx, cacheDir, name, nil, coords...)
 }
 

@@ -36,6 +36,7 @@ func needMaven(t *testing.T) {
 const slf4jAPI = "org.slf4j:slf4j-api:1.7.36"
 
 func TestEnsureMaven(t *testing.T) {
+	embedded.SkipShort(t)
 	needMaven(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -79,6 +80,7 @@ func TestEnsureMaven(t *testing.T) {
 }
 
 func TestEnsureMavenErrors(t *testing.T) {
+	embedded.SkipShort(t)
 	ctx := context.Background()
 	cache := t.TempDir()
 	tests := []struct {
@@ -105,6 +107,7 @@ func TestEnsureMavenErrors(t *testing.T) {
 // TestEnsureMavenWithoutMaven: a machine without mvn gets an error that
 // says what to install, and wraps ErrNotInstalled.
 func TestEnsureMavenWithoutMaven(t *testing.T) {
+	embedded.SkipShort(t)
 	t.Setenv("PATH", t.TempDir())
 	_, err := embedded.EnsureMaven(context.Background(), t.TempDir(), "slf4j-1.7.36", slf4jAPI)
 	require.ErrorIs(t, err, embedded.ErrNotInstalled)

@@ -52,6 +52,9 @@ type Redis struct {
 // PING. It returns an error wrapping ErrNotInstalled when no redis-server is
 // found.
 func StartRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
+	if Short() {
+		return nil, ErrShort
+	}
 	if opts.Binary == "" {
 		opts.Binary = DefaultRedisBinary
 		if p, err := exec.LookPath("redis-server"); err == nil {

@@ -57,6 +57,9 @@ var DefaultZooKeeperJVMOptions = []string{
 // Maven into $cacheDir/maven/zookeeper-version the first time (see
 // EnsureMaven).
 func EnsureZooKeeper(ctx context.Context, cacheDir string, progress io.Writer) (string, error) {
+	if Short() {
+		return "", ErrShort
+	}
 	return ensureMaven(ctx, cacheDir, "zookeeper-"+ZooKeeperVersion, progress, zooKeeperJars...)
 }
 
@@ -103,6 +106,9 @@ type ZooKeeper struct {
 // port of its choosing it retries on a fresh one when the port was taken
 // meanwhile. Errors for a missing java or mvn wrap ErrNotInstalled.
 func StartZooKeeper(ctx context.Context, opts ZooKeeperOptions) (*ZooKeeper, error) {
+	if Short() {
+		return nil, ErrShort
+	}
 	if opts.Tick <= 0 {
 		opts.Tick = DefaultZooKeeperTick
 	}

@@ -58,6 +58,7 @@ func do(ctx context.Context, addr, query string, result proto.Results) error {
 // of ZooKeeper, which comes back on the same port: a second table that
 // claims the first one's replica path is refused as an existing replica.
 func TestZooKeeperKillStart(t *testing.T) {
+	embedded.SkipShort(t)
 	z := startZooKeeper(t)
 	c := startReplica(t, z, "r1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -94,6 +95,7 @@ func TestZooKeeperKillStart(t *testing.T) {
 // new libchdb can be a replica and the replicated tests of the SDK can
 // insert for real.
 func TestClickHouseLocalIsNoReplica(t *testing.T) {
+	embedded.SkipShort(t)
 	z := startZooKeeper(t)
 	c := startReplica(t, z, "r1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -23,6 +23,7 @@ const (
 	batchAttrsAt = 21 // the CRC covers everything from here on
 	batchFixed   = 61 // bytes before the first record
 	attrCodec    = 7
+	attrLogTime  = 1 << 3 // timestamp type: LogAppendTime
 	attrTxn      = 1 << 4
 	attrControl  = 1 << 5
 )
@@ -66,6 +67,7 @@ func (f *Fetcher) parseResponse(buf []byte) (hwm int64, records []byte, err erro
 		return 0, nil, fmt.Errorf("kafkawire: fetch %s/%d at %d: %w", f.Topic, f.Partition, f.Next, kafka.Error(code))
 	}
 	slices.SortFunc(f.aborted, func(a, b abortedTxn) int { return cmp.Compare(a.firstOffset, b.firstOffset) })
+	f.HighWatermark = hwm
 	return hwm, records, nil
 }
 
@@ -137,7 +139,7 @@ type Batch struct {
 	Transactional, Control bool
 	Commit                 bool // of a control batch: a commit (true) or an abort marker
 	attrs                  int16
-	firstTS                int64
+	firstTS, maxTS         int64
 	count                  int32
 	body                   []byte // the records, compressed as attrs say
 }
@@ -154,7 +156,7 @@ func parseBatch(batch []byte, base int64) (Batch, error) {
 	b := Batch{BaseOffset: base, attrs: h.int16(), body: batch[batchFixed:]}
 	b.LastOffset = base + int64(h.int32())
 	b.firstTS = h.int64()
-	h.int64() // max timestamp: kafka-go's Reader uses the records' own, and so does this
+	b.maxTS = h.int64()
 	b.ProducerID, b.ProducerEpoch, b.BaseSequence = h.int64(), h.int16(), h.int32()
 	b.count = h.int32()
 	b.Transactional, b.Control = b.attrs&attrTxn != 0, b.attrs&attrControl != 0
@@ -228,6 +230,7 @@ func (f *Fetcher) decodeRecords(b Batch, hwm int64, msgs []kafka.Message) ([]kaf
 		body = out.Bytes()
 	}
 	count := int(b.count)
+	logTime := b.attrs&attrLogTime != 0
 	if count < 0 || count > len(body) {
 		return msgs, fmt.Errorf("%w: batch at %d: %d records in %d bytes", ErrMalformed, base, count, len(body))
 	}
@@ -243,6 +246,12 @@ func (f *Fetcher) decodeRecords(b Batch, hwm int64, msgs []kafka.Message) ([]kaf
 		}
 		rec.int8() // attributes: unused
 		ts := firstTS + rec.varint()
+		if logTime {
+			// A LogAppendTime topic: the broker stamped the batch with
+			// its append time, which the Java consumer reports for every
+			// record, the producer's own times left in the records.
+			ts = b.maxTS
+		}
 		off := base + rec.varint()
 		key := rec.varBytes()
 		value := rec.varBytes()

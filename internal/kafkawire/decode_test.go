@@ -224,3 +224,48 @@ func isBrokerError(err error) bool {
 	var kerr kafka.Error
 	return errors.As(err, &kerr)
 }
+
+// TestFetchRequestIsolation: the request carries the isolation level it is
+// given, read_uncommitted (0) included; it was always read_committed, and
+// kafkatxn's look-ups of its markers past the last stable offset found
+// nothing (issue 42, finding 1).
+func TestFetchRequestIsolation(t *testing.T) {
+	for _, iso := range []int8{0, 1} {
+		req := appendFetchRequest(nil, 1, "c", "t", 0, 0, iso, 100, 0)
+		// size 4, api key 2, version 2, correlation 4, client id 2+1,
+		// replica 4, max wait 4, min bytes 4, max bytes 4: then isolation.
+		assert.Equal(t, iso, int8(req[4+2+2+4+3+4+4+4+4]), "isolation %d", iso)
+	}
+}
+
+// TestDecodeNullsEmptiesAndLogAppendTime: a null key or value (length -1)
+// decodes as nil, an empty one as a non-nil empty slice; a batch whose
+// timestamp type is LogAppendTime gives every record the batch's max
+// timestamp.
+func TestDecodeNullsEmptiesAndLogAppendTime(t *testing.T) {
+	b := testBatch{base: 0, pid: -1, keys: [][]byte{nil, {}}, values: []string{"", ""}}.encode()
+	// The first record's key: length -1 instead of 0 (a record of the
+	// same size, its key's varint one byte either way).
+	at := batchFixed + 1 + 1 + 1 + 1 // record length, attributes, timestamp and offset deltas
+	require.Equal(t, byte(0), b[at])
+	b[at] = 1 // zigzag varint -1
+	binary.BigEndian.PutUint32(b[batchCRCAt:], crc32.Checksum(b[batchAttrsAt:], castagnoli))
+	f := &Fetcher{Topic: "t"}
+	ms, err := f.decodeResponse(response(b))
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	assert.Nil(t, ms[0].Key)
+	assert.NotNil(t, ms[1].Key)
+	assert.Empty(t, ms[1].Key)
+	assert.NotNil(t, ms[0].Value)
+	assert.Equal(t, int64(1000), ms[0].Time.UnixMilli())
+
+	lt := testBatch{base: 0, attrs: attrLogTime, pid: -1, values: []string{"a"}}.encode()
+	binary.BigEndian.PutUint64(lt[batchAttrsAt+2+4+8:], 5000) // max timestamp: the append time
+	binary.BigEndian.PutUint32(lt[batchCRCAt:], crc32.Checksum(lt[batchAttrsAt:], castagnoli))
+	f = &Fetcher{Topic: "t"}
+	ms, err = f.decodeResponse(response(lt))
+	require.NoError(t, err)
+	require.Len(t, ms, 1)
+	assert.Equal(t, int64(5000), ms[0].Time.UnixMilli())
+}

@@ -1,9 +1,11 @@
 // Package kafkawire is the SDK's one reader of Kafka's fetch path: it
 // connects to a partition's leader the way a kafka-go Dialer says (its
 // Resolver, DialFunc, TLS and SASL mechanism), sends Fetch requests with
-// isolation level read_committed, and decodes the record batches of the
-// responses into kafka.Messages, dropping transaction control records and
-// the records of aborted transactions as the Java consumer does.
+// isolation level read_committed (read_uncommitted for the batch headers
+// kafkatxn looks up past the last stable offset), and decodes the record
+// batches of the responses into kafka.Messages, dropping transaction
+// control records and the records of aborted transactions as the Java
+// consumer does.
 //
 // Both kafkasource (the chains' fetchers) and kafkatxn.Reader read through
 // it, so there is one record-batch decoder in the module.
@@ -15,7 +17,10 @@
 // SaslHandshake v1 and SaslAuthenticate v0 when the Dialer has a
 // SASLMechanism (what kafka-go's Dialer sends), and Fetch v4, the lowest
 // version Kafka 4.0 kept (KIP-896) and the first with isolation level, last
-// stable offset and aborted transactions.
+// stable offset and aborted transactions. For kafkatxn's transaction
+// tools it also writes the two admin requests kafka-go lacks,
+// ListTransactions v0 and DescribeTransactions v0 (flexible versions:
+// request header v2, compact strings and arrays, tagged fields skipped).
 //
 // # Decoding
 //
@@ -28,6 +33,16 @@
 // partition and offset: Kafka 4.x brokers always answer Fetch v4 in v2, and
 // 3.x converts to v2 for Fetch v4.
 //
+// # Group requests
+//
+// GroupConn speaks to a group's coordinator for a member of Kafka's
+// consumer group protocol (KIP-848), in messages kafka-go lacks, written
+// in flexible versions by hand: ConsumerGroupHeartbeat v0 and v1,
+// OffsetCommit v9 (member id and epoch) and Metadata v12 (topic ids, which
+// the assignments name). It finds the coordinator with FindCoordinator v2
+// and checks the versions with ApiVersions, both over kafka-go's protocol
+// package.
+//
 // # Guarantees
 //
 //   - The messages of a fetch are the partition's committed records from
@@ -35,6 +50,12 @@
 //     aborted transactions (those the broker lists in the response's
 //     aborted transactions) and control records are dropped, everything
 //     else is handed out.
+//   - A message reads as the Java consumer's record: a null key, value or
+//     header value is nil, an empty one a non-nil empty slice; its Time is
+//     the record's CreateTime, or for a batch whose timestamp type is
+//     LogAppendTime the broker's append time (the batch's max timestamp).
+//   - A Fetch that ends with its context returns an error wrapping the
+//     context's error.
 //   - A response or batch that cannot be decoded (a bad length, CRC or
 //     record) is an error wrapping ErrMalformed, never partial records of
 //     that batch; Next does not move past it.
@@ -42,5 +63,7 @@
 //     dropped, and never past a batch cut at the response's end: the next
 //     fetch starts there.
 //   - A Fetcher holds at most one connection, closed by Close and on any
-//     error; it starts no goroutine.
+//     error; it starts no goroutine. So does a GroupConn.
+//   - A group response that cannot be decoded is an error wrapping
+//     ErrMalformed, never a partial answer.
 package kafkawire

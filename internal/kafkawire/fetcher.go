@@ -39,9 +39,13 @@ type Fetcher struct {
 	MaxWait time.Duration
 	// Uncommitted sends isolation level read_uncommitted, for FetchBatches
 	// only: kafkatxn's producer looks for its own batches and markers,
-	// which may lie past the last stable offset. Fetch is read_committed
+	// which may lie past the last stable offset (another producer's
+	// transaction still open before them). Fetch is read_committed
 	// whatever this says.
 	Uncommitted bool
+	// HighWatermark is the partition's high watermark in the last
+	// response, or 0 before the first.
+	HighWatermark int64
 
 	conn    net.Conn
 	corr    int32
@@ -60,13 +64,25 @@ type Fetcher struct {
 // example kafka.OffsetOutOfRange); a batch older than v2 as a
 // *FormatError. On any error the connection is closed, so that the next
 // Fetch looks the leader up again. When ctx ends, Fetch returns soon with
-// an error.
+// an error wrapping ctx.Err() (context.Canceled or
+// context.DeadlineExceeded), not the i/o timeout that interrupted it.
 func (f *Fetcher) Fetch(ctx context.Context) ([]kafka.Message, error) {
 	ms, err := f.fetch(ctx)
 	if err != nil {
 		f.Close()
+		err = ctxErr(ctx, err)
 	}
 	return ms, err
+}
+
+// ctxErr returns err, or, when ctx ended, an error wrapping ctx.Err() that
+// names err: a fetch cut short by its context ends with a read past the
+// connection's deadline, which says nothing of why.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("kafkawire: %w (%v)", cerr, err)
+	}
+	return err
 }
 
 // Close closes the Fetcher's connection, if any; a later Fetch opens a new
@@ -135,6 +151,7 @@ func (f *Fetcher) FetchBatches(ctx context.Context) ([]Batch, int64, error) {
 	bs, hwm, err := f.fetchBatches(ctx)
 	if err != nil {
 		f.Close()
+		err = ctxErr(ctx, err)
 	}
 	return bs, hwm, err
 }
@@ -233,7 +250,7 @@ func appendFetchRequest(b []byte, corr int32, clientID, topic string, partition 
 	// aborted transactions of a partition when the response fills up on
 	// the request's limit instead of the partition's.
 	b = binary.BigEndian.AppendUint32(b, uint32(min(2*int64(maxBytes), math.MaxInt32)))
-	b = append(b, 1)                        // isolation level: read_committed
+	b = append(b, byte(iso))                // isolation level: 0 read_uncommitted, 1 read_committed
 	b = binary.BigEndian.AppendUint32(b, 1) // one topic
 	b = appendString(b, topic)
 	b = binary.BigEndian.AppendUint32(b, 1) // one partition

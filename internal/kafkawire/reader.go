@@ -64,17 +64,76 @@ func (r *wireReader) varint() int64 {
 	return v
 }
 
-// varBytes reads a varint length and that many bytes; kafka-go's Reader
-// hands out nil for a null (-1) and for an empty value alike, and so does
-// this.
+// varBytes reads a varint length and that many bytes: nil for a null
+// (length -1), an empty non-nil slice for an empty value (length 0), as the
+// Java consumer tells them apart (a null value is a tombstone).
 func (r *wireReader) varBytes() []byte {
 	n := r.varint()
-	if n <= 0 {
+	if n < 0 {
 		return nil
+	}
+	if n == 0 {
+		return []byte{} // no allocation: every empty slice shares one address
 	}
 	if n > int64(len(r.b)) {
 		r.bad = true
 		return nil
 	}
 	return r.take(int(n))
+}
+
+func (r *wireReader) uvarint() uint64 {
+	if r.bad {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// compactLen reads the length of a compact array (uvarint of n+1; 0 is
+// null, read as empty). A length the rest of the buffer cannot hold sets
+// bad.
+func (r *wireReader) compactLen() int {
+	n := r.uvarint()
+	if n == 0 {
+		return 0
+	}
+	if n-1 > uint64(len(r.b)) {
+		r.bad = true
+		return 0
+	}
+	return int(n - 1)
+}
+
+// compactString reads a compact (nullable) string; null reads as "".
+func (r *wireReader) compactString() string {
+	n := r.compactLen()
+	if n == 0 {
+		return ""
+	}
+	return string(r.take(n))
+}
+
+// skipTags reads past a tagged-fields section: a count, then each field's
+// tag, size and bytes.
+func (r *wireReader) skipTags() {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.bad = true
+		return
+	}
+	for range n {
+		r.uvarint() // tag
+		size := r.uvarint()
+		if size > uint64(len(r.b)) {
+			r.bad = true
+			return
+		}
+		r.take(int(size))
+	}
 }

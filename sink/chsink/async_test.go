@@ -65,7 +65,7 @@ func (c *asyncChain) stop() {
 func TestAsyncInsertFailureAbortsCheckpoint(t *testing.T) {
 	env := setup(t, eventsDDL)
 	px := newProxy(t, env.addr)
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	ctx := context.Background()
 
 	c := newAsyncChain(t, env, px.Addr(), storage)
@@ -103,7 +103,7 @@ func TestAsyncInsertFailureAbortsCheckpoint(t *testing.T) {
 // its token.
 func TestRevokedWhilePending(t *testing.T) {
 	env := setup(t, eventsDDL)
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	ctx := context.Background()
 
 	c := newAsyncChain(t, env, env.addr, storage)
@@ -142,7 +142,7 @@ func TestRevokedWhilePending(t *testing.T) {
 // rows after it.
 func TestRowsAfterTheBarrierNotInPendingCheckpoint(t *testing.T) {
 	env := setup(t, eventsDDL)
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	ctx := context.Background()
 
 	c := newAsyncChain(t, env, env.addr, storage)
@@ -185,7 +185,7 @@ func TestRowsAfterTheBarrierNotInPendingCheckpoint(t *testing.T) {
 // the inserts are let go. Every row lands once.
 func TestBarrierWaitsForNoInsert(t *testing.T) {
 	env := setup(t, eventsDDL)
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	ctx := context.Background()
 	s := env.newSinkAt(t, env.addr, storage, chsink.Options{MaxDelay: time.Hour, MaxRows: 30})
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})

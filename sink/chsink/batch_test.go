@@ -21,7 +21,7 @@ func TestAddBatchEqualsAdd(t *testing.T) {
 	ctx := context.Background()
 	run := func(batch bool) (chEnv, [][]byte) {
 		env := setup(t, eventsDDL)
-		s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{MaxRows: 40})
+		s := env.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{MaxRows: 40})
 		var states [][]byte
 		for id := checkpoint.ID(1); id <= 4; id++ {
 			var pos []sink.Position
@@ -62,7 +62,7 @@ func TestAddBatchEqualsAdd(t *testing.T) {
 func TestAddBatchOutOfOrder(t *testing.T) {
 	ctx := context.Background()
 	env := setup(t, eventsDDL)
-	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{})
+	s := env.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{})
 	rows := []event{rowsOf(1)[0], rowsOf(2)[0], rowsOf(4)[0]}
 	pos := []sink.Position{{Offset: 1}, {Offset: 2}, {Offset: 2}}
 	n, err := s.AddBatch(ctx, pos, rows)

@@ -120,7 +120,7 @@ func runPolicy(b *testing.B, env chEnv, pid int, prefix string, opts chsink.Opti
 		c := chains[p]
 		for i, t := range tables {
 			s, err := chsink.New(ctx, chsink.Table{Addr: env.addr, Name: t}, checkpoint.TopicPartition{Topic: t, Partition: p},
-				checkpoint.NewMemStorage(), eventSchema, opts)
+				checkpoint.NewMemoryStorage(), eventSchema, opts)
 			require.NoError(b, err)
 			defer s.Close()
 			s.SetAfterWrite(func(n int) {

@@ -32,7 +32,7 @@ func benchRows() []event {
 
 // BenchmarkInsert inserts the same batches of 50,000 rows through raw ch-go
 // columnar inserts and through the sink (journal on FSStorage or
-// MemStorage), side by side against the same server. The sink runs either
+// MemoryStorage), side by side against the same server. The sink runs either
 // a checkpoint (Snapshot and CheckpointCompleted) per batch, where nothing
 // can overlap the insert because Snapshot waits for it, or one per ten
 // batches (500,000 rows, under half a second here: a checkpoint interval
@@ -106,7 +106,7 @@ func BenchmarkInsert(b *testing.B) {
 		require.NoError(b, err)
 		return st
 	}
-	memStore := func(b *testing.B) checkpoint.Storage { return checkpoint.NewMemStorage() }
+	memStore := func(b *testing.B) checkpoint.Storage { return checkpoint.NewMemoryStorage() }
 	for _, bc := range []struct {
 		name     string
 		newStore func(b *testing.B) checkpoint.Storage

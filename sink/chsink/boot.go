@@ -28,8 +28,11 @@ const bootTable = "eo_boot"
 // run has none yet; "" if it cannot (no right to create the table, say),
 // which makes every later check assume a restart. It runs once per
 // connection: a restart drops the connection, so one connection's
-// lifetime lies within one run.
-func readBoot(ctx context.Context, c *ch.Client, db string) string {
+// lifetime lies within one run. Its insert sends settings, the sink's
+// insert settings without a token: with async_insert = 1 and
+// wait_for_async_insert = 0 in a profile, the id would be returned before
+// the server holds it.
+func readBoot(ctx context.Context, c *ch.Client, db string, settings []ch.Setting) string {
 	ids, err := bootIDs(ctx, c, db)
 	if err != nil {
 		if err = c.Do(ctx, ch.Query{Body: "CREATE TABLE IF NOT EXISTS " + ident(db) + "." + bootTable + " (id String) ENGINE = Memory"}); err != nil {
@@ -42,7 +45,7 @@ func readBoot(ctx context.Context, c *ch.Client, db string) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	if err := c.Do(ctx, ch.Query{Body: "INSERT INTO " + ident(db) + "." + bootTable + " (id) VALUES (" + quote(id) + ")"}); err != nil {
+	if err := c.Do(ctx, ch.Query{Body: "INSERT INTO " + ident(db) + "." + bootTable + " (id) VALUES (" + quote(id) + ")", Settings: settings}); err != nil {
 		return ""
 	}
 	return id

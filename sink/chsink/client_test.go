@@ -22,7 +22,7 @@ import (
 // only, so a TLS round trip is not tested here.
 func TestClientOptions(t *testing.T) {
 	e := setup(t, eventsDDL)
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	s := e.newSink(t, store, chsink.Options{Client: ch.Options{
 		Compression: ch.CompressionZSTD,
 		Settings:    []ch.Setting{{Key: "max_threads", Value: "1"}},
@@ -35,7 +35,7 @@ func TestClientOptions(t *testing.T) {
 
 	newSink := func(client ch.Options) error {
 		s, err := chsink.New(ctx, chsink.Table{Addr: e.addr, Name: "events"}, checkpoint.TopicPartition{Topic: "other", Partition: 0},
-			checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: e.db, Client: client, DialTimeout: 2 * time.Second})
+			checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: e.db, Client: client, DialTimeout: 2 * time.Second})
 		if err == nil {
 			_ = s.Close()
 		}
@@ -57,7 +57,7 @@ func TestClientTLSOnPlaintextPort(t *testing.T) {
 	ctx := context.Background()
 	_, clientTLS := testkit.TLS(t)
 	_, err := chsink.New(ctx, chsink.Table{Addr: srv.Addr(), Name: "events"}, checkpoint.TopicPartition{Topic: "t", Partition: 0},
-		checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: db, Client: ch.Options{TLS: clientTLS}, DialTimeout: 2 * time.Second})
+		checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: db, Client: ch.Options{TLS: clientTLS}, DialTimeout: 2 * time.Second})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "tls")
 }
@@ -67,7 +67,7 @@ func TestClientTLSOnPlaintextPort(t *testing.T) {
 // still flushes and stops at Close.
 func TestRunTwice(t *testing.T) {
 	e := setup(t, eventsDDL)
-	s := e.newSink(t, checkpoint.NewMemStorage(), chsink.Options{MaxDelay: 20 * time.Millisecond})
+	s := e.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{MaxDelay: 20 * time.Millisecond})
 	ctx := context.Background()
 	first := make(chan error, 1)
 	go func() { first <- s.Run(ctx) }()

@@ -46,7 +46,7 @@ func TestTypicalColumns(t *testing.T) {
 		}
 	}
 	s, err := chsink.New(ctx, chsink.Table{Addr: addr, Name: "typical"}, checkpoint.TopicPartition{Topic: "typical"},
-		checkpoint.NewMemStorage(), schema, chsink.Options{Database: db})
+		checkpoint.NewMemoryStorage(), schema, chsink.Options{Database: db})
 	require.NoError(t, err)
 	defer s.Close()
 	at := time.Date(2026, 10, 28, 23, 59, 58, 700_000_000, time.UTC)

@@ -35,7 +35,7 @@
 // when a batch fails permanently or runs out of retries the error is
 // returned, the sink stops accepting rows, and the checkpoint fails: a batch
 // is never dropped. Every insert carries insert_deduplication_token from the
-// journal and deduplicate_blocks_in_dependent_materialized_views = 1.
+// journal and the settings a replay depends on (see Server settings).
 // A batch costs one journal write before its insert (the intent, which also
 // carries an earlier batch's ack and the prune point) and one Delete when a
 // later checkpoint completes.
@@ -104,7 +104,10 @@
 //
 // A plain MergeTree needs non_replicated_deduplication_window > 0 (it is 0
 // by default; New fails with ErrNoDedupWindow otherwise); replicated tables
-// deduplicate by default (10,000 blocks and one hour since 25.9). The window
+// deduplicate by default (10,000 blocks and one hour since 25.9); one
+// with replicated_deduplication_window_seconds = 0 is refused
+// (ErrNoDedupWindow): ClickHouse counts that bound back from the newest
+// block, so 0 keeps only the newest block's hash. The window
 // must cover the replay depth: the blocks that every writer of the table
 // inserts between a batch's intent and its re-insert after a failure, i.e.
 // roughly writers x flushes per second x failover seconds, plus the two
@@ -132,10 +135,38 @@
 // also be of a shape whose lost part the sink can tell exactly ("Lost
 // parts" below): a plain MergeTree with enable_block_number_column = 1 or
 // a ReplacingMergeTree; New refuses a folding engine, a MergeTree without
-// block numbers and a cascade of views with ErrUnprovenTarget.
+// block numbers and a cascade of views with ErrUnprovenTarget, and so a
+// view target that is a plain MergeTree unless Options.DistinctViewRows
+// (another insert can write the same rows there).
 //
 // ReplacingMergeTree tables deduplicate only when parts merge; read them
 // with SelectFinal or SelectLatest (argMax by version).
+//
+// # Server settings
+//
+// What a replayed batch does is decided by query settings whose defaults
+// changed between ClickHouse releases and which a user's settings profile
+// may change, so the sink does not rely on them: New reads them on its own
+// connection (Sink.Server returns what it read) and every insert sends,
+// besides its token, insert_deduplicate = 1, deduplicate_insert = 'enable'
+// (26.2 and later: it overrides insert_deduplicate),
+// deduplicate_blocks_in_dependent_materialized_views = 1,
+// update_insert_deduplication_token_in_dependent_materialized_views = 1
+// (24.x before 24.7 needs it; later releases ignore it), async_insert = 0 and
+// materialized_views_ignore_errors = 0, each one the server knows, as
+// important (a server that does not know it fails the insert). A user who
+// may not set one of them (a CONST or READONLY constraint, a MIN or MAX
+// that excludes the value, readonly = 1), or a server without
+// insert_deduplication_token, is refused by New with a *SettingError
+// (ErrUnsafeSetting) naming the setting and the fix. The inserts of a
+// lost-part repair (see Lost parts below) send the same settings: its
+// staging and run-id inserts without a token, and the INSERT ... SELECT
+// that derives a view's rows again with its token,
+// deduplicate_insert_select = 'force_enable' where the server has it
+// (25.12 and later: it overrides both switches above for an INSERT ...
+// SELECT) and max_threads = 1; New refuses a user who may not set that one
+// either. docs/clickhouse-versions.md in the repository says what each
+// setting does on each ClickHouse line.
 //
 // # Connecting
 //
@@ -155,11 +186,19 @@
 // # Guarantees
 //
 // Exactly once into the table and its dependent views, given what package
-// sink's Guarantees assume: deterministic processing (else
+// sink's Guarantees assume, and whatever the server's and the user's
+// defaults of the settings above (every insert sends its own, a lost-part
+// repair's included; a user who may not is refused by New, tested by
+// TestInsertsCarryDedupSettings, TestNewRefusesSettingItCannotSet and
+// TestRepairRepeatedUnderUnsafeProfile): deterministic processing (else
 // *sink.ContentMismatchError, or Options.OnMismatch: MismatchReinsert
 // inserts the new content of a replayed batch under a fresh derived token,
 // which New allows only for ReplacingMergeTree tables and view targets, since the table and its views see those rows again),
-// a shared
+// no other insert writing all the rows of one of the sink's batches into
+// its table when that is a plain MergeTree, nor (with
+// Options.DistinctViewRows) the rows a batch's insert wrote into a plain
+// MergeTree view target (see Lost parts below; New refuses such a target
+// otherwise), a shared
 // checkpoint.Storage, a deduplication window deeper than the replay, and a
 // chain that cancels the context it passes to Add, Snapshot and Run when its
 // consumer-group generation ends (and does not cancel it merely when a call
@@ -205,12 +244,31 @@
 // Otherwise the name proves nothing (a restarted server numbers blocks on
 // from its highest surviving part), and the sink writes what the insert
 // wrote (the batch; for a view's target, the view's query over the batch
-// alone) into a staging copy of the table and compares. Per shape of the
-// table and of each view target, New accepts or refuses:
+// alone) into a staging copy of the table and compares. Rows are then all
+// the sink goes by: ClickHouse 26.7 keeps nothing of a plain MergeTree
+// part's insert that another insert could not repeat (block numbers are
+// reused; a part's UUID, under assign_part_uuids, is not told to the
+// inserting client; system.part_log is optional, absent from
+// clickhouse-local, and a kill loses its unflushed rows), so another
+// insert of the same rows that took the lost part's name passes for the
+// batch's. A Replacing table does not mind (those rows replace the batch's
+// in FINAL anyway); a plain MergeTree does: the batch's rows are missing
+// for good. For the sink's own table the sink assumes that no other writer
+// inserts all the rows of one of its batches (rows of records: an id, or
+// the record's position, in a row makes them its own); a view target's
+// rows are no record's (a count per hour of equally sized batches from
+// several partitions is the same row), so New refuses a plain MergeTree
+// view target unless Options.DistinctViewRows says its rows carry a key
+// only this sink's partition writes. Per shape of the table and of each
+// view target, New accepts or refuses:
 //
 //	shape                                  answer after a merge
 //	Replicated*, Shared*                   accepted, not checked: token and part commit together in Keeper
-//	MergeTree, enable_block_number_column  exact: the block's rows read out of merged parts by _block_number
+//	MergeTree, enable_block_number_column  exact, given that no other insert writes the same rows (see above):
+//	                                       the block's rows read out of merged parts by _block_number; as a
+//	                                       view target refused (ErrUnprovenTarget) unless
+//	                                       Options.DistinctViewRows: a Replicated engine, windowsink into a
+//	                                       ReplacingMergeTree, or aggregate the sink's table at read time
 //	ReplacingMergeTree [(ver[, deleted])]  exact in FINAL terms: each row's sorting key held at a version >= its
 //	                                       own (no version: any row of the key, which replaces it anyway)
 //	MergeTree without block numbers        refused (ErrUnprovenTarget): whole rows compared would pass another
@@ -225,16 +283,21 @@
 // While the named part is unmerged every accepted shape is compared
 // exactly: its rows' multiset fingerprint against the staging copy's.
 // Tested by TestNewRefusesUnprovenShapes, TestServerLostPart,
-// TestServerLostPartMergedBlockNumbers, TestServerLostPartReplacingVersion
-// and TestServerRestartKeepsHeldBatch. A table changed into a refused
-// shape after New stops the sink at such a part with a permanent
-// *LostPartError rather than guess.
+// TestServerLostPartMergedBlockNumbers, TestServerLostPartReplacingVersion,
+// TestServerRestartKeepsHeldBatch and TestServerLostPartOtherWriterSameRows.
+// A table changed into a refused shape after New (or given a view into
+// one) stops the sink at such a part with a permanent *LostPartError
+// rather than guess.
 //
 // A lost part of the table is put back through a staging table created AS
 // the table and moved in, so no view fires twice; a lost part of a view's
 // target is derived again by that view's query over the batch alone, under
-// a derived token. The view's query is read from system.tables (the views
-// whose target_table is that target), formatted by the server
+// a derived token, with the outer SELECT ordered BY ALL (what the server
+// takes for a stable SELECT; a view whose output holds aggregate function
+// states cannot be ordered, and there the token alone decides, which
+// 'force_enable' makes the server honour or refuse). The view's query is
+// read from system.tables (the views whose target_table is that target),
+// formatted by the server
 // (formatQuery), and the table its FROM names replaced token by token, so
 // a join with db.events_orgs is not mistaken for db.events. Both repairs
 // survive a crash in the middle (see repair.go).
@@ -275,7 +338,8 @@
 // connection and the insert with retries; replay.go the replay of journaled
 // batches, whose per-row decision is the pure function journal.NextStep
 // (sink/internal/journal); dedupwindow.go the check that a re-insert is
-// still inside the table's deduplication window; ahead.go the flush ahead
+// still inside the table's deduplication window; settings.go the server's
+// settings a replay depends on; ahead.go the flush ahead
 // of a barrier; repairer.go the type that settles parts the server lost
 // while keeping their tokens (lostpart.go), with serverlog.go (the server's
 // log line), boot.go (the server's run), partcheck.go and verify.go (the

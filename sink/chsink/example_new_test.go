@@ -79,7 +79,7 @@ func ExampleNew() {
 
 	// Storage holds the sink's journal; in production the checkpoints'
 	// shared storage.
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	src := checkpoint.TopicPartition{Topic: "deploys", Partition: 0}
 	s, err := chsink.New(ctx, chsink.Table{Addr: srv.Addr(), Name: "deployments"}, src, storage,
 		deploymentSchema, chsink.Options{})

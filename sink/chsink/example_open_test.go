@@ -38,7 +38,7 @@ func ExampleOpen() {
 		return
 	}
 
-	store, _ := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{})
+	store, _ := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	coord, _ := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
 	defer coord.Close()
 	c, _ := checkpoint.NewChain(store, checkpoint.TopicPartition{Topic: "deploys", Partition: 0})

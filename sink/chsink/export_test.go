@@ -39,8 +39,8 @@ func AppendRaw[T any](cols []Column[T], row *T) {
 }
 
 // SetAfterRepairStep installs a hook that runs after each step of a
-// lost-part check or repair ("staged", "filled", "renamed", "moved",
-// "derived"); an error it returns stops the repair there, as a crash would.
+// lost-part check or repair ("staged", "located", "filled", "renamed",
+// "moved", "derived"); an error it returns stops the repair there, as a crash would.
 func (s *Sink[T]) SetAfterRepairStep(f func(step string) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -26,7 +26,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	env := chEnv{addr: srv.Addr(), db: db, conn: c}
 	env.exec(t, fmt.Sprintf(eventsDDL, db))
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 
 	// Down for longer than the retry budget: the checkpoint fails, bounded.
 	s1 := env.newSink(t, store, chsink.Options{MaxAttempts: 4, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
@@ -81,7 +81,7 @@ func TestPausedOldOwnerResumesLate(t *testing.T) {
 			env := setup(t, eventsDDL)
 			env.withRollup(t)
 			ctx := context.Background()
-			store := checkpoint.NewMemStorage()
+			store := checkpoint.NewMemoryStorage()
 
 			old := env.newSink(t, store, chsink.Options{MaxRows: 1000})
 			require.NoError(t, feed(ctx, t, old, 0, 50))
@@ -177,7 +177,7 @@ func TestNaiveSinkLosesRowsRealSinkDoesNot(t *testing.T) {
 	px := newProxy(t, env.addr)
 
 	naive := &naiveSink{addr: px.Addr(), db: env.db, batch: 50, delay: time.Hour, lastFlush: time.Now()}
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	real := env.newSinkAt(t, px.Addr(), store, chsink.Options{MaxRows: 50, MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 
 	naiveFeed := func(from, to int64) {

@@ -44,7 +44,7 @@ func TestNewRejectsViewTargetWindowBelowReplayDepth(t *testing.T) {
 				env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts2 TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events2 GROUP BY kind")
 			}
 			s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: env.db, DistinctViewRows: true})
 			if !tt.wantErr {
 				require.NoError(t, err)
 				require.NoError(t, s.Close())
@@ -81,7 +81,7 @@ func checkpoints(t *testing.T, s *chsink.Sink[event]) map[checkpoint.ID][]byte {
 func TestRestoreFallsBackToOldestKeptCheckpoint(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	s1 := env.newSink(t, store, chsink.Options{MaxRows: 40})
 	states := checkpoints(t, s1)
 	require.NoError(t, feed(ctx, t, s1, 250, 270)) // inserted past checkpoint 5, then killed
@@ -105,7 +105,7 @@ func TestRestoreFallsBackToOldestKeptCheckpoint(t *testing.T) {
 func TestFreshStartOverPrunedJournalRefused(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	s1 := env.newSink(t, store, chsink.Options{MaxRows: 40})
 	checkpoints(t, s1)
 	require.NoError(t, s1.Close())
@@ -130,7 +130,7 @@ func TestShortReplayFinishesOnQuietPartition(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	store := &faultStorage{Storage: checkpoint.NewMemoryStorage()}
 	state := crashAfterUnackedInsert(t, env, store) // batch [100, 150) inserted, not acknowledged
 
 	s := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst, MaxDelay: 100 * time.Millisecond})
@@ -200,7 +200,7 @@ func TestStalledReplayKeepsLateRows(t *testing.T) {
 			env := setup(t, tt.ddl)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+			store := &faultStorage{Storage: checkpoint.NewMemoryStorage()}
 			var state []byte
 			if tt.landed {
 				state = crashAfterUnackedInsert(t, env, store)
@@ -255,7 +255,7 @@ func (f *deleteFaults) Delete(ctx context.Context, name string) error {
 func TestFailedPruneDeleteIsNotFatal(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	store := &deleteFaults{Storage: checkpoint.NewMemStorage()}
+	store := &deleteFaults{Storage: checkpoint.NewMemoryStorage()}
 	store.armed.Store(true)
 	s := env.newSink(t, store, chsink.Options{MaxRows: 40})
 	checkpoints(t, s) // every CheckpointCompleted returns nil
@@ -284,7 +284,7 @@ func TestRestoreInsideSettledBatch(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	store := &faultStorage{Storage: checkpoint.NewMemoryStorage()}
 	state := crashAfterUnackedInsert(t, env, store) // batch [100, 150) inserted, not acknowledged
 
 	s := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst, MaxDelay: 100 * time.Millisecond})
@@ -323,7 +323,7 @@ func TestRestoreExpectingBatchCutShort(t *testing.T) {
 	env := setup(t, replacingDDL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	old := env.newSink(t, store, chsink.Options{})
 	require.NoError(t, feed(ctx, t, old, 0, 100))
 	state1, err := old.Snapshot(ctx, 1)
@@ -372,7 +372,7 @@ func TestStalledReplayKilledAfterItsInsert(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store := &deadStorage{Storage: checkpoint.NewMemStorage()}
+	store := &deadStorage{Storage: checkpoint.NewMemoryStorage()}
 	state := crashBeforeInsert(t, env, store) // [100, 150) journaled, never inserted
 
 	s := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst, MaxDelay: 100 * time.Millisecond})

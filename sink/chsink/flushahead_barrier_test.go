@@ -38,7 +38,7 @@ func TestFlushAheadOfBarrier(t *testing.T) {
 			opts.MaxDelay = time.Hour
 			reader := sdkmetric.NewManualReader()
 			opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-			s := env.newSink(t, checkpoint.NewMemStorage(), opts)
+			s := env.newSink(t, checkpoint.NewMemoryStorage(), opts)
 			// Both hooks run under the sink's lock, batches in order: the
 			// k-th batch recorded is the k-th written.
 			var recordedAhead []bool

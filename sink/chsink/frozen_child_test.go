@@ -71,7 +71,8 @@ func runFrozenProcessor(ctx context.Context, cfg frozenConfig) error {
 		fmt.Printf("chain %d\n", p.Partition)
 		s, err := chsink.New(ctx, chsink.Table{Addr: cfg.CHAddr, Name: "events"},
 			p, storage, frozenSchema,
-			chsink.Options{Database: cfg.Database, MaxRows: 1000, MaxDelay: 50 * time.Millisecond, Logger: log})
+			chsink.Options{Database: cfg.Database, MaxRows: 1000, MaxDelay: 50 * time.Millisecond, Logger: log,
+				DistinctViewRows: true}) // per_partition's rows carry the partition
 		if err != nil {
 			return nil, err
 		}

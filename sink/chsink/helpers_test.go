@@ -94,6 +94,8 @@ type chEnv struct {
 	conn     *ch.Client
 	// redial makes count dial anew for every query (supervisedClickHouse).
 	redial bool
+	// user is the user newSink's sinks connect as, "" for the default.
+	user string
 }
 
 func setup(t *testing.T, ddl ...string) chEnv {
@@ -136,6 +138,12 @@ func (e chEnv) newSink(t *testing.T, store checkpoint.Storage, opts chsink.Optio
 func (e chEnv) newSinkAt(t *testing.T, addr string, store checkpoint.Storage, opts chsink.Options) *chsink.Sink[event] {
 	t.Helper()
 	opts.Database = e.db
+	if opts.User == "" {
+		opts.User = e.user
+	}
+	// The tests' views write rows no other writer of theirs repeats (a
+	// test of that case builds its sink itself).
+	opts.DistinctViewRows = true
 	s, err := chsink.New(context.Background(), chsink.Table{Addr: addr, Name: "events"},
 		checkpoint.TopicPartition{Topic: "events", Partition: 0}, store, eventSchema, opts)
 	require.NoError(t, err)

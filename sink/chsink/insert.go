@@ -46,7 +46,7 @@ func (s *Sink[T]) connect(ctx context.Context) error {
 		return err
 	}
 	s.conn = c
-	boot := readBoot(ctx, c, s.opts.Database)
+	boot := readBoot(ctx, c, s.opts.Database, s.sent)
 	s.boot.Store(&boot)
 	return nil
 }
@@ -86,12 +86,7 @@ const (
 // duplicate of, and still holds (known only from an unsure attempt on a
 // plain MergeTree).
 func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, unsure bool, rows content, hook func()) ([]string, error) {
-	settings := []ch.Setting{
-		{Key: "insert_deduplication_token", Value: in.Token, Important: true},
-		ch.SettingInt("insert_deduplicate", 1),
-		ch.SettingInt("deduplicate_blocks_in_dependent_materialized_views", 1),
-		ch.SettingInt("async_insert", 0),
-	}
+	settings := insertSettingsFor(s.sent, in.Token) // see settings.go
 	for attempt := 0; ; attempt++ {
 		err := ctx.Err()
 		if err == nil && attempt > 0 {

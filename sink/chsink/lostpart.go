@@ -14,7 +14,9 @@ package chsink
 // that part's blocks, it is lost. If the server has not restarted since the
 // batch was journaled (boot.go), the part is the batch's own. Otherwise the
 // name proves nothing (the restarted server gives it to the next insert,
-// whoever's), and the sink compares content (partcheck.go, verify.go).
+// whoever's), and the sink compares content (partcheck.go, verify.go),
+// which another insert of the same rows would pass: New refuses a plain
+// MergeTree view target unless Options.DistinctViewRows (proofcheck.go).
 //
 // If the table itself lost the part, the sink puts the batch's rows back
 // without firing the views (repair.go). If a view's target lost its part,
@@ -47,8 +49,10 @@ var ErrLostPart = errors.New("chsink: ClickHouse deduplicated a block against a 
 // could not be repaired: a view's target is fed through another view (a
 // cascade, which New refuses unless replicated), or the view's query could
 // not be run over the batch alone; or the table, or a target, was changed
-// since New into a shape whose merged part cannot be checked
-// (ErrUnprovenTarget) (Err says why). ViewTarget, and the message, say
+// since New into a shape whose merged part cannot be checked, or a view
+// into a plain MergeTree target was added since New without
+// Options.DistinctViewRows and the target holds rows like the batch's,
+// perhaps another insert's (ErrUnprovenTarget) (Err says why). ViewTarget, and the message, say
 // whether the rows were lost in the sink's table itself or in a view's
 // target. It is permanent: the batch's intent stays in the journal, and the
 // sink fails at the same batch until an operator restores that table's

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestOpenTakesTheChain(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{Keep: 5})
 	require.NoError(t, err)
 	c, err := checkpoint.NewChain(store, checkpoint.TopicPartition{Topic: "events", Partition: 0})
@@ -46,11 +47,42 @@ func TestOpenTakesTheChain(t *testing.T) {
 	assert.Equal(t, map[string]checkpoint.Participant{"events": s}, c.Participants())
 }
 
+// TestOpenParticipantName proves Open registers the sink under
+// Options.ParticipantName when set (the name a chain wired by hand gave
+// it), journaling under the table as ever, and refuses a name taken.
+func TestOpenParticipantName(t *testing.T) {
+	env := setup(t, eventsDDL)
+	ctx := context.Background()
+	storage := checkpoint.NewMemoryStorage()
+	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	c, err := checkpoint.NewChain(store, checkpoint.TopicPartition{Topic: "events", Partition: 0})
+	require.NoError(t, err)
+	require.NoError(t, c.Add("dedup", new(sink.Cursor))) // any participant
+	db := chsink.DB{Addr: env.addr, Database: env.db}
+
+	s, err := chsink.Open(ctx, c, db, "events", eventSchema, chsink.Options{ParticipantName: "rows"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	assert.Equal(t, s, c.Participants()["rows"])
+	assert.Len(t, c.Participants(), 2)
+	require.NoError(t, feed(ctx, t, s, 0, 10))
+	_, err = s.Snapshot(ctx, 1)
+	require.NoError(t, err)
+	names, err := storage.List(ctx, "sink-journal/"+env.db+".events/events/0/")
+	require.NoError(t, err)
+	assert.NotEmpty(t, names, "journaled under the table, not the participant's name")
+
+	_, err = chsink.Open(ctx, c, db, "events", eventSchema, chsink.Options{ParticipantName: "dedup"})
+	require.ErrorIs(t, err, checkpoint.ErrInvalidOptions, "a name taken")
+	assert.Len(t, c.Participants(), 2)
+}
+
 // TestOpenRefusesWhatTheChainGives proves Open refuses options that
 // disagree with the DB or the chain's Store, and takes equal ones.
 func TestOpenRefusesWhatTheChainGives(t *testing.T) {
 	env := setup(t, eventsDDL)
-	store, err := checkpoint.NewStore(checkpoint.NewMemStorage(), checkpoint.StoreOptions{Keep: 2})
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{Keep: 2})
 	require.NoError(t, err)
 	db := chsink.DB{Addr: env.addr, Database: env.db}
 	tests := []struct {

@@ -88,6 +88,15 @@ const (
 type Options struct {
 	// Database defaults to "default".
 	Database string
+	// ParticipantName is the name Open registers the sink under in its
+	// checkpoint.Chain: the key of its state in every checkpoint, so keep
+	// it stable across versions of the program (a checkpoint holding state
+	// under a name the chain lacks is refused at restore). Default: the
+	// table's name. It is for a chain whose sink had another name before it
+	// moved to Open; open each table at most once per chain either way (its
+	// sinks would share one journal). New, which registers nothing,
+	// ignores it.
+	ParticipantName string
 	// User and Password default to ClickHouse's "default" user, no password.
 	User, Password string
 	// DialTimeout bounds connecting; default DefaultDialTimeout.
@@ -178,6 +187,25 @@ type Options struct {
 	// before the prune point). Default false: the first Add fails with
 	// sink.ErrPrunedJournal.
 	AllowFreshStart bool
+
+	// DistinctViewRows lets New accept a materialized view target (fed by
+	// the table) that is a plain MergeTree, not replicated, with
+	// enable_block_number_column = 1. Default false: New refuses such a
+	// target with ErrUnprovenTarget.
+	//
+	// The trade-off: after a server restart the sink can tell whether such
+	// a target holds a batch's rows only by the rows themselves (the part
+	// name the deduplication log gives may be another insert's by then),
+	// and another insert that wrote the same rows there (another
+	// partition's batch counted into the same hour, say) is taken for the
+	// batch's, whose rows are then missing from the target for good. Set it
+	// only when no insert but the batch's own can write into each such
+	// target the rows the batch's insert wrote there: every row the views
+	// write carries a key that only this sink's partition writes (an
+	// organisation whose events all go to one partition, say). The sink's
+	// own table is told by the batch's rows in any case (see the package's
+	// Guarantees).
+	DistinctViewRows bool
 
 	// OnMismatch: default MismatchFail.
 	OnMismatch MismatchPolicy

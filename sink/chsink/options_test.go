@@ -30,7 +30,7 @@ func TestNewInvalidOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := chsink.New(context.Background(), chsink.Table{Addr: "127.0.0.1:1", Name: "t"},
-			checkpoint.TopicPartition{Topic: "t"}, checkpoint.NewMemStorage(), tt.schema, tt.opts)
+			checkpoint.TopicPartition{Topic: "t"}, checkpoint.NewMemoryStorage(), tt.schema, tt.opts)
 		assert.ErrorIs(t, err, chsink.ErrInvalidOptions, tt.name)
 	}
 }

@@ -9,13 +9,21 @@ package chsink
 //   - the named part still unmerged: its rows are compared with what the
 //     insert wrote (the batch, or a view's rows of it, written into a
 //     staging copy of the table, so the engine folds them on insert as it
-//     did then), as a multiset fingerprint;
+//     did then), as a multiset fingerprint; a read by the part's name
+//     counts only if the part was still active after it (a merge may
+//     retire it meanwhile: see readBlock);
 //   - merged, in a MergeTree that keeps every row and stores each row's
 //     block number (enable_block_number_column = 1): the rows of block N,
 //     compared the same way;
 //   - merged, in a ReplacingMergeTree: each row's sorting key at a version
 //     at least the row's (see lostPartProof); any other shape merged is
 //     refused by New (proofcheck.go).
+//
+// Content is all it goes by: another insert that took the lost part's name
+// with the same rows (and, stored, the same block number) passes for the
+// batch's. A Replacing table does not mind; a plain MergeTree view target,
+// whose rows another partition's batch may repeat, is refused unless
+// Options.DistinctViewRows (reproducible, and lacks for one added later).
 
 import (
 	"context"
@@ -131,25 +139,71 @@ type staged struct {
 // table); the block is held when its rows are one of them, partition by
 // partition.
 func (v *verifier) exact(ctx context.Context, db, table, part string, f tableFacts, want []staged) (held, decided bool, err error) {
-	where, ok, err := v.blockCond(ctx, db, table, part, f)
+	var got []string
+	ok, err := v.readBlock(ctx, db, table, part, f, func(where string) error {
+		got = got[:0]
+		for _, w := range want {
+			fp, err := v.fingerprint(ctx, db, table, where, w.cols)
+			if err != nil {
+				return err
+			}
+			got = append(got, fp)
+		}
+		return nil
+	})
 	if err != nil || !ok {
 		return false, false, err
 	}
 	pid, _, _, _ := partBlocks(part)
-	for _, w := range want {
-		got, err := v.fingerprint(ctx, db, table, where, w.cols)
-		if err != nil {
-			return false, false, err
-		}
+	for i, w := range want {
 		exp, err := v.fingerprint(ctx, v.r.db, w.table, "_partition_id = "+quote(pid), w.cols)
 		if err != nil {
 			return false, false, err
 		}
-		if exp == got {
+		if exp == got[i] {
 			return true, true, nil
 		}
 	}
 	return false, true, nil
+}
+
+// readBlock runs read over the rows of the block the server named as part
+// (see blockCond); ok is false when they cannot be selected (merged, and
+// no block numbers stored). A merge may retire the part after blockCond
+// found it active and before read runs, and a query reads active parts
+// only: read would find none of the block's rows, and the block would be
+// taken for lost and repaired, written twice. So a read by the part's name
+// counts only if the part was still active after it (a retired part never
+// comes back, so it was active throughout); otherwise the block is read
+// again, merged.
+func (v *verifier) readBlock(ctx context.Context, db, table, part string, f tableFacts, read func(where string) error) (ok bool, err error) {
+	for range 3 {
+		where, ok, err := v.blockCond(ctx, db, table, part, f)
+		if err != nil || !ok {
+			return false, err
+		}
+		if err := v.r.step("located"); err != nil {
+			return false, err
+		}
+		if err := read(where); err != nil {
+			return false, err
+		}
+		if where != blockRows(part, false) {
+			return true, nil // by block number: merges keep it
+		}
+		if active, err := v.active(ctx, db, table, part); err != nil || active {
+			return active, err
+		}
+	}
+	return false, fmt.Errorf("part %s of %s.%s: merged away while its rows were read, again and again", part, db, table)
+}
+
+// active reports whether part is an active part of db.table.
+func (v *verifier) active(ctx context.Context, db, table, part string) (bool, error) {
+	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
+		quote(db), quote(table), quote(part)), 1)
+	return len(rows) > 0, err
 }
 
 // blockCond returns the condition on db.table's rows that selects exactly
@@ -157,13 +211,11 @@ func (v *verifier) exact(ctx context.Context, db, table, part string, f tableFac
 // false once that part is merged, unless the table keeps every row and
 // stores its block number.
 func (v *verifier) blockCond(ctx context.Context, db, table, part string, f tableFacts) (where string, ok bool, err error) {
-	active, err := queryStrings(ctx, v.c, fmt.Sprintf(
-		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
-		quote(db), quote(table), quote(part)), 1)
+	active, err := v.active(ctx, db, table, part)
 	if err != nil {
 		return "", false, err
 	}
-	if len(active) > 0 {
+	if active {
 		return blockRows(part, false), true, nil
 	}
 	if lostPartProof(f.engine) != proofRows {

@@ -23,7 +23,7 @@ func TestParticipantConformance(t *testing.T) {
 	ctx := context.Background()
 	// The state of the same table's sink for another partition.
 	other, err := chsink.New(ctx, chsink.Table{Addr: env.addr, Name: "events"}, checkpoint.TopicPartition{Topic: "events", Partition: 1},
-		checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+		checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: env.db})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = other.Close() })
 	require.NoError(t, other.Add(ctx, sink.Position{Offset: 1}, rowsOf(1)[0]))
@@ -39,7 +39,7 @@ func TestParticipantConformance(t *testing.T) {
 	}
 	checkpointtest.TestAsyncParticipant(t, checkpointtest.AsyncParticipant{Participant: checkpointtest.Participant{
 		New: func(t *testing.T) checkpoint.Participant {
-			return env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{})
+			return env.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{})
 		},
 		Fill: func(t *testing.T, p checkpoint.Participant, n int) {
 			fill(t, p.(*chsink.Sink[event]), 0, int64(12-2*n))

@@ -63,7 +63,7 @@ func sinkGoroutines() int {
 func TestAddOverlapsInsertSnapshotWaits(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{MaxRows: 50})
+	s := env.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{MaxRows: 50})
 	started, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	s.SetHooks(nil, func() {
@@ -108,7 +108,7 @@ func TestAddOverlapsInsertSnapshotWaits(t *testing.T) {
 // the background belongs to the sink, not to the call.
 func TestPerCallContextDoesNotCancelInsert(t *testing.T) {
 	env := setup(t, eventsDDL)
-	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{MaxRows: 50})
+	s := env.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{MaxRows: 50})
 	var calls atomic.Int32
 	s.SetHooks(nil, func() {
 		if calls.Add(1) == 1 {
@@ -149,7 +149,7 @@ func TestFailedBackgroundInsertSurfaces(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env := setup(t, eventsDDL)
 			ctx := context.Background()
-			store := checkpoint.NewMemStorage()
+			store := checkpoint.NewMemoryStorage()
 			s := env.newSink(t, store, chsink.Options{MaxRows: 50, InitialBackoff: 10 * time.Millisecond})
 			require.NoError(t, feed(ctx, t, s, 0, 100))
 			state, err := s.Snapshot(ctx, 1)
@@ -207,7 +207,7 @@ func TestCloseWithBatchInFlight(t *testing.T) {
 	env.withRollup(t)
 	ctx := context.Background()
 	px := newProxy(t, env.addr)
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	s := env.newSinkAt(t, px.Addr(), store, chsink.Options{MaxRows: 50, InsertTimeout: 30 * time.Second})
 	require.NoError(t, feed(ctx, t, s, 0, 100))
 	state, err := s.Snapshot(ctx, 1)

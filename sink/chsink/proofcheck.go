@@ -23,7 +23,9 @@ import (
 // Collapsing, VersionedCollapsing, Coalescing, Graphite), a plain
 // MergeTree that does not store each row's block number, or a cascade of
 // views through a table that is not replicated. The error's Reason says
-// what to use instead.
+// what to use instead. So is a view target that is a plain MergeTree,
+// unless Options.DistinctViewRows: after a restart another insert's same
+// rows would pass for the batch's.
 var ErrUnprovenTarget = errors.New("chsink: a lost part of this table could not be told from another insert's rows")
 
 // crashWindow names the crash a refusal is about, for its Reason.
@@ -54,6 +56,32 @@ func provable(db, table string, info tableInfo) error {
 		"or write windows with sink/chsink/windowsink into a ReplacingMergeTree, or keep each row in a MergeTree with "+
 		"enable_block_number_column = 1 and aggregate at read time",
 		crashWindow, info.engine, info.engine))
+}
+
+// otherInsert names the second crash a refusal is about, for its Reason.
+const otherInsert = "after the restart the server numbers blocks on from its highest surviving part, so the name that token's " +
+	"log entry gives is then the next insert's, whoever's"
+
+// reproducible refuses db.target, the target of a materialized view over
+// the sink's table, when it is a plain MergeTree: its rows are all there is
+// to tell the batch's block from another insert's that took the lost
+// part's name, and another insert can write the very same rows there (a
+// count per hour of equally sized batches from several partitions), so a
+// lost part would pass for held. The sink's own table is not refused: its
+// rows are the batch's records' (see the package's Guarantees).
+// Options.DistinctViewRows accepts the target, on the caller's word that no
+// other insert writes such rows.
+func reproducible(db, target string, info tableInfo) error {
+	if lostPartProof(info.engine) != proofRows {
+		return nil
+	}
+	return &TableCheckError{Database: db, Table: target, Engine: info.engine, Err: ErrUnprovenTarget,
+		Reason: fmt.Sprintf("%s, and %s: the rows of a plain MergeTree are then all there is to tell the batch's block by, and another "+
+			"insert can write the same rows here (a count per hour of equally sized batches from several partitions), which would "+
+			"pass for the lost batch's: use Replicated%s (the token commits with the part in Keeper), or write windows with "+
+			"sink/chsink/windowsink into a ReplacingMergeTree, or aggregate the sink's table at read time; or, if every row the "+
+			"views write here carries a key that only this sink's partition writes, set Options.DistinctViewRows",
+			crashWindow, otherInsert, info.engine)}
 }
 
 // cascade refuses db.target, fed by a view over src (itself a view

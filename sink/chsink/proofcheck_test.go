@@ -36,39 +36,44 @@ func TestNewRefusesUnprovenShapes(t *testing.T) {
 		ddl    []string
 		table  string   // refused: the table named; "" for accepted
 		reason []string // refused: what the reason must say
+		// distinct sets Options.DistinctViewRows: plain MergeTree targets
+		// are then accepted.
+		distinct bool
 	}{
 		{"table SummingMergeTree", own("SummingMergeTree ORDER BY id" + window), "events",
-			[]string{"SummingMergeTree", "deduplication token", "ReplicatedSummingMergeTree", "windowsink"}},
+			[]string{"SummingMergeTree", "deduplication token", "ReplicatedSummingMergeTree", "windowsink"}, false},
 		{"table MergeTree without block numbers", own("MergeTree ORDER BY id" + window), "events",
-			[]string{"ALTER TABLE", "MODIFY SETTING enable_block_number_column = 1", "ReplicatedMergeTree"}},
+			[]string{"ALTER TABLE", "MODIFY SETTING enable_block_number_column = 1", "ReplicatedMergeTree"}, false},
 		{"target AggregatingMergeTree", view("AggregatingMergeTree ORDER BY kind" + window), "kind_counts",
-			[]string{"target of materialized view", "mv_kind_counts", "ReplicatedAggregatingMergeTree", "windowsink"}},
+			[]string{"target of materialized view", "mv_kind_counts", "ReplicatedAggregatingMergeTree", "windowsink"}, false},
 		{"target CollapsingMergeTree", view("CollapsingMergeTree(sign) ORDER BY kind" + window), "kind_counts",
-			[]string{"target of materialized view", "ReplicatedCollapsingMergeTree"}},
+			[]string{"target of materialized view", "ReplicatedCollapsingMergeTree"}, false},
 		{"target MergeTree without block numbers", view("MergeTree ORDER BY kind" + window), "kind_counts",
-			[]string{"target of materialized view", "enable_block_number_column = 1"}},
+			[]string{"target of materialized view", "enable_block_number_column = 1"}, false},
 		{"view's inner AggregatingMergeTree", []string{eventsDDL,
 			"CREATE MATERIALIZED VIEW %[1]s.mv_inner ENGINE = AggregatingMergeTree ORDER BY kind" + window +
 				" AS SELECT toString(kind) AS kind, countState() AS n FROM %[1]s.events GROUP BY kind"}, ".inner_id.",
-			[]string{"mv_inner", "AggregatingMergeTree"}},
+			[]string{"mv_inner", "AggregatingMergeTree"}, false},
 		{"cascade of views", []string{eventsDDL,
 			"CREATE TABLE %[1]s.kinds (kind String) ENGINE = MergeTree ORDER BY kind" + window + ", enable_block_number_column = 1",
 			"CREATE MATERIALIZED VIEW %[1]s.mv_kinds TO %[1]s.kinds AS SELECT toString(kind) AS kind FROM %[1]s.events",
 			"CREATE TABLE %[1]s.kind_counts (kind String, n UInt64) ENGINE = MergeTree ORDER BY kind" + window + ", enable_block_number_column = 1",
 			"CREATE MATERIALIZED VIEW %[1]s.mv_kind_counts TO %[1]s.kind_counts AS SELECT kind, count() AS n FROM %[1]s.kinds GROUP BY kind"},
-			"kind_counts", []string{"cascade", "kinds"}},
+			"kind_counts", []string{"cascade", "kinds"}, true},
+		{"target MergeTree with block numbers", view("MergeTree ORDER BY kind" + window + ", enable_block_number_column = 1"), "kind_counts",
+			[]string{"target of materialized view", "another insert", "same rows", "ReplicatedMergeTree", "windowsink", "Options.DistinctViewRows"}, false},
 
-		{"table MergeTree with block numbers", own("MergeTree ORDER BY id" + window + ", enable_block_number_column = 1"), "", nil},
-		{"table ReplacingMergeTree", own("ReplacingMergeTree ORDER BY id" + window), "", nil},
+		{"table MergeTree with block numbers", own("MergeTree ORDER BY id" + window + ", enable_block_number_column = 1"), "", nil, false},
+		{"table ReplacingMergeTree", own("ReplacingMergeTree ORDER BY id" + window), "", nil, false},
 		{"table ReplacingMergeTree(version, is_deleted)", []string{"CREATE TABLE %[1]s.events (id UInt64, org String, kind LowCardinality(String), at DateTime64(3), score Float64, tags Array(String), note Nullable(String), v UInt64, d UInt8) " +
-			"ENGINE = ReplacingMergeTree(v, d) ORDER BY id" + window}, "", nil},
-		{"target ReplacingMergeTree(version)", view("ReplacingMergeTree(n) ORDER BY kind" + window), "", nil},
-		{"target MergeTree with block numbers", view("MergeTree ORDER BY kind" + window + ", enable_block_number_column = 1"), "", nil},
+			"ENGINE = ReplacingMergeTree(v, d) ORDER BY id" + window}, "", nil, false},
+		{"target ReplacingMergeTree(version)", view("ReplacingMergeTree(n) ORDER BY kind" + window), "", nil, false},
+		{"target MergeTree with block numbers, distinct rows", view("MergeTree ORDER BY kind" + window + ", enable_block_number_column = 1"), "", nil, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			env := setup(t, tt.ddl...)
 			s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: env.db, DistinctViewRows: tt.distinct})
 			if tt.table == "" {
 				require.NoError(t, err)
 				require.NoError(t, s.Close())
@@ -95,7 +100,7 @@ func TestNewAcceptsBlockNumbersAddedLater(t *testing.T) {
 		score Float64, tags Array(String), note Nullable(String)) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000`)
 	open := func() error {
 		s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-			checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+			checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: env.db})
 		if err == nil {
 			err = s.Close()
 		}

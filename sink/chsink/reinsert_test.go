@@ -40,7 +40,7 @@ func TestMismatchReinsert(t *testing.T) {
 	env := setup(t, replacingDDL)
 	env.exec(t, "SYSTEM STOP MERGES "+env.db+".events") // keep every inserted row visible without FINAL
 	ctx := context.Background()
-	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	store := &faultStorage{Storage: checkpoint.NewMemoryStorage()}
 	state := crashAfterUnackedInsert(t, env, store) // records [100, 150) landed, unacked
 
 	opts := chsink.Options{OnMismatch: chsink.MismatchReinsert}
@@ -90,7 +90,7 @@ func TestMismatchReinsertRefusedOnNonIdempotentTables(t *testing.T) {
 				env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events GROUP BY kind")
 			}
 			_, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema,
+				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema,
 				chsink.Options{Database: env.db, OnMismatch: chsink.MismatchReinsert})
 			require.ErrorIs(t, err, chsink.ErrNotIdempotent)
 			var tce *chsink.TableCheckError
@@ -101,7 +101,7 @@ func TestMismatchReinsertRefusedOnNonIdempotentTables(t *testing.T) {
 			// folding target on a plain server is refused all the same
 			// (see TestNewRefusesUnprovenShapes).
 			s, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: env.db})
 			if tt.def != nil {
 				require.ErrorIs(t, err, tt.def)
 				return

@@ -73,8 +73,8 @@ func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input,
 // query runs over src, a staging copy of the table that holds the batch
 // alone in insert order (see verifier.source), under the token in.Token +
 // ":rederive:" + view, which the target's deduplication drops if a crash
-// repeats the repair. A query that reads other tables too (a JOIN) reads
-// them as they are now.
+// repeats the repair (see selectSettings). A query that reads other tables
+// too (a JOIN) reads them as they are now.
 func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, db, target, src string) error {
 	views, err := r.viewQueries(ctx, c, db, target, src)
 	if err != nil {
@@ -88,13 +88,21 @@ func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, d
 		if err != nil {
 			return fmt.Errorf("view %s: %w", v.name, err)
 		}
-		body := "INSERT INTO " + ident(db) + "." + ident(target) + " (" + joinIdents(names) + ") SELECT " + joinIdents(names) + " FROM (" + v.sel + ")"
-		err = c.Do(ctx, ch.Query{Body: body, Settings: []ch.Setting{
-			{Key: "insert_deduplication_token", Value: in.Token + ":rederive:" + v.name, Important: true},
-			ch.SettingInt("insert_deduplicate", 1),
-			ch.SettingInt("deduplicate_blocks_in_dependent_materialized_views", 1),
-			ch.SettingInt("max_threads", 1),
-		}})
+		sel := "SELECT " + joinIdents(names) + " FROM (" + v.sel + ")"
+		// ORDER BY ALL on the outer SELECT is what the server takes for a
+		// stable SELECT, whose INSERT it deduplicates on every release
+		// (from PR 91830 to PR 99206 a token alone was not enough). A
+		// column the server cannot compare (an aggregate function's state)
+		// cannot be sorted: the server refuses the ordered query when it
+		// describes it, and the repair goes without, kept by the token
+		// where that counts and refused by force_enable where it does not.
+		if _, err := outputColumns(ctx, c, sel+" ORDER BY ALL"); err == nil {
+			sel += " ORDER BY ALL"
+		} else if !ch.IsException(err) {
+			return fmt.Errorf("view %s: %w", v.name, err)
+		}
+		body := "INSERT INTO " + ident(db) + "." + ident(target) + " (" + joinIdents(names) + ") " + sel
+		err = c.Do(ctx, ch.Query{Body: body, Settings: r.selectSettings(in.Token + ":rederive:" + v.name)})
 		if err != nil {
 			return fmt.Errorf("view %s: %w", v.name, err)
 		}
@@ -103,6 +111,24 @@ func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, d
 		}
 	}
 	return nil
+}
+
+// selectSettings are the settings of a repair's INSERT ... SELECT under
+// token: the sink's insert settings (so a profile that turns deduplication
+// off, or makes inserts asynchronous, changes nothing), and
+// deduplicate_insert_select = 'force_enable' where the server knows it,
+// which overrides insert_deduplicate and deduplicate_insert for an INSERT
+// ... SELECT: with 'disable' in a profile a repeated repair would insert
+// its rows again, and with the default 'enable_when_possible' some
+// releases skip deduplication of a SELECT they do not take for stable;
+// 'force_enable' deduplicates or fails the insert. max_threads = 1 reads
+// the staging table in one stream: one order, one block.
+func (r *repairer) selectSettings(token string) []ch.Setting {
+	out := insertSettingsFor(r.sent, token)
+	if r.selectDedup {
+		out = append(out, ch.Setting{Key: selectDedupSetting, Value: "force_enable", Important: true})
+	}
+	return append(out, ch.SettingInt("max_threads", 1))
 }
 
 // viewQuery is a materialized view's query, made to read another table.

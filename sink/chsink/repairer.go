@@ -33,8 +33,16 @@ import (
 type repairer struct {
 	db, table string                                    // the sink's table: Options.Database, Table.Name
 	columns   []string                                  // the columns the sink's insert writes
+	distinct  bool                                      // Options.DistinctViewRows
 	dial      func(context.Context) (*ch.Client, error) // a connection of dropStaging's own
 	logger    *slog.Logger
+	// sent are the settings the sink sends with every insert besides its
+	// token (see checkServer), set once New has read them; every insert
+	// of a repair sends them too, so that a user's profile decides no
+	// more of a repair than of an insert. selectDedup says the server
+	// knows deduplicate_insert_select.
+	sent        []ch.Setting
+	selectDedup bool
 
 	repaired metric.Int64Counter // batches whose lost part was repaired
 	attrs    metric.MeasurementOption
@@ -100,8 +108,12 @@ func (r *repairer) stage(ctx context.Context, c *ch.Client, input proto.Input, n
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
+	// The sink's settings, without a token (the table is new, so there is
+	// nothing to deduplicate against): async_insert = 0 above all, since an
+	// asynchronous insert may return before its rows are written, and the
+	// repair reads them next.
 	body := "INSERT INTO " + db + "." + t + " (" + joinIdents(r.columns) + ") VALUES"
-	if err := c.Do(ctx, ch.Query{Body: body, Input: input}); err != nil {
+	if err := c.Do(ctx, ch.Query{Body: body, Input: input, Settings: r.sent}); err != nil {
 		return fmt.Errorf("fill %s: %w", name, err)
 	}
 	return nil

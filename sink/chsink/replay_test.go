@@ -47,7 +47,7 @@ func TestNondeterministicReplay(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env := setup(t, eventsDDL)
 			ctx := context.Background()
-			store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+			store := &faultStorage{Storage: checkpoint.NewMemoryStorage()}
 			state := crashAfterUnackedInsert(t, env, store)
 
 			s := env.newSink(t, store, chsink.Options{OnMismatch: tt.policy})
@@ -86,7 +86,7 @@ func TestReplayOutsideDedupWindow(t *testing.T) {
 	score Float64, tags Array(String), note Nullable(String)
 ) ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 3, enable_block_number_column = 1`)
 	ctx := context.Background()
-	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	store := &faultStorage{Storage: checkpoint.NewMemoryStorage()}
 	state := crashAfterUnackedInsert(t, env, store)
 	for i := 0; i < 5; i++ { // other writers fill the window
 		env.exec(t, "INSERT INTO "+env.db+".events (id) VALUES ("+string(rune('1'+i))+"000000)")
@@ -106,7 +106,7 @@ func TestMetrics(t *testing.T) {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
 	px := newProxy(t, env.addr)
-	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemStorage(), chsink.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemoryStorage(), chsink.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	require.NoError(t, feed(ctx, t, s, 0, 3000))
 	px.cutAfter.Store(20 << 10)
 	_, err := s.Snapshot(ctx, 1)
@@ -171,7 +171,7 @@ func TestReplacingMergeTreeReadHelpers(t *testing.T) {
 func TestReplaySkippingABatchKeepsRowsBeforeIt(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	store := &faultStorage{Storage: checkpoint.NewMemoryStorage()}
 	state := crashAfterUnackedInsert(t, env, store)
 
 	s := env.newSink(t, store, chsink.Options{OnMismatch: chsink.MismatchKeepFirst})

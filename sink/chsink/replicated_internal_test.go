@@ -54,7 +54,7 @@ func TestCheckReplicatedTables(t *testing.T) {
 		{"tuned", tableInfo{engine: "ReplicatedReplacingMergeTree", replicated: true, windowBlocks: 500, windowSeconds: 600}},
 		{"plain", tableInfo{engine: "MergeTree", windowBlocks: 100, windowSeconds: 120, blockNumbers: true}},
 	} {
-		info, err := checkTable(ctx, c, db, tt.table, cols, false)
+		info, err := checkTable(ctx, c, db, tt.table, cols, false, false)
 		require.NoError(t, err, tt.table)
 		assert.Equal(t, tt.want, info, tt.table)
 	}
@@ -79,13 +79,13 @@ func TestCheckReplicatedTables(t *testing.T) {
 		{"reinsert on a replicated MergeTree", "defaults", true, ErrNotIdempotent, "MismatchReinsert needs"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := checkTable(ctx, c, db, tt.table, cols, tt.reinsert)
+			_, err := checkTable(ctx, c, db, tt.table, cols, tt.reinsert, false)
 			require.ErrorIs(t, err, tt.want)
 			var tce *TableCheckError
 			require.True(t, errors.As(err, &tce))
 			assert.Contains(t, tce.Reason, tt.reason)
 		})
 	}
-	_, err = checkTable(ctx, c, db, "tuned", cols, true)
+	_, err = checkTable(ctx, c, db, "tuned", cols, true, false)
 	assert.NoError(t, err, "ReplicatedReplacingMergeTree is idempotent under re-inserted rows")
 }

@@ -37,7 +37,7 @@ func TestReadOnlyReplicaKeepsBatches(t *testing.T) {
 		score Float64, tags Array(String), note Nullable(String)`
 	exec("CREATE TABLE %s.events (" + columns + ") ENGINE = ReplicatedMergeTree('/clickhouse/tables/{database}/{table}', '{replica}') ORDER BY id")
 
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	// The server retries a read-only insert itself first (20 times by
 	// default, backing off to 10 s): without that the test takes
 	// seconds, and the sink sees what it sees after the server's retries.

@@ -47,7 +47,7 @@ func TestRestoreAcceptsEveryCrashState(t *testing.T) {
 			env := setup(t, replacingDDL)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			store := checkpoint.NewMemStorage()
+			store := checkpoint.NewMemoryStorage()
 			feedAs := feed
 			if tt.changed {
 				feedAs = feedChanged
@@ -120,7 +120,7 @@ func TestRestoreAcceptsBatchBeforeExpected(t *testing.T) {
 			env := setup(t, replacingDDL)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			store := checkpoint.NewMemStorage()
+			store := checkpoint.NewMemoryStorage()
 			old := env.newSink(t, store, chsink.Options{})
 			require.NoError(t, feed(ctx, t, old, 0, 100))
 			state1, err := old.Snapshot(ctx, 1)

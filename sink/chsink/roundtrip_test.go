@@ -88,7 +88,7 @@ func nonNil[V any](s []V) []V {
 func TestEveryColumnKindRoundTrips(t *testing.T) {
 	env := setup(t, chsink.KindDDL)
 	ctx := context.Background()
-	s := newKindSink(t, env, checkpoint.NewMemStorage(), 7)
+	s := newKindSink(t, env, checkpoint.NewMemoryStorage(), 7)
 	want := chsink.KindRows(0, penultimate)
 	addKinds(ctx, t, s, want)
 	_, err := s.Snapshot(ctx, 1)
@@ -111,7 +111,7 @@ const penultimate = 7*9 + 3 // nine full batches of 7 and three rows that Snapsh
 func TestEveryColumnKindReplays(t *testing.T) {
 	env := setup(t, chsink.KindDDL)
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	rows := chsink.KindRows(0, 200) // maps of up to three entries: Map sorts them
 
 	s1 := newKindSink(t, env, store, 9)

@@ -40,12 +40,12 @@ func TestNewRejectsTableWithoutDedupWindow(t *testing.T) {
 	env := setup(t, `CREATE TABLE %s.events (id UInt64, org String, kind LowCardinality(String), at DateTime64(3),
 		score Float64, tags Array(String), note Nullable(String)) ENGINE = MergeTree ORDER BY id`)
 	_, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: env.db})
 	require.ErrorIs(t, err, chsink.ErrNoDedupWindow)
 	assert.Contains(t, err.Error(), "non_replicated_deduplication_window")
 
 	_, err = chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "missing"},
-		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: env.db})
 	require.ErrorIs(t, err, chsink.ErrTableSchema)
 }
 
@@ -54,7 +54,7 @@ func TestNewRejectsViewTargetWithoutDedupWindow(t *testing.T) {
 	env.exec(t, "CREATE TABLE "+env.db+".kind_counts (kind String, n UInt64) ENGINE = SummingMergeTree ORDER BY kind")
 	env.exec(t, "CREATE MATERIALIZED VIEW "+env.db+".mv_kind_counts TO "+env.db+".kind_counts AS SELECT toString(kind) AS kind, count() AS n FROM "+env.db+".events GROUP BY kind")
 	_, err := chsink.New(context.Background(), chsink.Table{Addr: env.addr, Name: "events"},
-		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema, chsink.Options{Database: env.db})
+		checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema, chsink.Options{Database: env.db})
 	require.ErrorIs(t, err, chsink.ErrNoDedupWindow)
 	assert.Contains(t, err.Error(), "materialized view")
 }
@@ -67,7 +67,7 @@ func TestKilledBeforeCheckpointCompleted(t *testing.T) {
 	env := setup(t, eventsDDL)
 	env.withRollup(t)
 	ctx := context.Background()
-	store := &faultStorage{Storage: checkpoint.NewMemStorage()}
+	store := &faultStorage{Storage: checkpoint.NewMemoryStorage()}
 
 	s1 := env.newSink(t, store, chsink.Options{MaxRows: 37})
 	require.NoError(t, feed(ctx, t, s1, 0, 100))
@@ -98,7 +98,7 @@ func TestQuietStreamFlushesWithinMaxDelay(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{MaxDelay: 200 * time.Millisecond})
+	s := env.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{MaxDelay: 200 * time.Millisecond})
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 
@@ -118,7 +118,7 @@ func TestQuietStreamFlushesWithinMaxDelay(t *testing.T) {
 func TestPermanentErrorFailsCheckpoint(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{InitialBackoff: 50 * time.Millisecond})
+	s := env.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{InitialBackoff: 50 * time.Millisecond})
 	env.exec(t, "ALTER TABLE "+env.db+".events DROP COLUMN note")
 	require.NoError(t, feed(ctx, t, s, 0, 10))
 
@@ -144,7 +144,7 @@ func TestConnectionCutDuringInsertLeavesOneCopy(t *testing.T) {
 	env.withRollup(t)
 	ctx := context.Background()
 	px := newProxy(t, env.addr)
-	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemStorage(), chsink.Options{InitialBackoff: 20 * time.Millisecond})
+	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemoryStorage(), chsink.Options{InitialBackoff: 20 * time.Millisecond})
 
 	require.NoError(t, feed(ctx, t, s, 0, 3000))
 	px.cutAfter.Store(20 << 10) // the insert block is larger than any query
@@ -162,7 +162,7 @@ func TestInsertTimeoutIsRetried(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
 	px := newProxy(t, env.addr)
-	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemStorage(),
+	s := env.newSinkAt(t, px.Addr(), checkpoint.NewMemoryStorage(),
 		chsink.Options{InitialBackoff: 20 * time.Millisecond, InsertTimeout: 500 * time.Millisecond})
 
 	require.NoError(t, feed(ctx, t, s, 0, 3000))
@@ -177,7 +177,7 @@ func TestInsertTimeoutIsRetried(t *testing.T) {
 func TestOutOfOrderRowIsRejected(t *testing.T) {
 	env := setup(t, eventsDDL)
 	ctx := context.Background()
-	s := env.newSink(t, checkpoint.NewMemStorage(), chsink.Options{})
+	s := env.newSink(t, checkpoint.NewMemoryStorage(), chsink.Options{})
 	require.NoError(t, s.Add(ctx, sink.Position{Offset: 5}, event{ID: 1}))
 	err := s.Add(ctx, sink.Position{Offset: 5}, event{ID: 2})
 	require.ErrorIs(t, err, sink.ErrOutOfOrder)
@@ -206,7 +206,7 @@ func TestNewOnUnreachableServerRetryable(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens there now
 	_, err = chsink.New(t.Context(), chsink.Table{Name: "events", Addr: addr},
-		checkpoint.TopicPartition{Topic: "t", Partition: 0}, checkpoint.NewMemStorage(), eventSchema,
+		checkpoint.TopicPartition{Topic: "t", Partition: 0}, checkpoint.NewMemoryStorage(), eventSchema,
 		chsink.Options{Database: "default", DialTimeout: time.Second})
 	require.Error(t, err)
 	assert.True(t, kafkasource.IsRetryable(err), "%v", err)

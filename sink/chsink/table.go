@@ -104,7 +104,7 @@ var windowSetting = regexp.MustCompile(`\b(non_replicated_deduplication_window|r
 //
 // With reinsert (MismatchReinsert) the table and every view target must also
 // be of an engine under which re-inserted rows are idempotent.
-func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []string, reinsert bool) (tableInfo, error) {
+func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []string, reinsert, distinct bool) (tableInfo, error) {
 	info, err := dedupWindow(ctx, c, db, table)
 	if err != nil {
 		return info, err
@@ -117,7 +117,7 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 	if err := provable(db, table, info); err != nil {
 		return info, err
 	}
-	targetSeconds, err := checkViews(ctx, c, db, table, info.replicated, info.windowBlocks, 0, reinsert)
+	targetSeconds, err := checkViews(ctx, c, db, table, info.replicated, info.windowBlocks, 0, reinsert, distinct)
 	if err != nil {
 		return info, err
 	}
@@ -260,6 +260,16 @@ func dedupWindow(ctx context.Context, c *ch.Client, db, table string) (tableInfo
 				"set it above the replay depth in blocks, e.g. ALTER TABLE %s.%s MODIFY SETTING %s = 1000", setting, db, table, setting),
 			Err: ErrNoDedupWindow}
 	}
+	if info.replicated && info.windowSeconds <= 0 {
+		// Not "no time bound": the cleanup counts the bound back from the
+		// newest block and drops every hash older than newest - seconds,
+		// so 0 keeps only the newest block's (see settings.go).
+		return info, &TableCheckError{Database: db, Table: table, Engine: info.engine,
+			Reason: fmt.Sprintf("replicated_deduplication_window_seconds = 0: ClickHouse would keep only the newest block's hash, "+
+				"so a retried or replayed batch would be inserted again; set it above the longest replay in seconds, "+
+				"e.g. ALTER TABLE %s.%s MODIFY SETTING replicated_deduplication_window_seconds = 3600", db, table),
+			Err: ErrNoDedupWindow}
+	}
 	return info, nil
 }
 
@@ -285,7 +295,9 @@ func tighterSeconds(a, b int64) int64 {
 // Each target must also be of a shape whose lost part the sink can tell
 // exactly (provable), and a target fed through another view (a cascade)
 // must be replicated, as must the view target that feeds it (cascade).
-func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated bool, depthBlocks int64, depth int, reinsert bool) (int64, error) {
+// Unless distinct (Options.DistinctViewRows), a target must not be a plain
+// MergeTree either (reproducible).
+func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated bool, depthBlocks int64, depth int, reinsert, distinct bool) (int64, error) {
 	if depth > 8 {
 		return 0, nil
 	}
@@ -329,6 +341,9 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated 
 		if err == nil {
 			err = provable(tdb, tt, info)
 		}
+		if err == nil && !distinct {
+			err = reproducible(tdb, tt, info)
+		}
 		if err != nil {
 			var tce *TableCheckError
 			if errors.As(err, &tce) {
@@ -336,7 +351,7 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated 
 			}
 			return 0, err
 		}
-		below, err := checkViews(ctx, c, tdb, tt, info.replicated, need, depth+1, reinsert)
+		below, err := checkViews(ctx, c, tdb, tt, info.replicated, need, depth+1, reinsert, distinct)
 		if err != nil {
 			return 0, err
 		}

@@ -27,7 +27,7 @@ func TestTLS(t *testing.T) {
 	addr := testkit.TLSProxy(t, env.addr, server)
 
 	t.Run("trusted", func(t *testing.T) {
-		store := checkpoint.NewMemStorage()
+		store := checkpoint.NewMemoryStorage()
 		ctx := context.Background()
 		s := env.newSinkAt(t, addr, store, chsink.Options{Client: ch.Options{TLS: client}, MaxRows: 7})
 		require.NoError(t, feed(ctx, t, s, 0, 30))
@@ -65,7 +65,7 @@ func TestTLS(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t0 := time.Now()
 			_, err := chsink.New(context.Background(), chsink.Table{Addr: tt.addr, Name: "events"},
-				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemStorage(), eventSchema,
+				checkpoint.TopicPartition{Topic: "events"}, checkpoint.NewMemoryStorage(), eventSchema,
 				chsink.Options{Database: env.db, Client: ch.Options{TLS: tt.tls}})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.reason)

@@ -5,14 +5,21 @@
 //
 // # Tour
 //
-// New returns the Sink of one source partition's chain. Process hands it
-// records with Add; the chain's checkpoints do the rest:
+// Open returns the Sink of one source partition's chain, registered in
+// the chain (a checkpoint.Chain, which kafkasource.Chains builds) under a
+// name of its own. Process hands it records with Add; the chain's
+// checkpoints do the rest:
 //
-//	s, err := kafkasink.New(brokers, "enricher", p, kafkasink.Options{})
-//	proc.Participants["out"] = s
-//	proc.Process = func(ctx context.Context, m kafka.Message) error {
-//		return s.Add(ctx, "enriched", m.Partition, kafkatxn.Record{Key: m.Key, Value: enrich(m.Value)})
+//	s, err := kafkasink.Open(c, "zz-out", brokers, "enricher", kafkasink.Options{})
+//	if err != nil {
+//		return nil, err
 //	}
+//	return &kafkasource.Processor{Process: func(ctx context.Context, m kafka.Message) error {
+//		return s.Add(ctx, "enriched", m.Partition, kafkatxn.Record{Key: m.Key, Value: enrich(m.Value)})
+//	}}, nil
+//
+// New builds a sink outside a chain, for a caller that drives the
+// protocol's calls itself.
 //
 // Downstream, read the output with isolation read_committed and aborted
 // records filtered: kafkatxn.Reader, kafkasource (which always does),
@@ -30,19 +37,46 @@
 //  2. Snapshot (the barrier) sends the rest and returns the transaction's
 //     identity (transactional id, producer id, epoch, and each partition's
 //     first offset): the pre-commit. The checkpoint stores it.
-//  3. CheckpointCompleted commits the transaction (EndTxn); the next
+//  3. Just before the checkpoint is saved, Expired (checkpoint.Expirer)
+//     checks the transaction's age, counted from just before its first
+//     partition was added: with less than Options.ExpiryMargin left of
+//     TransactionTimeout, the broker might abort it before the save and
+//     the commit finish, so the checkpoint is not saved (ErrExpired), the
+//     transaction is aborted and the chain restarts from its last
+//     checkpoint, whose replay writes the records again.
+//  4. CheckpointCompleted commits the transaction (EndTxn); the next
 //     Add begins a new one, with its own epoch.
-//  4. Restore, after a crash, commits the transaction its checkpoint
-//     recorded (kafkatxn.CommitPrepared): the checkpoint completed, so its
-//     output must be visible, whether or not the commit happened before
-//     the crash (a repeated commit is harmless, and once the epoch has
-//     moved on the log's transaction marker settles it). Then its producer
-//     starts, and InitProducerID aborts any later transaction of the id:
-//     records written after the checkpoint, which the chain replays.
+//  5. Resolve (checkpoint.Resolver), then Restore, after a crash, commit
+//     the transaction the checkpoint recorded (kafkatxn.CommitPrepared):
+//     the checkpoint completed, so its output must be visible, whether or
+//     not the commit happened before the crash (a repeated commit is
+//     harmless, and once the epoch has moved on, or the broker forgot the
+//     transactional id, the log's transaction marker settles it). Then
+//     the producer starts, and InitProducerID aborts any later transaction
+//     of the id: records written after the checkpoint, which the chain
+//     replays.
 //
 // A crash before the checkpoint is saved leaves the transaction open; the
 // restore of the previous checkpoint starts the producer, which aborts it.
-// A crash after the checkpoint is saved and before the commit is step 4.
+// A crash after the checkpoint is saved and before the commit is step 5.
+// If the chain stays down (or paused) so long after the save that the
+// broker aborts the transaction by its timeout, or expires the
+// transactional id (transactional.id.expiration.ms) with it, Resolve finds
+// the transaction aborted and says so (checkpoint.ErrOutputLost): Attach
+// falls back to the previous retained checkpoint, whose transaction was
+// committed before this one was prepared (a barrier never prepares a
+// transaction while the previous one is unconfirmed), restores every
+// participant from it, and the replay writes the lost records again.
+//
+// What the other participants do on that fallback is what they do after
+// any restore of an older checkpoint (the Store falls back past a corrupt
+// one the same way): dedup restores the keys of the older checkpoint, so
+// the replay's records after it are decided exactly as the first time
+// (deterministic processing); chsink keeps its journal through the oldest
+// of the Store's Keep checkpoints, so the replay re-inserts its batches
+// with their journaled tokens and ClickHouse drops the copies as
+// duplicates (inside its deduplication window). The checkpoint the
+// replay then takes gets the lost checkpoint's ID and replaces its file.
 // Records written after a barrier whose checkpoint has not completed yet
 // are held in memory, so a prepared transaction never holds a record after
 // its barrier. If a later barrier comes before that completion (the
@@ -58,7 +92,23 @@
 // get past it (kafkasource restarts such a chain from its last checkpoint
 // by itself): always, except when the producer was fenced, since then
 // another incarnation of the chain runs, and restarting would fence it
-// back.
+// back. A transaction the broker aborted by its timeout is not fencing:
+// the broker bumps the epoch and answers as to a fenced producer, but the
+// error then wraps kafkatxn.ErrTimedOut instead of kafkatxn.ErrFenced
+// (the transaction was open TransactionTimeout or longer), and is
+// Retryable.
+//
+// # Timeouts
+//
+// A transaction lasts from the first record after a checkpoint to the
+// commit after the next one: about Options.CheckpointInterval, plus the
+// slowest participant's pending part, the save and the commit. New
+// refuses a TransactionTimeout that is not above CheckpointInterval plus
+// ExpiryMargin, and the producer's first start one above the brokers'
+// transaction.max.timeout.ms, with a *TimeoutError naming both settings.
+// A pending part that is slower than the rest of the timeout allows
+// costs a restart and a replay (ErrExpired, counted in
+// exactlyonce.checkpoint.expired), never a record.
 //
 // # Why consumed offsets do not ride in the transaction
 //
@@ -78,11 +128,15 @@
 //
 // Options.MeterProvider receives, per chain (the source topic and
 // partition): exactlyonce.kafkasink.transactions by outcome (committed at
-// CheckpointCompleted, restored, aborted, failed), records_written,
-// precommit.duration (the barrier's hold on the chain) and commit.duration,
-// and fenced. An aborted transaction is a completed checkpoint's lost
-// output (its transaction outlived the transaction timeout): alert on it,
-// and on fenced, which means two incarnations of a chain ran at once.
+// CheckpointCompleted, restored, aborted, expired, failed),
+// records_written, precommit.duration (the barrier's hold on the chain)
+// and commit.duration, and fenced. Expired counts transactions too close
+// to TransactionTimeout for their checkpoint to be saved, or aborted by it
+// before the commit; aborted, transactions found aborted at restore, whose
+// checkpoint the restore passed over (exactlyonce.checkpoint.restore.fallbacks).
+// Neither loses a record, but both mean the timeout is too short for the
+// chain's checkpoints or pauses: alert on them, and on fenced, which means
+// two incarnations of a chain ran at once.
 //
 // # Guarantees
 //
@@ -103,16 +157,50 @@
 //     the checkpoint file as before. An aborted barrier puts its records
 //     back before the later ones (TestSinkAsyncBarrier; TestKill9 kills
 //     after the pending pre-commit too).
-//   - A zombie (an earlier incarnation of the chain still running) is
-//     fenced: its next write or commit fails with kafkatxn.ErrFenced, and
-//     its open transaction is aborted.
-//   - Restore fails with kafkatxn.ErrAborted, instead of going on, if the
-//     recorded transaction was aborted (it outlived the transaction
-//     timeout): output of a completed checkpoint would be missing.
+//   - A zombie (an earlier incarnation of the chain still running, such
+//     as a revoked owner paused past its session timeout) is fenced once
+//     the chain's next incarnation is attached, restored or fresh (Start,
+//     which checkpoint.Coordinator.Attach calls): its next write or
+//     commit fails with kafkatxn.ErrFenced, and its open transaction is
+//     aborted, so it commits nothing that the new owner's replay writes
+//     again (TestZombieFencedByFreshStart: before Start, a fresh start
+//     fenced only at its first write, and the zombie's commit until then
+//     left every record twice). Not covered: a zombie whose producer
+//     starts after the new owner's Attach (it was itself paused inside
+//     its own Attach) fences the new owner instead, whose chain then
+//     fails with ErrFenced.
+//   - A checkpoint is saved only while its transaction has more than
+//     Options.ExpiryMargin left of TransactionTimeout (Expired, just before
+//     the save); otherwise nothing is saved, no offset moves, and the
+//     restarted chain's replay writes the records into a new transaction:
+//     none lost, none twice (TestSlowCoParticipantOutlivesTransaction: a
+//     co-participant's pending part outlives a 4 s timeout;
+//     TestSIGSTOPBetweenPrecommitAndSave: a kafkasource -> dedup ->
+//     kafkasink process paused with SIGSTOP after a pre-commit until the
+//     broker aborted the transaction).
+//   - A checkpoint whose transaction was aborted after its save (the
+//     process paused or down past TransactionTimeout between the save and
+//     the commit, or past transactional.id.expiration.ms) is never
+//     restored: Resolve reports it (kafkatxn.ErrAborted,
+//     checkpoint.ErrOutputLost), Attach restores every participant from
+//     the previous retained checkpoint, and the replay writes the lost
+//     records once; the chain is not stuck. Restore itself, called without
+//     Resolve, fails with the same error rather than go on. Tested with
+//     dedup in the chain (TestRestoreFallsBackPastAbortedTransaction) and
+//     after the transactional id expired, which the broker answers with
+//     INVALID_PRODUCER_ID_MAPPING (TestRestoreAfterTransactionalIDExpired).
+//   - A commit refused because the broker aborted the transaction by its
+//     timeout fails with kafkatxn.ErrTimedOut (Retryable), never
+//     kafkatxn.ErrFenced, and counts as outcome expired, not as fenced.
 //
 // What it assumes: the chain is deterministic on replay (the checkpoint
-// package's rule), so a replay writes the same records; the transaction
-// timeout (Options.Tx.TransactionTimeout, capped by the broker's
-// transaction.max.timeout.ms) exceeds the checkpoint interval plus the
-// longest restart; one pipeline per prefix.
+// package's rule), so a replay writes the same records; the Store keeps
+// at least two checkpoints (StoreOptions.Keep, default 3), so that there
+// is one to fall back to; the clock of this process runs at the broker's
+// rate (the age of a transaction is measured here, its timeout there);
+// one pipeline per prefix. A chain with two kafkasinks whose transactions
+// of one checkpoint ended differently (one committed before a crash, the
+// other aborted by the timeout after it) falls back too, and the
+// committed one's records of that checkpoint are then written twice: use
+// one kafkasink per chain.
 package kafkasink

@@ -18,7 +18,8 @@ import (
 const (
 	outcomeCommitted = "committed" // by CheckpointCompleted
 	outcomeRestored  = "restored"  // by Restore (CommitPrepared), or found committed
-	outcomeAborted   = "aborted"   // found aborted by Restore: a completed checkpoint's output is lost
+	outcomeAborted   = "aborted"   // found aborted by Resolve or Restore: the restore falls back to an older checkpoint
+	outcomeExpired   = "expired"   // too close to TransactionTimeout to save (Expired), or aborted by it before the commit
 	outcomeFailed    = "failed"    // another error; the chain restarts and its Restore commits it
 )
 
@@ -39,7 +40,7 @@ func newMetrics(mp metric.MeterProvider, src checkpoint.TopicPartition) (metrics
 	m := meter.New(mp, "sink/kafkasink")
 	ms := metrics{
 		attrs:     meter.Partition(src.Topic, src.Partition),
-		txns:      m.Counter("exactlyonce.kafkasink.transactions", "{transaction}", "Transaction commits by outcome: committed, restored, aborted, failed."),
+		txns:      m.Counter("exactlyonce.kafkasink.transactions", "{transaction}", "Prepared transactions by outcome: committed, restored, aborted (found aborted at restore), expired (near or past TransactionTimeout: not saved, or refused at the commit), failed."),
 		records:   m.Counter("exactlyonce.kafkasink.records_written", "{record}", "Records acknowledged by the broker inside a transaction (replays included), visible once it commits."),
 		precommit: m.Histogram("exactlyonce.kafkasink.precommit.duration", "s", "Time Snapshot held the chain at a barrier: sending the buffered records (the pre-commit)."),
 		commit:    m.Histogram("exactlyonce.kafkasink.commit.duration", "s", "Time to commit a prepared transaction, at CheckpointCompleted or Restore."),
@@ -55,9 +56,13 @@ func newMetrics(mp metric.MeterProvider, src checkpoint.TopicPartition) (metrics
 // transaction counts a transaction ended with outcome, whose commit
 // started at start.
 func (m *metrics) transaction(outcome string, start time.Time) {
-	ctx := context.Background()
-	m.commit.Record(ctx, time.Since(start).Seconds(), m.opt)
-	m.txns.Add(ctx, 1, metric.WithAttributes(append(m.attrs[:len(m.attrs):len(m.attrs)], attribute.String("outcome", outcome))...))
+	m.commit.Record(context.Background(), time.Since(start).Seconds(), m.opt)
+	m.outcome(outcome)
+}
+
+// outcome counts a transaction ended with outcome.
+func (m *metrics) outcome(outcome string) {
+	m.txns.Add(context.Background(), 1, metric.WithAttributes(append(m.attrs[:len(m.attrs):len(m.attrs)], attribute.String("outcome", outcome))...))
 }
 
 // failed counts err if it says the producer was fenced.

@@ -17,47 +17,6 @@ import (
 // DefaultBatchSize is the default Options.BatchSize.
 const DefaultBatchSize = 500
 
-var (
-	// ErrInvalidOptions is wrapped by New's error for a missing argument
-	// or an invalid option.
-	ErrInvalidOptions = errors.New("kafkasink: invalid options")
-	// ErrInvalidArgument is wrapped by Add's error for a record without
-	// a topic or with a negative partition: nothing was buffered.
-	ErrInvalidArgument = errors.New("kafkasink: invalid argument")
-	// ErrClosed is returned by every method after Close.
-	ErrClosed = errors.New("kafkasink: closed")
-	// ErrUnconfirmed is wrapped by a Snapshot *Error when the transaction
-	// prepared at an earlier barrier was never confirmed by
-	// CheckpointCompleted (that checkpoint failed after this sink's
-	// snapshot, or its notification was lost). The sink cannot tell
-	// whether that checkpoint is durable, so it can neither commit the
-	// transaction nor add records to it: the chain must restart from its
-	// newest checkpoint, whose restore resolves the transaction (the
-	// error is Retryable, so kafkasource does that by itself).
-	ErrUnconfirmed = errors.New("kafkasink: an earlier prepared transaction was not confirmed")
-	// ErrCorruptState is wrapped by Restore's error for a state it cannot
-	// decode.
-	ErrCorruptState = errors.New("kafkasink: corrupt state")
-)
-
-// Error is a failed send, commit or barrier of the sink. The sink stays
-// failed; the chain must restart from its last checkpoint, whose Restore
-// resolves the transaction the checkpoint recorded and aborts any other.
-type Error struct {
-	Op  string // "send", "commit" or "snapshot"
-	Err error
-}
-
-func (e *Error) Error() string { return "kafkasink: " + e.Op + ": " + e.Err.Error() }
-
-func (e *Error) Unwrap() error { return e.Err }
-
-// Retryable reports whether a restart of the chain from its last
-// checkpoint can get past the error (kafkasource restarts a chain whose
-// error says so): always, except when the producer was fenced, which means
-// another incarnation of the chain is running.
-func (e *Error) Retryable() bool { return !kafkatxn.IsFenced(e.Err) }
-
 // Options configures a Sink. The zero value is valid.
 type Options struct {
 	// BatchSize is how many records of one output partition are buffered
@@ -67,10 +26,31 @@ type Options struct {
 	// DefaultBatchSize.
 	BatchSize int
 	// Tx configures the transactional producer. Its TransactionTimeout
-	// must exceed the checkpoint interval plus the longest restart of a
-	// chain: a transaction the broker aborts before the restore commits
-	// it makes Restore fail with kafkatxn.ErrAborted.
+	// (default kafkatxn.DefaultTransactionTimeout) bounds how long a
+	// transaction may stay open, from its first record to the commit
+	// after its checkpoint: it must exceed CheckpointInterval plus
+	// ExpiryMargin (New checks) and must not exceed the broker's
+	// transaction.max.timeout.ms (the first start of the producer
+	// checks, with DescribeConfigs; a principal not allowed to describe
+	// the cluster skips the check, and InitProducerID refuses such a
+	// timeout instead). A checkpoint whose transaction comes within ExpiryMargin
+	// of it is not saved (see Expired); one whose transaction the broker
+	// aborts after the save is passed over at restore (see Resolve).
 	Tx kafkatxn.TxOptions
+	// ExpiryMargin is the time a prepared transaction must have left
+	// before TransactionTimeout for its checkpoint to be saved: it covers
+	// the checkpoint file's save and the commit after it. Larger declines
+	// more checkpoints of slow chains; smaller risks a checkpoint whose
+	// transaction the broker aborts between the save and the commit
+	// (which a restore then passes over, replaying from an older one).
+	// Default: TransactionTimeout / DefaultExpiryMarginDivisor (15 s of
+	// the default 60 s).
+	ExpiryMargin time.Duration
+	// CheckpointInterval is the coordinator's checkpoint.Options.Interval,
+	// which New checks TransactionTimeout against. Default:
+	// checkpoint.DefaultInterval; negative: checkpoints are only
+	// triggered (not checked).
+	CheckpointInterval time.Duration
 	// MeterProvider receives the sink's metrics (transactions by outcome,
 	// records written, pre-commit and commit durations, fencing), each
 	// with the source topic and partition. Default: a no-op provider.
@@ -92,6 +72,11 @@ type Options struct {
 // sink synchronises them with one mutex, which is not held while the
 // pending part sends (Add only buffers meanwhile, so the producer is the
 // pending part's alone).
+//
+// A Sink is also a checkpoint.Expirer (a checkpoint whose transaction is
+// too close to its timeout is not saved) and a checkpoint.Resolver (a
+// checkpoint whose transaction was aborted after its save is passed over
+// at restore).
 type Sink struct {
 	brokers []string
 	txid    string
@@ -99,6 +84,10 @@ type Sink struct {
 
 	mu        sync.Mutex
 	preparing bool // a pending part is sending the records of its barrier
+	checked   bool // TransactionTimeout was checked against the brokers'
+	// resolved is the state Resolve committed, which Restore need not
+	// commit again.
+	resolved []byte
 
 	p     *kafkatxn.TxProducer
 	bufs  map[outPartition][]kafkatxn.Record
@@ -117,7 +106,12 @@ type outPartition struct {
 	partition int
 }
 
-var _ checkpoint.AsyncParticipant = (*Sink)(nil)
+var (
+	_ checkpoint.AsyncParticipant = (*Sink)(nil)
+	_ checkpoint.Expirer          = (*Sink)(nil)
+	_ checkpoint.Resolver         = (*Sink)(nil)
+	_ checkpoint.Starter          = (*Sink)(nil)
+)
 
 // New returns the Sink of the chain of source partition src. Its
 // transactional id is prefix-<topic>-<partition> of src: stable, so the
@@ -125,8 +119,10 @@ var _ checkpoint.AsyncParticipant = (*Sink)(nil)
 // another instance) fences this one, as Kafka Streams does per task. prefix
 // names the pipeline; two pipelines must not share one.
 //
-// New does not connect: the producer starts at the first write, snapshot
-// or restore, after a restore has resolved the restored transaction.
+// New does not connect: the producer starts when the chain is attached
+// (Start, or Restore after a restore has resolved the restored
+// transaction), or at the first write or snapshot of a sink used without
+// a coordinator.
 func New(brokers []string, prefix string, src checkpoint.TopicPartition, opts Options) (*Sink, error) {
 	if len(brokers) == 0 || prefix == "" || src.Topic == "" || src.Partition < 0 {
 		return nil, fmt.Errorf("%w: brokers, a prefix and a source partition are required", ErrInvalidOptions)
@@ -136,6 +132,22 @@ func New(brokers []string, prefix string, src checkpoint.TopicPartition, opts Op
 	}
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.Tx.TransactionTimeout < 0 || opts.ExpiryMargin < 0 {
+		return nil, fmt.Errorf("%w: negative TransactionTimeout or ExpiryMargin", ErrInvalidOptions)
+	}
+	if opts.Tx.TransactionTimeout == 0 {
+		opts.Tx.TransactionTimeout = kafkatxn.DefaultTransactionTimeout
+	}
+	if opts.ExpiryMargin == 0 {
+		opts.ExpiryMargin = opts.Tx.TransactionTimeout / DefaultExpiryMarginDivisor
+	}
+	if opts.CheckpointInterval == 0 {
+		opts.CheckpointInterval = checkpoint.DefaultInterval
+	}
+	if opts.CheckpointInterval > 0 && opts.Tx.TransactionTimeout <= opts.CheckpointInterval+opts.ExpiryMargin {
+		return nil, &TimeoutError{TransactionTimeout: opts.Tx.TransactionTimeout, Setting: intervalSetting,
+			Limit: opts.CheckpointInterval + opts.ExpiryMargin}
 	}
 	m, err := newMetrics(opts.MeterProvider, src)
 	if err != nil {
@@ -164,12 +176,35 @@ func (s *Sink) producer(ctx context.Context) (*kafkatxn.TxProducer, error) {
 	if s.p != nil {
 		return s.p, nil
 	}
+	if err := s.checkTimeout(ctx); err != nil {
+		return nil, err
+	}
 	p, err := kafkatxn.NewTxProducer(ctx, s.brokers, s.txid, s.opts.Tx)
 	if err != nil {
 		return nil, fmt.Errorf("kafkasink: %w", err)
 	}
 	s.p = p
 	return p, nil
+}
+
+// Start is the sink's checkpoint.Starter: Attach calls it once the
+// chain's starting point is decided, restored or fresh, before the
+// chain's first record. It starts the transactional producer (after a
+// restore, Restore did already), whose InitProducerID fences every earlier
+// producer of the transactional id and aborts its open transaction. So a
+// revoked owner still running (paused past its session timeout, it does
+// not know yet) can no longer commit a transaction once this owner is
+// attached: before, a fresh start's producer started at its first write,
+// and a revoked owner's commit until then went through, its records
+// written twice once this owner's replay wrote them again.
+func (s *Sink) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	_, err := s.producer(ctx)
+	return err
 }
 
 // Add adds recs for topic's partition to the open transaction. They are
@@ -230,45 +265,6 @@ func (s *Sink) send(ctx context.Context, op outPartition, buf []kafkatxn.Record)
 	}
 	return nil
 }
-
-// state is what a checkpoint holds for the sink: the prepared transaction,
-// with field names of its own so that renaming kafkatxn.Txn's fields never
-// changes the format.
-type state struct {
-	Version int       `json:"v"`
-	Txn     *txnState `json:"txn,omitempty"`
-}
-
-type txnState struct {
-	ID         string      `json:"id"`
-	ProducerID int64       `json:"pid"`
-	Epoch      int16       `json:"epoch"`
-	Partitions []partState `json:"parts"`
-}
-
-type partState struct {
-	Topic     string `json:"t"`
-	Partition int    `json:"p"`
-	First     int64  `json:"first"`
-}
-
-func toState(t kafkatxn.Txn) *txnState {
-	st := &txnState{ID: t.TransactionalID, ProducerID: t.ProducerID, Epoch: t.Epoch}
-	for _, p := range t.Partitions {
-		st.Partitions = append(st.Partitions, partState{Topic: p.Topic, Partition: p.Partition, First: p.FirstOffset})
-	}
-	return st
-}
-
-func (st *txnState) txn() kafkatxn.Txn {
-	t := kafkatxn.Txn{TransactionalID: st.ID, ProducerID: st.ProducerID, Epoch: st.Epoch}
-	for _, p := range st.Partitions {
-		t.Partitions = append(t.Partitions, kafkatxn.TxnPartition{Topic: p.Topic, Partition: p.Partition, FirstOffset: p.First})
-	}
-	return t
-}
-
-const stateVersion = 1
 
 // Snapshot sends every buffered record and returns the identity of the
 // open transaction (transactional id, producer id, epoch, partitions): the
@@ -379,56 +375,21 @@ func (s *Sink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
+		outcome := outcomeFailed
+		if errors.Is(err, kafkatxn.ErrTimedOut) {
+			// Saved, then aborted by the broker before this commit (a
+			// pause longer than ExpiryMargin): the restore passes this
+			// checkpoint over (Resolve).
+			outcome = outcomeExpired
+		}
 		s.m.failed(err)
-		s.m.transaction(outcomeFailed, start)
+		s.m.transaction(outcome, start)
 		s.err = &Error{Op: "commit", Err: fmt.Errorf("checkpoint %d: %w", prepared, err)}
 		return s.err
 	}
 	s.m.transaction(outcomeCommitted, start)
 	s.prepared = nil
 	return nil
-}
-
-// Restore resolves the transaction recorded in data: it belongs to a
-// completed checkpoint, so it is committed (kafkatxn.CommitPrepared), which
-// does nothing if it was committed already. Then the sink's producer
-// starts, which aborts any later transaction of the id (records written
-// after the checkpoint, which the chain replays). If the transaction was
-// aborted instead (it outlived TransactionTimeout), Restore fails with an
-// error wrapping kafkatxn.ErrAborted: output of a completed checkpoint is
-// lost, and going on would hide it.
-func (s *Sink) Restore(ctx context.Context, data []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	var st state
-	if err := json.Unmarshal(data, &st); err != nil {
-		return fmt.Errorf("%w: %w", ErrCorruptState, err)
-	}
-	if st.Version != stateVersion {
-		return fmt.Errorf("%w: version %d", ErrCorruptState, st.Version)
-	}
-	if st.Txn != nil {
-		if st.Txn.ID == "" || st.Txn.ProducerID < 0 {
-			return fmt.Errorf("%w: transaction without id", ErrCorruptState)
-		}
-		start := time.Now()
-		if err := kafkatxn.CommitPrepared(ctx, s.brokers, st.Txn.txn(), s.opts.Tx); err != nil {
-			outcome := outcomeFailed
-			if errors.Is(err, kafkatxn.ErrAborted) {
-				outcome = outcomeAborted
-			}
-			s.m.failed(err)
-			s.m.transaction(outcome, start)
-			return fmt.Errorf("kafkasink: restore: %w", err)
-		}
-		s.m.transaction(outcomeRestored, start)
-	}
-	s.bufs, s.order, s.prepared, s.err = map[outPartition][]kafkatxn.Record{}, nil, nil, nil
-	_, err := s.producer(ctx)
-	return err
 }
 
 // Close releases the producer. It ends no transaction: a prepared one must

@@ -100,6 +100,42 @@ func TestSinkRestore(t *testing.T) {
 	assert.ErrorIs(t, err, kafkatxn.ErrAborted)
 }
 
+// TestZombieFencedByFreshStart: the partition's new owner starts fresh
+// (no checkpoint yet) while the revoked owner, paused past its session
+// timeout, holds a pre-committed transaction. Attaching the new owner's
+// chain fences the old one (Start): its commit fails with ErrFenced and
+// none of its records become visible, so the new owner's replay writes
+// them once. Before Start, a fresh start's producer began at its first
+// write, and the old owner's commit until then went through: every
+// record twice (found by harness/internal/sim's zombie_owner, seed 228).
+func TestZombieFencedByFreshStart(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "out")
+	testkit.CreateTopic(t, brokers, topic, 1)
+	ctx := context.Background()
+
+	zombie := newSink(t, brokers, topic)
+	write(t, zombie, topic, "a", "b", "c")
+	_, err := zombie.Snapshot(ctx, 1) // pre-committed; its save follows
+	require.NoError(t, err)
+
+	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
+	require.NoError(t, err)
+	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: -1})
+	require.NoError(t, err)
+	owner := newSink(t, brokers, topic)
+	task, err := coord.Attach(ctx, checkpoint.TopicPartition{Topic: "in", Partition: 3}, map[string]checkpoint.Participant{"kafka": owner})
+	require.NoError(t, err)
+	defer task.Detach()
+	require.Nil(t, task.Restored(), "a fresh start")
+
+	err = zombie.CheckpointCompleted(ctx, 1) // the revoked owner's checkpoint completes
+	assert.ErrorIs(t, err, kafkatxn.ErrFenced, "the revoked owner's commit")
+	write(t, owner, topic, "a", "b", "c") // the new owner's replay
+	require.NoError(t, task.Checkpoint(ctx, nil, 3, checkpoint.Meta{}, nil))
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, readCommitted(t, brokers, topic, 1))
+}
+
 func TestSinkInvalid(t *testing.T) {
 	src := checkpoint.TopicPartition{Topic: "in", Partition: 0}
 	tests := []struct {
@@ -124,9 +160,12 @@ func TestSinkInvalid(t *testing.T) {
 	require.NoError(t, err)
 	assert.ErrorIs(t, s.Add(context.Background(), "", 0, kafkatxn.Record{}), kafkasink.ErrInvalidArgument, "no topic")
 	assert.ErrorIs(t, s.Add(context.Background(), "t", -1, kafkatxn.Record{}), kafkasink.ErrInvalidArgument, "a negative partition")
-	for _, give := range []string{"", "{", `{"v":2}`, `{"v":1,"txn":{"id":"","pid":1}}`} {
-		assert.ErrorIs(t, s.Restore(context.Background(), []byte(give)), kafkasink.ErrCorruptState, "state %q", give)
+	for _, give := range []string{"", "{", `{}`, `{"v":1,"txn":{"id":"","pid":1}}`} {
+		assert.ErrorIs(t, s.Restore(context.Background(), []byte(give)), kafkasink.ErrCorrupt, "state %q", give)
 	}
+	err = s.Restore(context.Background(), []byte(`{"v":2}`))
+	assert.ErrorIs(t, err, kafkasink.ErrUnsupportedVersion, "a later version's state")
+	assert.NotErrorIs(t, err, kafkasink.ErrCorrupt, "a later version's state is not corrupt")
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
 	assert.ErrorIs(t, s.Add(context.Background(), "t", 0, kafkatxn.Record{}), kafkasink.ErrClosed)

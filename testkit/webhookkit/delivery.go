@@ -3,10 +3,8 @@ package webhookkit
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"strconv"
-	"testing"
 
 	"github.com/exactlyonce/exactlyonce/idempotency"
 )
@@ -44,21 +42,4 @@ func (d Delivery) Request(ctx context.Context, url string) (*http.Request, error
 		req.Header.Set(p.RetryHeader, strconv.Itoa(d.Retry))
 	}
 	return req, nil
-}
-
-// Post sends d to url, as the provider would, and returns the status code
-// the gateway answered. A transport error fails the test.
-func Post(t testing.TB, url string, d Delivery) int {
-	t.Helper()
-	req, err := d.Request(t.Context(), url)
-	if err != nil {
-		t.Fatalf("webhookkit: %v", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("webhookkit: deliver %s to %s: %v", d.ID, url, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
 }

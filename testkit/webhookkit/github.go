@@ -9,12 +9,16 @@
 //
 // It also sends them as the provider does: a Delivery carries the headers
 // of its idempotency preset (GitHub, JiraCloud: delivery id, event type,
-// signature by Provider.Sign, retry count) around a body, and Post sends it
-// to a gateway, a real idempotency.Handler or yours:
+// signature by Provider.Sign, retry count) around a body, and Send sends it
+// to a gateway, a real idempotency.Handler or yours, and returns the whole
+// answer; it only returns errors, so any goroutine may call it (Post, the
+// status only, fails the test instead). Gateway starts the gateway of
+// examples/gateway for the test in one call:
 //
+//	url := webhookkit.Gateway(t, brokers, topic, webhookkit.GatewayOptions{Provider: idempotency.JiraCloud(), Secret: secret})
 //	d := webhookkit.Delivery{Provider: idempotency.JiraCloud(), ID: "j-1", Body: body, Secret: secret}
-//	status := webhookkit.Post(t, gatewayURL, d)
-//	d.Retry = 1 // Jira's retry of it: same id, X-Atlassian-Webhook-Retry
+//	a, err := webhookkit.Send(ctx, url, d) // a.Status, a.Header, a.Body
+//	d.Retry = 1 // Jira's retry of it: same id, X-Atlassian-Webhook-Retry; a.Replayed() once done
 //
 // # Guarantees
 //

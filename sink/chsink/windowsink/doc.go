@@ -37,16 +37,45 @@
 //
 // # Guarantees
 //
-// The table read with FINAL holds exactly the operator's windows (or
-// sessions) with their results, after any number of crashes and replays,
-// given chsink's assumptions (a deduplication window, shared checkpoint
-// storage) and the operator's (events once and in offset order). Replays
-// may emit other rows than the first run at the same positions: a Tick, an
-// early firing by interval or idleness depend on the clock. The sink
-// inserts those under a fresh token (MismatchReinsert), and since every row
-// of a window carries its number of events as its version, the
+// The table read with FINAL holds exactly the windows (or sessions) of the
+// events the operator accepted, with their results, after any number of
+// crashes and replays, given chsink's assumptions (a deduplication
+// window, shared checkpoint storage), the operator's (events once and in
+// offset order), and, when events can be late, that idleness decides
+// alike in every run (it does with a negative IdleTimeout), since which
+// events are late depends on it.
+//
+// Replays may emit other rows than the first run at the same positions: a
+// Tick, an early firing by interval or idleness depend on the clock. The
+// sink inserts those under a fresh token (MismatchReinsert), and since
+// every row of a window carries its number of events as its version, the
 // ReplacingMergeTree keeps the most complete one whichever run wrote it.
-// TestKillDuringEarlyFiringsAndMerges kills a chain with early firings and
-// session merges five times and compares FINAL with the sessions of its
-// input.
+//
+// A session merged away is retracted whenever the table may hold a row of
+// it, not only when the replaying operator emitted one. After a restore,
+// or on a fresh start over a journal that a dead run left, the sink reads
+// how far the journal's batches past the checkpoint reach
+// ([chsink.Sink.JournalReach]); while the input is at or before that
+// offset, the operator counts every session it holds as written
+// ([window.Operator.AssumeWritten]). So a session that only the dead run
+// showed (by a Tick) and the replay merges away gets its deletion row. The
+// rows this adds concern only sessions held in that stretch of a replay:
+// deletions, each for a (Key, Start) where no session starts again, with
+// a version above every row written there, and early rows of the merged
+// sessions, which their final rows replace.
+//
+// Which sessions the operator assumes written depends on the restored
+// state, the input and the journal only, never on the clock: two replays
+// from the same checkpoint over the same journal, with the same Ticks,
+// emit the same rows at the same positions, which chsink re-cuts into the
+// journaled batches under the same tokens (derived from the positions).
+// Where rows differ from what a dead run wrote there (its Tick rows, or
+// the rows this adds), chsink inserts them under a token derived from
+// their content, so a later replay of the same content is deduplicated.
+//
+// TestKillAtEveryStep kills a chain (SIGKILL) after every step of a script
+// of early firings, merges, late events and EndInput, on tumbling, hopping
+// and session windows, and compares FINAL with the windows computed from
+// the accepted events; TestKillDuringEarlyFiringsAndMerges kills one with
+// early firings and session merges five times at random moments.
 package windowsink

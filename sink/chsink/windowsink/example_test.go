@@ -21,7 +21,7 @@ import (
 //	ENGINE = ReplacingMergeTree(version, deleted) ORDER BY (key, start)
 //	SETTINGS non_replicated_deduplication_window = 1000
 func Example() {
-	storage := checkpoint.NewMemStorage() // an FSStorage or S3 in production
+	storage := checkpoint.NewMemoryStorage() // an FSStorage or S3 in production
 	store, _ := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	db := chsink.DB{Addr: "127.0.0.1:9000"} // database "default"
 	type row = window.Row[uint64]

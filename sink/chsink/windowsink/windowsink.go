@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
@@ -13,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chainopt"
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
@@ -69,6 +72,15 @@ type Sink[In, Acc, Out any] struct {
 	rows   *chsink.Sink[window.Row[Out]]
 	cursor sink.Cursor
 	out    window.Output[In, Out]
+	late   lateLog[In]
+
+	// What the table may hold beyond what the operator emitted (see
+	// track): known says the journal's reach was read, since the last
+	// Restore or on a fresh start; while assuming, the operator counts
+	// every session it holds as written (window.Operator.AssumeWritten),
+	// until the input passes offset reach.
+	known, assuming bool
+	reach           int64
 }
 
 var _ checkpoint.Participant = (*Sink[float64, window.StatsAcc, window.Summary])(nil)
@@ -132,32 +144,42 @@ func New[In, Acc, Out any](ctx context.Context, table chsink.Table, src checkpoi
 	if err != nil {
 		return nil, err
 	}
-	return &Sink[In, Acc, Out]{op: op, rows: rows}, nil
+	late := lateLog[In]{log: opts.Sink.Logger, now: opts.Sink.Now, table: table.Name}
+	if late.log == nil {
+		late.log = slog.New(slog.DiscardHandler)
+	}
+	if late.now == nil {
+		late.now = time.Now
+	}
+	return &Sink[In, Acc, Out]{op: op, rows: rows, late: late}, nil
 }
 
-// Open is New for a window sink that is part of a checkpoint.Chain: it
-// builds the sink for table in db over the chain's partition and Storage,
-// keeping the journal for as many checkpoints as the chain's Store keeps,
-// and registers it in the chain under the table's name. The returned Sink
-// is the handle the chain's Process feeds with Add and its Tick calls; the
-// chain's owner (a kafkasource Source) runs and closes it.
+// Open builds the window sink for table in db as part of the
+// checkpoint.Chain c, over the chain's partition and Storage, keeping the
+// journal for as many checkpoints as the chain's Store keeps, and registers
+// it in the chain under opts.Sink.ParticipantName (default: the table's
+// name). The returned Sink is the handle the chain's Process feeds with
+// Add and its Tick calls; the chain's owner (a kafkasource Source) runs and
+// closes it.
 //
 // opts is as for New; leave opts.Sink.Database and
-// opts.Sink.KeepCheckpoints zero (see chsink.ChainOptions). A table name
+// opts.Sink.KeepCheckpoints zero, as for chsink.Open. A participant name
 // already registered in the chain is refused with an error wrapping
 // checkpoint.ErrInvalidOptions; nothing is left open then.
 func Open[In, Acc, Out any](ctx context.Context, c *checkpoint.Chain, db chsink.DB, table string,
 	op *window.Operator[In, Acc, Out], columns chsink.Schema[window.Row[Out]], opts Options) (*Sink[In, Acc, Out], error) {
-	t, sinkOpts, err := chsink.ChainOptions(c, db, table, opts.Sink)
+	r, err := chainopt.Resolve(c, chainopt.Sink{Addr: db.Addr, Database: db.Database, Table: table,
+		OptsDatabase: opts.Sink.Database, OptsKeep: opts.Sink.KeepCheckpoints, Participant: opts.Sink.ParticipantName},
+		chsink.ErrInvalidOptions)
 	if err != nil {
 		return nil, err
 	}
-	opts.Sink = sinkOpts
-	s, err := New(ctx, t, c.Partition(), c.Storage(), op, columns, opts)
+	opts.Sink.Database, opts.Sink.KeepCheckpoints = r.OptsDatabase, r.OptsKeep
+	s, err := New(ctx, chsink.Table{Addr: r.Addr, Name: r.Table}, c.Partition(), c.Storage(), op, columns, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Add(table, s); err != nil {
+	if err := c.Add(r.Participant, s); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
@@ -239,13 +261,19 @@ func checkReplacing(ctx context.Context, table chsink.Table, opts Options, sessi
 // Add feeds the event read at offset of the source partition to the
 // operator and writes the rows it emits. Events must come in offset order,
 // each once (deduplicate first). Late events are kept until the next call
-// and returned by Late.
+// and returned by Late. On a fresh start the first Add (or Tick) reads the
+// sink's journal, for what a run that died may have written (see the
+// package's Guarantees).
 func (s *Sink[In, Acc, Out]) Add(ctx context.Context, offset int64, ev window.Event[In]) error {
+	if err := s.track(ctx, offset); err != nil {
+		return err
+	}
 	s.cursor.At(offset)
 	s.out.Reset()
 	if err := s.op.Add(ev, &s.out); err != nil {
 		return err
 	}
+	s.late.note(s.out.Late)
 	return s.write(ctx)
 }
 
@@ -253,6 +281,9 @@ func (s *Sink[In, Acc, Out]) Add(ctx context.Context, offset int64, ev window.Ev
 // (window.Operator.Tick), and writes the rows. Call it from the chain's
 // Tick; NextTick of the operator says when it is next due.
 func (s *Sink[In, Acc, Out]) Tick(ctx context.Context) error {
+	if err := s.track(ctx, s.cursor.Peek().Offset); err != nil {
+		return err
+	}
 	s.out.Reset()
 	s.op.Tick(&s.out)
 	return s.write(ctx)
@@ -261,13 +292,19 @@ func (s *Sink[In, Acc, Out]) Tick(ctx context.Context) error {
 // EndInput fires every open window (window.Operator.EndInput) and writes
 // the rows: the end of a bounded input.
 func (s *Sink[In, Acc, Out]) EndInput(ctx context.Context) error {
+	if err := s.track(ctx, s.cursor.Peek().Offset); err != nil {
+		return err
+	}
 	s.out.Reset()
 	s.op.EndInput(&s.out)
 	return s.write(ctx)
 }
 
 // Late returns the late events of the last Add (window.Output.Late), valid
-// until the next call of the Sink.
+// until the next call of the Sink. The Sink writes none of them; it logs a
+// warning with their count (Options.Sink.Logger, at most one line per 10
+// s), and the operator counts them in the exactlyonce.window.late_events
+// metric. Write them elsewhere, or count them, here.
 func (s *Sink[In, Acc, Out]) Late() []window.LateEvent[In] { return s.out.Late }
 
 func (s *Sink[In, Acc, Out]) write(ctx context.Context) error {
@@ -329,7 +366,12 @@ func (s *Sink[In, Acc, Out]) Restore(ctx context.Context, state []byte) error {
 	if err := s.cursor.Restore(ctx, parts[1]); err != nil {
 		return err
 	}
-	return s.op.Restore(ctx, parts[0])
+	if err := s.op.Restore(ctx, parts[0]); err != nil {
+		return err
+	}
+	// The sessions restored may have been shown after the checkpoint by a
+	// run that died: readReach marks them when the journal says it wrote.
+	return s.readReach(ctx)
 }
 
 // CheckpointCompleted tells the sink a checkpoint is durable (it prunes its

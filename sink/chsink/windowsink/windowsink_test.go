@@ -51,7 +51,7 @@ func TestNewRefusesTablesThatDoNotReplace(t *testing.T) {
 			require.NoError(t, err)
 			tt.opts.Sink.Database = db
 			ws, err := windowsink.New(t.Context(), chsink.Table{Addr: addr, Name: table}, checkpoint.TopicPartition{Topic: "t", Partition: 0},
-				checkpoint.NewMemStorage(), op, sessionColumns, tt.opts)
+				checkpoint.NewMemoryStorage(), op, sessionColumns, tt.opts)
 			if tt.want == "" {
 				require.NoError(t, err)
 				require.NoError(t, ws.Close())
@@ -78,7 +78,7 @@ func TestOpenTakesTheChain(t *testing.T) {
 	const dedup = " SETTINGS non_replicated_deduplication_window = 100"
 	require.NoError(t, testkit.Exec(t.Context(), addr, db, "CREATE TABLE minutes ("+cols+") ENGINE = ReplacingMergeTree(version) ORDER BY (key, start)"+dedup))
 	require.NoError(t, testkit.Exec(t.Context(), addr, db, "CREATE TABLE plain ("+cols+") ENGINE = MergeTree ORDER BY (key, start)"+dedup))
-	storage := checkpoint.NewMemStorage()
+	storage := checkpoint.NewMemoryStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	c, err := checkpoint.NewChain(store, checkpoint.TopicPartition{Topic: "t", Partition: 0})
@@ -121,4 +121,14 @@ func TestOpenTakesTheChain(t *testing.T) {
 		assert.Error(t, open(), name)
 		assert.Equal(t, map[string]checkpoint.Participant{"minutes": ws}, c.Participants(), name)
 	}
+
+	// Another chain's sink of the table, under the name a chain wired by
+	// hand gave it.
+	c2, err := checkpoint.NewChain(store, checkpoint.TopicPartition{Topic: "t", Partition: 1})
+	require.NoError(t, err)
+	named, err := windowsink.Open(t.Context(), c2, chdb, "minutes", newOp(), sessionColumns,
+		windowsink.Options{Sink: chsink.Options{ParticipantName: "window_rows"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = named.Close() })
+	assert.Equal(t, map[string]checkpoint.Participant{"window_rows": named}, c2.Participants())
 }

@@ -11,7 +11,7 @@ import (
 
 func ExampleJournal() {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	j, _ := journal.Open(store, "analytics.events", checkpoint.TopicPartition{Topic: "webhooks", Partition: 0})
 	_ = j.Claim(ctx)
 

@@ -124,7 +124,7 @@ func btoi(b bool) int {
 // fenced owner delete entries.
 func TestJournalFencedOwnerDoesNotMovePrunePoint(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	old, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, old.Claim(ctx))
@@ -185,7 +185,7 @@ func (f *failingDeletes) Delete(ctx context.Context, name string) error {
 // success.
 func TestJournalFailedPruneDeleteIsRetried(t *testing.T) {
 	ctx := context.Background()
-	store := &failingDeletes{Storage: checkpoint.NewMemStorage()}
+	store := &failingDeletes{Storage: checkpoint.NewMemoryStorage()}
 	j, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, j.Claim(ctx))

@@ -56,7 +56,7 @@ func TestIntentOtherVersionRefused(t *testing.T) {
 // it, and loads the journal.
 func loadOne(t *testing.T, b []byte) ([]sink.Intent, error) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	j, err := Open(store, goldenIntent.Table, checkpoint.TopicPartition{Topic: goldenIntent.Topic, Partition: goldenIntent.Partition})
 	require.NoError(t, err)
 	require.NoError(t, j.Claim(ctx))

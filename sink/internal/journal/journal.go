@@ -80,7 +80,7 @@ var nameSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // sink checks ownership before an insert retry in the background while it
 // journals the next batch), and Pruned, which reads only the storage.
 type Journal struct {
-	mu          sync.Mutex // guards owner, version, ackedThrough and known, and epoch against Claim
+	mu          sync.Mutex // guards owner, version, ackedThrough, known and reach, and epoch against Claim
 	store       checkpoint.Storage
 	prefix      string
 	table       string
@@ -93,6 +93,7 @@ type Journal struct {
 	version      checkpoint.Version // of owner, as stored
 	ackedThrough *sink.Position     // AckLater: carried by the next Record
 	known        []entryRef
+	reach        *sink.Position // see Reach; set by Load
 }
 
 // entryRef is an entry this handle wrote or loaded, deletable once pruned.

@@ -27,7 +27,7 @@ func record(t *testing.T, j *journal.Journal, first, last sink.Position) sink.In
 
 func TestJournalRecordAckLoad(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	j, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, j.Claim(ctx))
@@ -59,7 +59,7 @@ func TestJournalRecordAckLoad(t *testing.T) {
 
 func TestJournalFencing(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	old, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, old.Claim(ctx))
@@ -93,7 +93,7 @@ func TestJournalFencing(t *testing.T) {
 
 func TestJournalOverlapOfAckedBatchesIsCorrupt(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	a, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, a.Claim(ctx))
 	x := record(t, a, pos(0, 0), pos(9, 0))
@@ -108,7 +108,7 @@ func TestJournalOverlapOfAckedBatchesIsCorrupt(t *testing.T) {
 
 func TestJournalPrune(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	j, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, j.Claim(ctx))
 	_, ok, err := j.Pruned(ctx)
@@ -157,7 +157,7 @@ func TestJournalPrune(t *testing.T) {
 
 func TestJournalAckLater(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	j, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, j.Claim(ctx))
 	a := record(t, j, pos(0, 0), pos(9, 0))
@@ -187,7 +187,7 @@ func TestJournalAckLater(t *testing.T) {
 }
 
 func TestOpenJournalRejectsBadNames(t *testing.T) {
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	tests := []struct {
 		table string
 		src   checkpoint.TopicPartition
@@ -214,7 +214,7 @@ func TestJournalSupersede(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := checkpoint.NewMemStorage()
+			store := checkpoint.NewMemoryStorage()
 			a, _ := journal.Open(store, "db.t", src)
 			require.NoError(t, a.Claim(ctx))
 			old := record(t, a, pos(0, 0), pos(9, 0))
@@ -249,7 +249,7 @@ func TestJournalSupersede(t *testing.T) {
 // acknowledged, so a crash before its insert would lose it.
 func TestJournalClaimDropsPreviousEpochAck(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	j, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, j.Claim(ctx))
 	a := record(t, j, pos(0, 0), pos(9, 0))
@@ -273,7 +273,7 @@ func TestJournalClaimDropsPreviousEpochAck(t *testing.T) {
 // and stop the sink on every restart.
 func TestJournalDropsFencedIntentAcrossRestorePoint(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	old, err := journal.Open(store, "db.t", src)
 	require.NoError(t, err)
 	require.NoError(t, old.Claim(ctx))
@@ -310,7 +310,7 @@ func TestJournalSupersedeByPrefix(t *testing.T) {
 	for _, acked := range []bool{false, true} {
 		t.Run(fmt.Sprintf("old batch acked %v", acked), func(t *testing.T) {
 			ctx := context.Background()
-			store := checkpoint.NewMemStorage()
+			store := checkpoint.NewMemoryStorage()
 			a, _ := journal.Open(store, "db.t", src)
 			require.NoError(t, a.Claim(ctx))
 			old := record(t, a, pos(0, 0), pos(9, 0))
@@ -355,7 +355,7 @@ func TestJournalSupersedeByPrefix(t *testing.T) {
 // a later load sees it so: the rows after the cut are in ClickHouse.
 func TestJournalAckHeld(t *testing.T) {
 	ctx := context.Background()
-	store := checkpoint.NewMemStorage()
+	store := checkpoint.NewMemoryStorage()
 	a, _ := journal.Open(store, "db.t", src)
 	require.NoError(t, a.Claim(ctx))
 	old := record(t, a, pos(0, 0), pos(9, 0))

@@ -87,6 +87,7 @@ func (j *Journal) Load(ctx context.Context, after *sink.Position) ([]sink.Intent
 		known = append(known, entryRef{name: ackNames[k], last: last})
 	}
 	j.known = known
+	j.reach = reach(all, after)
 	// Acks carried by later intents of the same epoch and owner. Only
 	// entries that end before the carrier begins: an intent never
 	// acknowledges itself or a batch cut over its own positions.
@@ -168,4 +169,35 @@ func (j *Journal) Load(ctx context.Context, after *sink.Position) ([]sink.Intent
 func supersedes(in, prev sink.Intent) bool {
 	return in.Supersedes != "" && in.Supersedes == prev.Token && in.Epoch > prev.Epoch &&
 		in.First == prev.First && in.Last.Compare(prev.Last) <= 0
+}
+
+// Reach returns the last position named by an entry that the last Load
+// read past its restore point, superseded entries and the earlier
+// versions of a batch cut short included (Load returns neither), and false
+// when there is none. ClickHouse may hold rows at positions up to it that
+// a state restored at the restore point does not account for: what an
+// owner that died before its next checkpoint inserted.
+func (j *Journal) Reach() (sink.Position, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.reach == nil {
+		return sink.Position{}, false
+	}
+	return *j.reach, true
+}
+
+// reach returns the last position named by entries (their ends, as
+// extended by acks, and their earlier versions) after after, nil if none.
+func reach(entries []sink.Intent, after *sink.Position) *sink.Position {
+	var r *sink.Position
+	for _, in := range entries {
+		r = maxPos(r, in.Last)
+		for _, e := range in.Earlier {
+			r = maxPos(r, e.Last)
+		}
+	}
+	if r == nil || after != nil && r.Compare(*after) <= 0 {
+		return nil
+	}
+	return r
 }

@@ -1,0 +1,44 @@
+// Command fetchkafka fetches the Apache Kafka releases the tests run (their
+// jars, with Maven, into the cache), so the first test does not wait for
+// them. `make deps` runs it.
+//
+//	go run ./harness/cmd/fetchkafka            # 4.4.0 and 3.9.2
+//	go run ./harness/cmd/fetchkafka 3.9.2      # just that one
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
+)
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: fetchkafka [version ...] (default %s %s)\n", embedded.ApacheKafka4, embedded.ApacheKafka39)
+	}
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "fetchkafka:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, versions []string) error {
+	if len(versions) == 0 {
+		versions = []string{embedded.ApacheKafka4, embedded.ApacheKafka39}
+	}
+	for _, v := range versions {
+		dir, err := embedded.EnsureApacheKafka(ctx, "", v, os.Stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("fetchkafka: Apache Kafka %s in %s\n", v, dir)
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package exactlyonce_test
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPackagesListed checks docs/packages.md against `go list ./...`:
+// every public package (not under internal/) is named there in
+// backquotes, by its path in the module, and the client versions it
+// states are the go.mod's.
+func TestPackagesListed(t *testing.T) {
+	goTool, err := exec.LookPath("go") // go test puts its own go first on PATH
+	require.NoError(t, err)
+	out, err := exec.CommandContext(t.Context(), goTool, "list", "./...").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	b, err := os.ReadFile("docs/packages.md")
+	require.NoError(t, err)
+	doc := string(b)
+	const module = "github.com/exactlyonce/exactlyonce"
+	for _, pkg := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		if rel == "internal" || strings.HasPrefix(rel, "internal/") || strings.Contains(rel, "/internal/") {
+			continue
+		}
+		if rel == "" {
+			rel = module
+		}
+		assert.True(t, strings.Contains(doc, "`"+rel+"`"), "docs/packages.md does not list %s (as `%s`)", pkg, rel)
+	}
+
+	mod, err := os.ReadFile("go.mod")
+	require.NoError(t, err)
+	for _, client := range []string{"github.com/ClickHouse/ch-go", "github.com/segmentio/kafka-go"} {
+		m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(client) + ` (v\S+)`).FindStringSubmatch(string(mod))
+		require.NotNil(t, m, "go.mod requires %s", client)
+		assert.True(t, strings.Contains(doc, "`"+client+"` "+m[1]), "docs/packages.md does not state the range of %s from go.mod's %s", client, m[1])
+	}
+}
