@@ -121,7 +121,7 @@ func TestFolderCountsEveryDeltaOnce(t *testing.T) {
 	// gw-c's delta again, as its Publisher sends it when the broker's
 	// answer was lost: same number, same key. Counted once.
 	again := audit.Delta{Source: "gw-c", Seq: 1, Stage: audit.StageAccepted, Tenant: "org9", Bucket: t0, Count: 1000}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, Topic: topic, Balancer: &kafka.Hash{}}
 	defer w.Close()
 	require.NoError(t, w.WriteMessages(ctx, kafka.Message{Key: []byte("org9"), Value: again.Encode()}))
 

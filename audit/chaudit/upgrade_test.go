@@ -125,7 +125,7 @@ func TestFolderUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 	// After the upgrade: gw-b's delta again (as its Publisher sends it when
 	// the broker's answer was lost: same number, same key), and new counts.
 	again := audit.Delta{Source: "gw-b", Seq: 1, Stage: audit.StageAccepted, Tenant: "org2", Bucket: t0, Count: 1000}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, Topic: topic, Balancer: &kafka.Hash{}}
 	defer w.Close()
 	require.NoError(t, w.WriteMessages(ctx, kafka.Message{Key: []byte("org2"), Value: again.Encode()}))
 	a.Add(audit.StageAccepted, "org0", t0, 3)

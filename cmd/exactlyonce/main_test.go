@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -299,7 +300,7 @@ func startPipeline(t *testing.T, brokers []string, topic string, addr, db, dir s
 		return proc, nil
 	})
 	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "ops", Topics: []string{topic}}, coord, chain,
-		kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond})
+		kafkasource.Options{HeartbeatInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
@@ -360,7 +361,7 @@ func testOperatorCommands(t *testing.T, incremental bool) {
 		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`))
 	// A Transport of its own: kafka-go's default one answers from metadata
 	// cached before this test created its topic on the shared broker.
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
 	defer w.Close()
 	base := time.Now().Add(-time.Hour).Truncate(time.Minute)
 	var msgs []kafka.Message
@@ -522,7 +523,7 @@ func TestOperatorCommandsOnS3(t *testing.T) {
 		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`))
 	// A Transport of its own: kafka-go's default one answers from metadata
 	// cached before this test created its topic on the shared broker.
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
 	defer w.Close()
 	var msgs []kafka.Message
 	for i := range 50 {

@@ -36,7 +36,7 @@ func TestRewindFenced(t *testing.T) {
 	require.NoError(t, chaudit.CreateTable(ctx, ch.Options{Address: addr}, db, chaudit.DefaultTable))
 	require.NoError(t, testkit.Exec(ctx, addr, db, `CREATE TABLE events (tenant String, at DateTime64(3, 'UTC'), id String)
 		ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1000, enable_block_number_column = 1`))
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: &kafka.Transport{}}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, Topic: topic, Transport: &kafka.Transport{}}
 	defer w.Close()
 	base := time.Now().Add(-time.Hour).Truncate(time.Minute)
 	write := func(from, to int) {

@@ -34,7 +34,7 @@ func TestAuditScan(t *testing.T) {
 	for _, tbl := range []string{"rows", "clean"} {
 		require.NoError(t, testkit.Exec(ctx, addr, db, "CREATE TABLE "+tbl+" (event_id String) ENGINE = MergeTree ORDER BY event_id"))
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, Topic: topic, Balancer: &kafka.Hash{}, Transport: &kafka.Transport{}}
 	defer w.Close()
 	at := time.Now().Add(-time.Hour)
 	var msgs []kafka.Message

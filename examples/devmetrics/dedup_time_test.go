@@ -46,7 +46,7 @@ func TestDedupByRecordTime(t *testing.T) {
 		return kafka.Message{Key: []byte("acme"), Value: body, Headers: kafkapub.Headers(d), Time: now}
 	}
 	msgs := []kafka.Message{record("old", now.Add(-10*24*time.Hour)), record("new", now), record("old", now.Add(-10*24*time.Hour))}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: &kafka.Transport{}}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, Topic: topic, Transport: &kafka.Transport{}}
 	defer w.Close()
 	require.NoError(t, w.WriteMessages(ctx, msgs...))
 

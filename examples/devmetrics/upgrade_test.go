@@ -109,7 +109,7 @@ func TestUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 	for _, q := range NaiveDDL(db, NaiveMV) {
 		require.NoError(t, testkit.Exec(ctx, addr, db, q))
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: &kafka.Transport{}}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, Topic: topic, Transport: &kafka.Transport{}}
 	defer w.Close()
 	t1 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	publish := func(ids ...int) {
