@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,6 +36,38 @@ type ckptEntry struct {
 	Participants map[string]int `json:"participants"` // name: state bytes
 	Objects      int            `json:"objects"`
 	Error        string         `json:"error,omitempty"` // why it does not read back intact
+	// Restored: the checkpoint a restart restores (checkpoint.Store.Latest).
+	Restored bool `json:"restored,omitempty"`
+	// Superseded: intact, but saved by a revoked owner after a later
+	// owner's checkpoint (checkpoint.ErrSuperseded): a restart skips it.
+	Superseded bool `json:"superseded,omitempty"`
+}
+
+// restoredID returns the ID of the checkpoint of tp a restart restores,
+// 0 when there is none: the store's own choice (past damaged checkpoints
+// and those a revoked owner saved after a later owner's), so that the
+// commands never name one a restore would skip.
+func restoredID(ctx context.Context, st checkpoint.Storage, prefix string, tp checkpoint.TopicPartition) (uint64, error) {
+	store, err := checkpoint.NewStore(st, checkpoint.StoreOptions{Prefix: prefix})
+	if err != nil {
+		return 0, err
+	}
+	cp, err := store.Latest(ctx, tp)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return uint64(cp.ID), nil
+}
+
+// mark sets e.Restored and e.Superseded from restored, the ID restoredID
+// returned: an intact checkpoint newer than the restored one is one the
+// store skips as superseded (a damaged one is skipped as damaged).
+func (e *ckptEntry) mark(restored uint64) {
+	e.Restored = e.Error == "" && e.ID == restored
+	e.Superseded = e.Error == "" && e.ID > restored
 }
 
 // partitionFlags select a topic and one partition or all of them.
@@ -169,9 +202,14 @@ func runCheckpoints(ctx context.Context, args []string, env func(string) string,
 		if err != nil {
 			return err
 		}
+		restored, err := restoredID(ctx, st, sf.ckptPrefix, tp)
+		if err != nil {
+			return err
+		}
 		entries := []ckptEntry{}
 		for _, f := range fl {
 			e, _ := read(ctx, st, sf.ckptPrefix, tp, f)
+			e.mark(restored)
 			entries = append(entries, e)
 			if *asJSON {
 				continue
@@ -181,8 +219,13 @@ func runCheckpoints(ctx context.Context, args []string, env func(string) string,
 				parts = append(parts, fmt.Sprintf("%s:%d", n, e.Participants[n]))
 			}
 			status := "intact"
-			if e.Error != "" {
+			switch {
+			case e.Error != "":
 				status = "DAMAGED: " + e.Error
+			case e.Superseded:
+				status = "SUPERSEDED: saved by a revoked owner after a later owner's checkpoint; a restart skips it"
+			case e.Restored:
+				status = "intact, restored next"
 			}
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", part, e.ID, e.Generation, e.NextOffset,
 				e.Created.Format(time.RFC3339Nano), e.Duration, e.Bytes, strings.Join(parts, " "), e.Objects, e.Member, status)
@@ -218,7 +261,7 @@ func runShow(ctx context.Context, args []string, env func(string) string, stdout
 	sf.register(fs, env)
 	topic := fs.String("topic", "webhooks", "the topic the chains read")
 	partition := fs.Int("partition", 0, "the partition")
-	id := fs.Uint64("id", 0, "the checkpoint's id; 0: the newest intact one")
+	id := fs.Uint64("id", 0, "the checkpoint's id; 0: the one a restart restores")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -232,24 +275,28 @@ func runShow(ctx context.Context, args []string, env func(string) string, stdout
 	if err != nil {
 		return err
 	}
+	restored, err := restoredID(ctx, st, sf.ckptPrefix, tp)
+	if err != nil {
+		return err
+	}
+	want := *id
+	if want == 0 {
+		if restored == 0 {
+			return fmt.Errorf("%s: no checkpoint under %s/ a restart would restore", tp, sf.ckptPrefix)
+		}
+		want = restored
+	}
 	var out shown
 	var cp *checkpoint.Checkpoint
 	for _, f := range fl {
-		if *id != 0 && f.ID != *id {
-			continue
+		if f.ID == want {
+			out.Checkpoint, cp = read(ctx, st, sf.ckptPrefix, tp, f)
+			out.Checkpoint.mark(restored)
+			break
 		}
-		e, c := read(ctx, st, sf.ckptPrefix, tp, f)
-		if *id == 0 && e.Error != "" {
-			continue // the newest intact one, as a restore would take
-		}
-		out.Checkpoint, cp = e, c
-		break
 	}
 	if cp == nil {
-		if *id != 0 {
-			return fmt.Errorf("%s: no checkpoint %d", tp, *id)
-		}
-		return fmt.Errorf("%s: no intact checkpoint under %s/", tp, sf.ckptPrefix)
+		return fmt.Errorf("%s: no checkpoint %d", tp, want)
 	}
 	object := func(ctx context.Context, participant, name string) ([]byte, error) {
 		return st.Get(ctx, fmt.Sprintf("%s/%s/%d/objects/%s/%s", sf.ckptPrefix, tp.Topic, tp.Partition, participant, name))
@@ -363,8 +410,12 @@ func runVerify(ctx context.Context, args []string, env func(string) string, stdo
 		if err != nil {
 			return err
 		}
+		restored, err := restoredID(ctx, st, sf.ckptPrefix, tp)
+		if err != nil {
+			return err
+		}
 		intact := 0
-		var newest *checkpoint.Checkpoint
+		var next *checkpoint.Checkpoint // what a restart restores
 		for _, f := range fl {
 			e, cp := read(ctx, st, sf.ckptPrefix, tp, f)
 			if e.Error == "" {
@@ -382,8 +433,12 @@ func runVerify(ctx context.Context, args []string, env func(string) string, stdo
 				continue
 			}
 			intact++
-			if newest == nil {
-				newest = cp
+			e.mark(restored)
+			switch {
+			case e.Superseded:
+				fmt.Fprintf(stdout, "%s: checkpoint %d (generation %d) is superseded: a revoked owner saved it after a later owner's checkpoint; a restart skips it\n", tp, e.ID, e.Generation)
+			case e.Restored:
+				next = cp
 			}
 		}
 		js, err := readJournals(ctx, st, tp.Topic, tp.Partition)
@@ -400,8 +455,13 @@ func runVerify(ctx context.Context, args []string, env func(string) string, stdo
 		case intact == 0:
 			problems++
 			fmt.Fprintf(stdout, "%s: NO INTACT CHECKPOINT of %d: a restart would start from the start policy\n", tp, len(fl))
+		case next == nil:
+			// The store skipped every checkpoint this command read intact: a
+			// state it could not decode is damage the store does not see.
+			problems++
+			fmt.Fprintf(stdout, "%s: a restart restores checkpoint %d, which is damaged\n", tp, restored)
 		default:
-			fmt.Fprintf(stdout, "%s: %d of %d checkpoints intact, newest %d at offset %d; %d sink journals\n", tp, intact, len(fl), newest.ID, newest.NextOffset, len(js))
+			fmt.Fprintf(stdout, "%s: %d of %d checkpoints intact, a restart restores %d at offset %d; %d sink journals\n", tp, intact, len(fl), next.ID, next.NextOffset, len(js))
 		}
 	}
 	if problems > 0 {

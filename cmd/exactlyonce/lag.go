@@ -21,7 +21,7 @@ type lagRow struct {
 	HighWatermark int64     `json:"high_watermark"`
 	Committed     int64     `json:"committed"`     // the group's offset; -1 none
 	CommittedLag  int64     `json:"committed_lag"` // records after it
-	Checkpoint    uint64    `json:"checkpoint"`    // newest intact checkpoint; 0 none
+	Checkpoint    uint64    `json:"checkpoint"`    // the checkpoint a restart restores; 0 none
 	CheckpointAt  int64     `json:"checkpoint_offset"`
 	CheckpointLag int64     `json:"checkpoint_lag"` // records a restart would replay or read
 	Created       time.Time `json:"checkpoint_created,omitzero"`
@@ -107,11 +107,15 @@ func runLag(ctx context.Context, args []string, env func(string) string, stdout 
 			if err != nil {
 				return err
 			}
+			restored, err := restoredID(ctx, st, sf.ckptPrefix, tp)
+			if err != nil {
+				return err
+			}
 			for _, f := range fl {
-				e, _ := read(ctx, st, sf.ckptPrefix, tp, f)
-				if e.Error != "" {
+				if f.ID != restored {
 					continue
 				}
+				e, _ := read(ctx, st, sf.ckptPrefix, tp, f)
 				r.Checkpoint, r.CheckpointAt, r.Created = e.ID, e.NextOffset, e.Created
 				r.CheckpointLag = hwm[p] - e.NextOffset
 				r.Age = now.Sub(e.Created).Round(time.Millisecond).String()
