@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.KafkaSink, "kafkasink", false, "add a transactional leg to the processors: every record they process written again to <topic>_out through a kafkasink.Sink, checked exactly once by the history; processor-pause-checkpoint then pauses past its transaction timeout (Apache Kafka only: -kafka apache, apache-3.9 or cluster)")
 	fs.StringVar(&cfg.History, "history", "", "write the run's history (sends, transactions, polls, commits, final reads; one JSON operation a line) to this file as the run goes (default: none; a failing run writes it to the temporary directory and names it)")
 	fs.StringVar(&cfg.Dir, "dir", "", "state directory (default: a new temporary directory)")
+	fs.StringVar(&cfg.LogDir, "logs", "", "keep each binary's log (level info, one file per process) in this directory (default: <dir>/logs, or a new temporary directory, kept and named at the end)")
 	fs.BoolVar(&cfg.Verbose, "v", false, "the binaries log warnings, not only errors")
 	if err := fs.Parse(args); err != nil {
 		return err

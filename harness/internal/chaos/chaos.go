@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,11 @@ type Config struct {
 	Kafka string
 	// Dir is the state directory. Default: a new temporary one.
 	Dir string
+	// LogDir keeps each binary's log at level info, one file per process
+	// (demo.Logs), named in the result. Default: Dir/logs when Dir is set,
+	// else a new directory under the temporary directory, kept after the
+	// run.
+	LogDir string
 	// JSON is a file the result is written to as JSON. Default: none.
 	JSON string
 	// History is a file the run's history (package history) is written
@@ -109,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	c.d = &demo.Pipeline{
 		Config: demo.Config{Events: cfg.Events, Orgs: cfg.Orgs, Partitions: cfg.Partitions, Instances: cfg.Instances,
-			Store: "redis", Seed: cfg.Seed, Dir: cfg.Dir, Checkpoints: cfg.Checkpoints, Kafka: cfg.Kafka, Logger: cfg.Logger,
+			Store: "redis", Seed: cfg.Seed, Dir: cfg.Dir, LogDir: cfg.LogDir, Checkpoints: cfg.Checkpoints, Kafka: cfg.Kafka, Logger: cfg.Logger,
 			Stdout: cfg.Stdout, Binaries: cfg.Binaries, Verbose: cfg.Verbose},
 		Say: c.say,
 		Rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
@@ -132,6 +138,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			err = werr
 		}
 	}
+	fmt.Fprintf(cfg.Stdout, "the binaries' logs: %s\n", cfg.LogDir)
 	if err != nil {
 		res.Error = err.Error()
 		fmt.Fprintf(cfg.Stdout, "FAIL (seed %d, replay with -seed %d): %v\n", cfg.Seed, cfg.Seed, err)
@@ -192,6 +199,17 @@ func (cfg *Config) setDefaults() error {
 		if err := cfg.refuse(k); err != nil {
 			return err
 		}
+	}
+	switch {
+	case cfg.LogDir != "":
+	case cfg.Dir != "":
+		cfg.LogDir = filepath.Join(cfg.Dir, "logs")
+	default:
+		dir, err := os.MkdirTemp("", fmt.Sprintf("exactlyonce-chaos-%d-logs-", cfg.Seed))
+		if err != nil {
+			return err
+		}
+		cfg.LogDir = dir
 	}
 	return nil
 }

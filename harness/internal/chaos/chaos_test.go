@@ -125,6 +125,12 @@ func TestChaos(t *testing.T) {
 			for _, s := range tt.killed {
 				assert.Positive(t, res.Kills[s], "%s never killed", s)
 			}
+			// Every processor's log is kept, at level info, beside the
+			// run's state; each restart marked.
+			procLog, err := os.ReadFile(filepath.Join(cfg.Dir, "logs", "processor-0.log"))
+			require.NoError(t, err)
+			assert.Contains(t, string(procLog), "--- processor-0 started at ")
+			assert.Contains(t, string(procLog), `"level":"INFO"`)
 			require.NotEmpty(t, res.Kinds)
 			for _, k := range res.Kinds {
 				assert.Equal(t, cfg.FaultsPerKind, res.Faults[k].Injected, k)

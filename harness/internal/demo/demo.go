@@ -31,9 +31,13 @@ type Config struct {
 	Instances int
 	// Kafka is the broker the run starts unless KAFKA_BROKERS names one:
 	// KafkaFake (the default), KafkaApache or KafkaApache39.
-	Kafka       string
-	Seed        uint64
-	Dir         string // state directory; default a new temporary one
+	Kafka string
+	Seed  uint64
+	Dir   string // state directory; default a new temporary one
+	// LogDir keeps each binary's log, at level info, in a file of its own
+	// there (gateway.log, processor-0.log, ...; see Logs). Default "": the
+	// logs go to the terminal only, at -v's level.
+	LogDir      string
 	Checkpoints string // fs or s3 (see s3.go)
 	Logger      *slog.Logger
 	// Stdout receives the demo's report. Default os.Stdout.
@@ -65,6 +69,7 @@ type Pipeline struct {
 	Rng      *rand.Rand // drawn from the demo's goroutine only
 	Cleanups []func()   // run in reverse order at the end
 
+	logs     *Logs // nil unless Config.LogDir is set
 	Servers  *Servers
 	Binaries Binaries
 	Topic    string

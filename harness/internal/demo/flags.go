@@ -16,6 +16,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Store, "store", "memory", "where the gateway keeps idempotency keys: memory or redis")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the generated events and faults")
 	fs.StringVar(&c.Dir, "dir", "", "state directory (default: a new temporary directory)")
+	fs.StringVar(&c.LogDir, "logs", "", "keep each binary's log (level info, one file per process) in this directory (default: none; the terminal shows errors)")
 	fs.BoolVar(&c.Verbose, "v", false, "the binaries log warnings, not only errors")
 	fs.StringVar(&c.Naive, "naive", "", "run joints the naive way beside the correct pipeline and print both figures: gateway, sink, merge, mv or avg, a comma-separated list, or all")
 	fs.StringVar(&c.Checkpoints, "checkpoints", "fs", "where processors keep checkpoints and sink journals: fs (a local directory) or s3 ($S3_ENDPOINT or an embedded versitygw)")

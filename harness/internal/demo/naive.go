@@ -77,7 +77,7 @@ func (d *Pipeline) startNaiveGateway(ctx context.Context) error {
 	if d.Config.Faults {
 		args = append(args, "-inject-publish-failures=0.03", fmt.Sprintf("-inject-seed=%d", d.Config.Seed+100))
 	}
-	gw, err := StartGateway(ctx, d.Binaries.Gateway, args, d.GatewayEnv, d.stderr())
+	gw, err := StartGateway(ctx, d.Binaries.Gateway, args, d.GatewayEnv, d.Output("gateway-naive"))
 	if err != nil {
 		return fmt.Errorf("naive gateway: %w", err)
 	}

@@ -29,6 +29,10 @@ func (d *Pipeline) StartServers(ctx context.Context) error {
 		}
 		d.Cleanups = append(d.Cleanups, func() { os.RemoveAll(d.Dir) })
 	}
+	if d.Config.LogDir != "" {
+		d.logs = &Logs{Dir: d.Config.LogDir, Terminal: os.Stderr, Verbose: d.Config.Verbose}
+		d.Cleanups = append(d.Cleanups, func() { _ = d.logs.Close() }) // after the processes, cleanups run last to first
+	}
 	built := make(chan error, 1)
 	d.Binaries = d.Config.Binaries
 	if d.Binaries == (Binaries{}) {
@@ -78,16 +82,32 @@ func (d *Pipeline) StartServers(ctx context.Context) error {
 	return nil
 }
 
-// stderr receives the binaries' logs.
-func (d *Pipeline) stderr() io.Writer { return os.Stderr }
+// Output returns where the process called name (gateway, processor-2)
+// writes its log: a file of its own when Config.LogDir is set (see Logs),
+// else os.Stderr.
+func (d *Pipeline) Output(name string) io.Writer {
+	if d.logs == nil {
+		return os.Stderr
+	}
+	w, err := d.logs.Writer(name, fmt.Sprintf("%s started at %s", name, time.Now().UTC().Format(time.RFC3339Nano)))
+	if err != nil {
+		d.Say("the log of %s: %v; it goes to the terminal", name, err)
+		return os.Stderr
+	}
+	return w
+}
 
 // createTopic creates a topic on the run's brokers.
 func createTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
 	return embedded.CreateTopic(ctx, brokers, topic, partitions)
 }
 
-// LogLevel is the binaries' -log-level.
+// LogLevel is the binaries' -log-level: info when their logs are kept in
+// files (the terminal still shows only errors, or warnings with -v).
 func (d *Pipeline) LogLevel() string {
+	if d.Config.LogDir != "" {
+		return "-log-level=info"
+	}
 	if d.Config.Verbose {
 		return "-log-level=warn"
 	}
@@ -128,7 +148,7 @@ func (d *Pipeline) startPipeline(ctx context.Context) error {
 	// The stream processor runs as its own process, so that it can be killed
 	// with SIGKILL like a crashed pod. The supervisor restarts it.
 	listen := "-listen=127.0.0.1:0"
-	d.Supervisor = &Supervisor{Say: d.Say, Instances: d.Config.Instances, SharedGroup: d.Config.Instances > 1,
+	d.Supervisor = &Supervisor{Say: d.Say, Instances: d.Config.Instances, SharedGroup: d.Config.Instances > 1, Output: d.ProcessorOutput,
 		Group: "aggregator-" + d.DB, Brokers: d.Servers.Brokers,
 		Command: []string{d.Binaries.Processor, "-pipeline=devmetrics", listen,
 			"-brokers=" + strings.Join(d.Servers.Brokers, ","), "-topic=" + d.Topic,
@@ -173,7 +193,7 @@ func (d *Pipeline) StartGateway(ctx context.Context, faults bool) error {
 			args = append(args, "-inject-lost-acks=0.03")
 		}
 	}
-	gw, err := StartGateway(ctx, d.Binaries.Gateway, args, d.GatewayEnv, d.stderr())
+	gw, err := StartGateway(ctx, d.Binaries.Gateway, args, d.GatewayEnv, d.Output("gateway"))
 	if err != nil {
 		return err
 	}
@@ -206,4 +226,9 @@ func keyStore(ctx context.Context, kind string) (args []string, name string, clo
 	default:
 		return nil, "", nil, fmt.Errorf("-store %q: want memory or redis", kind)
 	}
+}
+
+// ProcessorOutput is a Supervisor.Output: processor-<instance>.
+func (d *Pipeline) ProcessorOutput(instance int) io.Writer {
+	return d.Output(fmt.Sprintf("processor-%d", instance))
 }

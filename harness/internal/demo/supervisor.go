@@ -28,7 +28,10 @@ type Supervisor struct {
 	// Env is added to the processes' environment.
 	Env []string
 	// Stderr receives the processes' output. Default os.Stderr.
-	Stderr    io.Writer
+	Stderr io.Writer
+	// Output, if set, returns the output of instance's next process, in
+	// place of Stderr: a log file of each instance's own (Pipeline.Output).
+	Output    func(instance int) io.Writer
 	Instances int
 	// SharedGroup puts every instance and incarnation in one consumer
 	// group, Group, so partitions move between live instances. Otherwise
@@ -89,10 +92,14 @@ func (s *Supervisor) keep(ctx context.Context, i int) {
 		}
 		cmd := exec.Command(s.Command[0], append(slices.Clone(s.Command[1:]), "-group="+group)...)
 		cmd.Env = append(os.Environ(), s.Env...)
-		cmd.Stdout, cmd.Stderr = s.Stderr, s.Stderr
-		if s.Stderr == nil {
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		out := s.Stderr
+		if s.Output != nil {
+			out = s.Output(i)
 		}
+		if out == nil {
+			out = os.Stderr
+		}
+		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			s.Say("start processor: %v", err)
