@@ -103,4 +103,23 @@ func addPartitions(t *testing.T, brokers []string, topic string, total int) {
 	require.NoError(t, err)
 	require.Len(t, resp.Topics, 1)
 	require.NoError(t, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+	// The broker answers before its metadata shows the new partitions: a
+	// producer asking at once is told there are fewer ("invalid record
+	// partitioning choice of 2 from 2 available", seen under load).
+	require.Eventually(t, func() bool {
+		mreq := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(topic)
+		mreq.Topics = append(mreq.Topics, mt)
+		mresp, err := mreq.RequestWith(t.Context(), cl)
+		if err != nil || len(mresp.Topics) != 1 || len(mresp.Topics[0].Partitions) != total {
+			return false
+		}
+		for _, p := range mresp.Topics[0].Partitions {
+			if p.ErrorCode != 0 || p.Leader < 0 {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 50*time.Millisecond, "the broker's metadata shows %d partitions of %s", total, topic)
 }
