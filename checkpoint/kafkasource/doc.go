@@ -202,11 +202,21 @@
 // expression subscriptions, the idle-member and partition-count checks.
 //
 // A group moves between the protocols offline: stop every instance, start
-// them under the other protocol; the checkpoints carry every partition
-// over. Online, Kafka 4.4 refuses a ProtocolConsumer member into a group
-// that has classic members of this package (kafka-go's subscription is
-// not one the coordinator can convert), and Run returns that error
-// (wrapping kafka.GroupIdNotFound).
+// them under the other protocol. The group's committed offsets and the
+// checkpoints carry every partition over, both ways. Not online (a rolling
+// restart from one protocol to the other): Kafka 4.4 converts a group
+// between the protocols only by parsing each member's embedded consumer
+// protocol (ConsumerProtocolSubscription), and kafka-go's ConsumerGroup,
+// which the classic protocol runs on, sends one that says version 1 but
+// ends before that version's owned partitions. So a ProtocolConsumer
+// member joining a group with classic members is refused with
+// GROUP_ID_NOT_FOUND (the broker logs "the embedded consumer protocol is
+// malformed"), and a ProtocolClassic member joining a group with consumer
+// members with INCONSISTENT_GROUP_PROTOCOL; Run returns the error
+// (wrapping kafka.GroupIdNotFound or kafka.InconsistentGroupProtocol), and
+// the instances still running keep the group, untouched. A deployment
+// that mixes the protocols by mistake therefore fails loudly, never
+// silently.
 //
 // # Offsets out of range
 //

@@ -397,13 +397,21 @@ func TestConsumerProtocolRefused(t *testing.T) {
 	t.Logf("%v", err)
 }
 
-// TestProtocolSwitch moves a group between the protocols. Online, a
-// member under ProtocolConsumer cannot join while kafka-go's classic
-// members are in the group: Kafka 4.4 refuses to convert it
-// (GROUP_ID_NOT_FOUND: kafka-go's subscription says version 1 but has no
-// owned partitions, which the coordinator reads as malformed), and Run
-// returns that error. Offline (every instance stopped, then started under
-// the other protocol) the group switches both ways, and every record is
+// TestProtocolSwitch moves a group between the protocols. Online, Kafka
+// 4.4 refuses both moves while kafka-go's classic members are in the
+// group, because kafka-go's JoinGroup carries a ConsumerProtocolSubscription
+// that says version 1 but ends before the version's OwnedPartitions, which
+// the coordinator must parse to convert the group:
+//   - a ProtocolConsumer member joining a group of classic members gets
+//     GROUP_ID_NOT_FOUND ("Cannot upgrade classic group ... the embedded
+//     consumer protocol is malformed"), and Run returns it;
+//   - a ProtocolClassic member joining a group of consumer members gets
+//     INCONSISTENT_GROUP_PROTOCOL ("Malformed embedded consumer protocol in
+//     subscription deserialization"), and Run returns it.
+//
+// Offline (every instance stopped, then started under the other protocol)
+// the group switches both ways: the group's committed offsets carry over
+// (each phase's new owner commits on from them), and every record is
 // counted once across the switches, from the checkpoints.
 func TestProtocolSwitch(t *testing.T) {
 	const (
@@ -430,13 +438,25 @@ func TestProtocolSwitch(t *testing.T) {
 	}
 
 	require.NoError(t, a.stop(t))
+	waitCommitted(t, brokers, group, topic, partitions, n)
 	c, cc := startMember(t, brokers, group, topic, dir, kafkasource.ProtocolConsumer, live)
 	produce(t, brokers, topic, partitions, n, 50)
 	waitAll(t, c, topic, partitions, n+50, 1)
 	built, _ := cc.get()
 	assert.Len(t, built, partitions, "the consumer member owns every partition")
 
+	e, _ := startMember(t, brokers, group, topic, dir, kafkasource.ProtocolClassic, live)
+	select {
+	case err := <-e.done:
+		close(e.done)
+		require.ErrorIs(t, err, kafka.InconsistentGroupProtocol, "the online downgrade is refused")
+		t.Logf("online downgrade: %v", err)
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the classic member joined a group with consumer-protocol members")
+	}
+
 	require.NoError(t, c.stop(t))
+	waitCommitted(t, brokers, group, topic, partitions, n+50)
 	d, _ := startMember(t, brokers, group, topic, dir, kafkasource.ProtocolClassic, live)
 	produce(t, brokers, topic, partitions, n+50, 50)
 	waitAll(t, d, topic, partitions, n+100, 1)
@@ -444,5 +464,22 @@ func TestProtocolSwitch(t *testing.T) {
 		requireConsistent(t, cp)
 	}
 	require.NoError(t, d.stop(t))
+	waitCommitted(t, brokers, group, topic, partitions, n+100)
 	assert.Empty(t, live.overlap, "no partition had two live chains")
+}
+
+// waitCommitted waits until the group's committed offset of every
+// partition is want.
+func waitCommitted(t *testing.T, brokers []string, group, topic string, partitions int, want int64) {
+	t.Helper()
+	var got map[int]int64
+	require.Eventually(t, func() bool {
+		got = committed(t, brokers, group, topic, partitions)
+		for p := range partitions {
+			if got[p] != want {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 100*time.Millisecond, "committed offsets at %d", want)
 }
