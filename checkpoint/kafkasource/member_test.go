@@ -27,30 +27,56 @@ type chainCounts struct {
 }
 
 // liveChains counts the chains of each partition alive across instances,
-// and remembers if two were ever alive at once.
+// and remembers if two were ever alive at once. It tells a partition that
+// stayed (its next chain is built by the instance that stopped its last
+// one) from one that moved.
 type liveChains struct {
-	mu       sync.Mutex
-	n        map[int]int
-	overlap  []int
-	stopped  map[int]time.Time
-	maxPause time.Duration // the longest time a partition had no chain, between a stop and the next build
+	mu        sync.Mutex
+	n         map[int]int
+	overlap   []int
+	stopped   map[int]time.Time
+	stoppedBy map[int]*chainCounts
+	maxPause  time.Duration // the longest time a partition had no chain, between a stop and the next build
+	stays     int           // chains stopped and built again by the same instance
+	maxStay   time.Duration // the longest pause of a partition that stayed
 }
 
-func (l *liveChains) add(p, d int) {
+func (l *liveChains) add(p, d int, by *chainCounts) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n == nil {
-		l.n, l.stopped = map[int]int{}, map[int]time.Time{}
+		l.n, l.stopped, l.stoppedBy = map[int]int{}, map[int]time.Time{}, map[int]*chainCounts{}
 	}
 	if l.n[p] += d; l.n[p] > 1 {
 		l.overlap = append(l.overlap, p)
 	}
 	if d < 0 {
-		l.stopped[p] = time.Now()
+		l.stopped[p], l.stoppedBy[p] = time.Now(), by
 	} else if at, ok := l.stopped[p]; ok {
-		l.maxPause = max(l.maxPause, time.Since(at))
+		pause := time.Since(at)
+		l.maxPause = max(l.maxPause, pause)
+		if l.stoppedBy[p] == by {
+			l.stays++
+			l.maxStay = max(l.maxStay, pause)
+		}
 		delete(l.stopped, p)
+		delete(l.stoppedBy, p)
 	}
+}
+
+// reset forgets the pauses and stays measured so far.
+func (l *liveChains) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.maxPause, l.stays, l.maxStay = 0, 0, 0
+}
+
+// stayed returns how many chains were stopped and built again on the same
+// instance, and the longest pause among them.
+func (l *liveChains) stayed() (int, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stays, l.maxStay
 }
 
 func (l *liveChains) longestPause() time.Duration {
@@ -69,9 +95,9 @@ func (c *chainCounts) wrap(np kafkasource.NewProcessor) kafkasource.NewProcessor
 		c.mu.Lock()
 		c.built[p.Partition]++
 		c.mu.Unlock()
-		c.live.add(p.Partition, 1)
+		c.live.add(p.Partition, 1, c)
 		proc.Close = func() error {
-			c.live.add(p.Partition, -1)
+			c.live.add(p.Partition, -1, c)
 			c.mu.Lock()
 			c.stopped[p.Partition]++
 			c.mu.Unlock()
