@@ -198,8 +198,11 @@
 // one); MembershipOf gives a chain the member id and current epoch, for
 // offsets committed in a transaction. Options.HeartbeatInterval is then only the retry delay after a
 // failed heartbeat; SessionTimeout and RebalanceTimeout keep their
-// meaning. Not yet under this protocol: static membership, regular
-// expression subscriptions, the idle-member and partition-count checks.
+// meaning. The idle-member and partition-count checks run whenever the
+// member's epoch moves on (the group's assignment changed), counting the
+// members once the group is Stable (ConsumerGroupDescribe v0). Not yet
+// under this protocol: static membership (not offered under the classic
+// one either) and regular expression subscriptions.
 //
 // A group moves between the protocols offline: stop every instance, start
 // them under the other protocol. The group's committed offsets and the
@@ -256,7 +259,8 @@
 // # Protocol versions and the brokers tested
 //
 // Under ProtocolConsumer the member sends ConsumerGroupHeartbeat v1 (v0
-// to a broker without v1), OffsetCommit v9 and Metadata v12 (topic ids),
+// to a broker without v1), OffsetCommit v9, Metadata v12 (topic ids) and
+// ConsumerGroupDescribe v0,
 // written in internal/kafkawire, and FindCoordinator v2 and ApiVersions
 // v1. Under ProtocolClassic the consumer group is kafka-go's
 // ConsumerGroup, which sends fixed
