@@ -198,15 +198,28 @@
 // one); MembershipOf gives a chain the member id and current epoch, for
 // offsets committed in a transaction. Options.HeartbeatInterval is then only the retry delay after a
 // failed heartbeat; SessionTimeout and RebalanceTimeout keep their
-// meaning. Not yet under this protocol: static membership, regular
-// expression subscriptions, the idle-member and partition-count checks.
+// meaning. The idle-member and partition-count checks run whenever the
+// member's epoch moves on (the group's assignment changed), counting the
+// members once the group is Stable (ConsumerGroupDescribe v0). Not yet
+// under this protocol: static membership (not offered under the classic
+// one either) and regular expression subscriptions.
 //
 // A group moves between the protocols offline: stop every instance, start
-// them under the other protocol; the checkpoints carry every partition
-// over. Online, Kafka 4.4 refuses a ProtocolConsumer member into a group
-// that has classic members of this package (kafka-go's subscription is
-// not one the coordinator can convert), and Run returns that error
-// (wrapping kafka.GroupIdNotFound).
+// them under the other protocol. The group's committed offsets and the
+// checkpoints carry every partition over, both ways. Not online (a rolling
+// restart from one protocol to the other): Kafka 4.4 converts a group
+// between the protocols only by parsing each member's embedded consumer
+// protocol (ConsumerProtocolSubscription), and kafka-go's ConsumerGroup,
+// which the classic protocol runs on, sends one that says version 1 but
+// ends before that version's owned partitions. So a ProtocolConsumer
+// member joining a group with classic members is refused with
+// GROUP_ID_NOT_FOUND (the broker logs "the embedded consumer protocol is
+// malformed"), and a ProtocolClassic member joining a group with consumer
+// members with INCONSISTENT_GROUP_PROTOCOL; Run returns the error
+// (wrapping kafka.GroupIdNotFound or kafka.InconsistentGroupProtocol), and
+// the instances still running keep the group, untouched. A deployment
+// that mixes the protocols by mistake therefore fails loudly, never
+// silently.
 //
 // # Offsets out of range
 //
@@ -246,7 +259,8 @@
 // # Protocol versions and the brokers tested
 //
 // Under ProtocolConsumer the member sends ConsumerGroupHeartbeat v1 (v0
-// to a broker without v1), OffsetCommit v9 and Metadata v12 (topic ids),
+// to a broker without v1), OffsetCommit v9, Metadata v12 (topic ids) and
+// ConsumerGroupDescribe v0,
 // written in internal/kafkawire, and FindCoordinator v2 and ApiVersions
 // v1. Under ProtocolClassic the consumer group is kafka-go's
 // ConsumerGroup, which sends fixed

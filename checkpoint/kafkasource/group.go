@@ -94,13 +94,24 @@ func (s *Source) checkGeneration(ctx context.Context, gen *kafka.Generation) {
 		}
 		return
 	}
-	members := resp.Groups[0].Members
-	idle := 0
-	for _, m := range members {
+	var assigned []int
+	for _, m := range resp.Groups[0].Members {
 		n := 0
 		for _, t := range m.MemberAssignments.Topics {
 			n += len(t.Partitions)
 		}
+		assigned = append(assigned, n)
+	}
+	s.reportIdle(ctx, "generation", int(gen.ID), assigned, partitions, mine)
+}
+
+// reportIdle records how many of a settled group's members own no
+// partition (assigned holds each member's partition count) and warns when
+// some do. round names the generation or epoch, of kind "generation" or
+// "epoch".
+func (s *Source) reportIdle(ctx context.Context, kind string, round int, assigned []int, partitions, mine int) {
+	idle := 0
+	for _, n := range assigned {
 		if n == 0 {
 			idle++
 		}
@@ -110,15 +121,16 @@ func (s *Source) checkGeneration(ctx context.Context, gen *kafka.Generation) {
 	if idle == 0 {
 		return
 	}
+	members := len(assigned)
 	msg := fmt.Sprintf("kafkasource: members %d > partitions %d: %d members idle; add partitions or run fewer instances",
-		len(members), partitions, idle)
-	if len(members) <= partitions {
+		members, partitions, idle)
+	if members <= partitions {
 		// Enough partitions in all, but the balancer assigns each topic on
 		// its own: a topic with fewer partitions than members leaves some idle.
 		msg = fmt.Sprintf("kafkasource: %d of %d members got no partition of the %d partitions; add partitions to the smaller topics or run fewer instances",
-			idle, len(members), partitions)
+			idle, members, partitions)
 	}
-	s.log.Warn(msg, "group", s.group.ID, "generation", gen.ID, "members", len(members), "partitions", partitions,
+	s.log.Warn(msg, "group", s.group.ID, kind, round, "members", members, "partitions", partitions,
 		"idle", idle, "this_member_idle", mine == 0)
 }
 

@@ -63,7 +63,8 @@ type member struct {
 	owned    map[checkpoint.TopicPartition]*ownedChain
 	stopped  chan struct{} // a chain ended: heartbeat now to say so
 	fail     func(error)
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup // chains
+	checks   sync.WaitGroup // checkEpoch
 }
 
 // ownedChain is the running chain of an owned partition.
@@ -107,6 +108,7 @@ func (s *Source) runMember(ctx context.Context) error {
 	m.leave(ctx)
 	cancel(nil)
 	cwg.Wait()
+	m.checks.Wait()
 	if chainErr != nil {
 		return chainErr
 	}
@@ -223,7 +225,7 @@ func (m *member) sweep() {
 // accept takes a successful heartbeat's answer: the epoch, the interval,
 // and the target assignment if it changed, which it reconciles.
 func (m *member) accept(ctx context.Context, res kafkawire.HeartbeatResponse) {
-	m.epoch.Store(res.MemberEpoch)
+	moved := m.epoch.Swap(res.MemberEpoch) != res.MemberEpoch
 	if res.HeartbeatInterval > 0 {
 		m.interval = res.HeartbeatInterval
 	}
@@ -246,6 +248,10 @@ func (m *member) accept(ctx context.Context, res kafkawire.HeartbeatResponse) {
 		if _, owned := m.owned[p]; !owned {
 			m.start(ctx, p, res.MemberEpoch)
 		}
+	}
+	if moved {
+		epoch, mine, interval := res.MemberEpoch, len(target), m.interval
+		m.checks.Go(func() { m.checkEpoch(ctx, epoch, mine, interval) })
 	}
 }
 

@@ -27,30 +27,56 @@ type chainCounts struct {
 }
 
 // liveChains counts the chains of each partition alive across instances,
-// and remembers if two were ever alive at once.
+// and remembers if two were ever alive at once. It tells a partition that
+// stayed (its next chain is built by the instance that stopped its last
+// one) from one that moved.
 type liveChains struct {
-	mu       sync.Mutex
-	n        map[int]int
-	overlap  []int
-	stopped  map[int]time.Time
-	maxPause time.Duration // the longest time a partition had no chain, between a stop and the next build
+	mu        sync.Mutex
+	n         map[int]int
+	overlap   []int
+	stopped   map[int]time.Time
+	stoppedBy map[int]*chainCounts
+	maxPause  time.Duration // the longest time a partition had no chain, between a stop and the next build
+	stays     int           // chains stopped and built again by the same instance
+	maxStay   time.Duration // the longest pause of a partition that stayed
 }
 
-func (l *liveChains) add(p, d int) {
+func (l *liveChains) add(p, d int, by *chainCounts) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n == nil {
-		l.n, l.stopped = map[int]int{}, map[int]time.Time{}
+		l.n, l.stopped, l.stoppedBy = map[int]int{}, map[int]time.Time{}, map[int]*chainCounts{}
 	}
 	if l.n[p] += d; l.n[p] > 1 {
 		l.overlap = append(l.overlap, p)
 	}
 	if d < 0 {
-		l.stopped[p] = time.Now()
+		l.stopped[p], l.stoppedBy[p] = time.Now(), by
 	} else if at, ok := l.stopped[p]; ok {
-		l.maxPause = max(l.maxPause, time.Since(at))
+		pause := time.Since(at)
+		l.maxPause = max(l.maxPause, pause)
+		if l.stoppedBy[p] == by {
+			l.stays++
+			l.maxStay = max(l.maxStay, pause)
+		}
 		delete(l.stopped, p)
+		delete(l.stoppedBy, p)
 	}
+}
+
+// reset forgets the pauses and stays measured so far.
+func (l *liveChains) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.maxPause, l.stays, l.maxStay = 0, 0, 0
+}
+
+// stayed returns how many chains were stopped and built again on the same
+// instance, and the longest pause among them.
+func (l *liveChains) stayed() (int, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stays, l.maxStay
 }
 
 func (l *liveChains) longestPause() time.Duration {
@@ -69,9 +95,9 @@ func (c *chainCounts) wrap(np kafkasource.NewProcessor) kafkasource.NewProcessor
 		c.mu.Lock()
 		c.built[p.Partition]++
 		c.mu.Unlock()
-		c.live.add(p.Partition, 1)
+		c.live.add(p.Partition, 1, c)
 		proc.Close = func() error {
-			c.live.add(p.Partition, -1)
+			c.live.add(p.Partition, -1, c)
 			c.mu.Lock()
 			c.stopped[p.Partition]++
 			c.mu.Unlock()
@@ -397,13 +423,21 @@ func TestConsumerProtocolRefused(t *testing.T) {
 	t.Logf("%v", err)
 }
 
-// TestProtocolSwitch moves a group between the protocols. Online, a
-// member under ProtocolConsumer cannot join while kafka-go's classic
-// members are in the group: Kafka 4.4 refuses to convert it
-// (GROUP_ID_NOT_FOUND: kafka-go's subscription says version 1 but has no
-// owned partitions, which the coordinator reads as malformed), and Run
-// returns that error. Offline (every instance stopped, then started under
-// the other protocol) the group switches both ways, and every record is
+// TestProtocolSwitch moves a group between the protocols. Online, Kafka
+// 4.4 refuses both moves while kafka-go's classic members are in the
+// group, because kafka-go's JoinGroup carries a ConsumerProtocolSubscription
+// that says version 1 but ends before the version's OwnedPartitions, which
+// the coordinator must parse to convert the group:
+//   - a ProtocolConsumer member joining a group of classic members gets
+//     GROUP_ID_NOT_FOUND ("Cannot upgrade classic group ... the embedded
+//     consumer protocol is malformed"), and Run returns it;
+//   - a ProtocolClassic member joining a group of consumer members gets
+//     INCONSISTENT_GROUP_PROTOCOL ("Malformed embedded consumer protocol in
+//     subscription deserialization"), and Run returns it.
+//
+// Offline (every instance stopped, then started under the other protocol)
+// the group switches both ways: the group's committed offsets carry over
+// (each phase's new owner commits on from them), and every record is
 // counted once across the switches, from the checkpoints.
 func TestProtocolSwitch(t *testing.T) {
 	const (
@@ -430,13 +464,25 @@ func TestProtocolSwitch(t *testing.T) {
 	}
 
 	require.NoError(t, a.stop(t))
+	waitCommitted(t, brokers, group, topic, partitions, n)
 	c, cc := startMember(t, brokers, group, topic, dir, kafkasource.ProtocolConsumer, live)
 	produce(t, brokers, topic, partitions, n, 50)
 	waitAll(t, c, topic, partitions, n+50, 1)
 	built, _ := cc.get()
 	assert.Len(t, built, partitions, "the consumer member owns every partition")
 
+	e, _ := startMember(t, brokers, group, topic, dir, kafkasource.ProtocolClassic, live)
+	select {
+	case err := <-e.done:
+		close(e.done)
+		require.ErrorIs(t, err, kafka.InconsistentGroupProtocol, "the online downgrade is refused")
+		t.Logf("online downgrade: %v", err)
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the classic member joined a group with consumer-protocol members")
+	}
+
 	require.NoError(t, c.stop(t))
+	waitCommitted(t, brokers, group, topic, partitions, n+50)
 	d, _ := startMember(t, brokers, group, topic, dir, kafkasource.ProtocolClassic, live)
 	produce(t, brokers, topic, partitions, n+50, 50)
 	waitAll(t, d, topic, partitions, n+100, 1)
@@ -444,5 +490,22 @@ func TestProtocolSwitch(t *testing.T) {
 		requireConsistent(t, cp)
 	}
 	require.NoError(t, d.stop(t))
+	waitCommitted(t, brokers, group, topic, partitions, n+100)
 	assert.Empty(t, live.overlap, "no partition had two live chains")
+}
+
+// waitCommitted waits until the group's committed offset of every
+// partition is want.
+func waitCommitted(t *testing.T, brokers []string, group, topic string, partitions int, want int64) {
+	t.Helper()
+	var got map[int]int64
+	require.Eventually(t, func() bool {
+		got = committed(t, brokers, group, topic, partitions)
+		for p := range partitions {
+			if got[p] != want {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 100*time.Millisecond, "committed offsets at %d", want)
 }

@@ -36,8 +36,8 @@ const (
 var ErrNoConsumerProtocol = errors.New("kafkawire: the group coordinator does not speak the consumer group protocol (KIP-848)")
 
 // GroupConn is a connection to a group's coordinator for the requests of
-// a consumer-protocol member: ConsumerGroupHeartbeat, OffsetCommit v9 and
-// Metadata v12 (topic ids). It finds the coordinator through Brokers
+// a consumer-protocol member: ConsumerGroupHeartbeat, OffsetCommit v9,
+// Metadata v12 (topic ids) and ConsumerGroupDescribe v0. It finds the coordinator through Brokers
 // (FindCoordinator v2 over kafka-go's protocol package) and dials it the
 // way Dialer says. Its methods are safe for concurrent use: requests take
 // turns on the one connection. A failed request closes the connection;

@@ -38,8 +38,8 @@
 // GroupConn speaks to a group's coordinator for a member of Kafka's
 // consumer group protocol (KIP-848), in messages kafka-go lacks, written
 // in flexible versions by hand: ConsumerGroupHeartbeat v0 and v1,
-// OffsetCommit v9 (member id and epoch) and Metadata v12 (topic ids, which
-// the assignments name). It finds the coordinator with FindCoordinator v2
+// OffsetCommit v9 (member id and epoch), Metadata v12 (topic ids, which
+// the assignments name) and ConsumerGroupDescribe v0. It finds the coordinator with FindCoordinator v2
 // and checks the versions with ApiVersions, both over kafka-go's protocol
 // package.
 //

@@ -102,3 +102,56 @@ func FuzzParseGroupResponses(f *testing.F) {
 		}
 	})
 }
+
+// TestDescribeBytes pins ConsumerGroupDescribe v0, as Kafka's
+// ConsumerGroupDescribeRequest.json and ...Response.json lay it out.
+func TestDescribeBytes(t *testing.T) {
+	got := appendDescribeRequest(nil, 9, "c", "g")
+	assert.Equal(t, "00000011"+"0045"+"0000"+"00000009"+"0001"+"63"+"00"+"02"+"0267"+"00"+"00",
+		hex.EncodeToString(got))
+
+	id := UUID{15: 1}
+	assignment := func(ps ...int32) []byte {
+		b := []byte{2}
+		b = append(b, id[:]...)
+		b = append(b, 2, 't') // topic name
+		b = append(b, byte(len(ps)+1))
+		for _, p := range ps {
+			b = binary.BigEndian.AppendUint32(b, uint32(p))
+		}
+		return append(b, 0, 0) // topic tags, assignment tags
+	}
+	member := func(name string, epoch uint32, owned, target []byte) []byte {
+		b := []byte{byte(len(name) + 1)}
+		b = append(b, name...)
+		b = append(b, 0, 0) // instance, rack: null
+		b = binary.BigEndian.AppendUint32(b, epoch)
+		b = append(b, 2, 'c', 2, 'h') // client id, host
+		b = append(b, 2, 2, 't')      // subscribed ["t"]
+		b = append(b, 0)              // regex: null
+		b = append(b, owned...)
+		b = append(b, target...)
+		return append(b, 0)
+	}
+	b := []byte{0}                          // header tags
+	b = binary.BigEndian.AppendUint32(b, 0) // throttle
+	b = append(b, 2)                        // one group
+	b = append(b, 0, 0, 0)                  // error code, message: null
+	b = append(b, 2, 'g')
+	b = append(b, 7, 'S', 't', 'a', 'b', 'l', 'e')
+	b = binary.BigEndian.AppendUint32(b, 4)
+	b = binary.BigEndian.AppendUint32(b, 4)
+	b = append(b, 8, 'u', 'n', 'i', 'f', 'o', 'r', 'm')
+	b = append(b, 3)
+	b = append(b, member("a", 4, assignment(0, 1), assignment(0, 1))...)
+	b = append(b, member("b", 4, []byte{1, 0}, []byte{1, 0})...)
+	b = binary.BigEndian.AppendUint32(b, 0x80000000)
+	b = append(b, 0, 0) // group tags, response tags
+	d, err := parseDescribeResponse(b)
+	require.NoError(t, err)
+	assert.Equal(t, GroupDescription{State: "Stable", GroupEpoch: 4, AssignmentEpoch: 4, Members: []MemberDescription{
+		{MemberID: "a", MemberEpoch: 4, Assigned: 2, Target: 2}, {MemberID: "b", MemberEpoch: 4}}}, d)
+
+	_, err = parseDescribeResponse(b[:len(b)-3])
+	require.ErrorIs(t, err, ErrMalformed, "a truncated response")
+}
