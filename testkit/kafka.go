@@ -16,14 +16,27 @@ import (
 )
 
 // EnvKafka chooses the Kafka the kit starts when $KAFKA_BROKERS is unset:
-// KafkaApache4 (the default), KafkaApache39 or KafkaFake.
+// KafkaApache4 (the default), KafkaApache42, KafkaApache40, KafkaApache39
+// or KafkaFake.
 const EnvKafka = "EXACTLYONCE_KAFKA"
+
+// EnvKafkaTransactionVersion set to 1 or 2 formats the Apache Kafka 4.x
+// clusters the kit starts with that transaction.version feature level (1:
+// transactions v1, as a cluster upgraded from 3.x keeps them; 2: v2,
+// KIP-890). Unset: the release's default, 2 on 4.x. With KafkaApache39
+// or KafkaFake it fails the test: they have no level to choose.
+const EnvKafkaTransactionVersion = "EXACTLYONCE_KAFKA_TRANSACTION_VERSION"
 
 // The values of $EXACTLYONCE_KAFKA.
 const (
 	// KafkaApache4 is Apache Kafka 4.4.0 (transactions v2), in KRaft mode,
 	// one JVM process per test binary.
 	KafkaApache4 = "apache-4"
+	// KafkaApache42 is Apache Kafka 4.2.2, the newest 4.2.
+	KafkaApache42 = "apache-4.2"
+	// KafkaApache40 is Apache Kafka 4.0.2, the newest of the first 4.x
+	// line.
+	KafkaApache40 = "apache-4.0"
 	// KafkaApache39 is Apache Kafka 3.9.2 (transactions v1), the last 3.x
 	// line.
 	KafkaApache39 = "apache-3.9"
@@ -54,19 +67,45 @@ func KafkaImplementation(t testing.TB) string {
 	switch v {
 	case "":
 		return KafkaApache4
-	case KafkaApache4, KafkaApache39, KafkaFake:
+	case KafkaApache4, KafkaApache42, KafkaApache40, KafkaApache39, KafkaFake:
 		return v
 	}
-	t.Fatalf("testkit: %s=%q: want %s, %s or %s", EnvKafka, v, KafkaApache4, KafkaApache39, KafkaFake)
+	t.Fatalf("testkit: %s=%q: want %s, %s, %s, %s or %s", EnvKafka, v, KafkaApache4, KafkaApache42, KafkaApache40, KafkaApache39, KafkaFake)
 	return ""
 }
 
 // apacheVersion maps an implementation to its Apache Kafka release.
 func apacheVersion(impl string) string {
-	if impl == KafkaApache39 {
+	switch impl {
+	case KafkaApache39:
 		return embedded.ApacheKafka39
+	case KafkaApache40:
+		return embedded.ApacheKafka40
+	case KafkaApache42:
+		return embedded.ApacheKafka42
 	}
 	return embedded.ApacheKafka4
+}
+
+// KafkaTransactionVersion returns the transaction.version feature level
+// the kit formats its Apache Kafka clusters with ($EXACTLYONCE_KAFKA_TRANSACTION_VERSION,
+// see EnvKafkaTransactionVersion), 0 for the release's default. It fails
+// the test on a value other than 1 or 2, and on a level asked of a 3.x
+// broker, which has no transactions v2 to choose from.
+func KafkaTransactionVersion(t testing.TB) int {
+	t.Helper()
+	switch v := os.Getenv(EnvKafkaTransactionVersion); v {
+	case "":
+		return 0
+	case "1", "2":
+		if impl := KafkaImplementation(t); impl == KafkaApache39 || impl == KafkaFake {
+			t.Fatalf("testkit: %s=%s: only Apache Kafka 4.x (%s is %s) has a transaction.version to choose", EnvKafkaTransactionVersion, v, EnvKafka, impl)
+		}
+		return int(v[0] - '0')
+	default:
+		t.Fatalf("testkit: %s=%q: want 1 or 2", EnvKafkaTransactionVersion, v)
+		return 0
+	}
 }
 
 // sharedKafka is the one Apache Kafka broker per test binary behind Kafka.
@@ -117,7 +156,7 @@ func sharedApacheKafka(t testing.TB, impl string) ([]string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), firstStartTimeout)
 		defer cancel()
 		sharedKafka.k, sharedKafka.err = embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{
-			Version: apacheVersion(impl), Progress: os.Stderr,
+			Version: apacheVersion(impl), TransactionVersion: KafkaTransactionVersion(t), Progress: os.Stderr,
 		})
 	}
 	if sharedKafka.err != nil {
@@ -205,7 +244,8 @@ func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
 		}
 	}
 	k, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{
-		Version: apacheVersion(KafkaImplementation(t)), Nodes: o.Nodes, Controllers: o.Controllers, Dir: dir,
+		Version: apacheVersion(KafkaImplementation(t)), TransactionVersion: KafkaTransactionVersion(t),
+		Nodes: o.Nodes, Controllers: o.Controllers, Dir: dir,
 		KafkaDefaults: o.KafkaDefaults, Configs: o.Configs, Security: sec, Progress: os.Stderr,
 	})
 	if err != nil {
