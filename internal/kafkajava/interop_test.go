@@ -2,6 +2,7 @@ package kafkajava_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
 	"github.com/exactlyonce/exactlyonce/internal/kafkajava"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
@@ -30,7 +32,7 @@ var built struct {
 }
 
 // program returns the Java program; without java or mvn it skips, or
-// fails with CI=true (testkit.Unavailable).
+// fails with CI=true (testkit.Unavailable); a failed build fails.
 func program(t *testing.T) *kafkajava.Program {
 	t.Helper()
 	built.Lock()
@@ -40,8 +42,11 @@ func program(t *testing.T) *kafkajava.Program {
 		defer cancel()
 		built.p, built.err = kafkajava.Build(ctx, os.Stderr)
 	}
-	if built.err != nil {
+	switch {
+	case errors.Is(built.err, embedded.ErrNotInstalled), errors.Is(built.err, embedded.ErrShort):
 		testkit.Unavailable(t, "Kafka's Java clients", built.err)
+	case built.err != nil:
+		t.Fatalf("building Kafka's Java clients: %v", built.err) // a broken build is no missing tool
 	}
 	return built.p
 }
