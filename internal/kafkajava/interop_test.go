@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -146,16 +147,23 @@ func TestJavaReadsSDKWrites(t *testing.T) {
 	require.NoError(t, err)
 	want = append(want, fromTxn(plainRecs...)...)
 
-	d := idempotency.Delivery{Key: "delivery-1", Source: "github", Event: "push", Partition: "tenant", Body: []byte(`{"a":1}`)}
-	pub, err := kafkapub.NewIdempotent(ctx, brokers, topic, kafkapub.Options{})
-	require.NoError(t, err)
-	require.NoError(t, pub.Publish(ctx, d))
-	require.NoError(t, pub.Close())
-	var pubHeaders []kafkajava.Header
-	for _, h := range kafkapub.Headers(d) {
-		pubHeaders = append(pubHeaders, kafkajava.Header{Key: h.Key, Value: h.Value})
+	// kafkapub's two publishers, the idempotent one (kafkatxn's producer)
+	// and the kafka-go Writer one.
+	for i, newPub := range []func() (publisher, error){
+		func() (publisher, error) { return kafkapub.NewIdempotent(ctx, brokers, topic, kafkapub.Options{}) },
+		func() (publisher, error) { return kafkapub.New(ctx, brokers, topic, kafkapub.Options{}) },
+	} {
+		d := idempotency.Delivery{Key: "delivery-" + strconv.Itoa(i), Source: "github", Event: "push", Partition: "tenant", Body: []byte(`{"a":1}`)}
+		pub, err := newPub()
+		require.NoError(t, err)
+		require.NoError(t, pub.Publish(ctx, d))
+		require.NoError(t, pub.Close())
+		var pubHeaders []kafkajava.Header
+		for _, h := range kafkapub.Headers(d) {
+			pubHeaders = append(pubHeaders, kafkajava.Header{Key: h.Key, Value: h.Value})
+		}
+		want = append(want, rec{Key: []byte("tenant"), Value: d.Body, Headers: pubHeaders})
 	}
-	want = append(want, rec{Key: []byte("tenant"), Value: d.Body, Headers: pubHeaders})
 
 	src := checkpoint.TopicPartition{Topic: "in", Partition: 0}
 	prefix := testkit.Name(t, "sink")
@@ -200,6 +208,12 @@ func TestJavaReadsSDKWrites(t *testing.T) {
 	assert.Contains(t, out, txid)
 	assert.Contains(t, out, next.TransactionalID())
 	require.NoError(t, tx.Abort(ctx))
+}
+
+// publisher is what kafkapub's two publishers have in common.
+type publisher interface {
+	Publish(context.Context, idempotency.Delivery) error
+	Close() error
 }
 
 // codecs are the compression codecs of Kafka's producer.
