@@ -29,9 +29,10 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # from Debian, the chdb tarball (178 MB, under the same lock the Go code
 # takes), versitygw (unless S3_ENDPOINT is set), Go modules, Apache
 # ZooKeeper's jars (about 13 MB, with Maven, for the replicated ClickHouse
-# tests; unless CLICKHOUSE_ADDR is set), and Apache Kafka 4.4.0 and 3.9.2's
-# jars (about 45 MB each, with Maven; unless KAFKA_BROKERS is set or
-# EXACTLYONCE_KAFKA=kfake).
+# tests; unless CLICKHOUSE_ADDR is set), Apache Kafka 4.4.0, 4.2.2, 4.0.2
+# and 3.9.2's jars (about 45 MB each, with Maven) and the Java clients
+# program of the interop tests (internal/kafkajava, built with Maven;
+# both unless KAFKA_BROKERS is set or EXACTLYONCE_KAFKA=kfake).
 deps:
 	@pkgs=""; \
 	if [ -z "$${REDIS_ADDR:-}" ] && [ ! -x /usr/bin/redis-server ] && ! command -v redis-server >/dev/null; then pkgs="$$pkgs redis-server"; fi; \
@@ -122,13 +123,27 @@ test: deps check
 	@# .ci/unchanged-tree fails the run if the tests left a file in the checkout.
 	.ci/unchanged-tree go test -race -count=1 -timeout 25m ./...
 
-# test-compat runs the Kafka packages' suites on Apache Kafka 3.9 (the last
-# 3.x line: transactions v1, the protocol versions 4.0 removed still there);
-# make test runs everything on 4.4. Without -race: the race detector runs in
+# test-compat runs the Kafka packages' suites across the version matrix
+# (docs/kafka-versions.md); make test runs everything on 4.4.0 with
+# transaction.version 2. On 3.9.2 (the last 3.x line: transactions v1, the
+# protocol versions 4.0 removed still there) the four packages' suites;
+# on 4.0.2, 4.2.2, and 4.4.0 formatted with transaction.version 1 (as a
+# cluster upgraded from 3.x keeps it) the transaction packages' suites,
+# kafkatxn and kafkasink; on every line, Kafka's own Java clients and tools
+# against the SDK (internal/kafkajava). Every line runs, a failed one
+# fails the target at the end. Without -race: the race detector runs in
 # make test, on the same code.
-KAFKA_PKGS := ./checkpoint/kafkasource/... ./idempotency/kafkapub/... ./kafkatxn/... ./sink/kafkasink/...
+KAFKA_PKGS        := ./checkpoint/kafkasource/... ./idempotency/kafkapub/... ./kafkatxn/... ./sink/kafkasink/...
+KAFKA_MATRIX_PKGS := ./kafkatxn/... ./sink/kafkasink/... ./internal/kafkajava/
 test-compat: deps
-	EXACTLYONCE_KAFKA=apache-3.9 go test -count=1 -timeout 25m $(KAFKA_PKGS)
+	@rc=0; \
+	line() { echo "test-compat: $$1"; shift; env "$$@" || { echo "test-compat: FAILED on that line"; rc=1; }; }; \
+	line "Apache Kafka 3.9.2" EXACTLYONCE_KAFKA=apache-3.9 go test -count=1 -timeout 25m $(KAFKA_PKGS) ./internal/kafkajava/; \
+	line "Apache Kafka 4.0.2" EXACTLYONCE_KAFKA=apache-4.0 go test -count=1 -timeout 15m $(KAFKA_MATRIX_PKGS); \
+	line "Apache Kafka 4.2.2" EXACTLYONCE_KAFKA=apache-4.2 go test -count=1 -timeout 15m $(KAFKA_MATRIX_PKGS); \
+	line "Apache Kafka 4.4.0, transaction.version=1" EXACTLYONCE_KAFKA=apache-4 EXACTLYONCE_KAFKA_TRANSACTION_VERSION=1 \
+		go test -count=1 -timeout 15m $(KAFKA_MATRIX_PKGS); \
+	exit $$rc
 
 # test-cluster runs the tests of a three-broker Apache Kafka cluster under
 # faults (testkit.EnvKafkaCluster): the gateway answering 503 while the ISR

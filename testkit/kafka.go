@@ -15,60 +15,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
-// EnvKafka chooses the Kafka the kit starts when $KAFKA_BROKERS is unset:
-// KafkaApache4 (the default), KafkaApache39 or KafkaFake.
-const EnvKafka = "EXACTLYONCE_KAFKA"
-
-// The values of $EXACTLYONCE_KAFKA.
-const (
-	// KafkaApache4 is Apache Kafka 4.4.0 (transactions v2), in KRaft mode,
-	// one JVM process per test binary.
-	KafkaApache4 = "apache-4"
-	// KafkaApache39 is Apache Kafka 3.9.2 (transactions v1), the last 3.x
-	// line.
-	KafkaApache39 = "apache-3.9"
-	// KafkaFake is franz-go's kfake, in process, a fresh cluster per test.
-	KafkaFake = "kfake"
-)
-
-// EnvKafkaCluster set to 1 runs the tests of a three-broker Apache Kafka
-// cluster under faults (make test-cluster). make test leaves them out:
-// each starts three or four JVMs and restarts brokers, minutes on a loaded
-// machine.
-const EnvKafkaCluster = "EXACTLYONCE_KAFKA_CLUSTER"
-
-// SkipUnlessKafkaCluster skips the test unless $EXACTLYONCE_KAFKA_CLUSTER
-// is 1 (see EnvKafkaCluster), or under -short.
-func SkipUnlessKafkaCluster(t testing.TB) {
-	t.Helper()
-	if testing.Short() || os.Getenv(EnvKafkaCluster) != "1" {
-		t.Skipf("a three-broker cluster under faults: %s=1 (make test-cluster) runs it", EnvKafkaCluster)
-	}
-}
-
-// KafkaImplementation returns the Kafka the kit starts: $EXACTLYONCE_KAFKA,
-// or KafkaApache4 when it is unset. It fails the test on an unknown value.
-func KafkaImplementation(t testing.TB) string {
-	t.Helper()
-	v := os.Getenv(EnvKafka)
-	switch v {
-	case "":
-		return KafkaApache4
-	case KafkaApache4, KafkaApache39, KafkaFake:
-		return v
-	}
-	t.Fatalf("testkit: %s=%q: want %s, %s or %s", EnvKafka, v, KafkaApache4, KafkaApache39, KafkaFake)
-	return ""
-}
-
-// apacheVersion maps an implementation to its Apache Kafka release.
-func apacheVersion(impl string) string {
-	if impl == KafkaApache39 {
-		return embedded.ApacheKafka39
-	}
-	return embedded.ApacheKafka4
-}
-
 // sharedKafka is the one Apache Kafka broker per test binary behind Kafka.
 // It is never stopped explicitly: the kernel kills it when the test binary
 // exits (Pdeathsig), and a later start removes its directory.
@@ -117,7 +63,7 @@ func sharedApacheKafka(t testing.TB, impl string) ([]string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), firstStartTimeout)
 		defer cancel()
 		sharedKafka.k, sharedKafka.err = embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{
-			Version: apacheVersion(impl), Progress: os.Stderr,
+			Version: apacheVersion(impl), TransactionVersion: KafkaTransactionVersion(t), Progress: os.Stderr,
 		})
 	}
 	if sharedKafka.err != nil {
@@ -205,7 +151,8 @@ func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
 		}
 	}
 	k, err := embedded.StartApacheKafka(ctx, embedded.ApacheKafkaOptions{
-		Version: apacheVersion(KafkaImplementation(t)), Nodes: o.Nodes, Controllers: o.Controllers, Dir: dir,
+		Version: apacheVersion(KafkaImplementation(t)), TransactionVersion: KafkaTransactionVersion(t),
+		Nodes: o.Nodes, Controllers: o.Controllers, Dir: dir,
 		KafkaDefaults: o.KafkaDefaults, Configs: o.Configs, Security: sec, Progress: os.Stderr,
 	})
 	if err != nil {

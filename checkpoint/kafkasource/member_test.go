@@ -253,7 +253,7 @@ func TestSecondInstanceJoins(t *testing.T) {
 // group protocol by default (3.9, kfake).
 func consumerProtocolKafka(t *testing.T) []string {
 	t.Helper()
-	if impl := testkit.KafkaImplementation(t); impl != testkit.KafkaApache4 {
+	if impl := testkit.KafkaImplementation(t); impl == testkit.KafkaApache39 || impl == testkit.KafkaFake {
 		t.Skipf("the consumer group protocol needs Apache Kafka 4 (%s=%s)", testkit.EnvKafka, impl)
 	}
 	return testkit.Kafka(t)

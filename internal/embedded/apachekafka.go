@@ -17,11 +17,18 @@ import (
 
 // The Apache Kafka releases the tests run, one per line users run: the
 // newest 4.x (transactions v2, KIP-890; the old protocol versions removed,
-// KIP-896) and the newest 3.9.x (the last 3.x line, transactions v1).
+// KIP-896) and the newest 3.9.x (the last 3.x line, transactions v1), and
+// for make test-compat the newest patch of 4.0 (the first 4.x) and of 4.2.
+// docs/kafka-versions.md says what runs on which.
 const (
 	ApacheKafka4  = "4.4.0"
+	ApacheKafka42 = "4.2.2"
+	ApacheKafka40 = "4.0.2"
 	ApacheKafka39 = "3.9.2"
 )
+
+// ApacheKafkaVersions are the releases make deps fetches, newest first.
+var ApacheKafkaVersions = []string{ApacheKafka4, ApacheKafka42, ApacheKafka40, ApacheKafka39}
 
 // Defaults for ApacheKafkaOptions.
 const (
@@ -100,6 +107,14 @@ type ApacheKafkaOptions struct {
 	Security KafkaSecurity
 	// Configs are further broker configs, applied after all others.
 	Configs map[string]string
+	// TransactionVersion, when positive, is the transaction.version
+	// feature level the cluster is formatted with (kafka-storage format
+	// --feature transaction.version=N): 1 keeps transactions v1 on a 4.x
+	// broker, 2 turns on transactions v2 (KIP-890; a 4.x cluster's
+	// default). It applies to a new directory only: an existing cluster
+	// keeps the level it was formatted with. Default: 0, the release's
+	// own default.
+	TransactionVersion int
 	// JVMOptions replace DefaultApacheKafkaJVMOptions.
 	JVMOptions []string
 	// CacheDir holds the fetched jars. Default: CacheDir().

@@ -267,3 +267,55 @@ func TestApacheKafkaSecurityRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestApacheKafkaTransactionVersion: TransactionVersion formats the
+// cluster with that transaction.version, as the broker's ApiVersions
+// reports it finalized; without it a 4.x cluster finalizes 2, its
+// default.
+func TestApacheKafkaTransactionVersion(t *testing.T) {
+	embedded.SkipShort(t)
+	tests := []struct {
+		name string
+		give embedded.ApacheKafkaOptions
+		want int16
+	}{
+		{name: "4.4 default", give: embedded.ApacheKafkaOptions{}, want: 2},
+		{name: "4.4 v1", give: embedded.ApacheKafkaOptions{TransactionVersion: 1}, want: 1},
+		{name: "4.0 v1", give: embedded.ApacheKafkaOptions{Version: embedded.ApacheKafka40, TransactionVersion: 1}, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := startApacheKafka(t, tt.give)
+			assert.Equal(t, tt.want, finalizedFeature(t, k.Brokers(), "transaction.version"))
+		})
+	}
+}
+
+// finalizedFeature returns the finalized level of a feature, as ApiVersions
+// reports it, waiting until the broker reports finalized features at all
+// (it learns them from the controller's metadata).
+func finalizedFeature(t *testing.T, brokers []string, name string) int16 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	require.NoError(t, err)
+	defer cl.Close()
+	for {
+		resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+		require.NoError(t, err)
+		if resp.FinalizedFeaturesEpoch >= 0 && len(resp.FinalizedFeatures) > 0 {
+			for _, f := range resp.FinalizedFeatures {
+				if f.Name == name {
+					return f.MaxVersionLevel
+				}
+			}
+			return 0 // finalized features without it: level 0
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no finalized features reported: %v", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

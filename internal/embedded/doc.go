@@ -58,10 +58,13 @@
 // into the cache the first time, keyed by a hash of its source. The Kafka
 // broker process (kfakeserver) is built the same way, from this module, so
 // StartKafkaProcess must run with the working directory inside the module.
-// Apache Kafka's jars (kafka_2.13 4.4.0 and 3.9.2 with their dependencies,
-// about 45 MB each) come from Maven (EnsureApacheKafka, EnsureMaven) into
-// the cache the first time, and a formatted KRaft directory per release and
-// node count beside them (kafka-format/), copied for each new cluster.
+// Apache Kafka's jars (kafka_2.13 4.4.0, 4.2.2, 4.0.2 and 3.9.2 with their
+// dependencies, about 45 MB each) come from Maven (EnsureApacheKafka,
+// EnsureMaven) into the cache the first time, and a formatted KRaft
+// directory per release, node count and transaction.version beside them
+// (kafka-format/), copied for each new cluster. EnsureMavenProject builds a
+// Maven project of the tests' own (Kafka's Java clients, internal/kafkajava)
+// into the cache, keyed by a hash of its source.
 // Apache ZooKeeper 3.9.3's jars (13 MB) come from Maven (EnsureMaven) into
 // the cache the first time; it runs on the installed java.
 // versitygw v1.8.0 is built with `go install` into the cache (about 100 s

@@ -119,8 +119,12 @@ func (n *KafkaNode) format(ctx context.Context) error {
 	args := append(slices.Clone(n.k.opts.JVMOptions), "-cp", n.k.classpath, "kafka.tools.StorageTool",
 		"format", "-t", n.k.clusterID, "-c", filepath.Join(n.dir(), "server.properties"), "--ignore-formatted")
 	if n.controllerOnly || n.k.opts.Controllers <= 0 {
-		// The controllers write the bootstrap records, SCRAM's among them.
+		// The controllers write the bootstrap records, SCRAM's and the
+		// features' among them.
 		args = append(args, n.k.opts.Security.scramArgs()...)
+		if v := n.k.opts.TransactionVersion; v > 0 {
+			args = append(args, "--feature", "transaction.version="+strconv.Itoa(v))
+		}
 	}
 	p, err := startProcess(n.k.java, args, os.Environ(), n.dir())
 	if err != nil {

@@ -28,6 +28,9 @@ func (k *ApacheKafka) ensureTemplate(ctx context.Context) (string, error) {
 	if k.opts.Controllers > 0 {
 		name += fmt.Sprintf("-%dcontrollers", k.opts.Controllers)
 	}
+	if k.opts.TransactionVersion > 0 {
+		name += fmt.Sprintf("-tv%d", k.opts.TransactionVersion)
+	}
 	dir := filepath.Join(root, name)
 	if _, err := os.Stat(filepath.Join(dir, "cluster.id")); err == nil {
 		return dir, nil

@@ -137,6 +137,10 @@
 // Neither loses a record, but both mean the timeout is too short for the
 // chain's checkpoints or pauses: alert on them, and on fenced, which means
 // two incarnations of a chain ran at once.
+// The gauges transaction.age (state open or prepared) and
+// transaction.timeout say how close the sink's transaction is to the
+// broker's abort; deploy/prometheus alerts when a prepared one passes
+// three quarters of it (a commit stuck).
 //
 // # Guarantees
 //

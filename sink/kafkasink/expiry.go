@@ -100,7 +100,9 @@ func (s *Sink) Expired(ctx context.Context, id checkpoint.ID) error {
 	s.mu.Unlock()
 	s.m.outcome(outcomeExpired)
 	if p != nil {
-		_ = p.Abort(ctx) // the error changes nothing: the sink is failed
+		if p.Abort(ctx) == nil { // an error changes nothing: the sink is failed
+			s.m.age.ended()
+		}
 	}
 	return err
 }

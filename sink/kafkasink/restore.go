@@ -148,6 +148,7 @@ func (s *Sink) Restore(ctx context.Context, data []byte) error {
 	}
 	s.resolved = nil
 	s.bufs, s.order, s.prepared, s.err = map[outPartition][]kafkatxn.Record{}, nil, nil, nil
+	s.m.age.ended() // the restored transaction is resolved; the next starts at the next record
 	_, err = s.producer(ctx)
 	return err
 }

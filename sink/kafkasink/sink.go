@@ -149,7 +149,7 @@ func New(brokers []string, prefix string, src checkpoint.TopicPartition, opts Op
 		return nil, &TimeoutError{TransactionTimeout: opts.Tx.TransactionTimeout, Setting: intervalSetting,
 			Limit: opts.CheckpointInterval + opts.ExpiryMargin}
 	}
-	m, err := newMetrics(opts.MeterProvider, src)
+	m, err := newMetrics(opts.MeterProvider, src, opts.Tx.TransactionTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +254,7 @@ func (s *Sink) send(ctx context.Context, op outPartition, buf []kafkatxn.Record)
 	if err != nil {
 		return err
 	}
+	s.m.age.opened(time.Now())
 	for len(buf) > 0 {
 		n := min(len(buf), s.opts.BatchSize)
 		if _, err := p.Produce(ctx, op.topic, op.partition, buf[:n]...); err != nil {
@@ -328,6 +329,9 @@ func (s *Sink) SnapshotAsync(ctx context.Context, id checkpoint.ID) (checkpoint.
 			if txn := s.p.Txn(); len(txn.Partitions) > 0 {
 				st.Txn = toState(txn)
 				s.prepared, s.preparedID = &txn, id
+				if !txn.Expires.IsZero() {
+					s.m.age.prepare(txn.Expires.Add(-s.opts.Tx.TransactionTimeout))
+				}
 			}
 		}
 		return json.Marshal(st)
@@ -389,6 +393,7 @@ func (s *Sink) CheckpointCompleted(ctx context.Context, id checkpoint.ID) error 
 	}
 	s.m.transaction(outcomeCommitted, start)
 	s.prepared = nil
+	s.m.age.ended()
 	return nil
 }
 
@@ -403,6 +408,8 @@ func (s *Sink) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.m.age.ended()
+	s.m.close()
 	if s.p != nil {
 		return s.p.Close()
 	}
