@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/internal/meter"
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
 // Defaults for Options.
@@ -248,9 +246,7 @@ func retryableGroupError(err error) bool {
 		}
 		return kerr.Temporary()
 	}
-	var nerr net.Error
-	return errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+	return netfail.Is(err)
 }
 
 // Source reads a consumer group's partitions, one chain per partition, and

@@ -3,13 +3,11 @@ package s3storage
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/aws/smithy-go"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
 // ErrUnknownOutcome is wrapped by the error of a conditional write whose
@@ -67,9 +65,7 @@ func IsRetryable(err error) bool {
 	case s != 0:
 		return apiCode(err) == "SlowDown" || apiCode(err) == "RequestTimeout"
 	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return netfail.Is(err)
 }
 
 // isPrecondition reports whether err is S3's refusal of a condition: 412
