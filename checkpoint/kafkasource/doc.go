@@ -12,7 +12,7 @@
 // kafkasink.Open) registers itself, taking the chain's partition, the
 // Store's Storage and Keep, and, for ClickHouse, one chsink.DB. The
 // handles these return are what Process uses. Chains turns the BuildChain
-// into the NewProcessor that New ties to a consumer group and a
+// into the ProcessorFunc that New ties to a consumer group and a
 // checkpoint.Coordinator; Run blocks:
 //
 //	db := chsink.DB{Addr: "clickhouse:9000", Database: "analytics"}
@@ -36,7 +36,7 @@
 //		kafkasource.Options{})
 //	err = src.Run(ctx)
 //
-// store is the Coordinator's Store. A NewProcessor written by hand, whose
+// store is the Coordinator's Store. A ProcessorFunc written by hand, whose
 // Processor lists its Participants by name, still works (Chains fills that
 // field), but is deprecated: it repeats for every sink the partition, the
 // Storage, the Keep and the database that the chain knows, and must return
@@ -106,7 +106,7 @@
 // (Run(ctx) error, such as a sink's flush timer) is started once the chain
 // is restored and awaited when the chain ends; its error fails the chain.
 // One that implements io.Closer is closed once when the chain ends, after
-// Processor.Close, however the chain ended. A NewProcessor that fails
+// Processor.Close, however the chain ended. A ProcessorFunc that fails
 // halfway returns what it built with the error, and the Source closes it.
 // Rows a chain emits without a record of their own (a window's Tick) take
 // their positions from a sink.Cursor whose state is in the checkpoint:
@@ -160,7 +160,7 @@
 // # Rebalances and fencing
 //
 // Every rebalance ends the generation, and with it the context passed to
-// NewProcessor and Process. The chain stops where it is and abandons the
+// ProcessorFunc and Process. The chain stops where it is and abandons the
 // work since its last checkpoint: nothing past a checkpoint is committed,
 // and the partition's next owner restores that checkpoint and replays. A
 // sink should fence on that context (stop writing once it ends), and be

@@ -59,7 +59,7 @@ func (l *liveChains) longestPause() time.Duration {
 	return l.maxPause
 }
 
-func (c *chainCounts) wrap(np kafkasource.NewProcessor) kafkasource.NewProcessor {
+func (c *chainCounts) wrap(np kafkasource.ProcessorFunc) kafkasource.ProcessorFunc {
 	c.built, c.stopped = map[int]int{}, map[int]int{}
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc, err := np(ctx, p)
