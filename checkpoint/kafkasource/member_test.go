@@ -376,7 +376,7 @@ func TestConsumerProtocolRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts its own broker")
 	}
-	kb := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{
+	kb := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{
 		Configs: map[string]string{"group.coordinator.rebalance.protocols": "classic"}})
 	brokers := kb.Brokers()
 	topic := testkit.Name(t, "refused")
