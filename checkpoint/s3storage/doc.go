@@ -51,9 +51,9 @@
 //   - A conditional write retried after a lost reply, whose retry the server
 //     refuses, is resolved by reading the object back: if it holds exactly
 //     the data written, the write succeeded; otherwise the error wraps
-//     ErrUnknownOutcome (it may have been applied and replaced since, or
+//     ErrOutcomeUnknown (it may have been applied and replaced since, or
 //     never applied), never ErrConflict. Any other failure after a request
-//     may have reached the server also wraps ErrUnknownOutcome; a failure
+//     may have reached the server also wraps ErrOutcomeUnknown; a failure
 //     without it was certainly not applied.
 //   - List is read-after-write consistent where the server is (S3 since
 //     2020, versitygw on a POSIX filesystem).
