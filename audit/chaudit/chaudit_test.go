@@ -43,7 +43,7 @@ func totals(t *testing.T, addr, db string) map[string]uint64 {
 func runFolder(t *testing.T, brokers []string, topic string, storage checkpoint.Storage, addr, db string, want map[string]uint64) {
 	t.Helper()
 	runChains(t, brokers, topic, storage, addr, db, want, false, func(store *checkpoint.Store) kafkasource.ProcessorFunc {
-		return kafkasource.Chains(store, chaudit.Folder(chaudit.FolderConfig{
+		return kafkasource.Chains(store, chaudit.Folder(chaudit.FolderOptions{
 			ClickHouse: chsink.DB{Addr: addr, Database: db}, Sink: chsink.Options{MaxDelay: 100 * time.Millisecond},
 		}))
 	})

@@ -137,7 +137,7 @@ func TestFolderUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 	var mu sync.Mutex
 	registered := map[int][]string{}
 	runChains(t, brokers, topic, storage, addr, db, want, true, func(store *checkpoint.Store) kafkasource.ProcessorFunc {
-		build := chaudit.Folder(chaudit.FolderConfig{
+		build := chaudit.Folder(chaudit.FolderOptions{
 			ClickHouse: chsink.DB{Addr: addr, Database: db}, Sink: chsink.Options{MaxDelay: 100 * time.Millisecond},
 		})
 		return kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
