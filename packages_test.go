@@ -43,3 +43,27 @@ func TestPackagesListed(t *testing.T) {
 		assert.True(t, strings.Contains(doc, "`"+client+"` "+m[1]), "docs/packages.md does not state the range of %s from go.mod's %s", client, m[1])
 	}
 }
+
+// TestPackagesStability: every library package (not internal/, harness/,
+// examples/ or cmd/) is named in docs/packages.md's "## Stability" section,
+// so a new package gets a place in the stable or the experimental list.
+func TestPackagesStability(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err)
+	out, err := exec.CommandContext(t.Context(), goTool, "list", "./...").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	b, err := os.ReadFile("docs/packages.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(b), "\n## Stability\n")
+	require.True(t, ok, "docs/packages.md has a ## Stability section")
+	section, _, _ = strings.Cut(section, "\n## ")
+	const module = "github.com/exactlyonce/exactlyonce/"
+	for _, pkg := range strings.Fields(string(out)) {
+		rel, ok := strings.CutPrefix(pkg, module)
+		if !ok || rel == "internal" || strings.HasPrefix(rel, "internal/") || strings.Contains(rel, "/internal/") ||
+			strings.HasPrefix(rel, "harness/") || strings.HasPrefix(rel, "examples/") || strings.HasPrefix(rel, "cmd/") {
+			continue
+		}
+		assert.True(t, strings.Contains(section, "`"+rel+"`"), "docs/packages.md's Stability section does not place %s (as `%s`)", pkg, rel)
+	}
+}
