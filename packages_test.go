@@ -3,6 +3,7 @@ package exactlyonce_test
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -44,6 +45,40 @@ func TestPackagesListed(t *testing.T) {
 	}
 }
 
+// TestPackageDocs: every library package (as in TestPackagesStability) has
+// a doc.go whose package comment has a "# Guarantees" section: what the
+// package promises, which its tests hold it to.
+func TestPackageDocs(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err)
+	out, err := exec.CommandContext(t.Context(), goTool, "list", "-f", "{{.ImportPath}} {{.Dir}} {{.Name}}", "./...").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	const module = "github.com/exactlyonce/exactlyonce/"
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		rel, ok := strings.CutPrefix(f[0], module)
+		if !ok || !library(rel) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(f[1], "doc.go"))
+		if !assert.NoError(t, err, "%s has no doc.go", rel) {
+			continue
+		}
+		doc, _, found := strings.Cut(string(b), "\npackage "+f[2]+"\n")
+		assert.True(t, found, "%s/doc.go declares package %s", rel, f[2])
+		assert.True(t, strings.HasPrefix(doc, "// Package "+f[2]+" "), "%s/doc.go's comment starts with \"Package %s\"", rel, f[2])
+		assert.Contains(t, doc, "\n// # Guarantees\n", "%s/doc.go's package comment has no # Guarantees section", rel)
+	}
+}
+
+// library reports whether the package at rel (a path in the module) is
+// one of the SDK's library packages: not internal, not the harness, an
+// example or a command.
+func library(rel string) bool {
+	return !(rel == "internal" || strings.HasPrefix(rel, "internal/") || strings.Contains(rel, "/internal/") ||
+		strings.HasPrefix(rel, "harness/") || strings.HasPrefix(rel, "examples/") || strings.HasPrefix(rel, "cmd/"))
+}
+
 // TestPackagesStability: every library package (not internal/, harness/,
 // examples/ or cmd/) is named in docs/packages.md's "## Stability" section,
 // so a new package gets a place in the stable or the experimental list.
@@ -60,8 +95,7 @@ func TestPackagesStability(t *testing.T) {
 	const module = "github.com/exactlyonce/exactlyonce/"
 	for _, pkg := range strings.Fields(string(out)) {
 		rel, ok := strings.CutPrefix(pkg, module)
-		if !ok || rel == "internal" || strings.HasPrefix(rel, "internal/") || strings.Contains(rel, "/internal/") ||
-			strings.HasPrefix(rel, "harness/") || strings.HasPrefix(rel, "examples/") || strings.HasPrefix(rel, "cmd/") {
+		if !ok || !library(rel) {
 			continue
 		}
 		assert.True(t, strings.Contains(section, "`"+rel+"`"), "docs/packages.md's Stability section does not place %s (as `%s`)", pkg, rel)
