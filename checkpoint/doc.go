@@ -216,7 +216,7 @@
 //     Every participant's part is taken at the barrier in the chain's
 //     goroutine, so an AsyncParticipant's pending part holds what came
 //     before the barrier and nothing after it (AsyncParticipant's
-//     contract, which checkpointtest.TestAsyncParticipant checks).
+//     contract, which checkpointtest checks).
 //   - A failed snapshot or write leaves the previous checkpoint as the
 //     newest; nothing partial is ever restored. A pending part that fails,
 //     or whose chain stopped, writes no file and moves no offset: the file
@@ -231,33 +231,28 @@
 //     is lost, Attach starts fresh if the oldest of them descends from a
 //     fresh start (Checkpoint.Parent 0; in a version 1 file, which does
 //     not record it, ID 1), and otherwise fails (ErrOutputLost) naming
-//     the parent that is no longer retained. Tested by
-//     TestRestoreFallsBackPastLostOutput,
-//     TestRestoreFallsBackPastLostFirstCheckpoint,
-//     TestRestoreFallsBackPastLostFirstSavedCheckpoint and
-//     TestRestoreLostCheckpointsParentPruned.
+//     the parent that is no longer retained.
 //   - Store.Save never deletes the saved checkpoint's parent, the newest
 //     checkpoint its chain knew to be intact, whatever Keep says; its
-//     objects stay with it (TestRetentionKeepsLastGoodCheckpoint). A
+//     objects stay with it. A
 //     restore can therefore always fall back to it, unless another
 //     process prunes it (a revoked owner still saving, see the objects
 //     guarantee's assumption below).
 //   - A checkpoint an Expirer refuses just before the save (ErrExpired)
-//     writes no file and moves no offset (TestExpiredNotSaved).
+//     writes no file and moves no offset.
 //   - A chain whose partition holds a checkpoint of a later consumer-group
 //     generation (Meta.Generation) than its own, with an ID above the
 //     checkpoint the chain restored, saves nothing more: its checkpoint
 //     fails with ErrSuperseded, writes no file, moves no offset and
-//     notifies no participant (TestRevokedOwnerSaveRefused, on memory,
-//     a directory and S3). Restore skips a checkpoint that a later
+//     notifies no participant (on memory, a directory and S3). Restore skips a checkpoint that a later
 //     generation's checkpoint sorts between the start of its lineage and
 //     it: the save of a revoked owner that raced the new owner's first
-//     one (TestRestoreSkipsRevokedOwnersLateCheckpoint). This assumes
+//     one. This assumes
 //     generations grow; a consumer group created anew starts at 1 again
 //     and goes on from the old group's newest checkpoint, unless that
 //     checkpoint's output was lost and an older one restored, when a
 //     checkpoint of the new group that the lost one sorts between can be
-//     skipped at restore (see TestGroupCreatedAnew for what holds).
+//     skipped at restore.
 //   - An object (see ObjectParticipant) is deleted only after a checkpoint
 //     completed, and only when none of the newest Keep checkpoints
 //     references it and no checkpoint of this process still to be saved
@@ -290,6 +285,8 @@
 //     directory; a live writer's never is, from any process (each writer
 //     holds a flock(2) of its own until the rename, see TempLocker).
 //     Tested with a writer killed with SIGKILL inside PutStream.
+//
+// docs/design/checkpoint.md names the test that holds each of these.
 //
 // What it assumes: participants keep the Participant contract (the sink
 // flushes in Snapshot, or its PendingSnapshot returns only once the rows
