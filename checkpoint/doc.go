@@ -203,6 +203,46 @@
 // deterministic, and a sink must be idempotent or transactional for rows
 // written after the last checkpoint.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrChainStopped] is returned for a checkpoint that a chain could not
+//     take because it stopped first (its partition was revoked).
+//   - [ErrUnknownState] is returned by Attach when the newest checkpoint
+//     holds state for a participant name the chain does not have: loading
+//     the rest would silently drop that state.
+//   - [ErrDeclined] is wrapped by a Snapshot error of a participant that is
+//     healthy but cannot snapshot at this barrier, for example a sink in the
+//     middle of a batch it must write whole.
+//   - [ErrOutputLost] is wrapped by a Resolver's error for a checkpoint
+//     whose output is gone for good (its Kafka transaction was aborted):
+//     Attach falls back to an older retained checkpoint.
+//   - [ErrExpired] is wrapped by an Expirer's error: the checkpoint's
+//     snapshot would no longer be good once saved, so it is not saved.
+//   - [ErrSuperseded] is wrapped by the error of a checkpoint that was not
+//     saved because a later owner of the partition (a consumer-group
+//     generation after the chain's) has saved one since the chain's Parent:
+//     the chain's ownership ended though it was not told yet (a process
+//     paused past its session timeout).
+//   - [ErrInvalidOptions] is wrapped by the errors NewStore and
+//     NewCoordinator return for a missing argument or an invalid option.
+//   - [ErrConflict] is wrapped by the error of a conditional write that
+//     lost: Create over a name that holds data, Replace over a name whose
+//     content is no longer the given Version (or that is gone).
+//   - [ErrCorrupt] is wrapped by errors from Decode for bytes that are not a
+//     whole, intact checkpoint: truncated or bit-flipped.
+//   - [ErrInvalidName] is returned for a name that is not a slash-separated
+//     path of non-empty [A-Za-z0-9._-] segments (the segments "." and ".."
+//     are refused).
+//   - [ErrNotFound] is returned by Storage.Get for a name that holds no
+//     data.
+//   - [ErrUnsupportedVersion] is wrapped by errors from Decode for a
+//     checkpoint file of a format version this build does not read (a newer
+//     program wrote it).
+//   - [Error] describes a checkpoint that did not complete: nothing was
+//     written and no offset moved.
+//
 // # Guarantees
 //
 //   - A checkpoint is durable before any offset it covers is committed to the

@@ -85,6 +85,41 @@
 // MaxTransactionTimeout reads the brokers' transaction.max.timeout.ms
 // (DescribeConfigs), which caps TransactionTimeout.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrInvalidOptions] is wrapped by the error of a constructor
+//     (NewProducer, NewTxProducer, NewReader, and CommitPrepared's client)
+//     whose required arguments are missing or whose options cannot work: a
+//     configuration to fix, found at start-up.
+//   - [ErrInvalidArgument] is wrapped by the error of a call given an
+//     argument it cannot use (Produce without a topic or records,
+//     SendOffsets without a group, a Txn without its ids): nothing was sent.
+//   - [ErrClosed] is returned by Produce after Close.
+//   - [ErrOutcomeUnknown] is wrapped by Produce errors after which the batch
+//     may or may not be in the log: the delivery timeout ran out while the
+//     broker did not answer.
+//   - [ErrFenced] is wrapped by every error of a TxProducer whose
+//     transactional id was taken over by a newer producer (Kafka's
+//     PRODUCER_FENCED or INVALID_PRODUCER_EPOCH).
+//   - [ErrAborted] is wrapped by CommitPrepared's error when the transaction
+//     was aborted (it timed out, or a producer of the same transactional id
+//     started before it was committed): its records are gone.
+//   - [ErrTimedOut] is wrapped, instead of ErrFenced, by the error of a
+//     TxProducer whose open transaction the broker refused after it had been
+//     open for TransactionTimeout or longer: the broker aborted it by its
+//     timeout and bumped the producer's epoch, so it answers as to a fenced
+//     producer, although no other producer of the id need exist.
+//   - [ErrAbortable] is wrapped by a TxProducer error after which the open
+//     transaction cannot commit (the broker lost the producer's state, or a
+//     batch's outcome is unknown): call Abort, then start again.
+//   - [ErrNoOpenTransaction] is wrapped by AbortTransaction's error when the
+//     transactional id has no transaction open: nothing was done.
+//   - [FormatError] is the error (wrapped) Fetch returns for a record batch
+//     older than the v2 format (Kafka before 0.11, not converted by the
+//     broker): it names the partition and the batch's offset.
+//
 // # Guarantees
 //
 //   - A Produce that returns nil wrote its records once, with acks=all,

@@ -35,6 +35,13 @@
 // sinks depend on (chsink.ReadServerSettings); exactlyonce audit prints
 // them above its table and under "clickhouse" in its JSON.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrSchema] is wrapped by the error of a query on a table that lacks
+//     the columns it needs (not the audit table, or a column name mistyped).
+//
 // # Guarantees
 //
 //   - A Counter's rows reach the table through chsink: flushed at every

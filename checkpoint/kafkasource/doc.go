@@ -283,6 +283,40 @@
 // aborted and control records, and its Message does not say which is
 // which.) Offsets processed have gaps where those were dropped.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrRunning] is returned by Run on a Source that is already running.
+//   - [ErrInvalidOptions] is wrapped by the error New returns for a missing
+//     argument or an invalid option.
+//   - [ErrNoConsumerProtocol] is wrapped by the error Run returns under
+//     ProtocolConsumer when the group coordinator does not offer the
+//     consumer group protocol.
+//   - [ErrPoison] marks a record that Process can never handle, such as a
+//     value it cannot decode: processing it again fails the same way, so
+//     retrying would stall the partition forever.
+//   - [ErrRestartsExhausted] is wrapped by the error Run returns when a
+//     partition's chain failed Restart.MaxAttempts times in a row with
+//     retryable errors.
+//   - [ErrTopicNotFound] is matched by *TopicNotFoundError.
+//   - [FormatError] is the error (wrapped) a chain stops with when its
+//     partition holds a record batch older than the v2 format (Kafka before
+//     0.11, not converted by the broker): it names the partition and the
+//     batch's offset.
+//   - [OffsetOutOfRangeError] reports that a partition's restored offset is
+//     no longer (or not yet) in the log, and the OutOfRange policy is
+//     OutOfRangeFail.
+//   - [PoisonError] is the error Run returns when a chain without a
+//     dead-letter topic meets a poison record: the chain stops at that
+//     offset rather than skip it.
+//   - [SessionTimeoutError] is returned by Run when the broker refuses
+//     Options.SessionTimeout (INVALID_SESSION_TIMEOUT): it lies outside the
+//     broker's group.min.session.timeout.ms and
+//     group.max.session.timeout.ms.
+//   - [TopicNotFoundError] is returned by Run when a subscribed topic does
+//     not exist and Options.MissingTopic is MissingTopicFail.
+//
 // # Guarantees
 //
 //   - Every record is processed at least once, and its effect on

@@ -36,6 +36,16 @@
 // Built from s3.Options with static credentials (NewClient), the SDK pulls
 // no config or SSO modules.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrInvalidOptions] is wrapped by New's error for options it refuses.
+//   - [ErrOutcomeUnknown] is wrapped by the error of a conditional write
+//     whose outcome the storage could not resolve: an attempt may have been
+//     applied (its reply was lost), a retry was refused by the condition,
+//     and reading the object back did not show this write's content.
+//
 // # Guarantees
 //
 //   - Put, Create and Replace are atomic: a reader sees the old object or the

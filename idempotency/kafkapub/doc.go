@@ -52,6 +52,17 @@
 // Options.Transport carries kafka-go's TLS and SASL (PLAIN, SCRAM-SHA-256,
 // SCRAM-SHA-512) for a managed Kafka.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrClaimCheck] is wrapped by Payload's errors for a claim-check
+//     record whose object is missing or does not match its digest.
+//   - [ErrInvalidOptions] is wrapped by the error New returns for an
+//     unusable configuration.
+//   - [ErrNoMetadata] is returned by ReadMetadata for a message without an
+//     event-id header or with a malformed one.
+//
 // # Guarantees
 //
 //   - Publish returns nil only after every in-sync replica acknowledged the

@@ -138,6 +138,35 @@
 // chain's checkpoints or pauses: alert on them, and on fenced, which means
 // two incarnations of a chain ran at once.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrInvalidOptions] is wrapped by New's error for a missing argument
+//     or an invalid option.
+//   - [ErrInvalidArgument] is wrapped by Add's error for a record without a
+//     topic or with a negative partition: nothing was buffered.
+//   - [ErrUnconfirmed] is wrapped by a Snapshot *Error when the transaction
+//     prepared at an earlier barrier was never confirmed by
+//     CheckpointCompleted (that checkpoint failed after this sink's
+//     snapshot, or its notification was lost).
+//   - [ErrCorrupt] is wrapped by Restore's error for a state it cannot
+//     decode.
+//   - [ErrUnsupportedVersion] is wrapped by Restore's error for a state
+//     written by a later version of the sink.
+//   - [ErrExpired] is wrapped (with checkpoint.ErrExpired) by the error of
+//     Expired when the prepared transaction is too close to its
+//     TransactionTimeout for its checkpoint to be saved and committed in
+//     time: the checkpoint is not saved, the sink aborts the transaction,
+//     and the chain restarts from its last checkpoint (the error is
+//     Retryable), whose replay writes the records again.
+//   - [Error] is a failed send, commit or barrier of the sink.
+//   - [TimeoutError] is returned by New, and by the sink's first write,
+//     snapshot or restore, when Options.Tx.TransactionTimeout cannot work:
+//     not above the checkpoint interval plus the expiry margin (a checkpoint
+//     could never be saved in time), or above the broker's
+//     transaction.max.timeout.ms (InitProducerID would refuse it).
+//
 // # Guarantees
 //
 //   - Every record written before a completed checkpoint's barrier is in

@@ -35,6 +35,18 @@
 // at start-up and refuses any other table with a *chsink.TableCheckError
 // matching ErrNotReplacing whose message says what to change.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrInvalidOptions] is wrapped by the error New returns for unusable
+//     arguments; the message names the field and what it accepts.
+//   - [ErrNotReplacing] is matched by the *chsink.TableCheckError New
+//     returns for a table that cannot hold window rows: not a
+//     ReplacingMergeTree, one without the version column (or, for sessions,
+//     the deleted column), or one whose version or deleted column is another
+//     than Options names or of another type than UInt64 and UInt8.
+//
 // # Guarantees
 //
 // The table read with FINAL holds exactly the windows (or sessions) of the
