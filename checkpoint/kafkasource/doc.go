@@ -243,29 +243,15 @@
 // partition from the start once. Source partition P always writes to
 // dead-letter partition P modulo the topic's partition count.
 //
-// # Protocol versions and the brokers tested
+// # Brokers
 //
-// Under ProtocolConsumer the member sends ConsumerGroupHeartbeat v1 (v0
-// to a broker without v1), OffsetCommit v9 and Metadata v12 (topic ids),
-// written in internal/kafkawire, and FindCoordinator v2 and ApiVersions
-// v1. Under ProtocolClassic the consumer group is kafka-go's
-// ConsumerGroup, which sends fixed
-// versions: FindCoordinator v0, JoinGroup v2 (v1 to a broker without v2),
-// SyncGroup v0, Heartbeat v0, LeaveGroup v0, OffsetFetch v1, OffsetCommit
-// v2 and Metadata v6. The chain's fetcher sends Fetch v4 (read_committed;
-// the lowest version Kafka 4.0 kept, KIP-896, and the first with the last
-// stable offset and aborted transactions), on a connection of its own that
-// authenticates with SaslHandshake v1 and SaslAuthenticate v0 when the
-// Dialer has a SASLMechanism; it finds the leader with Metadata v6, and
-// the chain checks its offset against the log with ListOffsets v1 (both
-// through kafka-go's Conn). The topic check and the dead-letter topic go
-// through kafka-go's Client (Metadata v8 without topic auto-creation,
-// Produce v8, Fetch v11). Kafka 4.0.0 refused JoinGroup v0 and v1
-// (kafka-go issues 1360 and 1378); 4.0.1 and later accept them again, and
-// kafka-go asks for v2 where the broker has it. The tests run on Apache
-// Kafka 4.4.0 (make test) and 3.9.2 (make test-compat), TLS and SASL
-// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) among them, and on franz-go's
-// kfake those that need injected broker errors.
+// Apache Kafka 3.x and 4.x: every request is at or above the lowest
+// version Kafka 4.0 kept (KIP-896). The tests run on Apache Kafka 4.4.0
+// (make test) and 3.9.2 (make test-compat), TLS and SASL (PLAIN,
+// SCRAM-SHA-256, SCRAM-SHA-512) among them. Kafka 4.0.0 refused JoinGroup
+// v0 and v1 (kafka-go issues 1360 and 1378); the classic group asks for v2
+// where the broker has it, and 4.0.1 and later accept the older versions
+// again. docs/design/kafka-protocol.md lists the version of every request.
 //
 // A session timeout outside the broker's group.min.session.timeout.ms (6 s
 // by default) and group.max.session.timeout.ms (30 min) is refused when
