@@ -31,8 +31,8 @@
 //	      FROM audit_counts GROUP BY stage, tenant, bucket, counter)
 //	GROUP BY tenant, bucket ORDER BY tenant, bucket
 //
-// Server reads the ClickHouse version and the deduplication settings the
-// sinks depend on (chsink.ReadServerSettings); exactlyonce audit prints
+// chsink.ReadServerSettings reads the ClickHouse version and the
+// deduplication settings the sinks depend on; exactlyonce audit prints
 // them above its table and under "clickhouse" in its JSON.
 //
 // # Errors
