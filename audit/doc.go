@@ -55,7 +55,7 @@
 //     checkpoint's barrier plus those processed since: with the replay rule
 //     of package checkpoint (processing depends only on restored state and
 //     the records in offset order), a restored chain counts every record
-//     once. TestCounterReplay restores a snapshot and replays.
+//     once.
 //   - A count only grows, so the newest row of a key is the one with the
 //     largest count; a row written again (a replay) is harmless in the
 //     ReplacingMergeTree.

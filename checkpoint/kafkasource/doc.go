@@ -339,10 +339,10 @@
 //     checkpoint, so a restart replays and never skips. Run returns nil
 //     when its context ends.
 //   - A chain is built again only after the group coordinator confirmed
-//     its generation is current (TestGenerationCurrent); a save refused
+//     its generation is current; a save refused
 //     with checkpoint.ErrSuperseded ends neither Run nor any other chain:
 //     the chain stops if its generation ended, and is restarted from its
-//     last checkpoint if not (TestSupersededSaveRestarts).
+//     last checkpoint if not.
 //   - No participant goroutine outlives its chain: Runners are awaited and
 //     Closers closed before the chain's partition is given up.
 //   - A poison record of a chain with a dead-letter topic is in that topic

@@ -78,7 +78,7 @@
 //     Publish returns, a redelivery of such a delivery replays the 202 or
 //     writes it once: with the broker stopped (SIGSTOP) for 8 s with 16
 //     deliveries in flight and every 503 redelivered until 202, each was
-//     in Kafka exactly once (TestGatewayBrokerPausedIdempotent).
+//     in Kafka exactly once.
 //   - Publisher, for brokers with idempotence disabled, is at least once:
 //     kafka-go has no idempotent producer.
 //     Its retries after a lost acknowledgement, and a Publish whose context
@@ -86,8 +86,7 @@
 //     Publish returned an error (IsOutcomeUnknown, and such errors wrap
 //     idempotency.ErrOutcomeUnknown, so the Handler holds the key until
 //     its PendingTTL rather than release it). In the same pause test the
-//     redeliveries wrote 6 duplicate records for 16 deliveries
-//     (TestGatewayBrokerPausedPlain).
+//     redeliveries wrote 6 duplicate records for 16 deliveries.
 //     Each message carries the
 //     delivery id in its event-id header; the downstream deduplicator drops
 //     copies by that id. The pipeline is exactly-once only with it.

@@ -84,10 +84,7 @@
 // Where rows differ from what a dead run wrote there (its Tick rows, or
 // the rows this adds), chsink inserts them under a token derived from
 // their content, so a later replay of the same content is deduplicated.
-//
-// TestKillAtEveryStep kills a chain (SIGKILL) after every step of a script
-// of early firings, merges, late events and EndInput, on tumbling, hopping
-// and session windows, and compares FINAL with the windows computed from
-// the accepted events; TestKillDuringEarlyFiringsAndMerges kills one with
-// early firings and session merges five times at random moments.
+// This holds through a SIGKILL after any step of early firings, merges,
+// late events and EndInput, on tumbling, hopping and session windows
+// (docs/design/tests.md names the tests).
 package windowsink
