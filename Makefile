@@ -186,6 +186,9 @@ sim:
 # default 1000000,10000000, RECOVERY_STORAGES; BENCH_BATCH_ROWS; see
 # BENCHMARKS.md), and the report lists those set. BENCH_PKGS and BENCH_RUN
 # narrow the run, BENCH_VS= leaves out the clickhouse-go comparison (bench/).
+# TestReportCurrent (harness/cmd/benchreport) fails when REPORT.md is not
+# what benchreport writes from bench.txt, or bench.txt lacks a benchmark of
+# the tree (its notYetRun list names those added since the last run).
 BENCH_COUNT ?= 3
 BENCH_PKGS  ?= ./...
 BENCH_RUN   ?= .

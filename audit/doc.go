@@ -38,13 +38,24 @@
 //     // per record: c.At(m.Offset); c.Add(audit.StageRead, tenant, at, 1) ...
 //     // per tick:   rows, pos = c.Flush(rows[:0], pos[:0]); auditSink.AddBatch(ctx, pos, rows)
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrCorrupt] is wrapped by Restore's error for a state it cannot read.
+//   - [ErrUnsupportedVersion] is wrapped by Restore's error for a state of a
+//     newer format.
+//   - [ErrBucketChanged] is wrapped by Restore's error for a state counted
+//     in buckets of another width: its counts cannot be folded into these.
+//   - [ErrInvalidOptions] is wrapped by NewCounter's error for bad options.
+//
 // # Guarantees
 //
 //   - A Counter's counts reflect exactly the records before its last
 //     checkpoint's barrier plus those processed since: with the replay rule
 //     of package checkpoint (processing depends only on restored state and
 //     the records in offset order), a restored chain counts every record
-//     once. TestCounterReplay restores a snapshot and replays.
+//     once.
 //   - A count only grows, so the newest row of a key is the one with the
 //     largest count; a row written again (a replay) is harmless in the
 //     ReplacingMergeTree.

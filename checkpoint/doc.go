@@ -203,6 +203,46 @@
 // deterministic, and a sink must be idempotent or transactional for rows
 // written after the last checkpoint.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrChainStopped] is returned for a checkpoint that a chain could not
+//     take because it stopped first (its partition was revoked).
+//   - [ErrUnknownState] is returned by Attach when the newest checkpoint
+//     holds state for a participant name the chain does not have: loading
+//     the rest would silently drop that state.
+//   - [ErrDeclined] is wrapped by a Snapshot error of a participant that is
+//     healthy but cannot snapshot at this barrier, for example a sink in the
+//     middle of a batch it must write whole.
+//   - [ErrOutputLost] is wrapped by a Resolver's error for a checkpoint
+//     whose output is gone for good (its Kafka transaction was aborted):
+//     Attach falls back to an older retained checkpoint.
+//   - [ErrExpired] is wrapped by an Expirer's error: the checkpoint's
+//     snapshot would no longer be good once saved, so it is not saved.
+//   - [ErrSuperseded] is wrapped by the error of a checkpoint that was not
+//     saved because a later owner of the partition (a consumer-group
+//     generation after the chain's) has saved one since the chain's Parent:
+//     the chain's ownership ended though it was not told yet (a process
+//     paused past its session timeout).
+//   - [ErrInvalidOptions] is wrapped by the errors NewStore and
+//     NewCoordinator return for a missing argument or an invalid option.
+//   - [ErrConflict] is wrapped by the error of a conditional write that
+//     lost: Create over a name that holds data, Replace over a name whose
+//     content is no longer the given Version (or that is gone).
+//   - [ErrCorrupt] is wrapped by errors from Decode for bytes that are not a
+//     whole, intact checkpoint: truncated or bit-flipped.
+//   - [ErrInvalidName] is returned for a name that is not a slash-separated
+//     path of non-empty [A-Za-z0-9._-] segments (the segments "." and ".."
+//     are refused).
+//   - [ErrNotFound] is returned by Storage.Get for a name that holds no
+//     data.
+//   - [ErrUnsupportedVersion] is wrapped by errors from Decode for a
+//     checkpoint file of a format version this build does not read (a newer
+//     program wrote it).
+//   - [Error] describes a checkpoint that did not complete: nothing was
+//     written and no offset moved.
+//
 // # Guarantees
 //
 //   - A checkpoint is durable before any offset it covers is committed to the
@@ -216,7 +256,7 @@
 //     Every participant's part is taken at the barrier in the chain's
 //     goroutine, so an AsyncParticipant's pending part holds what came
 //     before the barrier and nothing after it (AsyncParticipant's
-//     contract, which checkpointtest.TestAsyncParticipant checks).
+//     contract, which checkpointtest checks).
 //   - A failed snapshot or write leaves the previous checkpoint as the
 //     newest; nothing partial is ever restored. A pending part that fails,
 //     or whose chain stopped, writes no file and moves no offset: the file
@@ -231,33 +271,28 @@
 //     is lost, Attach starts fresh if the oldest of them descends from a
 //     fresh start (Checkpoint.Parent 0; in a version 1 file, which does
 //     not record it, ID 1), and otherwise fails (ErrOutputLost) naming
-//     the parent that is no longer retained. Tested by
-//     TestRestoreFallsBackPastLostOutput,
-//     TestRestoreFallsBackPastLostFirstCheckpoint,
-//     TestRestoreFallsBackPastLostFirstSavedCheckpoint and
-//     TestRestoreLostCheckpointsParentPruned.
+//     the parent that is no longer retained.
 //   - Store.Save never deletes the saved checkpoint's parent, the newest
 //     checkpoint its chain knew to be intact, whatever Keep says; its
-//     objects stay with it (TestRetentionKeepsLastGoodCheckpoint). A
+//     objects stay with it. A
 //     restore can therefore always fall back to it, unless another
 //     process prunes it (a revoked owner still saving, see the objects
 //     guarantee's assumption below).
 //   - A checkpoint an Expirer refuses just before the save (ErrExpired)
-//     writes no file and moves no offset (TestExpiredNotSaved).
+//     writes no file and moves no offset.
 //   - A chain whose partition holds a checkpoint of a later consumer-group
 //     generation (Meta.Generation) than its own, with an ID above the
 //     checkpoint the chain restored, saves nothing more: its checkpoint
 //     fails with ErrSuperseded, writes no file, moves no offset and
-//     notifies no participant (TestRevokedOwnerSaveRefused, on memory,
-//     a directory and S3). Restore skips a checkpoint that a later
+//     notifies no participant (on memory, a directory and S3). Restore skips a checkpoint that a later
 //     generation's checkpoint sorts between the start of its lineage and
 //     it: the save of a revoked owner that raced the new owner's first
-//     one (TestRestoreSkipsRevokedOwnersLateCheckpoint). This assumes
+//     one. This assumes
 //     generations grow; a consumer group created anew starts at 1 again
 //     and goes on from the old group's newest checkpoint, unless that
 //     checkpoint's output was lost and an older one restored, when a
 //     checkpoint of the new group that the lost one sorts between can be
-//     skipped at restore (see TestGroupCreatedAnew for what holds).
+//     skipped at restore.
 //   - An object (see ObjectParticipant) is deleted only after a checkpoint
 //     completed, and only when none of the newest Keep checkpoints
 //     references it and no checkpoint of this process still to be saved
@@ -290,6 +325,8 @@
 //     directory; a live writer's never is, from any process (each writer
 //     holds a flock(2) of its own until the rename, see TempLocker).
 //     Tested with a writer killed with SIGKILL inside PutStream.
+//
+// docs/design/checkpoint.md names the test that holds each of these.
 //
 // What it assumes: participants keep the Participant contract (the sink
 // flushes in Snapshot, or its PendingSnapshot returns only once the rows

@@ -155,6 +155,27 @@
 // partition's processing chain and is called from that goroutine only, as
 // checkpoint.Participant requires. Metric collection may run concurrently.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrInvalidOptions] is returned by New for a missing TTL or an invalid
+//     option.
+//   - [ErrFull] is returned by Observe when a new key arrives while
+//     Options.MaxKeys entries are stored, and by Restore for a snapshot
+//     holding more.
+//   - [ErrTimeOutOfRange] is returned by Observe when the clock plus the TTL
+//     lies past 2106-02-07 (expiries are stored as 32-bit Unix seconds).
+//   - [ErrKeyTooLong] is returned by Observe in exact mode for a key longer
+//     than 16 MiB - 1.
+//   - [ErrClosed] is returned by every method called after Close.
+//   - [ErrCorrupt] is wrapped by the error Restore returns for a truncated,
+//     corrupt or non-canonical snapshot.
+//   - [ErrUnsupportedVersion] is wrapped by the error Restore returns for a
+//     snapshot written by a newer, unknown format version.
+//   - [ErrIncompatible] is returned by Restore when a snapshot of
+//     fingerprints only is restored into a deduplicator with ExactKeys.
+//
 // # Guarantees
 //
 // Given at-least-once input from Kafka and restore from the checkpoint whose

@@ -79,6 +79,51 @@
 // for why not 409); a reused key with another payload gets 422, as Stripe's
 // API answers.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrBodyTooLarge]: the body exceeds Options.MaxBodyBytes (413).
+//   - [ErrSignature]: the signature is missing or wrong (401).
+//   - [ErrNoKey]: the request carries no usable idempotency key (400).
+//   - [ErrMalformed]: the body is not a JSON object in valid UTF-8, or the
+//     event type is missing (400).
+//   - [ErrMediaType]: the request's Content-Type is not one the provider
+//     sends (Provider.ContentTypes), or names a charset other than UTF-8
+//     (415).
+//   - [ErrNoPartition]: the payload names no tenant to partition it by
+//     (Provider.Partition); answered 422.
+//   - [ErrIgnored] is returned, wrapped, by an Options.Check hook for an
+//     event the application does not consume: it is answered 200, claims
+//     nothing, publishes nothing, and is counted in idempotency.ignored.
+//   - [ErrPending] is returned by Claim when another claim holds the key.
+//   - [ErrDone] matches (with errors.Is) the *DoneError that Claim returns
+//     for a key whose side effect is done.
+//   - [ErrFingerprintMismatch] is returned by Claim when the key is pending
+//     or done for a request whose fingerprint differs: the same key was
+//     reused for a different payload.
+//   - [ErrClaimLost] is returned by Complete and Release when the key no
+//     longer holds the claim: its pending TTL ran out, and the key expired
+//     or was claimed by someone else.
+//   - [ErrStoreFull] is returned by a bounded store's Claim when it holds
+//     its maximum number of pending keys and can evict nothing.
+//   - [ErrInvalidArgument] is returned by a Store for an empty key or a TTL
+//     that is not positive: a bad argument to one call.
+//   - [ErrInvalidOptions] is wrapped by the errors NewHandler,
+//     NewMemoryStore and the backends' constructors return for a missing
+//     argument or an invalid option.
+//   - [ErrOutcomeUnknown] is wrapped by a side effect's ([Func], or [Do]'s
+//     fn) error when the side effect may have taken effect although it
+//     failed: a publish sent to a broker that did not answer.
+//   - [DoneError] is returned by Claim for a key whose side effect is done.
+//   - [EffectError] is returned by [Do] when fn failed: the key was released
+//     (or ReleaseErr says why not), so a retry runs fn again; or, when fn's
+//     error wraps ErrOutcomeUnknown, held (Held): it stays pending until its
+//     PendingTTL, and retries until then get ErrPending.
+//   - [RejectError] is a permanent rejection of a delivery by an
+//     Options.Check hook: the Handler answers Status with Reason, claims
+//     nothing and publishes nothing.
+//
 // # Guarantees
 //
 //   - A key is done only after its side effect returned nil, so every 2xx

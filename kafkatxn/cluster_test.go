@@ -27,7 +27,7 @@ import (
 // exactly once. make test-cluster runs it (testkit.SkipUnlessKafkaCluster).
 func TestTxProducerClusterFailover(t *testing.T) {
 	testkit.SkipUnlessKafkaCluster(t)
-	kb := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{Nodes: 3})
+	kb := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{Nodes: 3})
 	brokers := kb.Brokers()
 	const topic, txid = "failover", "failover-tx"
 	testkit.CreateTopic(t, brokers, topic, 1)

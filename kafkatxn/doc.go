@@ -85,6 +85,41 @@
 // MaxTransactionTimeout reads the brokers' transaction.max.timeout.ms
 // (DescribeConfigs), which caps TransactionTimeout.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrInvalidOptions] is wrapped by the error of a constructor
+//     (NewProducer, NewTxProducer, NewReader, and CommitPrepared's client)
+//     whose required arguments are missing or whose options cannot work: a
+//     configuration to fix, found at start-up.
+//   - [ErrInvalidArgument] is wrapped by the error of a call given an
+//     argument it cannot use (Produce without a topic or records,
+//     SendOffsets without a group, a Txn without its ids): nothing was sent.
+//   - [ErrClosed] is returned by Produce after Close.
+//   - [ErrOutcomeUnknown] is wrapped by Produce errors after which the batch
+//     may or may not be in the log: the delivery timeout ran out while the
+//     broker did not answer.
+//   - [ErrFenced] is wrapped by every error of a TxProducer whose
+//     transactional id was taken over by a newer producer (Kafka's
+//     PRODUCER_FENCED or INVALID_PRODUCER_EPOCH).
+//   - [ErrAborted] is wrapped by CommitPrepared's error when the transaction
+//     was aborted (it timed out, or a producer of the same transactional id
+//     started before it was committed): its records are gone.
+//   - [ErrTimedOut] is wrapped, instead of ErrFenced, by the error of a
+//     TxProducer whose open transaction the broker refused after it had been
+//     open for TransactionTimeout or longer: the broker aborted it by its
+//     timeout and bumped the producer's epoch, so it answers as to a fenced
+//     producer, although no other producer of the id need exist.
+//   - [ErrAbortable] is wrapped by a TxProducer error after which the open
+//     transaction cannot commit (the broker lost the producer's state, or a
+//     batch's outcome is unknown): call Abort, then start again.
+//   - [ErrNoOpenTransaction] is wrapped by AbortTransaction's error when the
+//     transactional id has no transaction open: nothing was done.
+//   - [FormatError] is the error (wrapped) Fetch returns for a record batch
+//     older than the v2 format (Kafka before 0.11, not converted by the
+//     broker): it names the partition and the batch's offset.
+//
 // # Guarantees
 //
 //   - A Produce that returns nil wrote its records once, with acks=all,
@@ -135,36 +170,13 @@
 // Producers (each NewProducer gets its own); this process's clock runs at
 // the broker's rate (Txn.Expires is measured here, the timeout there).
 //
-// # Protocol versions and the brokers tested
+// # Brokers
 //
-// Every request goes through kafka-go's Client, which sends the highest
-// version both kafka-go and the broker support; with kafka-go v0.4.51 that
-// is InitProducerId v4, AddPartitionsToTxn v3, AddOffsetsToTxn v3,
-// TxnOffsetCommit v3, EndTxn v3, Produce v8, ListOffsets v5, Metadata v8,
-// FindCoordinator v2. ListTransactions v0 and DescribeTransactions v0,
-// which kafka-go lacks, are written by internal/kafkawire. Reader, and the producer's look-ups for its own
-// batches and markers, read through the SDK's one fetch path
-// (internal/kafkawire, shared with kafkasource): Fetch v4 on a connection
-// of their own, SaslHandshake v1 and SaslAuthenticate v0 when the
-// Transport has SASL, the leader found with Metadata v6. Each is at or
-// above the lowest version Kafka 4.0 kept (KIP-896), so 3.x and 4.x
-// brokers accept them. With EndTxn below v5 a 4.x broker keeps transactions v1 for this
-// client even where transaction.version is 2 (KIP-890 part 2 needs EndTxn
-// v5 and Produce v12): the broker bumps no epoch on commit, and TxProducer
-// bumps it itself, so a transaction has its own epoch on both lines.
-//
-// The package's tests run on Apache Kafka 4.4.0 (make test) and 3.9.2
-// (make test-compat), and the tests of error codes a broker returns only
-// under faults on franz-go's kfake, which injects them. What the real
-// brokers showed that kfake did not: CONCURRENT_TRANSACTIONS to the first
-// request after every EndTxn while the markers are written (retried after
-// 20 ms, not the growing backoff); transactions that survive a SIGKILL of
-// the broker (kfake forgets them: TestTxProducerKfakeRestart stops it
-// cleanly); and restarts that take seconds, not milliseconds, which the
-// DeliveryTimeout must cover. On three 4.4.0 brokers (make test-cluster,
-// TestTxProducerClusterFailover) a transaction goes on through a SIGKILL
-// of its partition's leader and commits through one of its coordinator,
-// and CommitPrepared commits on the coordinator's successor, with no
-// change to the package: the next request finds the new leader and
-// coordinator, and NOT_COORDINATOR and the election's errors are retried.
+// Apache Kafka 3.x and 4.x: every request is at or above the lowest
+// version Kafka 4.0 kept (KIP-896). On a 4.x broker a transaction runs
+// under transactions v1 (the epoch bumped by TxProducer, not the broker).
+// The tests run on Apache Kafka 4.4.0 (make test), 3.9.2 (make
+// test-compat) and three 4.4.0 brokers under leader and coordinator kills
+// (make test-cluster). docs/design/kafka-protocol.md lists the version of
+// every request and what the real brokers showed that kfake did not.
 package kafkatxn

@@ -64,7 +64,7 @@ func loseAcks(c *kfake.Cluster, n int) {
 // duplicates, which shows the faults do hit written batches.
 func TestProducerLostAcks(t *testing.T) {
 	const n, partitions = 200, 2
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "idem")
 	testkit.CreateTopic(t, brokers, topic, partitions)
@@ -118,7 +118,7 @@ func TestProducerBrokerKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a broker process")
 	}
-	testProducerKill9(t, testkit.StartKafkaBroker(t))
+	testProducerKill9(t, testkit.StartApacheKafka(t))
 }
 
 // TestProducerKfakeKill9 is TestProducerBrokerKill9 on a kfake broker
@@ -128,7 +128,7 @@ func TestProducerKfakeKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a broker process")
 	}
-	testProducerKill9(t, testkit.StartKafkaProcess(t))
+	testProducerKill9(t, testkit.StartKfakeProcess(t))
 }
 
 // killableBroker is a broker process a test kills and starts again.

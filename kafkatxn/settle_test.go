@@ -23,7 +23,7 @@ import (
 // waiting behind it ends with its ctx, having sent nothing (a definite
 // error), rather than wait for the outage to end.
 func TestProducerSettlesUnknownOutcome(t *testing.T) {
-	kb := testkit.StartKafkaBroker(t)
+	kb := testkit.StartApacheKafka(t)
 	brokers := kb.Brokers()
 	topic := testkit.Name(t, "settle")
 	testkit.CreateTopic(t, brokers, topic, 1)

@@ -192,7 +192,7 @@ func TestCommitPrepared(t *testing.T) {
 // CONCURRENT_TRANSACTIONS, and while produce acknowledgements are lost:
 // every committed record is read once.
 func TestTxProducerCoordinatorFaults(t *testing.T) {
-	k := testkit.StartKafka(t, kfake.NumBrokers(3))
+	k := testkit.StartKfake(t, kfake.NumBrokers(3))
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "txf")
 	testkit.CreateTopic(t, brokers, topic, 2)
@@ -242,7 +242,7 @@ func TestTxProducerBrokerRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a broker process")
 	}
-	srv := testkit.StartKafkaBroker(t)
+	srv := testkit.StartApacheKafka(t)
 	testTxProducerRestart(t, srv.Brokers(), srv.Kill, srv.Start)
 }
 
@@ -252,7 +252,7 @@ func TestTxProducerKfakeRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a broker process")
 	}
-	srv := testkit.StartKafkaProcess(t)
+	srv := testkit.StartKfakeProcess(t)
 	testTxProducerRestart(t, srv.Brokers(), srv.Stop, srv.Start)
 }
 

@@ -68,6 +68,46 @@
 // owner record, raised by compare-and-swap, so a fenced owner can neither
 // move it nor delete entries.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrFenced] reports that another instance claimed the partition's
+//     journal: this instance lost the partition and must not insert for it
+//     again.
+//   - [ErrOutOfOrder] reports a row whose position is not after the previous
+//     row's.
+//   - [ErrNondeterministic] is matched by *ContentMismatchError: replayed
+//     rows differ from the journaled batch that covers their positions.
+//   - [ErrCorrupt] reports journal entries that cannot be reconciled
+//     (undecodable, or overlapping batches that were both inserted).
+//   - [ErrUnsupportedVersion] reports a journal entry of a format version
+//     this build does not read (a newer program wrote it).
+//   - [ErrJournalMissing] reports that a snapshot expects journal entries
+//     that the journal no longer holds: the journal storage is not the one
+//     the snapshot was taken against, or was rolled back.
+//   - [ErrStaleCheckpoint] reports a restore from a checkpoint older than
+//     one whose completion already pruned the journal: batches that the
+//     replay would need were deleted.
+//   - [ErrPrunedJournal] reports a fresh start (no checkpoint restored) over
+//     a journal that was already pruned: every checkpoint of the partition
+//     was lost, and the batches the source would replay are partly deleted
+//     from the journal, so they would be cut and inserted again.
+//   - [ErrReplayInProgress] reports a snapshot whose barrier falls inside a
+//     journaled batch that is being replayed: the batch can only be written
+//     whole, with its token.
+//   - [ErrOutsideDedupWindow] is matched by *OutsideWindowError.
+//   - [ErrClosed] is returned by calls on a closed sink.
+//   - [ErrPruneDeferred] is wrapped by the journal's prune error when
+//     pruning could not finish (a delete or the prune point's write failed):
+//     nothing is lost, the entries are kept and the next Prune tries again.
+//   - [ContentMismatchError] describes a journaled batch whose replayed rows
+//     differ from what was journaled: processing is not deterministic.
+//   - [OutsideWindowError] reports that a journaled batch whose insert
+//     outcome is unknown can no longer be deduplicated by ClickHouse: more
+//     blocks (or more time) went by than the table's deduplication window
+//     keeps.
+//
 // # Guarantees
 //
 // With deterministic processing, a Storage with read-after-write

@@ -89,6 +89,28 @@
 // from that goroutine only, as checkpoint.Participant requires. Metric
 // collection may run concurrently.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrInvalidOptions] is returned by NewValue and NewMap for an invalid
+//     option or a missing codec.
+//   - [ErrFull] is returned by Put for a new entry while Options.MaxKeys
+//     live entries are stored, and by Restore for a snapshot holding more.
+//   - [ErrClosed] is returned by every method called after Close.
+//   - [ErrCorrupt] is wrapped by the error Restore returns for a truncated,
+//     corrupt or non-canonical snapshot, or one whose keys or values the
+//     codecs refuse.
+//   - [ErrUnsupportedVersion] is wrapped by the error Restore returns for a
+//     snapshot of an unknown format version.
+//   - [ErrIncompatible] is wrapped by the error Restore returns for the
+//     snapshot of another kind of state (a Map's restored into a Value, or
+//     the other way round).
+//   - [ErrAmbiguousKey] is wrapped by the error Snapshot returns when two
+//     stored keys encode to the same bytes (a NaN key, a time.Time key in
+//     two locations, a codec that loses information): no snapshot could
+//     restore both.
+//
 // # Guarantees
 //
 // Given at-least-once input from Kafka and restore from the checkpoint

@@ -15,16 +15,16 @@
 //		rows := testkit.Table(t, chAddr, db, "org_minute", testkit.Final)
 //	}
 //
-// StartClickHouse, StartRedis and StartKafkaBroker give a test a dedicated
+// StartClickHouse, StartRedis and StartApacheKafka give a test a dedicated
 // server it may kill and restart (Kill, Restart, Stop, Start), for failure
-// tests; StartKafkaBroker with Nodes 3 gives a three-broker Apache Kafka
+// tests; StartApacheKafka with Nodes 3 gives a three-broker Apache Kafka
 // cluster (replication factor 3, min.insync.replicas 2) whose brokers are
 // killed or stopped one at a time (KillNode, StopNode, StartNode), and with
 // Controllers 1 a dedicated KRaft controller beside them, so that two
 // brokers down leave the cluster answering; those tests run under
-// SkipUnlessKafkaCluster (make test-cluster). StartKafka gives a test an
+// SkipUnlessKafkaCluster (make test-cluster). StartKfake gives a test an
 // in-process kfake cluster whose requests it may intercept
-// (Cluster().ControlKey), and StartKafkaProcess a kfake broker process.
+// (Cluster().ControlKey), and StartKfakeProcess a kfake broker process.
 // StandaloneClickHouse and StandaloneRedis start a server without a test,
 // for runnable examples.
 //
@@ -91,7 +91,7 @@
 // apache-3.9 (3.9.2), or kfake (franz-go's fake broker, in process, a fresh
 // one per test, nothing to fetch). The brokers run with test timing
 // (group.initial.rebalance.delay.ms 0, group.min.session.timeout.ms 100
-// ms); KafkaBrokerOptions.KafkaDefaults keeps Kafka's own.
+// ms); ApacheKafkaOptions.KafkaDefaults keeps Kafka's own.
 // ZooKeeper (for ReplicatedClickHouse) needs java and mvn too: its jars
 // come from Maven into the same cache on first use (about 13 MB).
 //

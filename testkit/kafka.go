@@ -30,7 +30,7 @@ var sharedKafka struct {
 // on a machine fetches its jars with Maven, printing progress to standard
 // error), or with KafkaFake a fresh in-process kfake cluster closed at
 // cleanup. Every broker but kfake's is shared by the tests: name topics and
-// groups with Name, and do not kill it (StartKafkaBroker gives a test its
+// groups with Name, and do not kill it (StartApacheKafka gives a test its
 // own).
 func Kafka(t testing.TB) []string {
 	t.Helper()
@@ -80,8 +80,8 @@ func sharedApacheKafka(t testing.TB, impl string) ([]string, error) {
 	return sharedKafka.k.Brokers(), nil
 }
 
-// KafkaBrokerOptions configures StartKafkaBroker. The zero value is valid.
-type KafkaBrokerOptions struct {
+// ApacheKafkaOptions configures StartApacheKafka. The zero value is valid.
+type ApacheKafkaOptions struct {
 	// Nodes is the number of brokers (each also a KRaft controller unless
 	// Controllers is set). With 3, topics get 3 replicas and
 	// min.insync.replicas 2. Default: 1.
@@ -101,7 +101,7 @@ type KafkaBrokerOptions struct {
 	// SASLUsers are SASL users and their passwords, accepted with PLAIN,
 	// SCRAM-SHA-256 and SCRAM-SHA-512 on a SASL_PLAINTEXT listener of
 	// every broker, and on a SASL_SSL one with TLS (see
-	// KafkaBroker.Listener). The brokers authorize every user for
+	// ApacheKafka.Listener). The brokers authorize every user for
 	// everything; the PLAINTEXT listener (Brokers) stays open, for the
 	// test's own setup. Such a cluster is formatted with the SCRAM
 	// credentials, a few seconds more to start. Default: none.
@@ -113,22 +113,22 @@ type KafkaBrokerOptions struct {
 	TLS *tls.Config
 }
 
-// KafkaBroker is an Apache Kafka cluster of this test's own, which the test
+// ApacheKafka is an Apache Kafka cluster of this test's own, which the test
 // may kill and restart. Its methods fail the test on error, so call them
 // from the test's goroutine.
-type KafkaBroker struct {
+type ApacheKafka struct {
 	t testing.TB
 	k *embedded.ApacheKafka
 }
 
-// StartKafkaBroker starts an Apache Kafka cluster for this test alone (the
+// StartApacheKafka starts an Apache Kafka cluster for this test alone (the
 // release $EXACTLYONCE_KAFKA names; Apache Kafka 4 under KafkaFake too),
 // with its logs in the test's temporary directory, killed at cleanup. It
 // ignores $KAFKA_BROKERS: a test that kills brokers needs its own.
-func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
+func StartApacheKafka(t testing.TB, opts ...KafkaBrokerOptions) *ApacheKafka {
 	t.Helper()
-	refuseInFuncChild(t, "testkit.StartKafkaBroker")
-	var o KafkaBrokerOptions
+	refuseInFuncChild(t, "testkit.StartApacheKafka")
+	var o ApacheKafkaOptions
 	if len(opts) > 0 {
 		o = opts[0]
 	}
@@ -160,33 +160,33 @@ func StartKafkaBroker(t testing.TB, opts ...KafkaBrokerOptions) *KafkaBroker {
 		return nil
 	}
 	t.Cleanup(func() { _ = k.Close() })
-	return &KafkaBroker{t: t, k: k}
+	return &ApacheKafka{t: t, k: k}
 }
 
 // Brokers returns the bootstrap addresses; they stay the same across Kill
 // and Start.
-func (b *KafkaBroker) Brokers() []string { return b.k.Brokers() }
+func (b *ApacheKafka) Brokers() []string { return b.k.Brokers() }
 
 // Listener returns the bootstrap addresses of the brokers' listener of a
 // security protocol, by Kafka's name: "PLAINTEXT" (as Brokers), and
-// "SASL_PLAINTEXT", "SSL" or "SASL_SSL" as KafkaBrokerOptions.SASLUsers
+// "SASL_PLAINTEXT", "SSL" or "SASL_SSL" as ApacheKafkaOptions.SASLUsers
 // and TLS add them. It fails the test when the brokers have no such
 // listener.
-func (b *KafkaBroker) Listener(protocol string) []string {
+func (b *ApacheKafka) Listener(protocol string) []string {
 	b.t.Helper()
 	addrs := b.k.BrokersOn(protocol)
 	if len(addrs) == 0 {
-		b.t.Fatalf("testkit: the kafka brokers have no %s listener (see KafkaBrokerOptions.SASLUsers and TLS)", protocol)
+		b.t.Fatalf("testkit: the kafka brokers have no %s listener (see ApacheKafkaOptions.SASLUsers and TLS)", protocol)
 	}
 	return addrs
 }
 
 // Version returns the Apache Kafka release running.
-func (b *KafkaBroker) Version() string { return b.k.Version() }
+func (b *ApacheKafka) Version() string { return b.k.Version() }
 
 // Kill kills every broker with SIGKILL and waits until they are gone.
 // KillNode kills one.
-func (b *KafkaBroker) Kill() {
+func (b *ApacheKafka) Kill() {
 	b.t.Helper()
 	if err := b.k.Kill(); err != nil {
 		b.t.Fatalf("testkit: %v", err)
@@ -195,7 +195,7 @@ func (b *KafkaBroker) Kill() {
 
 // Start starts every killed or stopped broker again on the same ports and
 // logs, and waits until each answers.
-func (b *KafkaBroker) Start() {
+func (b *ApacheKafka) Start() {
 	b.t.Helper()
 	ctx, cancel := setupContext(b.t)
 	defer cancel()
@@ -205,7 +205,7 @@ func (b *KafkaBroker) Start() {
 }
 
 // Stop shuts every broker down cleanly and waits until they are gone.
-func (b *KafkaBroker) Stop() {
+func (b *ApacheKafka) Stop() {
 	b.t.Helper()
 	for _, n := range b.k.Nodes() {
 		if err := n.Stop(); err != nil {
@@ -215,7 +215,7 @@ func (b *KafkaBroker) Stop() {
 }
 
 // KillNode kills broker id (1 to Nodes) with SIGKILL.
-func (b *KafkaBroker) KillNode(id int) {
+func (b *ApacheKafka) KillNode(id int) {
 	b.t.Helper()
 	if err := b.node(id).Kill(); err != nil {
 		b.t.Fatalf("testkit: %v", err)
@@ -224,7 +224,7 @@ func (b *KafkaBroker) KillNode(id int) {
 
 // StopNode shuts broker id down cleanly (SIGTERM, as a rolling restart
 // does; SIGKILL after 30 s) and waits until it is gone.
-func (b *KafkaBroker) StopNode(id int) {
+func (b *ApacheKafka) StopNode(id int) {
 	b.t.Helper()
 	if err := b.node(id).Stop(); err != nil {
 		b.t.Fatalf("testkit: %v", err)
@@ -232,7 +232,7 @@ func (b *KafkaBroker) StopNode(id int) {
 }
 
 // StartNode starts broker id again and waits until it answers.
-func (b *KafkaBroker) StartNode(id int) {
+func (b *ApacheKafka) StartNode(id int) {
 	b.t.Helper()
 	ctx, cancel := setupContext(b.t)
 	defer cancel()
@@ -242,9 +242,9 @@ func (b *KafkaBroker) StartNode(id int) {
 }
 
 // NodePID returns broker id's process id, 0 while it is down.
-func (b *KafkaBroker) NodePID(id int) int { return b.node(id).PID() }
+func (b *ApacheKafka) NodePID(id int) int { return b.node(id).PID() }
 
-func (b *KafkaBroker) node(id int) *embedded.KafkaNode {
+func (b *ApacheKafka) node(id int) *embedded.KafkaNode {
 	b.t.Helper()
 	n := b.k.Node(id)
 	if n == nil {
@@ -267,47 +267,47 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 }
 
 // String names the cluster in test logs.
-func (b *KafkaBroker) String() string {
+func (b *ApacheKafka) String() string {
 	return fmt.Sprintf("apache kafka %s, %d node(s), %v", b.k.Version(), len(b.k.Nodes()), b.k.Brokers())
 }
 
-// KafkaCluster is a dedicated in-process Kafka cluster (franz-go's kfake)
+// Kfake is a dedicated in-process Kafka cluster (franz-go's kfake)
 // for one test, for tests that inject faults into the broker: kfake runs
 // whatever $EXACTLYONCE_KAFKA says, since only it has request hooks.
-type KafkaCluster struct {
+type Kfake struct {
 	k *embedded.Kafka
 }
 
-// StartKafka starts a dedicated one-broker kfake cluster for this test,
+// StartKfake starts a dedicated one-broker kfake cluster for this test,
 // closed at cleanup. extra are further kfake options (more brokers, broker
 // configs, TLS, kfake's own Control hooks). It ignores $KAFKA_BROKERS: a
 // test that injects faults needs its own broker.
-func StartKafka(t testing.TB, extra ...kfake.Opt) *KafkaCluster {
+func StartKfake(t testing.TB, extra ...kfake.Opt) *Kfake {
 	t.Helper()
-	refuseInFuncChild(t, "testkit.StartKafka")
+	refuseInFuncChild(t, "testkit.StartKfake")
 	k, err := embedded.StartKafka(embedded.KafkaOptions{Extra: extra})
 	if err != nil {
 		Unavailable(t, "kafka (kfake)", err)
 		return nil
 	}
 	t.Cleanup(k.Close)
-	return &KafkaCluster{k: k}
+	return &Kfake{k: k}
 }
 
 // Brokers returns the bootstrap addresses.
-func (c *KafkaCluster) Brokers() []string { return c.k.Brokers() }
+func (c *Kfake) Brokers() []string { return c.k.Brokers() }
 
 // Cluster returns the kfake cluster, for fault injection with Control and
 // ControlKey.
-func (c *KafkaCluster) Cluster() *kfake.Cluster { return c.k.Cluster() }
+func (c *Kfake) Cluster() *kfake.Cluster { return c.k.Cluster() }
 
 // Close shuts the cluster down before the test's cleanup does. It is safe
 // to call more than once.
-func (c *KafkaCluster) Close() { c.k.Close() }
+func (c *Kfake) Close() { c.k.Close() }
 
-// KafkaProcessOptions configures StartKafkaProcess. The zero value is
+// KfakeProcessOptions configures StartKfakeProcess. The zero value is
 // valid.
-type KafkaProcessOptions struct {
+type KfakeProcessOptions struct {
 	// MinSessionTimeout is the smallest consumer-group session timeout the
 	// broker accepts, so a test can expire a frozen member quickly.
 	// Default: kfake's, 6s.
@@ -318,26 +318,26 @@ type KafkaProcessOptions struct {
 	ExpireMembers bool
 }
 
-// KafkaServer is a one-broker kfake cluster in its own process (whatever
-// $EXACTLYONCE_KAFKA says; StartKafkaBroker gives Apache Kafka), persisting
+// KfakeProcess is a one-broker kfake cluster in its own process (whatever
+// $EXACTLYONCE_KAFKA says; StartApacheKafka gives Apache Kafka), persisting
 // to a per-test directory, for tests that kill Kafka or keep it alive while
 // they kill its clients. Its methods fail the test on error, so call them
 // from the test's goroutine.
-type KafkaServer struct {
+type KfakeProcess struct {
 	t testing.TB
 	k *embedded.KafkaProcess
 }
 
-// StartKafkaProcess starts a dedicated broker process for this test,
+// StartKfakeProcess starts a dedicated broker process for this test,
 // stopped at cleanup. Records and committed offsets survive Kill and Start.
 // It ignores $KAFKA_BROKERS: a test that kills a broker needs its own. The
 // first use on a machine builds the broker program into the cache.
-func StartKafkaProcess(t testing.TB, opts ...KafkaProcessOptions) *KafkaServer {
+func StartKfakeProcess(t testing.TB, opts ...KafkaProcessOptions) *KfakeProcess {
 	t.Helper()
-	refuseInFuncChild(t, "testkit.StartKafkaProcess")
+	refuseInFuncChild(t, "testkit.StartKfakeProcess")
 	ctx, cancel := setupContext(t)
 	defer cancel()
-	var o KafkaProcessOptions
+	var o KfakeProcessOptions
 	if len(opts) > 0 {
 		o = opts[0]
 	}
@@ -351,18 +351,18 @@ func StartKafkaProcess(t testing.TB, opts ...KafkaProcessOptions) *KafkaServer {
 		return nil
 	}
 	t.Cleanup(func() { _ = k.Stop() })
-	return &KafkaServer{t: t, k: k}
+	return &KfakeProcess{t: t, k: k}
 }
 
 // Brokers returns the bootstrap address; it stays the same across Kill and
 // Start.
-func (s *KafkaServer) Brokers() []string { return s.k.Brokers() }
+func (s *KfakeProcess) Brokers() []string { return s.k.Brokers() }
 
 // PID returns the broker's process id, 0 while it is down.
-func (s *KafkaServer) PID() int { return s.k.PID() }
+func (s *KfakeProcess) PID() int { return s.k.PID() }
 
 // Kill kills the broker with SIGKILL and waits until it is gone.
-func (s *KafkaServer) Kill() {
+func (s *KfakeProcess) Kill() {
 	s.t.Helper()
 	if err := s.k.Kill(); err != nil {
 		s.t.Fatalf("testkit: %v", err)
@@ -370,7 +370,7 @@ func (s *KafkaServer) Kill() {
 }
 
 // Start starts the broker again on the same port and data directory.
-func (s *KafkaServer) Start() {
+func (s *KfakeProcess) Start() {
 	s.t.Helper()
 	ctx, cancel := setupContext(s.t)
 	defer cancel()
@@ -380,7 +380,7 @@ func (s *KafkaServer) Start() {
 }
 
 // Stop closes the broker cleanly and waits until it is gone.
-func (s *KafkaServer) Stop() {
+func (s *KfakeProcess) Stop() {
 	s.t.Helper()
 	if err := s.k.Stop(); err != nil {
 		s.t.Fatalf("testkit: %v", err)

@@ -87,7 +87,7 @@ func TestKafkaSmoke(t *testing.T) {
 // and refusing one that does not (a wrong password, no SASL, no TLS).
 func TestKafkaBrokerListeners(t *testing.T) {
 	serverTLS, clientTLS := testkit.TLS(t)
-	k := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{SASLUsers: map[string]string{"svc": "s3cret", "ops": "0ther"}, TLS: serverTLS})
+	k := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{SASLUsers: map[string]string{"svc": "s3cret", "ops": "0ther"}, TLS: serverTLS})
 	topic := testkit.Name(t, "topic")
 	testkit.CreateTopic(t, k.Brokers(), topic, 1)
 	mech := func(m sasl.Mechanism, err error) sasl.Mechanism {
@@ -152,7 +152,7 @@ func TestCreateTopicIdempotent(t *testing.T) {
 // TestKafkaProcessKill proves a broker process comes back after kill -9 with
 // the records it acknowledged.
 func TestKafkaProcessKill(t *testing.T) {
-	srv := testkit.StartKafkaProcess(t)
+	srv := testkit.StartKfakeProcess(t)
 	brokers := srv.Brokers()
 	testkit.CreateTopic(t, brokers, "events", 1)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

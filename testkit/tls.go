@@ -21,7 +21,7 @@ import (
 // them to test TLS connections to servers the kit starts, such as Kafka:
 //
 //	server, client := testkit.TLS(t)
-//	// KafkaBrokerOptions{TLS: server} (or kfake.TLS(server)) for the broker;
+//	// ApacheKafkaOptions{TLS: server} (or kfake.TLS(server)) for the broker;
 //	// kafka.Dialer{TLS: client} for the clients
 func TLS(t testing.TB) (server, client *tls.Config) {
 	t.Helper()

@@ -183,6 +183,24 @@
 // becomes active with its next event; events it brings behind the
 // watermark are late.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrInvalidOptions] reports a Spec or Options that New refuses.
+//   - [ErrInvalidEvent] reports an event the operator cannot place in time
+//     (a zero time, or one outside about the years 1770 to 2170).
+//   - [ErrCorrupt] reports a snapshot or an accumulator state that is
+//     truncated, fails its checksum or is otherwise malformed.
+//   - [ErrUnsupportedVersion] reports a snapshot written by a newer format.
+//   - [ErrIncompatible] reports a snapshot taken by an operator with another
+//     window Spec: its windows would not line up.
+//   - [ErrKeySplit] reports a window key seen on two Kafka partitions.
+//   - [CorruptError] is the error for a malformed snapshot: it wraps
+//     ErrCorrupt and says at which byte offset decoding failed.
+//   - [KeySplitError] is the error of PartitionCheck.Check: Key was seen on
+//     partition First and now on Second.
+//
 // # Guarantees
 //
 // Deterministic: given the same snapshot and the same input in the same

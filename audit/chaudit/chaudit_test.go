@@ -42,8 +42,8 @@ func totals(t *testing.T, addr, db string) map[string]uint64 {
 // run.
 func runFolder(t *testing.T, brokers []string, topic string, storage checkpoint.Storage, addr, db string, want map[string]uint64) {
 	t.Helper()
-	runChains(t, brokers, topic, storage, addr, db, want, false, func(store *checkpoint.Store) kafkasource.NewProcessor {
-		return kafkasource.Chains(store, chaudit.Folder(chaudit.FolderConfig{
+	runChains(t, brokers, topic, storage, addr, db, want, false, func(store *checkpoint.Store) kafkasource.ProcessorFunc {
+		return kafkasource.Chains(store, chaudit.Folder(chaudit.FolderOptions{
 			ClickHouse: chsink.DB{Addr: addr, Database: db}, Sink: chsink.Options{MaxDelay: 100 * time.Millisecond},
 		}))
 	})
@@ -53,7 +53,7 @@ func runFolder(t *testing.T, brokers []string, topic string, storage checkpoint.
 // audit table's totals are want, takes a last checkpoint if last says so,
 // and stops the Source.
 func runChains(t *testing.T, brokers []string, topic string, storage checkpoint.Storage, addr, db string, want map[string]uint64,
-	last bool, newProc func(*checkpoint.Store) kafkasource.NewProcessor) {
+	last bool, newProc func(*checkpoint.Store) kafkasource.ProcessorFunc) {
 	t.Helper()
 	stop := func() bool { return assert.ObjectsAreEqual(want, totals(t, addr, db)) }
 	defer func() {

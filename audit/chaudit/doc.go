@@ -31,9 +31,16 @@
 //	      FROM audit_counts GROUP BY stage, tenant, bucket, counter)
 //	GROUP BY tenant, bucket ORDER BY tenant, bucket
 //
-// Server reads the ClickHouse version and the deduplication settings the
-// sinks depend on (chsink.ReadServerSettings); exactlyonce audit prints
+// chsink.ReadServerSettings reads the ClickHouse version and the
+// deduplication settings the sinks depend on; exactlyonce audit prints
 // them above its table and under "clickhouse" in its JSON.
+//
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrSchema] is wrapped by the error of a query on a table that lacks
+//     the columns it needs (not the audit table, or a column name mistyped).
 //
 // # Guarantees
 //

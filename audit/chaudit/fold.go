@@ -15,8 +15,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
-// FolderConfig is what Folder needs. ClickHouse.Addr is required.
-type FolderConfig struct {
+// FolderOptions is what Folder needs. ClickHouse.Addr is required.
+type FolderOptions struct {
 	// ClickHouse is the audit table's server and database.
 	ClickHouse chsink.DB
 	// Table is the audit table's name. Default DefaultTable.
@@ -31,6 +31,12 @@ type FolderConfig struct {
 	Logger *slog.Logger
 }
 
+// FolderConfig is FolderOptions.
+//
+// Deprecated: use FolderOptions; every other package calls what a
+// constructor takes Options.
+type FolderConfig = FolderOptions
+
 // Folder returns the chain of one partition of the audit topic, for
 // kafkasource.Chains: each Delta, deduplicated by source and sequence
 // number, is added to a Counter named after the partition, whose rows go
@@ -41,7 +47,7 @@ type FolderConfig struct {
 // The chain's participants are "dedup", "counter" and the sink, "audit"
 // unless cfg.Sink.ParticipantName says otherwise: the keys of their state
 // in every checkpoint.
-func Folder(cfg FolderConfig) kafkasource.BuildChain {
+func Folder(cfg FolderOptions) kafkasource.BuildChain {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

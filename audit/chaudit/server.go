@@ -8,7 +8,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
-// Server returns the ClickHouse server's version and the deduplication
+// Server is chsink.ReadServerSettings.
+//
+// Deprecated: use chsink.ReadServerSettings; two names for one call
+// read as two calls. It returns the ClickHouse server's version and the deduplication
 // settings the sinks' guarantees depend on, as they are for the
 // connection opts describes (its user's profile applied), with the values
 // every chsink insert sends instead: what an audit prints beside its

@@ -28,7 +28,7 @@ import (
 // Participants map filled by name and chsink.New, the old form a deployment
 // upgraded in place wrote its checkpoints with. Kept here verbatim in what
 // reaches a checkpoint (names, operators, options) to prove the upgrade.
-func handWiredFolder(addr, db string, storage checkpoint.Storage) kafkasource.NewProcessor {
+func handWiredFolder(addr, db string, storage checkpoint.Storage) kafkasource.ProcessorFunc {
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
 		d, err := dedup.New(7*24*time.Hour, dedup.Options{})
@@ -108,7 +108,7 @@ func TestFolderUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 	}
 	want[audit.StageAccepted+" org2 10:00"] += 1000
 	storage := checkpoint.NewMemoryStorage()
-	runChains(t, brokers, topic, storage, addr, db, want, true, func(*checkpoint.Store) kafkasource.NewProcessor {
+	runChains(t, brokers, topic, storage, addr, db, want, true, func(*checkpoint.Store) kafkasource.ProcessorFunc {
 		return handWiredFolder(addr, db, storage)
 	})
 
@@ -136,8 +136,8 @@ func TestFolderUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 
 	var mu sync.Mutex
 	registered := map[int][]string{}
-	runChains(t, brokers, topic, storage, addr, db, want, true, func(store *checkpoint.Store) kafkasource.NewProcessor {
-		build := chaudit.Folder(chaudit.FolderConfig{
+	runChains(t, brokers, topic, storage, addr, db, want, true, func(store *checkpoint.Store) kafkasource.ProcessorFunc {
+		build := chaudit.Folder(chaudit.FolderOptions{
 			ClickHouse: chsink.DB{Addr: addr, Database: db}, Sink: chsink.Options{MaxDelay: 100 * time.Millisecond},
 		})
 		return kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {

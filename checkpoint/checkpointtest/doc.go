@@ -36,4 +36,13 @@
 //
 // BenchmarkStorage measures Put, Create and Get of small and large blobs, the
 // same way on every backend, so their figures compare.
+//
+// # Guarantees
+//
+// A suite fails the test (never skips) on every broken promise it checks,
+// naming the call and the name or state that broke it; TestProcessRace's
+// children are killed and reaped at the test's cleanup.
+// Passing it is necessary, not sufficient: it checks the contract of
+// checkpoint.Storage and checkpoint.Participant, not a backend's own
+// durability, which the backend's tests against its real server prove.
 package checkpointtest

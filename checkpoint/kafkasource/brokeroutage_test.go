@@ -22,7 +22,7 @@ func TestRunRidesOutBrokerOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a broker process")
 	}
-	srv := testkit.StartKafkaProcess(t)
+	srv := testkit.StartKfakeProcess(t)
 	brokers := srv.Brokers()
 	topic := testkit.Name(t, "topic")
 	testkit.CreateTopic(t, brokers, topic, 2)

@@ -53,7 +53,7 @@ func (s *Source) runChain(runCtx, gctx context.Context, own ownership, p checkpo
 	proc, err := s.newProc(ctx, p)
 	if err != nil {
 		if proc != nil {
-			// A half-built chain: close what NewProcessor managed to build.
+			// A half-built chain: close what ProcessorFunc managed to build.
 			if cerr := closeParticipants(proc.Participants); cerr != nil {
 				s.log.Warn("kafkasource: closing a half-built chain", "partition", p.String(), "err", cerr)
 			}
@@ -67,7 +67,7 @@ func (s *Source) runChain(runCtx, gctx context.Context, own ownership, p checkpo
 		if proc != nil {
 			_ = closeParticipants(proc.Participants)
 		}
-		return fmt.Errorf("kafkasource: %s: NewProcessor returned neither Process nor ProcessBatch", p)
+		return fmt.Errorf("kafkasource: %s: ProcessorFunc returned neither Process nor ProcessBatch", p)
 	}
 	// Ends the chain's runners before anything is closed; a runner's error
 	// is the cause of the chain context consume reads.

@@ -19,7 +19,7 @@ import (
 // leaked.
 type BuildChain func(ctx context.Context, c *checkpoint.Chain) (*Processor, error)
 
-// Chains returns a NewProcessor that builds, for every partition the
+// Chains returns a ProcessorFunc that builds, for every partition the
 // Source is assigned, a checkpoint.Chain over store and has build fill it.
 // store must be the Store of the Source's Coordinator: the chain hands its
 // Storage and Keep to the participants (a sink's journal and pruning), so
@@ -27,7 +27,7 @@ type BuildChain func(ctx context.Context, c *checkpoint.Chain) (*Processor, erro
 //
 // A Processor from build that sets Participants too is refused: register
 // each participant once, in the chain.
-func Chains(store *checkpoint.Store, build BuildChain) NewProcessor {
+func Chains(store *checkpoint.Store, build BuildChain) ProcessorFunc {
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*Processor, error) {
 		c, err := checkpoint.NewChain(store, p)
 		if err != nil {

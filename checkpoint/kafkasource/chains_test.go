@@ -17,7 +17,7 @@ import (
 
 var chainsSrc = checkpoint.TopicPartition{Topic: "events", Partition: 1}
 
-// TestChainsHandsTheChain proves the NewProcessor of Chains builds a chain
+// TestChainsHandsTheChain proves the ProcessorFunc of Chains builds a chain
 // of the partition over the store, and that the Processor it returns holds
 // exactly what the chain registered.
 func TestChainsHandsTheChain(t *testing.T) {

@@ -12,7 +12,7 @@
 // kafkasink.Open) registers itself, taking the chain's partition, the
 // Store's Storage and Keep, and, for ClickHouse, one chsink.DB. The
 // handles these return are what Process uses. Chains turns the BuildChain
-// into the NewProcessor that New ties to a consumer group and a
+// into the ProcessorFunc that New ties to a consumer group and a
 // checkpoint.Coordinator; Run blocks:
 //
 //	db := chsink.DB{Addr: "clickhouse:9000", Database: "analytics"}
@@ -36,7 +36,7 @@
 //		kafkasource.Options{})
 //	err = src.Run(ctx)
 //
-// store is the Coordinator's Store. A NewProcessor written by hand, whose
+// store is the Coordinator's Store. A ProcessorFunc written by hand, whose
 // Processor lists its Participants by name, still works (Chains fills that
 // field), but is deprecated: it repeats for every sink the partition, the
 // Storage, the Keep and the database that the chain knows, and must return
@@ -106,7 +106,7 @@
 // (Run(ctx) error, such as a sink's flush timer) is started once the chain
 // is restored and awaited when the chain ends; its error fails the chain.
 // One that implements io.Closer is closed once when the chain ends, after
-// Processor.Close, however the chain ended. A NewProcessor that fails
+// Processor.Close, however the chain ended. A ProcessorFunc that fails
 // halfway returns what it built with the error, and the Source closes it.
 // Rows a chain emits without a record of their own (a window's Tick) take
 // their positions from a sink.Cursor whose state is in the checkpoint:
@@ -160,7 +160,7 @@
 // # Rebalances and fencing
 //
 // Every rebalance ends the generation, and with it the context passed to
-// NewProcessor and Process. The chain stops where it is and abandons the
+// ProcessorFunc and Process. The chain stops where it is and abandons the
 // work since its last checkpoint: nothing past a checkpoint is committed,
 // and the partition's next owner restores that checkpoint and replays. A
 // sink should fence on that context (stop writing once it ends), and be
@@ -256,30 +256,15 @@
 // partition from the start once. Source partition P always writes to
 // dead-letter partition P modulo the topic's partition count.
 //
-// # Protocol versions and the brokers tested
+// # Brokers
 //
-// Under ProtocolConsumer the member sends ConsumerGroupHeartbeat v1 (v0
-// to a broker without v1), OffsetCommit v9, Metadata v12 (topic ids) and
-// ConsumerGroupDescribe v0,
-// written in internal/kafkawire, and FindCoordinator v2 and ApiVersions
-// v1. Under ProtocolClassic the consumer group is kafka-go's
-// ConsumerGroup, which sends fixed
-// versions: FindCoordinator v0, JoinGroup v2 (v1 to a broker without v2),
-// SyncGroup v0, Heartbeat v0, LeaveGroup v0, OffsetFetch v1, OffsetCommit
-// v2 and Metadata v6. The chain's fetcher sends Fetch v4 (read_committed;
-// the lowest version Kafka 4.0 kept, KIP-896, and the first with the last
-// stable offset and aborted transactions), on a connection of its own that
-// authenticates with SaslHandshake v1 and SaslAuthenticate v0 when the
-// Dialer has a SASLMechanism; it finds the leader with Metadata v6, and
-// the chain checks its offset against the log with ListOffsets v1 (both
-// through kafka-go's Conn). The topic check and the dead-letter topic go
-// through kafka-go's Client (Metadata v8 without topic auto-creation,
-// Produce v8, Fetch v11). Kafka 4.0.0 refused JoinGroup v0 and v1
-// (kafka-go issues 1360 and 1378); 4.0.1 and later accept them again, and
-// kafka-go asks for v2 where the broker has it. The tests run on Apache
-// Kafka 4.4.0 (make test) and 3.9.2 (make test-compat), TLS and SASL
-// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) among them, and on franz-go's
-// kfake those that need injected broker errors.
+// Apache Kafka 3.x and 4.x: every request is at or above the lowest
+// version Kafka 4.0 kept (KIP-896). The tests run on Apache Kafka 4.4.0
+// (make test) and 3.9.2 (make test-compat), TLS and SASL (PLAIN,
+// SCRAM-SHA-256, SCRAM-SHA-512) among them. Kafka 4.0.0 refused JoinGroup
+// v0 and v1 (kafka-go issues 1360 and 1378); the classic group asks for v2
+// where the broker has it, and 4.0.1 and later accept the older versions
+// again. docs/design/kafka-protocol.md lists the version of every request.
 //
 // A session timeout outside the broker's group.min.session.timeout.ms (6 s
 // by default) and group.max.session.timeout.ms (30 min) is refused when
@@ -296,6 +281,40 @@
 // Java consumer does. (kafka-go's Reader with ReadCommitted hands out both
 // aborted and control records, and its Message does not say which is
 // which.) Offsets processed have gaps where those were dropped.
+//
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrRunning] is returned by Run on a Source that is already running.
+//   - [ErrInvalidOptions] is wrapped by the error New returns for a missing
+//     argument or an invalid option.
+//   - [ErrNoConsumerProtocol] is wrapped by the error Run returns under
+//     ProtocolConsumer when the group coordinator does not offer the
+//     consumer group protocol.
+//   - [ErrPoison] marks a record that Process can never handle, such as a
+//     value it cannot decode: processing it again fails the same way, so
+//     retrying would stall the partition forever.
+//   - [ErrRestartsExhausted] is wrapped by the error Run returns when a
+//     partition's chain failed Restart.MaxAttempts times in a row with
+//     retryable errors.
+//   - [ErrTopicNotFound] is matched by *TopicNotFoundError.
+//   - [FormatError] is the error (wrapped) a chain stops with when its
+//     partition holds a record batch older than the v2 format (Kafka before
+//     0.11, not converted by the broker): it names the partition and the
+//     batch's offset.
+//   - [OffsetOutOfRangeError] reports that a partition's restored offset is
+//     no longer (or not yet) in the log, and the OutOfRange policy is
+//     OutOfRangeFail.
+//   - [PoisonError] is the error Run returns when a chain without a
+//     dead-letter topic meets a poison record: the chain stops at that
+//     offset rather than skip it.
+//   - [SessionTimeoutError] is returned by Run when the broker refuses
+//     Options.SessionTimeout (INVALID_SESSION_TIMEOUT): it lies outside the
+//     broker's group.min.session.timeout.ms and
+//     group.max.session.timeout.ms.
+//   - [TopicNotFoundError] is returned by Run when a subscribed topic does
+//     not exist and Options.MissingTopic is MissingTopicFail.
 //
 // # Guarantees
 //
@@ -333,10 +352,10 @@
 //     checkpoint, so a restart replays and never skips. Run returns nil
 //     when its context ends.
 //   - A chain is built again only after the group coordinator confirmed
-//     its generation is current (TestGenerationCurrent); a save refused
+//     its generation is current; a save refused
 //     with checkpoint.ErrSuperseded ends neither Run nor any other chain:
 //     the chain stops if its generation ended, and is restarted from its
-//     last checkpoint if not (TestSupersededSaveRestarts).
+//     last checkpoint if not.
 //   - No participant goroutine outlives its chain: Runners are awaited and
 //     Closers closed before the chain's partition is given up.
 //   - A poison record of a chain with a dead-letter topic is in that topic

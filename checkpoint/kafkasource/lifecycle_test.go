@@ -48,7 +48,7 @@ func (l *lifecycled) Close() error {
 	return nil
 }
 
-func lifecycleSource(t *testing.T, newProc kafkasource.NewProcessor) (*kafkasource.Source, []string, string, *checkpoint.Store) {
+func lifecycleSource(t *testing.T, newProc kafkasource.ProcessorFunc) (*kafkasource.Source, []string, string, *checkpoint.Store) {
 	t.Helper()
 	brokers := testkit.Kafka(t)
 	topic := testkit.Name(t, "topic")
@@ -142,7 +142,7 @@ func TestParticipantRunErrorFailsChain(t *testing.T) {
 	assert.Equal(t, int32(1), l.closes.Load())
 }
 
-// TestHalfBuiltChainClosed proves a NewProcessor that fails after opening a
+// TestHalfBuiltChainClosed proves a ProcessorFunc that fails after opening a
 // participant gets it closed when it returns what it built with the error.
 // The group may hand the partition over more than once before the error
 // stops Run (a generation that ends swallows its chain's error), so every

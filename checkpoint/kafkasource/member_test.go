@@ -85,7 +85,7 @@ func (l *liveChains) longestPause() time.Duration {
 	return l.maxPause
 }
 
-func (c *chainCounts) wrap(np kafkasource.NewProcessor) kafkasource.NewProcessor {
+func (c *chainCounts) wrap(np kafkasource.ProcessorFunc) kafkasource.ProcessorFunc {
 	c.built, c.stopped = map[int]int{}, map[int]int{}
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc, err := np(ctx, p)
@@ -402,7 +402,7 @@ func TestConsumerProtocolRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts its own broker")
 	}
-	kb := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{
+	kb := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{
 		Configs: map[string]string{"group.coordinator.rebalance.protocols": "classic"}})
 	brokers := kb.Brokers()
 	topic := testkit.Name(t, "refused")

@@ -21,7 +21,7 @@ type Membership struct {
 type membershipKey struct{}
 
 // MembershipOf returns the membership of the chain whose context ctx is
-// (the context NewProcessor and Process receive), and false for any other
+// (the context ProcessorFunc and Process receive), and false for any other
 // context.
 func MembershipOf(ctx context.Context) (Membership, bool) {
 	own, ok := ctx.Value(membershipKey{}).(*membership)

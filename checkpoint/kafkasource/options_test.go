@@ -25,13 +25,13 @@ func TestNewInvalidOptions(t *testing.T) {
 		group func(*kafkasource.Group)
 		opts  kafkasource.Options
 		coord *checkpoint.Coordinator
-		proc  kafkasource.NewProcessor
+		proc  kafkasource.ProcessorFunc
 	}{
 		{name: "no brokers", group: func(g *kafkasource.Group) { g.Brokers = nil }, coord: coord, proc: newProc},
 		{name: "no group ID", group: func(g *kafkasource.Group) { g.ID = "" }, coord: coord, proc: newProc},
 		{name: "no topics", group: func(g *kafkasource.Group) { g.Topics = nil }, coord: coord, proc: newProc},
 		{name: "nil coordinator", proc: newProc},
-		{name: "nil NewProcessor", coord: coord},
+		{name: "nil ProcessorFunc", coord: coord},
 		{name: "unknown OutOfRange", opts: kafkasource.Options{OutOfRange: 99}, coord: coord, proc: newProc},
 		{name: "unknown StartOffset", opts: kafkasource.Options{StartOffset: 99}, coord: coord, proc: newProc},
 		{name: "negative buffer", opts: kafkasource.Options{Buffer: -1}, coord: coord, proc: newProc},

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -17,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/internal/backoff"
 	"github.com/exactlyonce/exactlyonce/internal/meter"
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
 // Defaults for Restart, the values of Flink's exponential-delay restart
@@ -146,12 +144,7 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &kerr) {
 		return kerr.Temporary()
 	}
-	var nerr net.Error
-	return errors.As(err, &nerr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT) ||
-		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+	return netfail.Is(err)
 }
 
 // superviseChain runs p's chain for one ownership (gctx) and restarts it after

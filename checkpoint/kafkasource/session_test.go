@@ -24,7 +24,7 @@ func TestSessionTimeoutBelowBrokerMinimum(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a broker of its own")
 	}
-	k := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{KafkaDefaults: true})
+	k := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{KafkaDefaults: true})
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "topic")
 	testkit.CreateTopic(t, brokers, topic, 1)

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/internal/meter"
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
 // Defaults for Options.
@@ -149,12 +147,12 @@ type Options struct {
 	Restart Restart
 }
 
-// Processor is one partition's processing chain, returned by a NewProcessor
+// Processor is one partition's processing chain, returned by a ProcessorFunc
 // for every partition the Source is assigned.
 type Processor struct {
 	// Participants are the chain's stateful operators by stable name; the
 	// names key their state in every checkpoint. Chains sets it from the
-	// checkpoint.Chain; a NewProcessor that fills it by hand is the older,
+	// checkpoint.Chain; a ProcessorFunc that fills it by hand is the older,
 	// deprecated form (see the package doc). The Source owns their
 	// lifecycle: one that implements Runner is started once the chain is
 	// restored and awaited when the chain ends; one that implements
@@ -215,14 +213,20 @@ type Processor struct {
 	DeadLetter *DeadLetter
 }
 
-// NewProcessor builds a fresh chain for partition p. ctx ends with the
+// ProcessorFunc builds a fresh chain for partition p. ctx ends with the
 // ownership of p; it is the same ctx Process receives. Keep no state outside
 // the participants: it would not survive a move of p to another instance.
 //
 // When a step fails halfway, return the Processor built so far with the
 // error: the Source closes the participants it holds (those that implement
 // io.Closer), so a sink opened before a later step failed is not leaked.
-type NewProcessor func(ctx context.Context, p checkpoint.TopicPartition) (*Processor, error)
+type ProcessorFunc func(ctx context.Context, p checkpoint.TopicPartition) (*Processor, error)
+
+// NewProcessor is ProcessorFunc.
+//
+// Deprecated: use ProcessorFunc; a type named like a constructor read as
+// one.
+type NewProcessor = ProcessorFunc
 
 // maxGroupFailures and minGroupOutage bound how long Run rides out
 // consecutive retryable consumer-group errors: it returns the last one
@@ -248,9 +252,7 @@ func retryableGroupError(err error) bool {
 		}
 		return kerr.Temporary()
 	}
-	var nerr net.Error
-	return errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+	return netfail.Is(err)
 }
 
 // Source reads a consumer group's partitions, one chain per partition, and
@@ -258,7 +260,7 @@ func retryableGroupError(err error) bool {
 type Source struct {
 	group   Group
 	coord   *checkpoint.Coordinator
-	newProc NewProcessor
+	newProc ProcessorFunc
 	opts    Options
 	log     *slog.Logger
 	running atomic.Bool
@@ -271,7 +273,7 @@ type Source struct {
 }
 
 // New returns a Source. Run starts it.
-func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, opts Options) (*Source, error) {
+func New(group Group, coord *checkpoint.Coordinator, newProcessor ProcessorFunc, opts Options) (*Source, error) {
 	switch {
 	case len(group.Brokers) == 0:
 		return nil, fmt.Errorf("%w: no brokers", ErrInvalidOptions)
@@ -282,7 +284,7 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor NewProcessor, 
 	case coord == nil:
 		return nil, fmt.Errorf("%w: nil Coordinator", ErrInvalidOptions)
 	case newProcessor == nil:
-		return nil, fmt.Errorf("%w: nil NewProcessor", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: nil ProcessorFunc", ErrInvalidOptions)
 	case group.Protocol < ProtocolClassic || group.Protocol > ProtocolConsumer:
 		return nil, fmt.Errorf("%w: unknown Protocol %d", ErrInvalidOptions, group.Protocol)
 	case opts.OutOfRange < OutOfRangeFail || opts.OutOfRange > OutOfRangeLatest:

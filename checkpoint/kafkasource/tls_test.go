@@ -47,7 +47,7 @@ func TestTLSAndSASL(t *testing.T) {
 	serverTLS, clientTLS := testkit.TLS(t)
 	// One cluster for the three mechanisms (a JVM start each would cost
 	// more than the test): each has its own topic and group.
-	k := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{SASLUsers: map[string]string{"svc": "s3cret"}, TLS: serverTLS})
+	k := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{SASLUsers: map[string]string{"svc": "s3cret"}, TLS: serverTLS})
 	brokers := k.Listener("SASL_SSL")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,7 +9,7 @@ package kafkasource
 // per record to the goroutine that fetches, and hands out aborted records
 // and control records; in the end-to-end benchmark the chain on it ran at
 // 0.69x of this path's throughput with 15 allocations a record against 1
-// (BENCHMARKS.md).
+// (docs/bench/history.md).
 
 import (
 	"context"

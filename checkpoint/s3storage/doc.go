@@ -36,6 +36,16 @@
 // Built from s3.Options with static credentials (NewClient), the SDK pulls
 // no config or SSO modules.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrInvalidOptions] is wrapped by New's error for options it refuses.
+//   - [ErrOutcomeUnknown] is wrapped by the error of a conditional write
+//     whose outcome the storage could not resolve: an attempt may have been
+//     applied (its reply was lost), a retry was refused by the condition,
+//     and reading the object back did not show this write's content.
+//
 // # Guarantees
 //
 //   - Put, Create and Replace are atomic: a reader sees the old object or the
@@ -51,9 +61,9 @@
 //   - A conditional write retried after a lost reply, whose retry the server
 //     refuses, is resolved by reading the object back: if it holds exactly
 //     the data written, the write succeeded; otherwise the error wraps
-//     ErrUnknownOutcome (it may have been applied and replaced since, or
+//     ErrOutcomeUnknown (it may have been applied and replaced since, or
 //     never applied), never ErrConflict. Any other failure after a request
-//     may have reached the server also wraps ErrUnknownOutcome; a failure
+//     may have reached the server also wraps ErrOutcomeUnknown; a failure
 //     without it was certainly not applied.
 //   - List is read-after-write consistent where the server is (S3 since
 //     2020, versitygw on a POSIX filesystem).

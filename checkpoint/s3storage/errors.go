@@ -3,22 +3,25 @@ package s3storage
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/aws/smithy-go"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
-// ErrUnknownOutcome is wrapped by the error of a conditional write whose
+// ErrOutcomeUnknown is wrapped by the error of a conditional write whose
 // outcome the storage could not resolve: an attempt may have been applied
 // (its reply was lost), a retry was refused by the condition, and reading the
 // object back did not show this write's content. The write may have been
 // applied and then replaced by another writer, or never applied. It does not
 // wrap checkpoint.ErrConflict.
-var ErrUnknownOutcome = errors.New("s3storage: outcome of the conditional write unknown")
+var ErrOutcomeUnknown = errors.New("s3storage: outcome of the conditional write unknown")
+
+// ErrUnknownOutcome is ErrOutcomeUnknown.
+//
+// Deprecated: use ErrOutcomeUnknown, as kafkatxn and idempotency name it.
+var ErrUnknownOutcome = ErrOutcomeUnknown
 
 // ErrInvalidOptions is wrapped by New's error for options it refuses.
 var ErrInvalidOptions = errors.New("s3storage: invalid options")
@@ -67,9 +70,7 @@ func IsRetryable(err error) bool {
 	case s != 0:
 		return apiCode(err) == "SlowDown" || apiCode(err) == "RequestTimeout"
 	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return netfail.Is(err)
 }
 
 // isPrecondition reports whether err is S3's refusal of a condition: 412

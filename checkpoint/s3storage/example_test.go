@@ -27,7 +27,7 @@ func Example() {
 		// this instance owns epoch 8
 	case errors.Is(err, checkpoint.ErrConflict):
 		// another instance owns it: stand down
-	case errors.Is(err, s3storage.ErrUnknownOutcome):
+	case errors.Is(err, s3storage.ErrOutcomeUnknown):
 		// read the record back before deciding
 	default:
 		// certainly not created: retry later

@@ -113,7 +113,7 @@ func TestLostReplyResolved(t *testing.T) {
 	assert.ErrorIs(t, err, checkpoint.ErrConflict, "a refused first attempt is a plain conflict")
 	drop.Store(1)
 	_, err = s.Replace(ctx, "other", []byte("by a"), "\"not-the-etag\"")
-	assert.ErrorIs(t, err, s3storage.ErrUnknownOutcome, "a lost reply, then a refusal, and not our content")
+	assert.ErrorIs(t, err, s3storage.ErrOutcomeUnknown, "a lost reply, then a refusal, and not our content")
 	assert.NotErrorIs(t, err, checkpoint.ErrConflict)
 }
 
@@ -153,7 +153,7 @@ func TestServerKillRestart(t *testing.T) {
 	_, err = s.Create(ctx, "during-create", []byte("x"))
 	require.Error(t, err, "Create during the outage")
 	assert.NotErrorIs(t, err, checkpoint.ErrConflict)
-	assert.NotErrorIs(t, err, s3storage.ErrUnknownOutcome, "a refused connection sent nothing: a definite failure")
+	assert.NotErrorIs(t, err, s3storage.ErrOutcomeUnknown, "a refused connection sent nothing: a definite failure")
 	assert.True(t, s3storage.IsRetryable(err) || strings.Contains(err.Error(), "refused"), "%v", err)
 
 	srv.Start()

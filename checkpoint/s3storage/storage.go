@@ -269,7 +269,7 @@ func (s *Storage) conditional(ctx context.Context, op, name string, data []byte,
 		}
 		return s.resolve(ctx, op, name, data, err)
 	case ambiguous:
-		return "", fmt.Errorf("checkpoint: %s %q: %w: %w", op, name, ErrUnknownOutcome, err)
+		return "", fmt.Errorf("checkpoint: %s %q: %w: %w", op, name, ErrOutcomeUnknown, err)
 	default:
 		return "", fmt.Errorf("checkpoint: %s %q: %w", op, name, err)
 	}
@@ -286,7 +286,7 @@ func (s *Storage) resolve(ctx context.Context, op, name string, data []byte, cau
 	if err == nil || errors.Is(err, checkpoint.ErrNotFound) {
 		err = cause
 	}
-	return "", fmt.Errorf("checkpoint: %s %q: %w: %w", op, name, ErrUnknownOutcome, err)
+	return "", fmt.Errorf("checkpoint: %s %q: %w: %w", op, name, ErrOutcomeUnknown, err)
 }
 
 // Get implements checkpoint.Storage.

@@ -147,4 +147,4 @@ func (s *Storage) uploadParts(ctx context.Context, key, uploadID string, data []
 // on CompleteMultipartUpload). When an attempt's reply was lost and a retry
 // is refused, Create reads the object back: if it holds exactly data, the
 // lost attempt won and Create succeeds; otherwise the error wraps
-// ErrUnknownOutcome.
+// ErrOutcomeUnknown.

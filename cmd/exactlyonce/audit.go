@@ -17,6 +17,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/audit"
 	"github.com/exactlyonce/exactlyonce/audit/chaudit"
+	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
 
 // listFlag collects a repeated flag.
@@ -38,7 +39,7 @@ type auditOutput struct {
 	Findings []audit.Finding `json:"findings"`
 	Scan     *scanReport     `json:"scan,omitempty"` // -scan-topic
 	// ClickHouse is the server's version and deduplication settings
-	// (chaudit.Server): the defaults this connection's user gets, and what
+	// (chsink.ReadServerSettings): the defaults this connection's user gets, and what
 	// every sink insert sends instead.
 	ClickHouse *auditServer `json:"clickhouse,omitempty"`
 }
@@ -116,7 +117,7 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 			checks = append(checks, c)
 		}
 	}
-	srv, err := chaudit.Server(ctx, opts)
+	srv, err := chsink.ReadServerSettings(ctx, opts)
 	if err != nil {
 		return err
 	}

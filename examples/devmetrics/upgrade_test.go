@@ -35,7 +35,7 @@ import (
 // It is the old form that a deployment upgraded in place wrote its
 // checkpoints with, kept here in what reaches a checkpoint (names,
 // operators and their options); the processing is the chain's own.
-func handWiredProcessor(addr, db string, storage checkpoint.Storage) kafkasource.NewProcessor {
+func handWiredProcessor(addr, db string, storage checkpoint.Storage) kafkasource.ProcessorFunc {
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
@@ -137,7 +137,7 @@ func TestUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 	storage := checkpoint.NewMemoryStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
-	run := func(newProc kafkasource.NewProcessor, records int, until func() bool, last bool) {
+	run := func(newProc kafkasource.ProcessorFunc, records int, until func() bool, last bool) {
 		t.Helper()
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -144,7 +144,7 @@ type Config struct {
 // An event whose minute had closed (its watermark passed: a later event of
 // its partition came first) is late: it is in the events table, not in
 // org_minute, and logged, one line each.
-func NewProcessor(cfg Config) kafkasource.NewProcessor {
+func NewProcessor(cfg Config) kafkasource.ProcessorFunc {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

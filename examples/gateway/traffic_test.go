@@ -169,7 +169,7 @@ func TestOutageAnsweredInTime(t *testing.T) {
 	for _, producer := range []string{"plain", "idempotent"} {
 		for _, fault := range []string{"kill", "sigstop"} {
 			t.Run(producer+"/"+fault, func(t *testing.T) {
-				k := testkit.StartKafkaProcess(t)
+				k := testkit.StartKfakeProcess(t)
 				topic := testkit.Name(t, "webhooks")
 				testkit.CreateTopic(t, k.Brokers(), topic, 2)
 				args := []string{"-providers", "github", "-github-secret", testSecret,
@@ -347,7 +347,7 @@ func TestSIGTERMDrains(t *testing.T) {
 // connection's next delivery waited behind the publish of the one before
 // (20 to 37 s in the run), and redeliveries wrote duplicates.
 func TestBrokerPauseAnsweredOnEveryConnection(t *testing.T) {
-	kb := testkit.StartKafkaBroker(t)
+	kb := testkit.StartApacheKafka(t)
 	brokers := kb.Brokers()
 	topic := testkit.Name(t, "webhooks")
 	testkit.CreateTopic(t, brokers, topic, 2)

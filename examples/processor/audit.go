@@ -46,7 +46,7 @@ func withAudit(ctx context.Context, c config, opts ch.Options, db chsink.DB, sin
 	if c.auditTopic == "" {
 		return chain, nil
 	}
-	folder := chaudit.Folder(chaudit.FolderConfig{ClickHouse: db, Sink: sinkOpts})
+	folder := chaudit.Folder(chaudit.FolderOptions{ClickHouse: db, Sink: sinkOpts})
 	return func(ctx context.Context, parts *checkpoint.Chain) (*kafkasource.Processor, error) {
 		if parts.Partition().Topic == c.auditTopic {
 			return folder(ctx, parts)

@@ -18,9 +18,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// counted wraps a chain's NewProcessor so that seen counts the records it
+// counted wraps a chain's ProcessorFunc so that seen counts the records it
 // has handled, through Process or ProcessBatch.
-func counted(newProc kafkasource.NewProcessor, seen *atomic.Int64) kafkasource.NewProcessor {
+func counted(newProc kafkasource.ProcessorFunc, seen *atomic.Int64) kafkasource.ProcessorFunc {
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc, err := newProc(ctx, p)
 		if err != nil {

@@ -589,7 +589,7 @@ type e2eKafka interface {
 }
 
 // apacheBroker is testkit's Apache Kafka broker as an e2eKafka.
-type apacheBroker struct{ *testkit.KafkaBroker }
+type apacheBroker struct{ *testkit.ApacheKafka }
 
 func (a apacheBroker) PID() int { return a.NodePID(1) }
 
@@ -605,7 +605,7 @@ func startE2EKafka(ctx context.Context, b *testing.B) e2eKafka {
 		fmt.Printf("kafka: kfake, pid %d\n", kp.PID())
 		return kp
 	case "apache":
-		kb := testkit.StartKafkaBroker(b)
+		kb := testkit.StartApacheKafka(b)
 		fmt.Printf("kafka: Apache Kafka %s, pid %d\n", kb.Version(), kb.NodePID(1))
 		return apacheBroker{kb}
 	default:

@@ -31,7 +31,7 @@ import (
 // upgraded in place wrote its checkpoints with, kept here in what reaches
 // a checkpoint (names, operators and their options); the processing is
 // the chain's own.
-func handWiredChain(addr, db string, storage checkpoint.Storage, opts chsink.Options) kafkasource.NewProcessor {
+func handWiredChain(addr, db string, storage checkpoint.Storage, opts chsink.Options) kafkasource.ProcessorFunc {
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
 		c := &chain{input: p.Partition, log: slog.New(slog.DiscardHandler)}
@@ -124,7 +124,7 @@ func TestUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 	storage := checkpoint.NewMemoryStorage()
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
-	run := func(newProc kafkasource.NewProcessor, records int, until func() bool, lastCheckpoint bool) {
+	run := func(newProc kafkasource.ProcessorFunc, records int, until func() bool, lastCheckpoint bool) {
 		t.Helper()
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()

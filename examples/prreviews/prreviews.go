@@ -124,7 +124,7 @@ func Run(ctx context.Context, s Service) error {
 // NewProcessor builds one partition's chain: dedup by event id, the
 // opened-at state, the first_reviews sink and the hourly window with its
 // sink.
-func NewProcessor(db chsink.DB, store *checkpoint.Store) kafkasource.NewProcessor {
+func NewProcessor(db chsink.DB, store *checkpoint.Store) kafkasource.ProcessorFunc {
 	return kafkasource.Chains(store, func(ctx context.Context, c *checkpoint.Chain) (*kafkasource.Processor, error) {
 		d, err := dedup.New(dedup.DefaultTTL, dedup.Options{})
 		if err != nil {

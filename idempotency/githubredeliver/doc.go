@@ -44,6 +44,18 @@
 // longer than Options.MaxWait ends the pass with a *RateLimitError; Run waits
 // it out.
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrInvalidOptions] reports options New refuses.
+//   - [ErrCorrupt] reports a saved state that cannot be read.
+//   - [ErrRateLimited] matches a *RateLimitError.
+//   - [APIError] is a GitHub answer that is neither success nor a rate
+//     limit.
+//   - [RateLimitError] ends a pass that would have to wait longer than
+//     Options.MaxWait for GitHub's rate limit.
+//
 // # Guarantees
 //
 //   - Every GUID seen failing transiently within the window is requested

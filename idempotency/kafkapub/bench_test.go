@@ -56,7 +56,7 @@ import (
 //
 //	go test -run XXX -bench Gateway -benchtime 4000x ./idempotency/kafkapub/
 func BenchmarkGateway(b *testing.B) {
-	k := testkit.StartKafka(b)
+	k := testkit.StartKfake(b)
 	topic := testkit.Name(b, "bench")
 	testkit.CreateTopic(b, k.Brokers(), topic, 3)
 	pub, err := kafkapub.New(context.Background(), k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})

@@ -27,7 +27,7 @@ import (
 // publishes was appended. make test-cluster runs it (testkit.SkipUnlessKafkaCluster).
 func TestGatewayISRBelowMinInsyncReplicas(t *testing.T) {
 	testkit.SkipUnlessKafkaCluster(t)
-	kb := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{Nodes: 3, Controllers: 1})
+	kb := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{Nodes: 3, Controllers: 1})
 	brokers := kb.Brokers()
 	require.Len(t, brokers, 3, "the controller serves no clients")
 	g := newGateway(t, testkit.Redis(t), brokers, idempotency.Options{})

@@ -52,6 +52,17 @@
 // Options.Transport carries kafka-go's TLS and SASL (PLAIN, SCRAM-SHA-256,
 // SCRAM-SHA-512) for a managed Kafka.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrClaimCheck] is wrapped by Payload's errors for a claim-check
+//     record whose object is missing or does not match its digest.
+//   - [ErrInvalidOptions] is wrapped by the error New returns for an
+//     unusable configuration.
+//   - [ErrNoMetadata] is returned by ReadMetadata for a message without an
+//     event-id header or with a malformed one.
+//
 // # Guarantees
 //
 //   - Publish returns nil only after every in-sync replica acknowledged the
@@ -67,7 +78,7 @@
 //     Publish returns, a redelivery of such a delivery replays the 202 or
 //     writes it once: with the broker stopped (SIGSTOP) for 8 s with 16
 //     deliveries in flight and every 503 redelivered until 202, each was
-//     in Kafka exactly once (TestGatewayBrokerPausedIdempotent).
+//     in Kafka exactly once.
 //   - Publisher, for brokers with idempotence disabled, is at least once:
 //     kafka-go has no idempotent producer.
 //     Its retries after a lost acknowledgement, and a Publish whose context
@@ -75,8 +86,7 @@
 //     Publish returned an error (IsOutcomeUnknown, and such errors wrap
 //     idempotency.ErrOutcomeUnknown, so the Handler holds the key until
 //     its PendingTTL rather than release it). In the same pause test the
-//     redeliveries wrote 6 duplicate records for 16 deliveries
-//     (TestGatewayBrokerPausedPlain).
+//     redeliveries wrote 6 duplicate records for 16 deliveries.
 //     Each message carries the
 //     delivery id in its event-id header; the downstream deduplicator drops
 //     copies by that id. The pipeline is exactly-once only with it.

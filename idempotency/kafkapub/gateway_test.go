@@ -119,7 +119,7 @@ func (g *gateway) keys(t *testing.T) int {
 // broker refuses the write (a definite answer: nothing written); a broker
 // that does not answer at all is TestGatewayKafkaDropsAfterClaim.
 func TestGatewayKafkaFailsAfterClaim(t *testing.T) {
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	g := newGateway(t, testkit.Redis(t), k.Brokers(), idempotency.Options{})
 
 	fault := k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.InvalidRecord, Count: -1})
@@ -150,7 +150,7 @@ func TestGatewayKafkaFailsAfterClaim(t *testing.T) {
 // after it is published. With this plain publisher kafka-go's own retry
 // of the first write may land too: at least once, the count logged.
 func TestGatewayKafkaDropsAfterClaim(t *testing.T) {
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	g := newGateway(t, testkit.Redis(t), k.Brokers(), idempotency.Options{
 		SideEffectTimeout: 500 * time.Millisecond, StoreTimeout: 500 * time.Millisecond, PendingTTL: 2 * time.Second,
 	})

@@ -30,7 +30,7 @@ import (
 // exactly once, on its key's partition, with its headers.
 func TestIdempotentPublisherLostAcks(t *testing.T) {
 	const n = 150
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "idem")
 	testkit.CreateTopic(t, brokers, topic, 3)
@@ -91,7 +91,7 @@ func TestIdempotentPublisherLostAcks(t *testing.T) {
 // does: the durability warning at start-up, and one count per Publish by
 // result with its duration on Options.Now's clock.
 func TestIdempotentPublisherObservability(t *testing.T) {
-	k := testkit.StartKafka(t) // one broker: acks=all is acks=1 in disguise
+	k := testkit.StartKfake(t) // one broker: acks=all is acks=1 in disguise
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "idem")
 	testkit.CreateTopic(t, brokers, topic, 2)

@@ -146,7 +146,7 @@ func TestDurabilityCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := testkit.StartKafka(t, tt.extra...)
+			k := testkit.StartKfake(t, tt.extra...)
 			topic := testkit.Name(t, "events")
 			testkit.CreateTopic(t, k.Brokers(), topic, 2)
 			var logs bytes.Buffer
@@ -249,7 +249,7 @@ func closedAddr(t *testing.T) string {
 // kafka-go: the message lands twice although Publish returned nil. This is
 // the duplicate the package docs promise and the event-id header absorbs.
 func TestPublishRetryWritesTwice(t *testing.T) {
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	topic := testkit.Name(t, "events")
 	testkit.CreateTopic(t, k.Brokers(), topic, 1)
 	p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})
@@ -304,7 +304,7 @@ func TestPublishOutcomeAfterRetries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := testkit.StartKafka(t)
+			k := testkit.StartKfake(t)
 			topic := testkit.Name(t, "events")
 			testkit.CreateTopic(t, k.Brokers(), topic, 1)
 			p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true, MaxAttempts: tt.maxAttempts})
@@ -375,7 +375,7 @@ func TestDurabilityCheckBounded(t *testing.T) {
 // acks=all must be on the wire: kafka-go's zero value is acks=none, and
 // acks=1 lets the leader alone acknowledge.
 func TestPublishRequiresAllAcks(t *testing.T) {
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	topic := testkit.Name(t, "events")
 	testkit.CreateTopic(t, k.Brokers(), topic, 1)
 	p := newPublisher(t, k.Brokers(), topic, kafkapub.Options{SkipDurabilityCheck: true})

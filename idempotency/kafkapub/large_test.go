@@ -95,7 +95,7 @@ func postDelivery(t *testing.T, url, key string, body []byte) (int, string) {
 // On main every body over 1 MiB was answered 503 on every delivery and
 // redelivery.
 func TestLargeDeliveries(t *testing.T) {
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	s3c := s3kit.Bucket(t)
 	payloads, err := s3storage.New(s3c.Client(), s3c.Bucket, s3storage.Options{Prefix: s3c.Prefix})
 	require.NoError(t, err)

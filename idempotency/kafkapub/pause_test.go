@@ -26,7 +26,7 @@ import (
 // own that the test pauses with SIGSTOP.
 type pauseGateway struct {
 	*gateway
-	kb *testkit.KafkaBroker
+	kb *testkit.ApacheKafka
 }
 
 // Timing of the pause tests, short so that a pause outlasts several
@@ -38,7 +38,7 @@ const (
 
 func newPauseGateway(t *testing.T, idempotent bool) *pauseGateway {
 	t.Helper()
-	kb := testkit.StartKafkaBroker(t)
+	kb := testkit.StartApacheKafka(t)
 	brokers := kb.Brokers()
 	g := &gateway{brokers: brokers, topic: testkit.Name(t, "webhooks"), prefix: testkit.Name(t, "idem") + ":"}
 	testkit.CreateTopic(t, brokers, g.topic, 3)

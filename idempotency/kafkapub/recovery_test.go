@@ -34,7 +34,7 @@ import (
 // runs it (testkit.SkipUnlessKafkaCluster).
 func TestPublisherRecoversAfterClusterFaults(t *testing.T) {
 	testkit.SkipUnlessKafkaCluster(t)
-	kb := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{Nodes: 3, Controllers: 1})
+	kb := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{Nodes: 3, Controllers: 1})
 	brokers := kb.Brokers()
 	require.Len(t, brokers, 3, "the controller serves no clients")
 	topic := testkit.Name(t, "webhooks")

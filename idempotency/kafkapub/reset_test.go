@@ -31,7 +31,7 @@ import (
 // streak, concurrent publishes through faults and resets each land once.
 // After Close no goroutine of kafka-go is left, old generations included.
 func TestPublisherResetsAfterStaleMetadata(t *testing.T) {
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "events")
 	testkit.CreateTopic(t, brokers, topic, 1)

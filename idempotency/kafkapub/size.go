@@ -23,7 +23,7 @@ const (
 	DefaultMaxMessageBytes = 1048588
 	// DefaultCompression compresses every batch with lz4: 4.3 times
 	// smaller on GitHub's example payloads at about 100 MB/s of one core
-	// (BENCHMARKS.md, "Compression"), cheap enough for every webhook.
+	// (docs/bench/history.md, "Compression"), cheap enough for every webhook.
 	DefaultCompression = "lz4"
 	// DefaultLargeCompression compresses, one record per batch, a delivery
 	// too large for the topic uncompressed: there the ratio decides

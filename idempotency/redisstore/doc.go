@@ -24,13 +24,13 @@
 //	store, err := redisstore.New(ap, redisstore.Options{})
 //
 // go-redis's FullDuplex option (AsyncAutoPipelineWithOptions) writes a
-// command at once instead of after the batch in flight: in
-// BenchmarkGateway a claim waited 60 % less at 4 concurrent requests, but
-// at 64 the smaller batches cost Redis more CPU and throughput did not
-// gain. The Store works alike through both.
+// command at once instead of after the batch in flight: claims wait less
+// at a few concurrent requests, but at many the smaller batches cost Redis
+// more CPU and throughput does not gain (docs/bench/history.md has the
+// figures). The Store works alike through both.
 //
 // The guarantees are the same: each script still runs atomically on its
-// own. BenchmarkGateway in package kafkapub measures both. The blocking
+// own. The blocking
 // face (AutoPipeline) is refused: it runs every command on a context of
 // its own, so a hung Redis would hold a webhook for 35 s and more.
 //

@@ -5,12 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"io"
 	"net"
-	"syscall"
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
+
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
 // retryableCodes are server exceptions that describe a passing condition.
@@ -72,15 +72,7 @@ func IsRetryable(err error) bool {
 	if tlsMisconfigured(err) {
 		return false
 	}
-	var ne net.Error
-	switch {
-	case errors.As(err, &ne),
-		errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed),
-		errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE):
+	if netfail.Is(err) {
 		return true
 	}
 	var oe *net.OpError

@@ -21,7 +21,7 @@ import (
 // (testkit.SkipUnlessKafkaCluster).
 func TestRollingRestart(t *testing.T) {
 	testkit.SkipUnlessKafkaCluster(t)
-	kb := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{Nodes: 3})
+	kb := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{Nodes: 3})
 	brokers := kb.Brokers()
 	testkit.CreateTopic(t, brokers, inTopic, partitions)
 	testkit.CreateTopic(t, brokers, outTopic, partitions)

@@ -142,6 +142,35 @@
 // broker's abort; deploy/prometheus alerts when a prepared one passes
 // three quarters of it (a commit stuck).
 //
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types):
+//
+//   - [ErrInvalidOptions] is wrapped by New's error for a missing argument
+//     or an invalid option.
+//   - [ErrInvalidArgument] is wrapped by Add's error for a record without a
+//     topic or with a negative partition: nothing was buffered.
+//   - [ErrUnconfirmed] is wrapped by a Snapshot *Error when the transaction
+//     prepared at an earlier barrier was never confirmed by
+//     CheckpointCompleted (that checkpoint failed after this sink's
+//     snapshot, or its notification was lost).
+//   - [ErrCorrupt] is wrapped by Restore's error for a state it cannot
+//     decode.
+//   - [ErrUnsupportedVersion] is wrapped by Restore's error for a state
+//     written by a later version of the sink.
+//   - [ErrExpired] is wrapped (with checkpoint.ErrExpired) by the error of
+//     Expired when the prepared transaction is too close to its
+//     TransactionTimeout for its checkpoint to be saved and committed in
+//     time: the checkpoint is not saved, the sink aborts the transaction,
+//     and the chain restarts from its last checkpoint (the error is
+//     Retryable), whose replay writes the records again.
+//   - [Error] is a failed send, commit or barrier of the sink.
+//   - [TimeoutError] is returned by New, and by the sink's first write,
+//     snapshot or restore, when Options.Tx.TransactionTimeout cannot work:
+//     not above the checkpoint interval plus the expiry margin (a checkpoint
+//     could never be saved in time), or above the broker's
+//     transaction.max.timeout.ms (InitProducerID would refuse it).
+//
 // # Guarantees
 //
 //   - Every record written before a completed checkpoint's barrier is in
@@ -149,27 +178,23 @@
 //     after the checkpoint's CheckpointCompleted or, after a crash, the
 //     Restore of that checkpoint; records after the newest completed
 //     checkpoint are never visible until a later checkpoint covers them
-//     (the replay writes them again, into a new transaction). Tested by
-//     killing a kafkasource -> dedup -> kafkasink pipeline with SIGKILL at
-//     each point of the protocol, with a participant that declines
-//     barriers, and by restarting the broker under it.
+//     (the replay writes them again, into a new transaction), through a
+//     SIGKILL at each point of the protocol, a participant that declines
+//     barriers and a broker restart.
 //   - With asynchronous checkpoints the pre-commit (sending the barrier's
 //     records and recording the transaction) runs in the coordinator's
 //     goroutine while the chain goes on: the barrier takes the records
 //     written before it, records written meanwhile are only buffered, so
 //     they never enter the prepared transaction, and the commit waits for
 //     the checkpoint file as before. An aborted barrier puts its records
-//     back before the later ones (TestSinkAsyncBarrier; TestKill9 kills
-//     after the pending pre-commit too).
+//     back before the later ones.
 //   - A zombie (an earlier incarnation of the chain still running, such
 //     as a revoked owner paused past its session timeout) is fenced once
 //     the chain's next incarnation is attached, restored or fresh (Start,
 //     which checkpoint.Coordinator.Attach calls): its next write or
 //     commit fails with kafkatxn.ErrFenced, and its open transaction is
 //     aborted, so it commits nothing that the new owner's replay writes
-//     again (TestZombieFencedByFreshStart: before Start, a fresh start
-//     fenced only at its first write, and the zombie's commit until then
-//     left every record twice). Not covered: a zombie whose producer
+//     again. Not covered: a zombie whose producer
 //     starts after the new owner's Attach (it was itself paused inside
 //     its own Attach) fences the new owner instead, whose chain then
 //     fails with ErrFenced.
@@ -177,11 +202,8 @@
 //     Options.ExpiryMargin left of TransactionTimeout (Expired, just before
 //     the save); otherwise nothing is saved, no offset moves, and the
 //     restarted chain's replay writes the records into a new transaction:
-//     none lost, none twice (TestSlowCoParticipantOutlivesTransaction: a
-//     co-participant's pending part outlives a 4 s timeout;
-//     TestSIGSTOPBetweenPrecommitAndSave: a kafkasource -> dedup ->
-//     kafkasink process paused with SIGSTOP after a pre-commit until the
-//     broker aborted the transaction).
+//     none lost, none twice, whether a co-participant's pending part or a
+//     paused process (SIGSTOP) outlived the timeout.
 //   - A checkpoint whose transaction was aborted after its save (the
 //     process paused or down past TransactionTimeout between the save and
 //     the commit, or past transactional.id.expiration.ms) is never
@@ -189,13 +211,14 @@
 //     checkpoint.ErrOutputLost), Attach restores every participant from
 //     the previous retained checkpoint, and the replay writes the lost
 //     records once; the chain is not stuck. Restore itself, called without
-//     Resolve, fails with the same error rather than go on. Tested with
-//     dedup in the chain (TestRestoreFallsBackPastAbortedTransaction) and
-//     after the transactional id expired, which the broker answers with
-//     INVALID_PRODUCER_ID_MAPPING (TestRestoreAfterTransactionalIDExpired).
+//     Resolve, fails with the same error rather than go on. This holds
+//     too after the transactional id expired, which the broker answers
+//     with INVALID_PRODUCER_ID_MAPPING.
 //   - A commit refused because the broker aborted the transaction by its
 //     timeout fails with kafkatxn.ErrTimedOut (Retryable), never
 //     kafkatxn.ErrFenced, and counts as outcome expired, not as fenced.
+//
+// docs/design/kafkasink.md names the test that holds each of these.
 //
 // What it assumes: the chain is deterministic on replay (the checkpoint
 // package's rule), so a replay writes the same records; the Store keeps

@@ -2,8 +2,10 @@ package kafkasink
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/sink"
 )
 
 var (
@@ -13,8 +15,11 @@ var (
 	// ErrInvalidArgument is wrapped by Add's error for a record without
 	// a topic or with a negative partition: nothing was buffered.
 	ErrInvalidArgument = errors.New("kafkasink: invalid argument")
-	// ErrClosed is returned by every method after Close.
-	ErrClosed = errors.New("kafkasink: closed")
+	// ErrClosed is sink.ErrClosed.
+	//
+	// Deprecated: use sink.ErrClosed, which every sink's error after Close
+	// wraps (chsink's too).
+	ErrClosed = sink.ErrClosed
 	// ErrUnconfirmed is wrapped by a Snapshot *Error when the transaction
 	// prepared at an earlier barrier was never confirmed by
 	// CheckpointCompleted (that checkpoint failed after this sink's
@@ -43,6 +48,10 @@ var (
 	// no other instance of the chain is involved.
 	ErrExpired = errors.New("kafkasink: prepared transaction too close to its timeout")
 )
+
+// errClosed is the error of every method after Close: it wraps
+// sink.ErrClosed, as chsink's does, and says which sink.
+var errClosed = fmt.Errorf("kafkasink: %w", sink.ErrClosed)
 
 // Error is a failed send, commit or barrier of the sink. The sink stays
 // failed; the chain must restart from its last checkpoint, whose Restore

@@ -36,7 +36,7 @@ func expiryBroker(t *testing.T, configs map[string]string) []string {
 	for k, v := range configs {
 		cfg[k] = v
 	}
-	return testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{Configs: cfg}).Brokers()
+	return testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{Configs: cfg}).Brokers()
 }
 
 // slowPart is an AsyncParticipant whose pending part runs wait first: a

@@ -383,7 +383,7 @@ func TestBrokerRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a broker process")
 	}
-	srv := testkit.StartKafkaBroker(t)
+	srv := testkit.StartApacheKafka(t)
 	brokers := srv.Brokers()
 	testkit.CreateTopic(t, brokers, inTopic, partitions)
 	testkit.CreateTopic(t, brokers, outTopic, partitions)

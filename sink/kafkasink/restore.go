@@ -105,7 +105,7 @@ func (s *Sink) Resolve(ctx context.Context, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if data == nil {
 		return nil
@@ -135,7 +135,7 @@ func (s *Sink) Restore(ctx context.Context, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	st, err := decodeState(data)
 	if err != nil {

@@ -165,7 +165,7 @@ func (s *Sink) TransactionalID() string { return s.txid }
 
 func (s *Sink) usable() error {
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	return s.err
 }

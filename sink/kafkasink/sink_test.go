@@ -10,6 +10,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
@@ -168,7 +169,10 @@ func TestSinkInvalid(t *testing.T) {
 	assert.NotErrorIs(t, err, kafkasink.ErrCorrupt, "a later version's state is not corrupt")
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
-	assert.ErrorIs(t, s.Add(context.Background(), "t", 0, kafkatxn.Record{}), kafkasink.ErrClosed)
+	err = s.Add(context.Background(), "t", 0, kafkatxn.Record{})
+	assert.ErrorIs(t, err, sink.ErrClosed, "as every sink after Close")
+	assert.ErrorIs(t, err, kafkasink.ErrClosed, "the deprecated name still matches")
+	assert.ErrorIs(t, s.Restore(context.Background(), nil), sink.ErrClosed)
 }
 
 // TestSinkAsyncBarrier: the pending part of a barrier sends only the

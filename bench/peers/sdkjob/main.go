@@ -107,7 +107,7 @@ func minuteSchema() []chsink.Column[minuteRow] {
 // event id, first sights to events, their one-minute counts per tenant to
 // tenant_minute. The generator puts every tenant on one partition, so a
 // (tenant, minute) row comes from one chain.
-func newChain(table chsink.Table, opts chsink.Options, storage checkpoint.Storage, log *slog.Logger) kafkasource.NewProcessor {
+func newChain(table chsink.Table, opts chsink.Options, storage checkpoint.Storage, log *slog.Logger) kafkasource.ProcessorFunc {
 	return func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 		proc := &kafkasource.Processor{Participants: map[string]checkpoint.Participant{}}
 		c := &chain{input: p.Partition, log: log}

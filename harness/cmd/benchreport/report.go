@@ -192,7 +192,7 @@ func WriteReport(w io.Writer, r *Results, source string, chartFiles []Chart) err
 	var b strings.Builder
 	b.WriteString("# Benchmark report\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`harness/cmd/benchreport`) from `%s`, the `go test -bench` output of the run; "+
-		"[BENCHMARKS.md](../../BENCHMARKS.md) explains each benchmark and how to rerun it. "+
+		"[BENCHMARKS.md](../../BENCHMARKS.md) has the current figures and how to rerun them, [history.md](history.md) how each benchmark was taken. "+
 		"Every figure is the **median** of its runs (`-count`), with the spread **[min–max]**; a ratio is the figure's median over its "+
 		"baseline's median, both measured by the same `go test` invocation on the same machine.\n\n", source)
 	b.WriteString("## The run\n\n")

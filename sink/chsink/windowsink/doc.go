@@ -35,6 +35,18 @@
 // at start-up and refuses any other table with a *chsink.TableCheckError
 // matching ErrNotReplacing whose message says what to change.
 //
+// # Errors
+//
+// Match them with errors.Is:
+//
+//   - [ErrInvalidOptions] is wrapped by the error New returns for unusable
+//     arguments; the message names the field and what it accepts.
+//   - [ErrNotReplacing] is matched by the *chsink.TableCheckError New
+//     returns for a table that cannot hold window rows: not a
+//     ReplacingMergeTree, one without the version column (or, for sessions,
+//     the deleted column), or one whose version or deleted column is another
+//     than Options names or of another type than UInt64 and UInt8.
+//
 // # Guarantees
 //
 // The table read with FINAL holds exactly the windows (or sessions) of the
@@ -72,10 +84,7 @@
 // Where rows differ from what a dead run wrote there (its Tick rows, or
 // the rows this adds), chsink inserts them under a token derived from
 // their content, so a later replay of the same content is deduplicated.
-//
-// TestKillAtEveryStep kills a chain (SIGKILL) after every step of a script
-// of early firings, merges, late events and EndInput, on tumbling, hopping
-// and session windows, and compares FINAL with the windows computed from
-// the accepted events; TestKillDuringEarlyFiringsAndMerges kills one with
-// early firings and session merges five times at random moments.
+// This holds through a SIGKILL after any step of early firings, merges,
+// late events and EndInput, on tumbling, hopping and session windows
+// (docs/design/tests.md names the tests).
 package windowsink
