@@ -61,15 +61,45 @@
 //
 // # Transactions
 //
-// Every transaction of a TxProducer has its own epoch: after EndTxn the
-// producer bumps the epoch (InitProducerID with its id and epoch, KIP-360),
-// as KIP-890 brokers do by themselves. So (producer id, epoch) names one
-// transaction, and committing a recorded transaction again can never
-// commit a later one. CommitPrepared sends EndTxn(commit) with the recorded
-// epoch: Kafka answers success while that epoch is current and the
-// transaction is open or committed; once the epoch has moved on, the
-// transaction marker after the transaction's first record tells commit
-// from abort. kafka-go looks up the transaction coordinator
+// A TxProducer runs transactions v2 (KIP-890 part 2) where the broker
+// offers them, and v1 elsewhere: NewTxProducer asks a broker (ApiVersions
+// v3) for its finalized transaction.version feature, and runs v2 when it
+// is 2 or more and the broker speaks EndTxn v5, Produce v12 and
+// TxnOffsetCommit v5 (Apache Kafka 4.x clusters created at 4.0 or later,
+// or upgraded with kafka-features.sh), v1 otherwise (Kafka 3.x, and 4.x
+// with transaction.version 1). TxProducer.TransactionVersion says which;
+// TxOptions.TransactionsV1 keeps v1 on a v2 broker; TxOptions.Logger logs
+// it. With v2, as the Java client 4.x does, a partition joins the
+// transaction with its first Produce (v12: the leader asks the
+// coordinator) and a group with TxnOffsetCommit v5, with no
+// AddPartitionsToTxn or AddOffsetsToTxn; EndTxn v5 ends the transaction,
+// the coordinator bumps the epoch and writes the markers with the bumped
+// one, and answers with the producer id and epoch of the next
+// transaction. With v1 the producer adds partitions and groups itself and
+// after EndTxn bumps the epoch (InitProducerID with its id and epoch,
+// KIP-360), as v2 brokers do by themselves.
+//
+// Either way every transaction of a TxProducer has its own epoch, so
+// (producer id, epoch) names one transaction, and committing a recorded
+// transaction again can never commit a later one. CommitPrepared sends
+// EndTxn(commit) with the recorded epoch, in the protocol the transaction
+// ran (Txn.Version): Kafka answers success while the transaction is open
+// or just committed (v2: the coordinator takes the epoch one below its own
+// as a retry of the commit that bumped it); once the id's next
+// transaction has begun or the transaction was aborted, the transaction
+// marker after the transaction's first record tells commit from abort (a
+// marker of the producer id with the recorded epoch or a later one: v2
+// writes it with the bumped epoch).
+//
+// The errors of KIP-890 and KIP-1050 are mapped once: CONCURRENT_TRANSACTIONS
+// and the coordinator's moves are retried (a Produce of v2 meets the
+// previous transaction's markers being written, as the next request of v1
+// does); TRANSACTION_ABORTABLE, and a sequence or state the broker does not
+// know, make the transaction abortable (ErrAbortable); PRODUCER_FENCED and
+// INVALID_PRODUCER_EPOCH are fatal (ErrFenced, or ErrTimedOut). A Commit
+// or Abort whose EndTxn went unanswered until DeliveryTimeout wraps
+// ErrOutcomeUnknown: the transaction may have ended so; calling it again
+// is safe (v2 and v1 coordinators answer a repeated EndTxn with success). kafka-go looks up the transaction coordinator
 // (FindCoordinator, key type transaction) before every transactional
 // request, so NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
 // COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS are retried with
@@ -137,21 +167,22 @@
 //
 // # Protocol versions and the brokers tested
 //
-// Every request goes through kafka-go's Client, which sends the highest
-// version both kafka-go and the broker support; with kafka-go v0.4.51 that
-// is InitProducerId v4, AddPartitionsToTxn v3, AddOffsetsToTxn v3,
-// TxnOffsetCommit v3, EndTxn v3, Produce v8, ListOffsets v5, Metadata v8,
-// FindCoordinator v2. ListTransactions v0 and DescribeTransactions v0,
+// Every request goes through kafka-go's Client or Transport, which sends
+// the highest version both kafka-go and the broker support; with kafka-go
+// v0.4.51 that is InitProducerId v4, AddPartitionsToTxn v3,
+// AddOffsetsToTxn v3, TxnOffsetCommit v3, EndTxn v3, Produce v8,
+// ListOffsets v5, Metadata v8, FindCoordinator v2. Transactions v2's
+// EndTxn v5, Produce v12, TxnOffsetCommit v5 and the ApiVersions v3 that
+// reads the transaction.version feature, which kafka-go lacks, are
+// written by internal/kafkawire and sent on the Transport's pooled
+// connections (protocol.RawExchanger). ListTransactions v0 and DescribeTransactions v0,
 // which kafka-go lacks, are written by internal/kafkawire. Reader, and the producer's look-ups for its own
 // batches and markers, read through the SDK's one fetch path
 // (internal/kafkawire, shared with kafkasource): Fetch v4 on a connection
 // of their own, SaslHandshake v1 and SaslAuthenticate v0 when the
 // Transport has SASL, the leader found with Metadata v6. Each is at or
 // above the lowest version Kafka 4.0 kept (KIP-896), so 3.x and 4.x
-// brokers accept them. With EndTxn below v5 a 4.x broker keeps transactions v1 for this
-// client even where transaction.version is 2 (KIP-890 part 2 needs EndTxn
-// v5 and Produce v12): the broker bumps no epoch on commit, and TxProducer
-// bumps it itself, so a transaction has its own epoch on both lines.
+// brokers accept them.
 //
 // The package's tests run on Apache Kafka 4.4.0 (make test) and 3.9.2
 // (make test-compat), and the tests of error codes a broker returns only

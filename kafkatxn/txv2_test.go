@@ -1,0 +1,120 @@
+package kafkatxn_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/internal/kafkawire"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/testkit"
+)
+
+// markers returns the transaction markers of topic's partition 0 (read
+// uncommitted, from offset 0), in log order.
+func markers(t *testing.T, brokers []string, topic string) []kafkawire.Batch {
+	t.Helper()
+	f := kafkawire.Fetcher{Dialer: &kafka.Dialer{Timeout: 10 * time.Second}, Brokers: brokers, Topic: topic,
+		MaxBytes: 1 << 20, MaxWait: 10 * time.Millisecond, Uncommitted: true}
+	defer f.Close()
+	end := endOffset(t, brokers, topic, 0)
+	var out []kafkawire.Batch
+	for f.Next < end {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		bs, _, err := f.FetchBatches(ctx)
+		cancel()
+		require.NoError(t, err)
+		for _, b := range bs {
+			if b.Control {
+				out = append(out, b)
+			}
+			f.Next = max(f.Next, b.LastOffset+1)
+		}
+	}
+	return out
+}
+
+// TestTxProducerTransactionVersion runs transactions with the protocol the
+// broker offers and with transactions v1 forced, and tells them apart by
+// what the broker wrote: with transactions v2 (KIP-890 part 2; Apache
+// Kafka 4.x with transaction.version 2, the default of a new 4.4 cluster)
+// the coordinator bumps the epoch when the transaction ends and writes the
+// markers with the bumped epoch, and EndTxn v5 hands that epoch back (the
+// next transaction runs with it, no InitProducerId between); with v1 the
+// markers carry the transaction's own epoch, and the producer bumps the
+// epoch itself. Either way each transaction has its own epoch, and
+// CommitPrepared of a committed transaction, repeated, says committed.
+func TestTxProducerTransactionVersion(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	impl := testkit.KafkaImplementation(t)
+	ctx := context.Background()
+	for _, forceV1 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("forceV1=%v", forceV1), func(t *testing.T) {
+			topic := testkit.Name(t, "tv")
+			testkit.CreateTopic(t, brokers, topic, 1)
+			var log bytes.Buffer
+			p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{TransactionsV1: forceV1,
+				Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			require.NoError(t, err)
+			defer p.Close()
+			want := 1
+			switch {
+			case forceV1:
+			case impl == testkit.KafkaApache4:
+				want = 2 // a new 4.4 cluster finalizes transaction.version 2
+			case impl == testkit.KafkaFake:
+				want = p.TransactionVersion() // as kfake's version says
+			}
+			require.Equal(t, want, p.TransactionVersion())
+			assert.Contains(t, log.String(), fmt.Sprintf("transaction_version=%d", want), "the log line says which")
+
+			var txns []kafkatxn.Txn
+			for i := range 3 {
+				_, err := p.Produce(ctx, topic, 0, rec(fmt.Sprintf("r%d", i)))
+				require.NoError(t, err)
+				txn := p.Txn()
+				assert.Equal(t, want, txn.Version)
+				require.NoError(t, p.Commit(ctx))
+				txns = append(txns, txn)
+				if want == 2 {
+					// EndTxn v5 answered with the next epoch.
+					assert.Equal(t, txn.Epoch+1, p.Txn().Epoch, "epoch after commit %d", i)
+				}
+			}
+			ms := markers(t, brokers, topic)
+			require.Len(t, ms, len(txns))
+			for i, m := range ms {
+				assert.True(t, m.Commit)
+				assert.Equal(t, txns[i].ProducerID, m.ProducerID)
+				switch {
+				case want == 2 && impl == testkit.KafkaFake:
+					// kfake bumps the epoch at EndTxn v5 but writes the
+					// marker with the transaction's epoch; CommitPrepared
+					// takes either (a marker with the epoch or a later one).
+					assert.Contains(t, []int16{txns[i].Epoch, txns[i].Epoch + 1}, m.ProducerEpoch, "marker %d", i)
+				case want == 2:
+					assert.Equal(t, txns[i].Epoch+1, m.ProducerEpoch, "marker %d: bumped by the coordinator", i)
+				default:
+					assert.Equal(t, txns[i].Epoch, m.ProducerEpoch, "marker %d: the transaction's epoch", i)
+				}
+				if i > 0 {
+					assert.Greater(t, txns[i].Epoch, txns[i-1].Epoch, "each transaction has its own epoch")
+				}
+			}
+			// The last transaction is still the id's latest: EndTxn
+			// repeated answers committed; the earlier ones are settled by
+			// their markers.
+			for _, txn := range txns {
+				require.NoError(t, kafkatxn.CommitPrepared(ctx, brokers, txn, kafkatxn.TxOptions{}))
+			}
+			assertExactly(t, []string{"r0", "r1", "r2"}, readCommitted(t, brokers, topic, 1))
+		})
+	}
+}
