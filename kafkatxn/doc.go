@@ -143,6 +143,15 @@
 //     ErrFenced the producer writes nothing more, and its open
 //     transaction is aborted by the producer that fenced it.
 //
+//   - A Commit error wrapping ErrOutcomeUnknown (EndTxn went unanswered
+//     until DeliveryTimeout) may have committed the transaction; calling
+//     Commit again, or CommitPrepared with its Txn, tells which. Any
+//     other Commit error wrapping ErrFenced or ErrTimedOut did not commit.
+//
+//   - The transactions of a TxProducer run one protocol, chosen at
+//     NewTxProducer (TransactionVersion): v2 only where the broker's
+//     finalized transaction.version is 2 or more, else v1 as before.
+//
 //   - CommitPrepared returns nil only when the transaction is committed,
 //     and ErrAborted when it never will be (aborted by its timeout, by a
 //     new producer of the id, or before the broker expired the

@@ -91,8 +91,23 @@ func coordinatorErr(err error) bool {
 	return retriable(err)
 }
 
+// The broker errors of transactions, in the classes of KIP-1050:
+// retriable (coordinatorErr, and retriable for Produce), abortable
+// (abortableErr: the open transaction cannot commit, Abort and go on) and
+// fatal (fencedErr: the producer's epoch is gone). Transactions v1 and v2
+// share them; v2 adds TRANSACTION_ABORTABLE.
+
 func fencedErr(err error) bool {
 	return isKafkaErr(err, kafka.ProducerFenced, kafka.InvalidProducerEpoch)
+}
+
+// abortableErr reports an answer to a transactional Produce after which
+// the transaction cannot commit: the broker has no producer state or
+// transaction matching the batch (it did not write it), or says so
+// (KIP-890's TRANSACTION_ABORTABLE).
+func abortableErr(err error) bool {
+	return isKafkaErr(err, kafka.OutOfOrderSequenceNumber, kafka.UnknownProducerId, kafka.InvalidTransactionState,
+		kafkawire.TransactionAbortable)
 }
 
 // concurrentTxBackoff is the wait before a request refused with

@@ -101,22 +101,18 @@ func (p *TxProducer) send(ctx context.Context, tp topicPartition, ps *txPart, re
 			return p.acked(ps, h, recs, off), nil
 		case fencedErr(err):
 			return 0, p.refused(fmt.Errorf("kafkatxn: produce %s/%d: %w (%v)", tp.topic, tp.partition, ErrFenced, err))
-		case isKafkaErr(err, kafka.OutOfOrderSequenceNumber, kafka.UnknownProducerId, kafka.InvalidTransactionState):
-			// The broker has no state matching this transaction's: it
-			// did not write the batch, and the transaction cannot go on.
-			// A broker may say so to a fenced producer too (kfake does):
-			// the coordinator tells which it is (v1; with v2, the Abort
-			// that must follow does).
-			if !p.v2 {
+		case abortableErr(err):
+			// The broker has no state matching this transaction's, or
+			// refused to add the partition to it (v2): it did not write
+			// the batch, and the transaction cannot go on. A broker may
+			// say so to a fenced producer too (kfake does): the
+			// coordinator tells which it is (v1; with v2, the Abort that
+			// must follow does).
+			if !p.v2 && !isKafkaErr(err, kafkawire.TransactionAbortable) {
 				if aerr := p.addPartition(dctx, tp); IsFenced(aerr) || errors.Is(aerr, ErrTimedOut) {
 					return 0, p.broken
 				}
 			}
-			p.broken = fmt.Errorf("kafkatxn: produce %s/%d: %w: %w", tp.topic, tp.partition, ErrAbortable, err)
-			return 0, p.broken
-		case isKafkaErr(err, kafkawire.TransactionAbortable):
-			// KIP-890: the transaction cannot commit (the coordinator
-			// refused to add the partition, or it is aborting).
 			p.broken = fmt.Errorf("kafkatxn: produce %s/%d: %w: %w", tp.topic, tp.partition, ErrAbortable, err)
 			return 0, p.broken
 		case retriable(err):

@@ -11,6 +11,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/exactlyonce/exactlyonce/internal/kafkawire"
 	"github.com/exactlyonce/exactlyonce/kafkatxn"
@@ -117,4 +120,34 @@ func TestTxProducerTransactionVersion(t *testing.T) {
 			assertExactly(t, []string{"r0", "r1", "r2"}, readCommitted(t, brokers, topic, 1))
 		})
 	}
+}
+
+// TestTxProducerTransactionAbortable: a Produce answered with KIP-890's
+// TRANSACTION_ABORTABLE (kfake injects it) makes the transaction
+// abortable, not the producer fenced: Commit refuses, Abort clears it, and
+// the next transaction commits; none of the aborted one's records is read.
+func TestTxProducerTransactionAbortable(t *testing.T) {
+	k := testkit.StartKafka(t)
+	brokers := k.Brokers()
+	topic := testkit.Name(t, "txab")
+	testkit.CreateTopic(t, brokers, topic, 1)
+	ctx := context.Background()
+	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer p.Close()
+	require.Equal(t, 2, p.TransactionVersion(), "kfake offers transactions v2")
+
+	_, err = p.Produce(ctx, topic, 0, rec("a"))
+	require.NoError(t, err)
+	k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.TransactionAbortable, Count: 1})
+	_, err = p.Produce(ctx, topic, 0, rec("b"))
+	require.ErrorIs(t, err, kafkatxn.ErrAbortable)
+	assert.False(t, kafkatxn.IsFenced(err))
+	assert.ErrorIs(t, p.Commit(ctx), kafkatxn.ErrAbortable, "the transaction cannot commit")
+	require.NoError(t, p.Abort(ctx))
+
+	_, err = p.Produce(ctx, topic, 0, rec("c"))
+	require.NoError(t, err)
+	require.NoError(t, p.Commit(ctx))
+	assertExactly(t, []string{"c"}, readCommitted(t, brokers, topic, 1))
 }
