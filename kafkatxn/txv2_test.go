@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,4 +152,64 @@ func TestTxProducerTransactionAbortable(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Commit(ctx))
 	assertExactly(t, []string{"c"}, readCommitted(t, brokers, topic, 1))
+}
+
+// TestTxProducerCommitOutcomeUnknown: a Commit whose EndTxn is never
+// answered with an outcome (REQUEST_TIMED_OUT until DeliveryTimeout, as
+// kfake injects it) wraps ErrOutcomeUnknown, not a definite failure;
+// calling Commit again once the coordinator answers commits the
+// transaction once. Both protocols, on kfake, whose requests are observed:
+// v2 sends EndTxn v5 and Produce v12 and no AddPartitionsToTxn, v1 (forced)
+// EndTxn below v5 and AddPartitionsToTxn.
+func TestTxProducerCommitOutcomeUnknown(t *testing.T) {
+	for _, forceV1 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("forceV1=%v", forceV1), func(t *testing.T) {
+			k := testkit.StartKafka(t)
+			brokers := k.Brokers()
+			topic := testkit.Name(t, "txu")
+			testkit.CreateTopic(t, brokers, topic, 1)
+			c := k.Cluster()
+			var mu sync.Mutex
+			versions := map[string][]int16{}
+			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce, kmsg.EndTxn, kmsg.AddPartitionsToTxn}, Count: -1, Observe: true,
+				When: func(r kmsg.Request) bool {
+					mu.Lock()
+					defer mu.Unlock()
+					name := kmsg.NameForKey(r.Key())
+					versions[name] = append(versions[name], r.GetVersion())
+					return true
+				}})
+			ctx := context.Background()
+			p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{TransactionsV1: forceV1,
+				ProducerOptions: kafkatxn.ProducerOptions{DeliveryTimeout: 300 * time.Millisecond, InitialBackoff: time.Millisecond}})
+			require.NoError(t, err)
+			defer p.Close()
+
+			_, err = p.Produce(ctx, topic, 0, rec("a"))
+			require.NoError(t, err)
+			h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut, Count: -1})
+			err = p.Commit(ctx)
+			require.ErrorIs(t, err, kafkatxn.ErrOutcomeUnknown)
+			assert.False(t, kafkatxn.IsFenced(err))
+			h.Remove()
+			require.NoError(t, p.Commit(ctx), "the same commit again")
+			_, err = p.Produce(ctx, topic, 0, rec("b"))
+			require.NoError(t, err)
+			require.NoError(t, p.Commit(ctx))
+			assertExactly(t, []string{"a", "b"}, readCommitted(t, brokers, topic, 1))
+
+			mu.Lock()
+			defer mu.Unlock()
+			require.NotEmpty(t, versions["EndTxn"])
+			if forceV1 {
+				assert.Less(t, slices.Max(versions["EndTxn"]), int16(5), "v1: %v", versions)
+				assert.Less(t, slices.Max(versions["Produce"]), int16(12), "v1: %v", versions)
+				assert.NotEmpty(t, versions["AddPartitionsToTxn"], "v1 adds partitions itself")
+			} else {
+				assert.Equal(t, []int16{5}, slices.Compact(versions["EndTxn"]), "v2: %v", versions)
+				assert.Equal(t, []int16{12}, slices.Compact(versions["Produce"]), "v2: %v", versions)
+				assert.Empty(t, versions["AddPartitionsToTxn"], "v2: the Produce adds the partition")
+			}
+		})
+	}
 }
