@@ -16,10 +16,12 @@ import (
 // that aborts any open transaction of the id.
 //
 // It sends EndTxn with txn's producer id and epoch, as the producer would
-// have, in txn's protocol (EndTxn v5 for transactions v2). Kafka answers a repeated commit of the transaction with success as
-// long as the epoch is current; once the epoch has moved on (the producer
-// began its next transaction, or the id was fenced or the transaction
-// timed out), the outcome is read from the log instead: the transaction
+// have, in txn's protocol (EndTxn v5 for transactions v2). Kafka answers
+// a repeated commit of the transaction with success as long as the epoch
+// is current (v2: one below the coordinator's, which the commit bumped);
+// once the epoch has moved on (the producer began its next transaction,
+// or the id was fenced or the transaction timed out), the outcome is read
+// from the log instead: the transaction
 // marker that follows txn's first record in its first partition says
 // commit or abort. An aborted transaction returns an error wrapping
 // ErrAborted: its records are lost, and the caller must not go on as if

@@ -222,6 +222,13 @@ func (p *TxProducer) SendOffsets(ctx context.Context, group string, generation i
 			}
 			return kafkawire.ParseTxnOffsetCommit(res)
 		})
+		switch {
+		case err == nil:
+			p.offsets = true
+		case isKafkaErr(err, kafkawire.TransactionAbortable):
+			p.broken = fmt.Errorf("kafkatxn: send offsets: %w: %w", ErrAbortable, err)
+			return p.broken
+		}
 		return p.refused(err)
 	}
 	err := p.c.retry(ctx, "add offsets to transaction", func(ctx context.Context) error {

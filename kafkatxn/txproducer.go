@@ -145,6 +145,9 @@ type TxProducer struct {
 	parts  map[topicPartition]*txPart
 	order  []topicPartition
 	groups bool // the open transaction holds consumer offsets
+	// offsets: a TxnOffsetCommit of the open transaction was answered
+	// with success (v2, where it adds the group to the transaction).
+	offsets bool
 	// started is when the open transaction began, taken just before its
 	// first AddPartitionsToTxn or AddOffsetsToTxn; zero when none is
 	// open.
@@ -331,11 +334,12 @@ func (p *TxProducer) end(ctx context.Context, commit bool) error {
 		return p.broken
 	}
 	if len(p.parts) > 0 || p.groups {
-		if p.v2 && commit && !p.groups && !p.wrote() {
-			// Transactions v2: no batch was written, so the broker may
-			// never have added a partition, and it refuses to commit a
-			// transaction it does not have (INVALID_TXN_STATE) but
-			// accepts any abort. Aborting nothing commits nothing.
+		if p.v2 && commit && !p.offsets && !p.wrote() {
+			// Transactions v2: no batch or offsets were confirmed
+			// written, so the broker may never have added a partition
+			// or group, and it refuses to commit a transaction it does
+			// not have (INVALID_TXN_STATE) but accepts any abort.
+			// Aborting commits nothing, as committing would.
 			commit = false
 		}
 		op := "abort transaction"
@@ -357,7 +361,7 @@ func (p *TxProducer) end(ctx context.Context, commit bool) error {
 		}
 		p.bump = !p.v2 // v2: the broker bumped the epoch
 	}
-	p.parts, p.order, p.groups, p.broken = map[topicPartition]*txPart{}, nil, false, nil
+	p.parts, p.order, p.groups, p.offsets, p.broken = map[topicPartition]*txPart{}, nil, false, false, nil
 	p.started = time.Time{}
 	return nil
 }

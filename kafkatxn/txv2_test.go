@@ -22,16 +22,18 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// markers returns the transaction markers of topic's partition 0 (read
-// uncommitted, from offset 0), in log order.
-func markers(t *testing.T, brokers []string, topic string) []kafkawire.Batch {
+// markers returns the first n transaction markers of topic's partition 0
+// (read uncommitted, from offset 0), in log order, waiting for them: the
+// coordinator writes them after EndTxn returned.
+func markers(t *testing.T, brokers []string, topic string, n int) []kafkawire.Batch {
 	t.Helper()
 	f := kafkawire.Fetcher{Dialer: &kafka.Dialer{Timeout: 10 * time.Second}, Brokers: brokers, Topic: topic,
-		MaxBytes: 1 << 20, MaxWait: 10 * time.Millisecond, Uncommitted: true}
+		MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond, Uncommitted: true}
 	defer f.Close()
-	end := endOffset(t, brokers, topic, 0)
 	var out []kafkawire.Batch
-	for f.Next < end {
+	deadline := time.Now().Add(30 * time.Second)
+	for len(out) < n {
+		require.True(t, time.Now().Before(deadline), "%d of %d markers after 30 s", len(out), n)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		bs, _, err := f.FetchBatches(ctx)
 		cancel()
@@ -93,8 +95,7 @@ func TestTxProducerTransactionVersion(t *testing.T) {
 					assert.Equal(t, txn.Epoch+1, p.Txn().Epoch, "epoch after commit %d", i)
 				}
 			}
-			ms := markers(t, brokers, topic)
-			require.Len(t, ms, len(txns))
+			ms := markers(t, brokers, topic, len(txns))
 			for i, m := range ms {
 				assert.True(t, m.Commit)
 				assert.Equal(t, txns[i].ProducerID, m.ProducerID)
