@@ -193,8 +193,10 @@
 // above the lowest version Kafka 4.0 kept (KIP-896), so 3.x and 4.x
 // brokers accept them.
 //
-// The package's tests run on Apache Kafka 4.4.0 (make test) and 3.9.2
-// (make test-compat), and the tests of error codes a broker returns only
+// The package's tests run on Apache Kafka 4.4.0 (make test: transactions
+// v2, and v1 forced; TestTxProducerFollowsTransactionVersion sets a 4.4
+// broker's transaction.version to 1 and back) and 3.9.2 (make
+// test-compat: v1), and the tests of error codes a broker returns only
 // under faults on franz-go's kfake, which injects them. What the real
 // brokers showed that kfake did not: CONCURRENT_TRANSACTIONS to the first
 // request after every EndTxn while the markers are written (retried after
