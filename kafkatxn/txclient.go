@@ -53,7 +53,7 @@ func (c *txClient) transactionVersion(ctx context.Context) (int, error) {
 	}
 	var f kafkawire.Features
 	err := c.retry(ctx, "api versions", func(ctx context.Context) error {
-		res, err := c.roundTrip(ctx, kafkawire.ApiVersionsRequest())
+		res, err := c.roundTrip(ctx, kafkawire.ApiVersionsRequest(c.clientID()))
 		if err == nil {
 			f, err = kafkawire.ParseApiVersions(res)
 		}
@@ -234,7 +234,7 @@ func (c *txClient) endTxn(ctx context.Context, op, txid string, pid int64, epoch
 // with neither.
 func (c *txClient) endTxnOnce(ctx context.Context, txid string, pid int64, epoch int16, commit, v2 bool) (int64, int16, error) {
 	if v2 {
-		res, err := c.roundTrip(ctx, kafkawire.EndTxnRequest(txid, pid, epoch, commit))
+		res, err := c.roundTrip(ctx, kafkawire.EndTxnRequest(c.clientID(), txid, pid, epoch, commit))
 		if err != nil {
 			return 0, 0, err
 		}

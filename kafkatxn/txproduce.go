@@ -164,7 +164,7 @@ func (p *TxProducer) produceRaw(ctx context.Context, tp topicPartition, batch []
 	rctx, cancel := context.WithTimeout(ctx, p.c.opts.RequestTimeout)
 	defer cancel()
 	if p.v2 {
-		res, err := p.c.roundTrip(rctx, kafkawire.ProduceRequest(p.txid, tp.topic, int32(tp.partition),
+		res, err := p.c.roundTrip(rctx, kafkawire.ProduceRequest(p.c.clientID(), p.txid, tp.topic, int32(tp.partition),
 			int32(p.c.opts.RequestTimeout.Milliseconds()), batch[4:])) // encode's size prefix is kafka-go's
 		if err != nil {
 			return 0, err
@@ -214,7 +214,7 @@ func (p *TxProducer) SendOffsets(ctx context.Context, group string, generation i
 				offs = append(offs, kafkawire.TxnOffset{Topic: topic, Partition: int32(part), Offset: off})
 			}
 		}
-		req := kafkawire.TxnOffsetCommitRequest(p.txid, group, p.pid, p.epoch, int32(generation), member, offs)
+		req := kafkawire.TxnOffsetCommitRequest(p.c.clientID(), p.txid, group, p.pid, p.epoch, int32(generation), member, offs)
 		err := p.c.retry(ctx, "commit offsets in transaction", func(ctx context.Context) error {
 			res, err := p.c.roundTrip(ctx, req)
 			if err != nil {

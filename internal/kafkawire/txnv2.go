@@ -60,9 +60,10 @@ func (r *rawResponse) ApiKey() protocol.ApiKey { return r.key }
 // rawRequest is a request written here, sent on a connection kafka-go's
 // Transport lends it.
 type rawRequest struct {
-	key     int16
-	version int16
-	body    []byte
+	key      int16
+	version  int16
+	clientID string
+	body     []byte
 	// headerV0 says the response header has no tagged fields (ApiVersions
 	// answers so in every version, so that any client can read it).
 	headerV0 bool
@@ -76,7 +77,7 @@ func (r *rawRequest) Required(map[protocol.ApiKey]int16) bool { return true }
 // RawExchange writes the request with header v2 and reads its response.
 func (r *rawRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
 	corr := corrID.Add(1)
-	req := appendFlexibleHeader(make([]byte, 0, 32+len(r.body)), r.key, r.version, corr, "exactlyonce")
+	req := appendFlexibleHeader(make([]byte, 0, 32+len(r.clientID)+len(r.body)), r.key, r.version, corr, r.clientID)
 	req = finishRequest(append(req, r.body...))
 	if _, err := rw.Write(req); err != nil {
 		return nil, err
@@ -191,11 +192,13 @@ func (f Features) TransactionsV2() bool {
 }
 
 // ApiVersionsRequest returns the ApiVersions v3 request, for any broker.
-func ApiVersionsRequest() protocol.Message {
+// Every request here is sent with clientID, as kafka-go's own are with
+// the Transport's (quotas and logs by client id see them alike).
+func ApiVersionsRequest(clientID string) protocol.Message {
 	b := appendCompactString(nil, "exactlyonce-go")
 	b = appendCompactString(b, "1")
 	b = appendNoTags(b)
-	return &anyBroker{rawRequest{key: keyApiVersions, version: apiVersionsVersion, body: b, headerV0: true}}
+	return &anyBroker{rawRequest{key: keyApiVersions, version: apiVersionsVersion, clientID: clientID, body: b, headerV0: true}}
 }
 
 // ParseApiVersions reads ApiVersionsRequest's answer.
@@ -251,7 +254,7 @@ func ParseApiVersions(m protocol.Message) (Features, error) {
 
 // EndTxnRequest returns EndTxn v5 for the transaction of txid with the
 // producer id and epoch the transaction ran with.
-func EndTxnRequest(txid string, pid int64, epoch int16, commit bool) protocol.Message {
+func EndTxnRequest(clientID, txid string, pid int64, epoch int16, commit bool) protocol.Message {
 	b := appendCompactString(nil, txid)
 	b = binary.BigEndian.AppendUint64(b, uint64(pid))
 	b = binary.BigEndian.AppendUint16(b, uint16(epoch))
@@ -260,7 +263,7 @@ func EndTxnRequest(txid string, pid int64, epoch int16, commit bool) protocol.Me
 		c = 1
 	}
 	b = appendNoTags(append(b, c))
-	return &txnCoordinator{rawRequest{key: keyEndTxn, version: EndTxnV2Version, body: b}, txid}
+	return &txnCoordinator{rawRequest{key: keyEndTxn, version: EndTxnV2Version, clientID: clientID, body: b}, txid}
 }
 
 // ParseEndTxn reads EndTxn v5's answer: the producer id and epoch of the
@@ -288,7 +291,7 @@ func ParseEndTxn(m protocol.Message) (pid int64, epoch int16, err error) {
 // topic's partition, with acks=all and the broker's wait bounded by
 // timeoutMs. Sent inside a transaction of transactions v2, it adds the
 // partition to the transaction.
-func ProduceRequest(txid, topic string, partition int32, timeoutMs int32, batch []byte) protocol.Message {
+func ProduceRequest(clientID, txid, topic string, partition int32, timeoutMs int32, batch []byte) protocol.Message {
 	b := appendCompactString(nil, txid)
 	b = binary.BigEndian.AppendUint16(b, 0xffff) // acks -1: all in-sync replicas
 	b = binary.BigEndian.AppendUint32(b, uint32(timeoutMs))
@@ -299,7 +302,7 @@ func ProduceRequest(txid, topic string, partition int32, timeoutMs int32, batch 
 	b = appendUvarint(b, uint64(len(batch))+1)
 	b = append(b, batch...)
 	b = appendNoTags(appendNoTags(appendNoTags(b))) // partition, topic, request
-	return &partitionLeader{rawRequest{key: keyProduce, version: ProduceV2Version, body: b}, topic, partition}
+	return &partitionLeader{rawRequest{key: keyProduce, version: ProduceV2Version, clientID: clientID, body: b}, topic, partition}
 }
 
 // ParseProduce reads ProduceRequest's answer: the batch's base offset, or
@@ -361,7 +364,7 @@ type TxnOffset struct {
 
 // TxnOffsetCommitRequest returns TxnOffsetCommit v5, which adds group to
 // the transaction (transactions v2) and commits offsets in it.
-func TxnOffsetCommitRequest(txid, group string, pid int64, epoch int16, generation int32, member string, offsets []TxnOffset) protocol.Message {
+func TxnOffsetCommitRequest(clientID, txid, group string, pid int64, epoch int16, generation int32, member string, offsets []TxnOffset) protocol.Message {
 	b := appendCompactString(nil, txid)
 	b = appendCompactString(b, group)
 	b = binary.BigEndian.AppendUint64(b, uint64(pid))
@@ -388,7 +391,7 @@ func TxnOffsetCommitRequest(txid, group string, pid int64, epoch int16, generati
 		b = appendNoTags(b)
 	}
 	b = appendNoTags(b)
-	return &groupCoordinator{rawRequest{key: keyTxnOffsetCommit, version: TxnOffsetCommitV2Version, body: b}, group}
+	return &groupCoordinator{rawRequest{key: keyTxnOffsetCommit, version: TxnOffsetCommitV2Version, clientID: clientID, body: b}, group}
 }
 
 // ParseTxnOffsetCommit reads TxnOffsetCommitRequest's answer: the first

@@ -21,12 +21,13 @@ func mustHex(t *testing.T, s string) []byte {
 // by field as Kafka's EndTxnRequest.json and ProduceRequest.json lay them
 // out in flexible versions.
 func TestTxnV2RequestBytes(t *testing.T) {
-	e := EndTxnRequest("tx", 7, 3, true).(*txnCoordinator)
+	e := EndTxnRequest("c", "tx", 7, 3, true).(*txnCoordinator)
 	assert.Equal(t, "tx", e.Transaction())
 	assert.Equal(t, int16(5), e.version)
+	assert.Equal(t, "c", e.clientID)
 	assert.Equal(t, "03"+"7478"+"0000000000000007"+"0003"+"01"+"00", hex.EncodeToString(e.body))
 
-	p := ProduceRequest("tx", "t", 2, 1000, []byte{0xaa, 0xbb}).(*partitionLeader)
+	p := ProduceRequest("c", "tx", "t", 2, 1000, []byte{0xaa, 0xbb}).(*partitionLeader)
 	assert.Equal(t, int16(12), p.version)
 	assert.Equal(t, "03"+"7478"+"ffff"+"000003e8"+ // txid, acks -1, timeout
 		"02"+"0274"+"02"+"00000002"+"03"+"aabb"+"00"+"00"+"00", // topic t, partition 2, records, tags
