@@ -138,3 +138,51 @@ func BenchmarkTransactional(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTxnVersion compares transactions v1 and v2 (KIP-890 part 2) on
+// the same broker: one op is one transaction, 1 or 10 batches of 100
+// records of 200 bytes to one partition and its Commit. With v1 the
+// producer adds the partition (AddPartitionsToTxn) and, at the next
+// transaction's first Produce, bumps the epoch (InitProducerId); with v2
+// the first Produce adds the partition and EndTxn bumps the epoch.
+// commit-µs/op is Commit's share, produce-µs/op the Produces' (v1's epoch
+// bump included), records/s the throughput. v2 is skipped where the
+// broker offers none (Kafka 3.9). Run it with -count to alternate v1 and
+// v2 on one broker.
+func BenchmarkTxnVersion(b *testing.B) {
+	brokers := testkit.Kafka(b)
+	ctx := context.Background()
+	recs, _ := benchRecords()
+	for _, per := range []int{1, 10} {
+		for _, v := range []int{1, 2} {
+			b.Run(fmt.Sprintf("batches=%d/v%d", per, v), func(b *testing.B) {
+				topic := testkit.Name(b, "tver")
+				testkit.CreateTopic(b, brokers, topic, 1)
+				p, err := kafkatxn.NewTxProducer(ctx, brokers, topic, kafkatxn.TxOptions{TransactionsV1: v == 1})
+				require.NoError(b, err)
+				defer p.Close()
+				if p.TransactionVersion() != v {
+					b.Skipf("the broker runs transactions v%d", p.TransactionVersion())
+				}
+				b.SetBytes(int64(per) * benchBatch * 200)
+				var produce, commit time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					for range per {
+						if _, err := p.Produce(ctx, topic, 0, recs...); err != nil {
+							b.Fatal(err)
+						}
+					}
+					t1 := time.Now()
+					if err := p.Commit(ctx); err != nil {
+						b.Fatal(err)
+					}
+					produce, commit = produce+t1.Sub(t0), commit+time.Since(t1)
+				}
+				b.ReportMetric(float64(produce.Microseconds())/float64(b.N), "produce-µs/op")
+				b.ReportMetric(float64(commit.Microseconds())/float64(b.N), "commit-µs/op")
+				b.ReportMetric(float64(b.N*per*benchBatch)/(produce+commit).Seconds(), "records/s")
+			})
+		}
+	}
+}

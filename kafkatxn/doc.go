@@ -61,15 +61,45 @@
 //
 // # Transactions
 //
-// Every transaction of a TxProducer has its own epoch: after EndTxn the
-// producer bumps the epoch (InitProducerID with its id and epoch, KIP-360),
-// as KIP-890 brokers do by themselves. So (producer id, epoch) names one
-// transaction, and committing a recorded transaction again can never
-// commit a later one. CommitPrepared sends EndTxn(commit) with the recorded
-// epoch: Kafka answers success while that epoch is current and the
-// transaction is open or committed; once the epoch has moved on, the
-// transaction marker after the transaction's first record tells commit
-// from abort. kafka-go looks up the transaction coordinator
+// A TxProducer runs transactions v2 (KIP-890 part 2) where the broker
+// offers them, and v1 elsewhere: NewTxProducer asks a broker (ApiVersions
+// v3) for its finalized transaction.version feature, and runs v2 when it
+// is 2 or more and the broker speaks EndTxn v5, Produce v12 and
+// TxnOffsetCommit v5 (Apache Kafka 4.x clusters created at 4.0 or later,
+// or upgraded with kafka-features.sh), v1 otherwise (Kafka 3.x, and 4.x
+// with transaction.version 1). TxProducer.TransactionVersion says which;
+// TxOptions.TransactionsV1 keeps v1 on a v2 broker; TxOptions.Logger logs
+// it. With v2, as the Java client 4.x does, a partition joins the
+// transaction with its first Produce (v12: the leader asks the
+// coordinator) and a group with TxnOffsetCommit v5, with no
+// AddPartitionsToTxn or AddOffsetsToTxn; EndTxn v5 ends the transaction,
+// the coordinator bumps the epoch and writes the markers with the bumped
+// one, and answers with the producer id and epoch of the next
+// transaction. With v1 the producer adds partitions and groups itself and
+// after EndTxn bumps the epoch (InitProducerID with its id and epoch,
+// KIP-360), as v2 brokers do by themselves.
+//
+// Either way every transaction of a TxProducer has its own epoch, so
+// (producer id, epoch) names one transaction, and committing a recorded
+// transaction again can never commit a later one. CommitPrepared sends
+// EndTxn(commit) with the recorded epoch, in the protocol the transaction
+// ran (Txn.Version): Kafka answers success while the transaction is open
+// or just committed (v2: the coordinator takes the epoch one below its own
+// as a retry of the commit that bumped it); once the id's next
+// transaction has begun or the transaction was aborted, the transaction
+// marker after the transaction's first record tells commit from abort (a
+// marker of the producer id with the recorded epoch or a later one: v2
+// writes it with the bumped epoch).
+//
+// The errors of KIP-890 and KIP-1050 are mapped once: CONCURRENT_TRANSACTIONS
+// and the coordinator's moves are retried (a Produce of v2 meets the
+// previous transaction's markers being written, as the next request of v1
+// does); TRANSACTION_ABORTABLE, and a sequence or state the broker does not
+// know, make the transaction abortable (ErrAbortable); PRODUCER_FENCED and
+// INVALID_PRODUCER_EPOCH are fatal (ErrFenced, or ErrTimedOut). A Commit
+// or Abort whose EndTxn went unanswered until DeliveryTimeout wraps
+// ErrOutcomeUnknown: the transaction may have ended so; calling it again
+// is safe (v2 and v1 coordinators answer a repeated EndTxn with success). kafka-go looks up the transaction coordinator
 // (FindCoordinator, key type transaction) before every transactional
 // request, so NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
 // COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS are retried with
@@ -148,6 +178,15 @@
 //     ErrFenced the producer writes nothing more, and its open
 //     transaction is aborted by the producer that fenced it.
 //
+//   - A Commit error wrapping ErrOutcomeUnknown (EndTxn went unanswered
+//     until DeliveryTimeout) may have committed the transaction; calling
+//     Commit again, or CommitPrepared with its Txn, tells which. Any
+//     other Commit error wrapping ErrFenced or ErrTimedOut did not commit.
+//
+//   - The transactions of a TxProducer run one protocol, chosen at
+//     NewTxProducer (TransactionVersion): v2 only where the broker's
+//     finalized transaction.version is 2 or more, else v1 as before.
+//
 //   - CommitPrepared returns nil only when the transaction is committed,
 //     and ErrAborted when it never will be (aborted by its timeout, by a
 //     new producer of the id, or before the broker expired the
@@ -173,10 +212,14 @@
 // # Brokers
 //
 // Apache Kafka 3.x and 4.x: every request is at or above the lowest
-// version Kafka 4.0 kept (KIP-896). On a 4.x broker a transaction runs
-// under transactions v1 (the epoch bumped by TxProducer, not the broker).
-// The tests run on Apache Kafka 4.4.0 (make test), 3.9.2 (make
-// test-compat) and three 4.4.0 brokers under leader and coordinator kills
-// (make test-cluster). docs/design/kafka-protocol.md lists the version of
-// every request and what the real brokers showed that kfake did not.
+// version Kafka 4.0 kept (KIP-896). Where the broker's finalized
+// transaction.version is 2 or more (a 4.x cluster created at 4.0 or later)
+// a transaction runs under transactions v2 (KIP-890: the broker bumps the
+// epoch at EndTxn); on 3.x, and on 4.x with the feature at 1, under v1
+// (TxProducer bumps the epoch). The tests run on Apache Kafka 4.4.0 (make
+// test: v2, and v1 forced), 4.0.2, 4.2.2 and 4.4.0 with
+// transaction.version 1, and 3.9.2 (make test-compat), and three 4.4.0
+// brokers under leader and coordinator kills (make test-cluster).
+// docs/design/kafka-protocol.md lists the version of every request and
+// what the real brokers showed that kfake did not.
 package kafkatxn

@@ -16,10 +16,12 @@ import (
 // that aborts any open transaction of the id.
 //
 // It sends EndTxn with txn's producer id and epoch, as the producer would
-// have. Kafka answers a repeated commit of the transaction with success as
-// long as the epoch is current; once the epoch has moved on (the producer
-// began its next transaction, or the id was fenced or the transaction
-// timed out), the outcome is read from the log instead: the transaction
+// have, in txn's protocol (EndTxn v5 for transactions v2). Kafka answers
+// a repeated commit of the transaction with success as long as the epoch
+// is current (v2: one below the coordinator's, which the commit bumped);
+// once the epoch has moved on (the producer began its next transaction,
+// or the id was fenced or the transaction timed out), the outcome is read
+// from the log instead: the transaction
 // marker that follows txn's first record in its first partition says
 // commit or abort. An aborted transaction returns an error wrapping
 // ErrAborted: its records are lost, and the caller must not go on as if
@@ -38,12 +40,7 @@ func CommitPrepared(ctx context.Context, brokers []string, txn Txn, opts TxOptio
 	defer c.close()
 	var settled bool
 	err = c.retry(ctx, "commit prepared transaction", func(ctx context.Context) error {
-		res, err := c.cl.EndTxn(ctx, &kafka.EndTxnRequest{
-			TransactionalID: txn.TransactionalID, ProducerID: int(txn.ProducerID), ProducerEpoch: int(txn.Epoch), Committed: true,
-		})
-		if err == nil {
-			err = res.Error
-		}
+		_, _, err := c.endTxnOnce(ctx, txn.TransactionalID, txn.ProducerID, txn.Epoch, true, txn.Version == 2)
 		if err != nil && (fencedErr(err) || isKafkaErr(err, kafka.InvalidTransactionState, kafka.InvalidProducerIDMapping,
 			kafka.TransactionalIDNotFound)) {
 			// The epoch moved on, or the transaction ended the other

@@ -9,6 +9,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+
+	"github.com/exactlyonce/exactlyonce/internal/kafkawire"
 )
 
 // Produce writes recs as one batch to topic's partition inside the open
@@ -35,7 +37,11 @@ func (p *TxProducer) Produce(ctx context.Context, topic string, partition int, r
 	tp := topicPartition{topic, partition}
 	ps := p.parts[tp]
 	if ps == nil {
-		if err := p.addPartition(ctx, tp); err != nil {
+		if p.v2 {
+			// Transactions v2: the leader adds the partition to the
+			// transaction when the first batch arrives (Produce v12).
+			p.starting()
+		} else if err := p.addPartition(ctx, tp); err != nil {
 			return 0, err
 		}
 		ps = &txPart{firstOffset: -1, next: -1}
@@ -95,13 +101,17 @@ func (p *TxProducer) send(ctx context.Context, tp topicPartition, ps *txPart, re
 			return p.acked(ps, h, recs, off), nil
 		case fencedErr(err):
 			return 0, p.refused(fmt.Errorf("kafkatxn: produce %s/%d: %w (%v)", tp.topic, tp.partition, ErrFenced, err))
-		case isKafkaErr(err, kafka.OutOfOrderSequenceNumber, kafka.UnknownProducerId, kafka.InvalidTransactionState):
-			// The broker has no state matching this transaction's: it
-			// did not write the batch, and the transaction cannot go on.
-			// A broker may say so to a fenced producer too (kfake does):
-			// the coordinator tells which it is.
-			if aerr := p.addPartition(dctx, tp); IsFenced(aerr) || errors.Is(aerr, ErrTimedOut) {
-				return 0, p.broken
+		case abortableErr(err):
+			// The broker has no state matching this transaction's, or
+			// refused to add the partition to it (v2): it did not write
+			// the batch, and the transaction cannot go on. A broker may
+			// say so to a fenced producer too (kfake does): the
+			// coordinator tells which it is (v1; with v2, the Abort that
+			// must follow does).
+			if !p.v2 && !isKafkaErr(err, kafkawire.TransactionAbortable) {
+				if aerr := p.addPartition(dctx, tp); IsFenced(aerr) || errors.Is(aerr, ErrTimedOut) {
+					return 0, p.broken
+				}
 			}
 			p.broken = fmt.Errorf("kafkatxn: produce %s/%d: %w: %w", tp.topic, tp.partition, ErrAbortable, err)
 			return 0, p.broken
@@ -125,9 +135,20 @@ func (p *TxProducer) send(ctx context.Context, tp topicPartition, ps *txPart, re
 				return 0, p.broken
 			}
 			return 0, fmt.Errorf("kafkatxn: produce %s/%d: delivery timeout: %w", tp.topic, tp.partition, lastErr)
-		case <-time.After(p.c.opts.wait(attempt + 1)):
+		case <-time.After(p.produceWait(attempt+1, lastErr)):
 		}
 	}
+}
+
+// produceWait is the pause before attempt+1 of a batch: a short fixed one
+// after CONCURRENT_TRANSACTIONS (with transactions v2 the leader's
+// implicit add of the partition meets the previous transaction's markers
+// still being written, as the coordinator does in v1), else the backoff.
+func (p *TxProducer) produceWait(attempt int, err error) time.Duration {
+	if isKafkaErr(err, kafka.ConcurrentTransactions) {
+		return min(p.c.opts.InitialBackoff, concurrentTxBackoff)
+	}
+	return p.c.opts.wait(attempt)
 }
 
 func (p *TxProducer) acked(ps *txPart, h batchHeader, recs []Record, off int64) int64 {
@@ -142,6 +163,14 @@ func (p *TxProducer) acked(ps *txPart, h batchHeader, recs []Record, off int64) 
 func (p *TxProducer) produceRaw(ctx context.Context, tp topicPartition, batch []byte) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, p.c.opts.RequestTimeout)
 	defer cancel()
+	if p.v2 {
+		res, err := p.c.roundTrip(rctx, kafkawire.ProduceRequest(p.c.clientID(), p.txid, tp.topic, int32(tp.partition),
+			int32(p.c.opts.RequestTimeout.Milliseconds()), batch[4:])) // encode's size prefix is kafka-go's
+		if err != nil {
+			return 0, err
+		}
+		return kafkawire.ParseProduce(res, tp.topic, int32(tp.partition))
+	}
 	res, err := p.c.cl.RawProduce(rctx, &kafka.RawProduceRequest{
 		Topic: tp.topic, Partition: tp.partition, RequiredAcks: kafka.RequireAll, TransactionalID: p.txid,
 		RawRecords: protocol.RawRecordSet{Reader: bytes.NewReader(batch)},
@@ -174,6 +203,34 @@ func (p *TxProducer) SendOffsets(ctx context.Context, group string, generation i
 		return err
 	}
 	p.starting()
+	if p.v2 {
+		// Transactions v2: TxnOffsetCommit v5 adds the group to the
+		// transaction itself (the Java client 4.x sends no
+		// AddOffsetsToTxn either).
+		p.groups = true
+		var offs []kafkawire.TxnOffset
+		for topic, parts := range offsets {
+			for part, off := range parts {
+				offs = append(offs, kafkawire.TxnOffset{Topic: topic, Partition: int32(part), Offset: off})
+			}
+		}
+		req := kafkawire.TxnOffsetCommitRequest(p.c.clientID(), p.txid, group, p.pid, p.epoch, int32(generation), member, offs)
+		err := p.c.retry(ctx, "commit offsets in transaction", func(ctx context.Context) error {
+			res, err := p.c.roundTrip(ctx, req)
+			if err != nil {
+				return err
+			}
+			return kafkawire.ParseTxnOffsetCommit(res)
+		})
+		switch {
+		case err == nil:
+			p.offsets = true
+		case isKafkaErr(err, kafkawire.TransactionAbortable):
+			p.broken = fmt.Errorf("kafkatxn: send offsets: %w: %w", ErrAbortable, err)
+			return p.broken
+		}
+		return p.refused(err)
+	}
 	err := p.c.retry(ctx, "add offsets to transaction", func(ctx context.Context) error {
 		res, err := p.c.cl.AddOffsetsToTxn(ctx, &kafka.AddOffsetsToTxnRequest{
 			TransactionalID: p.txid, ProducerID: int(p.pid), ProducerEpoch: int(p.epoch), GroupID: group,

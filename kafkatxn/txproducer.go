@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -63,6 +64,15 @@ type TxOptions struct {
 	// transaction.max.timeout.ms (15 min by default; see
 	// MaxTransactionTimeout). Default: DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
+	// TransactionsV1 keeps transactions v1 where the broker offers v2
+	// (KIP-890 part 2): for measuring one against the other, or for a
+	// cluster whose transaction.version is to be downgraded. Default
+	// false: v2 wherever the broker's finalized transaction.version is 2
+	// or more (see TxProducer.TransactionVersion).
+	TransactionsV1 bool
+	// Logger, if set, gets one line per TxProducer saying which
+	// transaction protocol it runs. Default: no logging.
+	Logger *slog.Logger
 }
 
 func (o *TxOptions) setDefaults() error {
@@ -78,13 +88,19 @@ func (o *TxOptions) setDefaults() error {
 // Txn identifies one transaction: what a two-phase-commit sink records at
 // its pre-commit so that a restart can commit it (CommitPrepared).
 //
-// Every transaction of a TxProducer has its own epoch (the producer bumps
-// it after each commit or abort, as KIP-890 brokers do by themselves), so
-// (ProducerID, Epoch) names one transaction, never a later one.
+// Every transaction of a TxProducer has its own epoch (with transactions
+// v2 the broker bumps it at each commit or abort; with v1 the producer
+// bumps it itself), so (ProducerID, Epoch) names one transaction, never a
+// later one.
 type Txn struct {
 	TransactionalID string
 	ProducerID      int64
 	Epoch           int16
+	// Version is the transaction protocol the transaction runs (2:
+	// transactions v2, KIP-890 part 2; 1 or 0: v1), which CommitPrepared
+	// must speak to commit it. A Txn recorded before the field existed
+	// reads as 0: v1, as it ran.
+	Version int
 	// Partitions the transaction wrote to, with the offset of its first
 	// record in each, sorted by topic and partition. Empty when the
 	// transaction holds no records.
@@ -117,6 +133,10 @@ type TxnPartition struct {
 type TxProducer struct {
 	c    *txClient
 	txid string
+	// v2: the transactions are v2 (KIP-890 part 2): partitions join the
+	// transaction with their first Produce, the group with its
+	// TxnOffsetCommit, and EndTxn returns the next epoch.
+	v2 bool
 
 	mu     sync.Mutex
 	pid    int64
@@ -125,6 +145,9 @@ type TxProducer struct {
 	parts  map[topicPartition]*txPart
 	order  []topicPartition
 	groups bool // the open transaction holds consumer offsets
+	// offsets: a TxnOffsetCommit of the open transaction was answered
+	// with success (v2, where it adds the group to the transaction).
+	offsets bool
 	// started is when the open transaction began, taken just before its
 	// first AddPartitionsToTxn or AddOffsetsToTxn; zero when none is
 	// open.
@@ -151,9 +174,19 @@ func NewTxProducer(ctx context.Context, brokers []string, transactionalID string
 		return nil, err
 	}
 	p := &TxProducer{c: c, txid: transactionalID, parts: map[topicPartition]*txPart{}}
+	v, err := c.transactionVersion(ctx)
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	p.v2 = v == 2
 	if err := p.initID(ctx, -1, -1); err != nil {
 		c.close()
 		return nil, err
+	}
+	if l := c.opts.Logger; l != nil {
+		l.Info("kafkatxn: transactional producer started", "transactional_id", transactionalID,
+			"transaction_version", v, "producer_id", p.pid, "epoch", p.epoch)
 	}
 	return p, nil
 }
@@ -179,6 +212,19 @@ func (p *TxProducer) initID(ctx context.Context, pid int64, epoch int16) error {
 	})
 }
 
+// TransactionVersion returns the transaction protocol the producer runs: 2
+// (KIP-890 part 2: the broker adds partitions with their first Produce and
+// bumps the epoch at every EndTxn) where the broker's finalized
+// transaction.version is 2 or more and TxOptions.TransactionsV1 is not
+// set, else 1 (the producer adds partitions with AddPartitionsToTxn and
+// bumps the epoch itself with InitProducerId after every transaction).
+func (p *TxProducer) TransactionVersion() int {
+	if p.v2 {
+		return 2
+	}
+	return 1
+}
+
 // TransactionalID returns the producer's transactional id.
 func (p *TxProducer) TransactionalID() string { return p.txid }
 
@@ -187,7 +233,7 @@ func (p *TxProducer) TransactionalID() string { return p.txid }
 func (p *TxProducer) Txn() Txn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	t := Txn{TransactionalID: p.txid, ProducerID: p.pid, Epoch: p.epoch}
+	t := Txn{TransactionalID: p.txid, ProducerID: p.pid, Epoch: p.epoch, Version: p.TransactionVersion()}
 	if !p.started.IsZero() {
 		t.Expires = p.started.Add(p.c.opts.TransactionTimeout)
 	}
@@ -288,27 +334,47 @@ func (p *TxProducer) end(ctx context.Context, commit bool) error {
 		return p.broken
 	}
 	if len(p.parts) > 0 || p.groups {
+		if p.v2 && commit && !p.offsets && !p.wrote() {
+			// Transactions v2: no batch or offsets were confirmed
+			// written, so the broker may never have added a partition
+			// or group, and it refuses to commit a transaction it does
+			// not have (INVALID_TXN_STATE) but accepts any abort.
+			// Aborting commits nothing, as committing would.
+			commit = false
+		}
 		op := "abort transaction"
 		if commit {
 			op = "commit transaction"
 		}
-		err := p.c.retry(ctx, op, func(ctx context.Context) error {
-			res, err := p.c.cl.EndTxn(ctx, &kafka.EndTxnRequest{
-				TransactionalID: p.txid, ProducerID: int(p.pid), ProducerEpoch: int(p.epoch), Committed: commit,
-			})
-			if err != nil {
-				return err
-			}
-			return res.Error
+		err := p.c.endTxn(ctx, op, p.txid, p.pid, p.epoch, commit, p.v2, func(pid int64, epoch int16) {
+			p.pid, p.epoch = pid, epoch
 		})
+		if err != nil && p.v2 && commit && isKafkaErr(err, kafka.InvalidTransactionState) {
+			// Transactions v2: the coordinator holds the transaction as
+			// ended otherwise, with the epoch bumped past ours (an abort
+			// by its timeout answers so, where v1 says PRODUCER_FENCED):
+			// as final as fencing, or ErrTimedOut when it is that old.
+			err = fmt.Errorf("kafkatxn: commit transaction: %w (%v)", ErrFenced, err)
+		}
 		if err != nil {
 			return p.refused(err)
 		}
-		p.bump = true
+		p.bump = !p.v2 // v2: the broker bumped the epoch
 	}
-	p.parts, p.order, p.groups, p.broken = map[topicPartition]*txPart{}, nil, false, nil
+	p.parts, p.order, p.groups, p.offsets, p.broken = map[topicPartition]*txPart{}, nil, false, false, nil
 	p.started = time.Time{}
 	return nil
+}
+
+// wrote reports whether a batch of the open transaction was written; p.mu
+// is held.
+func (p *TxProducer) wrote() bool {
+	for _, ps := range p.parts {
+		if ps.firstOffset >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Close releases the connections. It does not end the open transaction: a

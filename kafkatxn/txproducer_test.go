@@ -192,6 +192,16 @@ func TestCommitPrepared(t *testing.T) {
 // CONCURRENT_TRANSACTIONS, and while produce acknowledgements are lost:
 // every committed record is read once.
 func TestTxProducerCoordinatorFaults(t *testing.T) {
+	for _, v1 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("forceV1=%v", v1), func(t *testing.T) { testTxProducerCoordinatorFaults(t, v1) })
+	}
+}
+
+// testTxProducerCoordinatorFaults runs TestTxProducerCoordinatorFaults with
+// transactions v2 (kfake offers them: partitions join with their first
+// Produce, which meets CONCURRENT_TRANSACTIONS), or v1 forced (they join
+// with AddPartitionsToTxn, which does).
+func testTxProducerCoordinatorFaults(t *testing.T, forceV1 bool) {
 	k := testkit.StartKfake(t, kfake.NumBrokers(3))
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "txf")
@@ -201,14 +211,20 @@ func TestTxProducerCoordinatorFaults(t *testing.T) {
 		kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ConcurrentTransactions, Count: 2},
 		kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.NotCoordinator, Count: 3},
 		kfake.Fault{Keys: []kmsg.Key{kmsg.AddPartitionsToTxn}, Err: kerr.ConcurrentTransactions, Count: 3},
+		kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.ConcurrentTransactions, Count: 3},
 	)
 	loseAcks(c, 4)
 	ctx := context.Background()
 	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{
-		ProducerOptions: kafkatxn.ProducerOptions{InitialBackoff: time.Millisecond},
+		ProducerOptions: kafkatxn.ProducerOptions{InitialBackoff: time.Millisecond}, TransactionsV1: forceV1,
 	})
 	require.NoError(t, err)
 	defer p.Close()
+	if forceV1 {
+		require.Equal(t, 1, p.TransactionVersion())
+	} else {
+		require.Equal(t, 2, p.TransactionVersion(), "kfake offers transactions v2")
+	}
 	var want []string
 	for i := range 10 {
 		c.RehashCoordinators()

@@ -43,6 +43,20 @@
 // and checks the versions with ApiVersions, both over kafka-go's protocol
 // package.
 //
+// # Transactions v2
+//
+// For kafkatxn's transactions v2 (KIP-890 part 2) it writes the requests
+// kafka-go lacks, in their flexible versions: ApiVersions v3 (the
+// finalized transaction.version feature, a tagged field), EndTxn v5 (the
+// bumped producer id and epoch in the answer), Produce v12 (a
+// transactional Produce that adds its partition to the transaction) and
+// TxnOffsetCommit v5 (which adds its group). Each is a protocol.Message
+// that implements protocol.RawExchanger and the routing interface of its
+// destination (TransactionalMessage, BrokerMessage, GroupMessage), so
+// kafka-go's Transport routes it and lends it a pooled connection, on
+// which it writes its own bytes and reads its own answer; kafka-go's table
+// of request types is left alone.
+//
 // # Guarantees
 //
 //   - The messages of a fetch are the partition's committed records from

@@ -93,7 +93,8 @@
 // by itself): always, except when the producer was fenced, since then
 // another incarnation of the chain runs, and restarting would fence it
 // back. A transaction the broker aborted by its timeout is not fencing:
-// the broker bumps the epoch and answers as to a fenced producer, but the
+// the broker bumps the epoch and answers as to a fenced producer (or, with
+// transactions v2, that the transaction is no longer open), but the
 // error then wraps kafkatxn.ErrTimedOut instead of kafkatxn.ErrFenced
 // (the transaction was open TransactionTimeout or longer), and is
 // Retryable.

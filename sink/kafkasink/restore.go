@@ -21,9 +21,13 @@ type state struct {
 }
 
 type txnState struct {
-	ID         string      `json:"id"`
-	ProducerID int64       `json:"pid"`
-	Epoch      int16       `json:"epoch"`
+	ID         string `json:"id"`
+	ProducerID int64  `json:"pid"`
+	Epoch      int16  `json:"epoch"`
+	// TV is the transaction protocol (kafkatxn.Txn.Version): 2 for
+	// transactions v2, absent (0) for v1, which every checkpoint written
+	// before transactions v2 ran.
+	TV         int         `json:"tv,omitempty"`
 	Partitions []partState `json:"parts"`
 }
 
@@ -35,6 +39,9 @@ type partState struct {
 
 func toState(t kafkatxn.Txn) *txnState {
 	st := &txnState{ID: t.TransactionalID, ProducerID: t.ProducerID, Epoch: t.Epoch}
+	if t.Version == 2 {
+		st.TV = 2 // v1's state stays as it always was
+	}
 	for _, p := range t.Partitions {
 		st.Partitions = append(st.Partitions, partState{Topic: p.Topic, Partition: p.Partition, First: p.FirstOffset})
 	}
@@ -42,7 +49,7 @@ func toState(t kafkatxn.Txn) *txnState {
 }
 
 func (st *txnState) txn() kafkatxn.Txn {
-	t := kafkatxn.Txn{TransactionalID: st.ID, ProducerID: st.ProducerID, Epoch: st.Epoch}
+	t := kafkatxn.Txn{TransactionalID: st.ID, ProducerID: st.ProducerID, Epoch: st.Epoch, Version: st.TV}
 	for _, p := range st.Partitions {
 		t.Partitions = append(t.Partitions, kafkatxn.TxnPartition{Topic: p.Topic, Partition: p.Partition, FirstOffset: p.First})
 	}
