@@ -31,6 +31,7 @@ var notYetRun = map[string]string{
 	"state BenchmarkRestore":                                "added after the 2026-12-01 run (package state)",
 	"state BenchmarkSnapshot":                               "added after the 2026-12-01 run (package state)",
 	"dedup BenchmarkSortLog":                                "added after the 2026-12-01 run",
+	"kafkatxn BenchmarkTxnVersion":                          "added after the 2026-12-01 run (transactions v2; BENCHMARKS.md has a focused run)",
 }
 
 // benchFunc matches a benchmark function of a _test.go file.
