@@ -18,6 +18,7 @@ import (
 	"github.com/ClickHouse/ch-go"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // bootTable is the sink's Memory table, in Options.Database, whose rows
@@ -35,7 +36,7 @@ const bootTable = "eo_boot"
 func readBoot(ctx context.Context, c *ch.Client, db string, settings []ch.Setting) string {
 	ids, err := bootIDs(ctx, c, db)
 	if err != nil {
-		if err = c.Do(ctx, ch.Query{Body: "CREATE TABLE IF NOT EXISTS " + ident(db) + "." + bootTable + " (id String) ENGINE = Memory"}); err != nil {
+		if err = c.Do(ctx, ch.Query{Body: "CREATE TABLE IF NOT EXISTS " + chsql.Ident(db) + "." + bootTable + " (id String) ENGINE = Memory"}); err != nil {
 			return ""
 		}
 	}
@@ -45,7 +46,7 @@ func readBoot(ctx context.Context, c *ch.Client, db string, settings []ch.Settin
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	if err := c.Do(ctx, ch.Query{Body: "INSERT INTO " + ident(db) + "." + bootTable + " (id) VALUES (" + quote(id) + ")", Settings: settings}); err != nil {
+	if err := c.Do(ctx, ch.Query{Body: "INSERT INTO " + chsql.Ident(db) + "." + bootTable + " (id) VALUES (" + chsql.Quote(id) + ")", Settings: settings}); err != nil {
 		return ""
 	}
 	return id
@@ -54,7 +55,7 @@ func readBoot(ctx context.Context, c *ch.Client, db string, settings []ch.Settin
 // bootIDs lists the ids of the server's current run: usually one, more if
 // two sinks gave the run an id at once (either names the run).
 func bootIDs(ctx context.Context, c *ch.Client, db string) ([]string, error) {
-	rows, err := queryStrings(ctx, c, "SELECT id AS c0 FROM "+ident(db)+"."+bootTable+" ORDER BY id", 1)
+	rows, err := chsql.Strings(ctx, c, "SELECT id AS c0 FROM "+chsql.Ident(db)+"."+bootTable+" ORDER BY id", 1)
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/ClickHouse/ch-go/proto"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // ErrLostPart is wrapped by a *LostPartError.
@@ -86,13 +87,13 @@ func (e *LostPartError) Unwrap() []error { return []error{ErrLostPart, e.Err} }
 // covering lists the active parts of db.table that cover part's blocks:
 // the part itself, or what merges or mutations made of it.
 func covering(ctx context.Context, c *ch.Client, db, table, part string) ([]string, error) {
-	where := "name = " + quote(part)
+	where := "name = " + chsql.Quote(part)
 	if p, lo, hi, ok := partBlocks(part); ok {
-		where = fmt.Sprintf("partition_id = %s AND min_block_number <= %d AND max_block_number >= %d", quote(p), lo, hi)
+		where = fmt.Sprintf("partition_id = %s AND min_block_number <= %d AND max_block_number >= %d", chsql.Quote(p), lo, hi)
 	}
-	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, c, fmt.Sprintf(
 		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND %s",
-		quote(db), quote(table), where), 1)
+		chsql.Quote(db), chsql.Quote(table), where), 1)
 	if err != nil {
 		return nil, err
 	}
@@ -189,10 +190,10 @@ func coveringRows(named []string) string {
 	for _, part := range named {
 		p, lo, hi, ok := partBlocks(part)
 		if !ok {
-			or = append(or, "_part = "+quote(part))
+			or = append(or, "_part = "+chsql.Quote(part))
 			continue
 		}
-		or = append(or, fmt.Sprintf("(_partition_id = %s AND toInt64(splitByChar('_', _part)[2]) <= %d AND toInt64(splitByChar('_', _part)[3]) >= %d)", quote(p), lo, hi))
+		or = append(or, fmt.Sprintf("(_partition_id = %s AND toInt64(splitByChar('_', _part)[2]) <= %d AND toInt64(splitByChar('_', _part)[3]) >= %d)", chsql.Quote(p), lo, hi))
 	}
 	return strings.Join(or, " OR ")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -48,18 +49,18 @@ func TestCoveringRowsFollowsMerges(t *testing.T) {
 	for i := range 5 {
 		exec(fmt.Sprintf("INSERT INTO t VALUES (%d)", i))
 	}
-	parts, err := queryStrings(ctx, c, "SELECT name AS c0 FROM system.parts WHERE active AND database = currentDatabase() AND table = 't' ORDER BY min_block_number", 1)
+	parts, err := chsql.Strings(ctx, c, "SELECT name AS c0 FROM system.parts WHERE active AND database = currentDatabase() AND table = 't' ORDER BY min_block_number", 1)
 	require.NoError(t, err)
 	require.Len(t, parts, 5)
 	third := parts[2][0]
 	count := func(where string) string {
-		rows, err := queryStrings(ctx, c, "SELECT toString(count()) AS c0 FROM t WHERE "+where, 1)
+		rows, err := chsql.Strings(ctx, c, "SELECT toString(count()) AS c0 FROM t WHERE "+where, 1)
 		require.NoError(t, err)
 		return rows[0][0]
 	}
 	assert.Equal(t, "1", count(coveringRows([]string{third})), "before the merge: the part itself")
 	exec("OPTIMIZE TABLE t FINAL")
-	assert.Equal(t, "0", count("_part = "+quote(third)), "the part is gone")
+	assert.Equal(t, "0", count("_part = "+chsql.Quote(third)), "the part is gone")
 	assert.Equal(t, "5", count(coveringRows([]string{third})), "after the merge: the part that covers it")
 	assert.Equal(t, "5", count(coveringRows([]string{"all_9_9_0", third})), "either range")
 	assert.Equal(t, "0", count(coveringRows([]string{"all_9_9_0"})), "no part covers block 9")

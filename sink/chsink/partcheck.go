@@ -29,6 +29,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // proof says how the sink tells whether a table of engine holds a block
@@ -80,9 +82,9 @@ type tableFacts struct {
 
 // facts reads db.table's engine, sorting key and version column.
 func (v *verifier) facts(ctx context.Context, db, table string) (tableFacts, error) {
-	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, v.c, fmt.Sprintf(
 		"SELECT engine AS c0, sorting_key AS c1, engine_full AS c2 FROM system.tables WHERE database = %s AND name = %s",
-		quote(db), quote(table)), 3)
+		chsql.Quote(db), chsql.Quote(table)), 3)
 	if err != nil {
 		return tableFacts{}, err
 	}
@@ -100,9 +102,9 @@ func (v *verifier) facts(ctx context.Context, db, table string) (tableFacts, err
 // db.table matching where, over cols: equal fingerprints are equal
 // multisets of rows (but for a 64-bit hash collision).
 func (v *verifier) fingerprint(ctx context.Context, db, table, where string, cols []string) (string, error) {
-	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, v.c, fmt.Sprintf(
 		"SELECT toString(count()) || '/' || toString(sum(cityHash64(formatRow('RowBinary', %s)))) AS c0 FROM %s.%s WHERE %s",
-		joinIdents(cols), ident(db), ident(table), where), 1)
+		chsql.JoinIdents(cols), chsql.Ident(db), chsql.Ident(table), where), 1)
 	if err != nil {
 		return "", err
 	}
@@ -118,9 +120,9 @@ func (v *verifier) fingerprint(ctx context.Context, db, table, where string, col
 func blockRows(part string, byNumber bool) string {
 	p, lo, _, ok := partBlocks(part)
 	if !byNumber || !ok {
-		return "_part = " + quote(part)
+		return "_part = " + chsql.Quote(part)
 	}
-	return fmt.Sprintf("_partition_id = %s AND _block_number = %d", quote(p), lo)
+	return fmt.Sprintf("_partition_id = %s AND _block_number = %d", chsql.Quote(p), lo)
 }
 
 // staged is a staging table, in the sink's database, holding what an
@@ -156,7 +158,7 @@ func (v *verifier) exact(ctx context.Context, db, table, part string, f tableFac
 	}
 	pid, _, _, _ := partBlocks(part)
 	for i, w := range want {
-		exp, err := v.fingerprint(ctx, v.r.db, w.table, "_partition_id = "+quote(pid), w.cols)
+		exp, err := v.fingerprint(ctx, v.r.db, w.table, "_partition_id = "+chsql.Quote(pid), w.cols)
 		if err != nil {
 			return false, false, err
 		}
@@ -200,9 +202,9 @@ func (v *verifier) readBlock(ctx context.Context, db, table, part string, f tabl
 
 // active reports whether part is an active part of db.table.
 func (v *verifier) active(ctx context.Context, db, table, part string) (bool, error) {
-	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, v.c, fmt.Sprintf(
 		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
-		quote(db), quote(table), quote(part)), 1)
+		chsql.Quote(db), chsql.Quote(table), chsql.Quote(part)), 1)
 	return len(rows) > 0, err
 }
 
@@ -237,10 +239,10 @@ func (v *verifier) storesBlockNumbers(ctx context.Context, db, table, part strin
 	if !ok {
 		return false, nil
 	}
-	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, v.c, fmt.Sprintf(
 		"SELECT toString(count()) AS c0, toString(countIf(name IN (SELECT part_name FROM system.parts_columns WHERE database = %[1]s AND table = %[2]s AND column = '_block_number'))) AS c1 "+
 			"FROM system.parts WHERE active AND database = %[1]s AND table = %[2]s AND partition_id = %[3]s AND min_block_number <= %[4]d AND max_block_number >= %[5]d",
-		quote(db), quote(table), quote(p), lo, hi), 2)
+		chsql.Quote(db), chsql.Quote(table), chsql.Quote(p), lo, hi), 2)
 	if err != nil || len(rows) != 1 {
 		return false, err
 	}

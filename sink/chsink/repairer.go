@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // repairer checks and repairs the parts of one sink's table, and of its
@@ -90,19 +91,14 @@ func (r *repairer) scratchName(prefix string, in sink.Intent, use ...string) str
 	return fmt.Sprintf("%s%016x", prefix, h.Sum64())
 }
 
-// dropTable is the statement that drops db.table if it exists.
-func dropTable(db, table string) string {
-	return "DROP TABLE IF EXISTS " + ident(db) + "." + ident(table) + " SYNC"
-}
-
 // stage creates the table name AS the sink's table, without its views
 // (with engine, if not empty, in place of the table's), and fills it with
 // input.
 func (r *repairer) stage(ctx context.Context, c *ch.Client, input proto.Input, name, engine string) error {
-	db, t := ident(r.db), ident(name)
+	db, t := chsql.Ident(r.db), chsql.Ident(name)
 	for _, q := range []string{
-		dropTable(r.db, name),
-		"CREATE TABLE " + db + "." + t + " AS " + db + "." + ident(r.table) + engine,
+		chsql.DropTable(r.db, name),
+		"CREATE TABLE " + db + "." + t + " AS " + db + "." + chsql.Ident(r.table) + engine,
 	} {
 		if err := c.Do(ctx, ch.Query{Body: q}); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
@@ -112,7 +108,7 @@ func (r *repairer) stage(ctx context.Context, c *ch.Client, input proto.Input, n
 	// nothing to deduplicate against): async_insert = 0 above all, since an
 	// asynchronous insert may return before its rows are written, and the
 	// repair reads them next.
-	body := "INSERT INTO " + db + "." + t + " (" + joinIdents(r.columns) + ") VALUES"
+	body := "INSERT INTO " + db + "." + t + " (" + chsql.JoinIdents(r.columns) + ") VALUES"
 	if err := c.Do(ctx, ch.Query{Body: body, Input: input, Settings: r.sent}); err != nil {
 		return fmt.Errorf("fill %s: %w", name, err)
 	}
@@ -153,7 +149,7 @@ func (r *repairer) dropStaging(ctx context.Context, through sink.Position) {
 	}
 	for i, s := range drop {
 		if err == nil {
-			err = c.Do(ctx, ch.Query{Body: dropTable(r.db, s.table)})
+			err = c.Do(ctx, ch.Query{Body: chsql.DropTable(r.db, s.table)})
 		}
 		if err != nil {
 			r.logger.Warn("chsink: drop an emptied repair table; retried at the next checkpoint", "table", s.table, "err", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -70,7 +71,7 @@ func (e *repairEnv) exec(t *testing.T, q string) {
 // count runs a query of one number.
 func (e *repairEnv) count(t *testing.T, q string) string {
 	t.Helper()
-	rows, err := queryStrings(e.ctx, e.c, "SELECT ifNull(toString(("+q+")), 'NULL') AS c0", 1)
+	rows, err := chsql.Strings(e.ctx, e.c, "SELECT ifNull(toString(("+q+")), 'NULL') AS c0", 1)
 	require.NoError(t, err, q)
 	require.Len(t, rows, 1, q)
 	return rows[0][0]
@@ -99,7 +100,7 @@ func (e *repairEnv) insertBatch(t *testing.T, input proto.Input, token string) s
 	t.Helper()
 	require.NoError(t, e.c.Do(e.ctx, ch.Query{Body: "INSERT INTO " + e.db + ".events (id, kind) VALUES", Input: input,
 		Settings: []ch.Setting{{Key: "insert_deduplication_token", Value: token, Important: true}}}))
-	rows, err := queryStrings(e.ctx, e.c, "SELECT name AS c0 FROM system.parts WHERE active AND database = '"+e.db+"' AND table = 'events' ORDER BY max_block_number DESC LIMIT 1", 1)
+	rows, err := chsql.Strings(e.ctx, e.c, "SELECT name AS c0 FROM system.parts WHERE active AND database = '"+e.db+"' AND table = 'events' ORDER BY max_block_number DESC LIMIT 1", 1)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	return rows[0][0]
@@ -215,7 +216,7 @@ func TestRepairerViewQueries(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, views, 1)
 	assert.Equal(t, e.db+".mv", views[0].name)
-	assert.Contains(t, views[0].sel, "FROM "+ident(e.db)+"."+ident("stage")+" AS "+ident("events"))
+	assert.Contains(t, views[0].sel, "FROM "+chsql.Ident(e.db)+"."+chsql.Ident("stage")+" AS "+chsql.Ident("events"))
 	assert.NotContains(t, views[0].sel, e.db+".events")
 
 	views, err = e.r.viewQueries(e.ctx, e.c, e.db, "events", "stage")
@@ -365,7 +366,7 @@ func TestRepairerSettleMergedWhileRead(t *testing.T) {
 			}
 			e.insertBatch(t, batch(100, 101), "another")
 			e.insertBatch(t, batch(1, 2, 3), intent.Token)
-			parts, err := queryStrings(e.ctx, e.c, "SELECT name AS c0 FROM system.parts WHERE active AND database = '"+e.db+"' AND table = '"+target+"' ORDER BY max_block_number DESC LIMIT 1", 1)
+			parts, err := chsql.Strings(e.ctx, e.c, "SELECT name AS c0 FROM system.parts WHERE active AND database = '"+e.db+"' AND table = '"+target+"' ORDER BY max_block_number DESC LIMIT 1", 1)
 			require.NoError(t, err)
 			require.Len(t, parts, 1)
 			part := parts[0][0]

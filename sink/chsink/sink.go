@@ -13,6 +13,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 	"github.com/exactlyonce/exactlyonce/sink/internal/journal"
 )
 
@@ -146,7 +147,7 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 		}
 	}
 	s.columns = names
-	s.body = "INSERT INTO " + ident(opts.Database) + "." + ident(table.Name) + " (" + joinIdents(names) + ") VALUES"
+	s.body = "INSERT INTO " + chsql.Ident(opts.Database) + "." + chsql.Ident(table.Name) + " (" + chsql.JoinIdents(names) + ") VALUES"
 	if err := s.initMetrics(); err != nil {
 		return nil, err
 	}
