@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 )
 
 // finishReplay resolves pending[0] with the rows buffered for it. It runs
@@ -79,12 +80,12 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 			if stalled && !match && !s.info.replicated {
 				return s.cutShort(ctx, p, h, start)
 			}
-			rows := asJournaled
+			rows := repair.AsJournaled
 			switch {
 			case stalled && !match:
-				rows = prefixOf
+				rows = repair.PrefixOf
 			case !match:
-				rows = differsFrom
+				rows = repair.DiffersFrom
 			}
 			dups, err := s.insert(ctx, s.buf.sealed, p, true, rows, s.beforeInsert)
 			if err != nil {
@@ -140,7 +141,7 @@ func heldEarlier(dups []string, earlier []sink.Prior, last sink.Position) (sink.
 	held := false
 	for _, part := range dups {
 		held = true
-		_, lo, _, ok := partBlocks(part)
+		_, lo, _, ok := repair.PartBlocks(part)
 		for _, e := range earlier {
 			if !ok || lo <= e.Block {
 				return e.Last, true
@@ -175,7 +176,7 @@ func (s *Sink[T]) cutShort(ctx context.Context, p sink.Intent, h uint64, start t
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
-	dups, err := s.insert(ctx, s.buf.sealed, in, true, prefixOf, s.beforeInsert)
+	dups, err := s.insert(ctx, s.buf.sealed, in, true, repair.PrefixOf, s.beforeInsert)
 	if err != nil {
 		return err
 	}
@@ -219,7 +220,7 @@ func (s *Sink[T]) supersede(ctx context.Context, p sink.Intent, token string, la
 		return err
 	}
 	if insert {
-		if _, err := s.insert(ctx, s.buf.sealed, in, true, asJournaled, s.beforeInsert); err != nil {
+		if _, err := s.insert(ctx, s.buf.sealed, in, true, repair.AsJournaled, s.beforeInsert); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
 	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 )
 
 // ErrUnsafeSetting is matched by *SettingError: the server, or the sink's
@@ -107,11 +108,10 @@ var insertSettings = []insertSetting{
 // tokenSetting carries the batch's token; every insert sends it.
 const tokenSetting = "insert_deduplication_token"
 
-// selectDedupSetting (from 25.12, ClickHouse PR 91830) decides whether an
-// INSERT ... SELECT is deduplicated, over insert_deduplicate and
-// deduplicate_insert: the sink's inserts send none, the lost-part repair's
-// send it (see repairer.selectSettings).
-const selectDedupSetting = "deduplicate_insert_select"
+// selectDedupSetting decides whether an INSERT ... SELECT is
+// deduplicated: the sink's inserts send none, the lost-part repair's send
+// it (see repair.SelectDedupSetting).
+const selectDedupSetting = repair.SelectDedupSetting
 
 // repairSetting is what the lost-part repair's INSERT ... SELECT sends
 // besides insertSettings, where the server knows it. New checks that the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 )
 
 // ErrNoDedupWindow is matched by *TableCheckError when a table cannot
@@ -74,8 +75,8 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 			Reason: "MismatchReinsert needs a ReplacingMergeTree: " +
 				"re-inserted rows of a replayed batch would be counted twice", Err: ErrNotIdempotent}
 	}
-	if err := provable(db, table, info); err != nil {
-		return info, err
+	if why := repair.Provable(db, table, info.shape()); why != "" {
+		return info, unproven(db, table, info, why)
 	}
 	targetSeconds, err := checkViews(ctx, c, db, table, info.replicated, info.windowBlocks, 0, reinsert, distinct)
 	if err != nil {
@@ -105,6 +106,17 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 			Reason: "missing columns " + strings.Join(missing, ", "), Err: ErrTableSchema}
 	}
 	return info, nil
+}
+
+// shape is what the lost-part check needs to know of the table.
+func (info tableInfo) shape() repair.Shape {
+	return repair.Shape{Engine: info.engine, Replicated: info.replicated, BlockNumbers: info.blockNumbers}
+}
+
+// unproven is New's refusal of db.table, whose lost part could not be
+// told (repair.Provable and the others say why).
+func unproven(db, table string, info tableInfo, why string) error {
+	return &TableCheckError{Database: db, Table: table, Engine: info.engine, Reason: why, Err: ErrUnprovenTarget}
 }
 
 // blockNumber returns a counter that grows by one per block inserted into
@@ -287,14 +299,19 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated 
 			err = &TableCheckError{Database: tdb, Table: tt, Engine: info.engine,
 				Reason: "MismatchReinsert: the view sees re-inserted rows again and would count them twice", Err: ErrNotIdempotent}
 		}
-		if err == nil && depth > 0 {
-			err = cascade(db, table, replicated, tdb, tt, info)
-		}
-		if err == nil {
-			err = provable(tdb, tt, info)
-		}
-		if err == nil && !distinct {
-			err = reproducible(tdb, tt, info)
+		if why := ""; err == nil {
+			if depth > 0 {
+				why = repair.Cascade(db, table, replicated, tdb, tt, info.shape())
+			}
+			if why == "" {
+				why = repair.Provable(tdb, tt, info.shape())
+			}
+			if why == "" && !distinct {
+				why = repair.Reproducible(tdb, tt, info.shape())
+			}
+			if why != "" {
+				err = unproven(tdb, tt, info, why)
+			}
 		}
 		if err != nil {
 			var tce *TableCheckError
@@ -336,4 +353,16 @@ func viewsInto(ctx context.Context, c *ch.Client, db, table string) (int64, erro
 	}
 	n, _ := strconv.ParseInt(rows[0][0], 10, 64)
 	return n, nil
+}
+
+// settingValue reads a MergeTree setting's value: a number, or true/false.
+func settingValue(v string) int64 {
+	switch strings.ToLower(v) {
+	case "true":
+		return 1
+	case "false":
+		return 0
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
 }

@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // Repairs of a lost part: the batch's rows put back into the sink's table
 // without firing its views, and a view's rows of the batch derived again
@@ -24,8 +24,8 @@ import (
 // Moving empties the staging table, which tells a repeated repair that the
 // rows are in: moved says whether this call moved any. The empty staging
 // table is dropped once a completed checkpoint covers the batch
-// (dropStaging).
-func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent) (moved bool, err error) {
+// (DropStaging).
+func (r *Repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent) (moved bool, err error) {
 	db, stage := chsql.Ident(r.db), r.scratchName("eo_repair_", in)
 	exists, err := chsql.Strings(ctx, c, fmt.Sprintf(
 		"SELECT name AS c0 FROM system.tables WHERE database = %s AND name = %s", chsql.Quote(r.db), chsql.Quote(stage)), 1)
@@ -76,7 +76,7 @@ func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input,
 // ":rederive:" + view, which the target's deduplication drops if a crash
 // repeats the repair (see selectSettings). A query that reads other tables
 // too (a JOIN) reads them as they are now.
-func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, db, target, src string) error {
+func (r *Repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, db, target, src string) error {
 	views, err := r.viewQueries(ctx, c, db, target, src)
 	if err != nil {
 		return err
@@ -114,6 +114,12 @@ func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, d
 	return nil
 }
 
+// SelectDedupSetting (from 25.12, ClickHouse PR 91830) decides whether an
+// INSERT ... SELECT is deduplicated, over insert_deduplicate and
+// deduplicate_insert: the sink's inserts send none, a repair's send it
+// (see selectSettings).
+const SelectDedupSetting = "deduplicate_insert_select"
+
 // selectSettings are the settings of a repair's INSERT ... SELECT under
 // token: the sink's insert settings (so a profile that turns deduplication
 // off, or makes inserts asynchronous, changes nothing), and
@@ -124,10 +130,10 @@ func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, d
 // releases skip deduplication of a SELECT they do not take for stable;
 // 'force_enable' deduplicates or fails the insert. max_threads = 1 reads
 // the staging table in one stream: one order, one block.
-func (r *repairer) selectSettings(token string) []ch.Setting {
-	out := insertSettingsFor(r.sent, token)
+func (r *Repairer) selectSettings(token string) []ch.Setting {
+	out := r.insertSettings(token)
 	if r.selectDedup {
-		out = append(out, ch.Setting{Key: selectDedupSetting, Value: "force_enable", Important: true})
+		out = append(out, ch.Setting{Key: SelectDedupSetting, Value: "force_enable", Important: true})
 	}
 	return append(out, ch.SettingInt("max_threads", 1))
 }
@@ -143,7 +149,7 @@ type viewQuery struct {
 // view's target), each made to read the table from instead, a staging copy
 // in the sink's database (see readFrom). The server formats each query
 // first, so that the name is replaced in its own canonical text.
-func (r *repairer) viewQueries(ctx context.Context, c *ch.Client, db, target, from string) ([]viewQuery, error) {
+func (r *Repairer) viewQueries(ctx context.Context, c *ch.Client, db, target, from string) ([]viewQuery, error) {
 	rows, err := chsql.Strings(ctx, c, fmt.Sprintf(
 		"SELECT database AS c0, name AS c1, formatQuery(as_select) AS c2 FROM system.tables "+
 			"WHERE engine = 'MaterializedView' AND target_database = %s AND target_table = %s AND (database, name) IN "+

@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // A view's query, made to read the batch alone: the lost-part check and
 // repair run a materialized view's query over a staging copy of the sink's

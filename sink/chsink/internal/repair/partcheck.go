@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // The lost-part check: does a table hold what the insert of a batch wrote
 // there? The server's deduplication log names the part (partition_N_N_0,
@@ -19,7 +19,7 @@ package chsink
 //     at least the row's (see lostPartProof); any other shape merged is
 //     refused by New (proofcheck.go).
 //
-// Content is all it goes by: another insert that took the lost part's name
+// content is all it goes by: another insert that took the lost part's name
 // with the same rows (and, stored, the same block number) passes for the
 // batch's. A Replacing table does not mind; a plain MergeTree view target,
 // whose rows another partition's batch may repeat, is refused unless
@@ -118,7 +118,7 @@ func (v *verifier) fingerprint(ctx context.Context, db, table, where string, col
 // insert that took part's block number wrote there: the part itself,
 // still unmerged, or (with stored block numbers) the rows of that block.
 func blockRows(part string, byNumber bool) string {
-	p, lo, _, ok := partBlocks(part)
+	p, lo, _, ok := PartBlocks(part)
 	if !byNumber || !ok {
 		return "_part = " + chsql.Quote(part)
 	}
@@ -156,7 +156,7 @@ func (v *verifier) exact(ctx context.Context, db, table, part string, f tableFac
 	if err != nil || !ok {
 		return false, false, err
 	}
-	pid, _, _, _ := partBlocks(part)
+	pid, _, _, _ := PartBlocks(part)
 	for i, w := range want {
 		exp, err := v.fingerprint(ctx, v.r.db, w.table, "_partition_id = "+chsql.Quote(pid), w.cols)
 		if err != nil {
@@ -235,7 +235,7 @@ func (v *verifier) blockCond(ctx context.Context, db, table, part string, f tabl
 // enable_block_number_column = 1): the block's rows can then be read out
 // of merged parts.
 func (v *verifier) storesBlockNumbers(ctx context.Context, db, table, part string) (bool, error) {
-	p, lo, hi, ok := partBlocks(part)
+	p, lo, hi, ok := PartBlocks(part)
 	if !ok {
 		return false, nil
 	}

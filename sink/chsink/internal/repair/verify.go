@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // The staging tables of a lost-part check, and the check itself: what
 // the insert of a batch wrote into a table, written again into staging
@@ -20,7 +20,7 @@ import (
 // drop; their names are fixed per batch (see scratchName), so tables a
 // crash left behind are replaced by the next check of the same batch.
 type verifier struct {
-	r     *repairer
+	r     *Repairer
 	c     *ch.Client // the connection the check runs on
 	input proto.Input
 	in    sink.Intent
@@ -52,7 +52,7 @@ func (v *verifier) lacks(ctx context.Context, own bool, db, table string, hits [
 	// with the same rows. New refuses such a target (reproducible); one met
 	// here was added since. Stop rather than guess.
 	return false, fmt.Errorf("%w: %s.%s (%s) holds the rows the batch's insert wrote there where the server named part %s, "+
-		"but another insert's same rows would look the same (Options.DistinctViewRows)", ErrUnprovenTarget, db, table, f.engine, hits[0])
+		"but another insert's same rows would look the same (Options.DistinctViewRows)", ErrUnproven, db, table, f.engine, hits[0])
 }
 
 // lacksRows is lacks for a table whose engine needs a check (f).
@@ -107,7 +107,7 @@ func (v *verifier) lacksRows(ctx context.Context, own bool, db, table string, hi
 		// New refuses these shapes (provable); one met here was changed
 		// since. Stop rather than guess.
 		return false, fmt.Errorf("%w: part %s of %s.%s (%s) is merged and its rows cannot be told from other inserts'",
-			ErrUnprovenTarget, part, db, table, f.engine)
+			ErrUnproven, part, db, table, f.engine)
 	}
 	if len(keyed) == 0 {
 		return false, nil

@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // The server's log of a dropped duplicate block: the one line of a plain
 // MergeTree's text that the lost-part check reads. Fixtures under
@@ -15,30 +15,30 @@ import (
 // dedupLine is how a plain MergeTree logs a dropped duplicate block.
 var dedupLine = regexp.MustCompile(`Block with ID \S+ already exists as part (\S+); ignoring it`)
 
-// dedupHit is one dropped block: the table that dropped it and the part its
+// Hit is one dropped block: the table that dropped it and the part its
 // deduplication log pointed at.
-type dedupHit struct {
+type Hit struct {
 	db, table, part string
 }
 
-// parseDedupLog reads a server log entry; ok is false unless it reports a
+// ParseLog reads a server log entry; ok is false unless it reports a
 // dropped duplicate. The entry's source is the table's logger name,
 // "database.table (uuid)".
-func parseDedupLog(l ch.Log) (dedupHit, bool) {
+func ParseLog(l ch.Log) (Hit, bool) {
 	m := dedupLine.FindStringSubmatch(l.Text)
 	if m == nil {
-		return dedupHit{}, false
+		return Hit{}, false
 	}
 	name, _, _ := strings.Cut(l.Source, " (")
 	db, rest, ok := cutIdent(name)
 	if !ok || !strings.HasPrefix(rest, ".") {
-		return dedupHit{}, false
+		return Hit{}, false
 	}
 	table, rest, ok := cutIdent(rest[1:])
 	if !ok || rest != "" {
-		return dedupHit{}, false
+		return Hit{}, false
 	}
-	return dedupHit{db: db, table: table, part: m[1]}, true
+	return Hit{db: db, table: table, part: m[1]}, true
 }
 
 // cutIdent reads one identifier of a logger name, backquoted or not: a
@@ -58,8 +58,8 @@ func cutIdent(s string) (ident, rest string, ok bool) {
 	return s[:i], s[i:], i > 0
 }
 
-// partBlocks parses a part name, partition_min_max_level[_mutation].
-func partBlocks(part string) (partition string, lo, hi int64, ok bool) {
+// PartBlocks parses a part name, partition_min_max_level[_mutation].
+func PartBlocks(part string) (partition string, lo, hi int64, ok bool) {
 	f := strings.Split(part, "_")
 	if len(f) < 4 || len(f) > 5 {
 		return "", 0, 0, false
