@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/ClickHouse/ch-go"
@@ -97,22 +96,14 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 			conn := s.conn
 			stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 			q := ch.Query{Body: s.body, Input: input, Settings: settings}
-			var hits []repair.Hit
+			var log repair.Log // the blocks the server dropped as duplicates
 			if unsure && !s.info.replicated {
-				q.Settings = append(slices.Clip(settings), ch.Setting{Key: "send_logs_level", Value: "information"})
-				q.OnLogs = func(_ context.Context, logs []ch.Log) error {
-					for _, l := range logs {
-						if h, ok := repair.ParseLog(l); ok {
-							hits = append(hits, h)
-						}
-					}
-					return nil
-				}
+				q = log.Watch(q)
 			}
 			err = conn.Do(actx, q)
 			var dups []string
-			if err == nil && len(hits) > 0 {
-				dups, err = s.repairer.Settle(actx, conn, input, in, rows, hits)
+			if err == nil {
+				dups, err = s.repairer.Settle(actx, conn, input, in, rows, &log)
 				err = lostPart(err)
 			}
 			stop()

@@ -6,9 +6,9 @@
 // before it renames the block's part into the table; a server killed
 // between the two keeps the token without the rows, and drops every retry
 // of the block as a duplicate. A sink's insert that may repeat an earlier
-// one reads the server's log ([ParseLog]) and hands the dropped blocks to
-// [Repairer.Settle], which checks each named part and repairs what is
-// lost: the batch's rows put back into the sink's table without firing
+// one reads the server's log (a [Log] watches the query) and hands the
+// dropped blocks to [Repairer.Settle], which checks each named part and
+// repairs what is lost: the batch's rows put back into the sink's table without firing
 // its views, a view's rows of the batch derived again into its target.
 // At start-up, [Provable], [Reproducible] and [Cascade] say why a table
 // must be refused whose lost part could not be told.

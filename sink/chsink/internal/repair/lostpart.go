@@ -91,13 +91,23 @@ const (
 	DiffersFrom                // another version: processing is not deterministic
 )
 
-// Settle checks the parts that the insert of in was deduplicated
+// Settle checks the parts that the insert of in was deduplicated against,
+// as log collected them from the insert's server log, and repairs what the
+// tables lost (see settle); with none, it does nothing.
+func (r *Repairer) Settle(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent, rows Content, log *Log) ([]string, error) {
+	if log == nil || len(log.hits) == 0 {
+		return nil, nil
+	}
+	return r.settle(ctx, c, input, in, rows, log.hits)
+}
+
+// settle checks the parts that the insert of in was deduplicated
 // against (hits) and repairs what the tables lost; see the top of this
 // file. It returns the parts of the sink's own table that hold the batch.
 // Only input as journaled can be compared whole; a stalled replay's rows
 // (a prefix of the version the server may hold) are checked to be there,
 // and another version's not at all (the name is all there is to go on).
-func (r *Repairer) Settle(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent, rows Content, hits []Hit) ([]string, error) {
+func (r *Repairer) settle(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent, rows Content, hits []dedupHit) ([]string, error) {
 	type target struct {
 		db, table string
 		hits      []string // parts the log named

@@ -23,11 +23,11 @@ func TestParseDedupLog(t *testing.T) {
 		{"demo.`.inner_id.2216fd0f-1e43-4fb8-8cff-495eb2015bff` (2216fd0f-1e43-4fb8-8cff-495eb2015bff)", "demo", ".inner_id.2216fd0f-1e43-4fb8-8cff-495eb2015bff"},
 		{"`my.db`.events (x)", "my.db", "events"},
 	} {
-		h, ok := ParseLog(ch.Log{Source: tt.source, Text: text})
+		h, ok := parseDedupLog(ch.Log{Source: tt.source, Text: text})
 		assert.True(t, ok, tt.source)
-		assert.Equal(t, Hit{db: tt.db, table: tt.table, part: "all_19_19_1"}, h, tt.source)
+		assert.Equal(t, dedupHit{db: tt.db, table: tt.table, part: "all_19_19_1"}, h, tt.source)
 	}
-	_, ok := ParseLog(ch.Log{Source: "demo.events (x)", Text: "Renaming temporary part"})
+	_, ok := parseDedupLog(ch.Log{Source: "demo.events (x)", Text: "Renaming temporary part"})
 	assert.False(t, ok)
 }
 

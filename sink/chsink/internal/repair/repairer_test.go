@@ -331,7 +331,7 @@ func TestRepairerSettle(t *testing.T) {
 				in.Boot = ReadBoot(e.ctx, e.c, e.db, e.r.sent)
 				require.NotEmpty(t, in.Boot)
 			}
-			held, err := e.r.Settle(e.ctx, e.c, batch(1, 2, 3), in, tt.rows, []Hit{{db: e.db, table: tt.target, part: part}})
+			held, err := e.r.settle(e.ctx, e.c, batch(1, 2, 3), in, tt.rows, []dedupHit{{db: e.db, table: tt.target, part: part}})
 			require.NoError(t, err)
 			if tt.held {
 				assert.Equal(t, []string{part}, held)
@@ -355,7 +355,7 @@ func TestRepairerSettle(t *testing.T) {
 func TestRepairerSettleUnrepairable(t *testing.T) {
 	e := newRepairEnv(t)
 	e.exec(t, "CREATE TABLE "+e.db+".lonely (kind String, n UInt64) ENGINE = MergeTree ORDER BY kind")
-	_, err := e.r.Settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []Hit{{db: e.db, table: "lonely", part: "all_4_4_0"}})
+	_, err := e.r.settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []dedupHit{{db: e.db, table: "lonely", part: "all_4_4_0"}})
 	lost, ok := errors.AsType[*Lost](err)
 	require.True(t, ok, "%v", err)
 	assert.Equal(t, Lost{Intent: intent, Table: e.db + ".lonely", ViewTarget: true, Part: "all_4_4_0", Err: lost.Err}, *lost)
@@ -366,7 +366,7 @@ func TestRepairerSettleUnrepairable(t *testing.T) {
 	e.exec(t, "INSERT INTO "+e.db+".sums VALUES (2, 'k0')")
 	e.exec(t, "OPTIMIZE TABLE "+e.db+".sums FINAL")
 	r := &Repairer{db: e.db, table: "sums", columns: e.r.columns, dial: e.r.dial, logger: e.r.logger}
-	_, err = r.Settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []Hit{{db: e.db, table: "sums", part: "all_1_1_0"}})
+	_, err = r.settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []dedupHit{{db: e.db, table: "sums", part: "all_1_1_0"}})
 	lost, ok = errors.AsType[*Lost](err)
 	require.True(t, ok, "%v", err)
 	assert.Equal(t, Lost{Intent: intent, Table: e.db + ".sums", Part: "all_1_1_0", Err: lost.Err}, *lost)
@@ -408,7 +408,7 @@ func TestRepairerSettleMergedWhileRead(t *testing.T) {
 				}
 				return nil
 			}
-			held, err := e.r.Settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []Hit{{db: e.db, table: target, part: part}})
+			held, err := e.r.settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []dedupHit{{db: e.db, table: target, part: part}})
 			require.NoError(t, err)
 			require.True(t, merged, "the check located the part: %v", e.steps)
 			if target == "events" {

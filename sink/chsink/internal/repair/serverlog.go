@@ -5,7 +5,9 @@ package repair
 // testdata/serverlog pin it for the server versions tested.
 
 import (
+	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,30 +17,53 @@ import (
 // dedupLine is how a plain MergeTree logs a dropped duplicate block.
 var dedupLine = regexp.MustCompile(`Block with ID \S+ already exists as part (\S+); ignoring it`)
 
-// Hit is one dropped block: the table that dropped it and the part its
+// Log collects the blocks that a query's server log reports dropped as
+// duplicates, for Settle. The zero value is ready for Watch.
+type Log struct {
+	hits []dedupHit
+}
+
+// Watch returns q made to ask for the server's log (send_logs_level =
+// information, added to a copy of q's settings) and to collect into l the
+// blocks it reports dropped. l collects while the query runs, in the
+// goroutine that runs it.
+func (l *Log) Watch(q ch.Query) ch.Query {
+	q.Settings = append(slices.Clip(q.Settings), ch.Setting{Key: "send_logs_level", Value: "information"})
+	q.OnLogs = func(_ context.Context, logs []ch.Log) error {
+		for _, e := range logs {
+			if h, ok := parseDedupLog(e); ok {
+				l.hits = append(l.hits, h)
+			}
+		}
+		return nil
+	}
+	return q
+}
+
+// dedupHit is one dropped block: the table that dropped it and the part its
 // deduplication log pointed at.
-type Hit struct {
+type dedupHit struct {
 	db, table, part string
 }
 
-// ParseLog reads a server log entry; ok is false unless it reports a
+// parseDedupLog reads a server log entry; ok is false unless it reports a
 // dropped duplicate. The entry's source is the table's logger name,
 // "database.table (uuid)".
-func ParseLog(l ch.Log) (Hit, bool) {
+func parseDedupLog(l ch.Log) (dedupHit, bool) {
 	m := dedupLine.FindStringSubmatch(l.Text)
 	if m == nil {
-		return Hit{}, false
+		return dedupHit{}, false
 	}
 	name, _, _ := strings.Cut(l.Source, " (")
 	db, rest, ok := cutIdent(name)
 	if !ok || !strings.HasPrefix(rest, ".") {
-		return Hit{}, false
+		return dedupHit{}, false
 	}
 	table, rest, ok := cutIdent(rest[1:])
 	if !ok || rest != "" {
-		return Hit{}, false
+		return dedupHit{}, false
 	}
-	return Hit{db: db, table: table, part: m[1]}, true
+	return dedupHit{db: db, table: table, part: m[1]}, true
 }
 
 // cutIdent reads one identifier of a logger name, backquoted or not: a

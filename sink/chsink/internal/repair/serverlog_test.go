@@ -18,7 +18,7 @@ import (
 )
 
 // logFixture is one entry of testdata/serverlog/dedup.txt: a server log
-// entry as the server sent it, and the hit ParseLog must read out.
+// entry as the server sent it, and the hit parseDedupLog must read out.
 type logFixture struct {
 	priority      string
 	source, text  string
@@ -47,10 +47,10 @@ func loadLogFixtures(t *testing.T) []logFixture {
 func TestParseDedupLogFixtures(t *testing.T) {
 	fill := strings.NewReplacer("{db}", "demo", "{uuid}", "2216fd0f-1e43-4fb8-8cff-495eb2015bff", "{block}", "all_9712863775971870220_16318538294462949352")
 	for _, fx := range loadLogFixtures(t) {
-		h, ok := ParseLog(ch.Log{Source: fill.Replace(fx.source), Text: fill.Replace(fx.text)})
+		h, ok := parseDedupLog(ch.Log{Source: fill.Replace(fx.source), Text: fill.Replace(fx.text)})
 		require.True(t, ok, fx.source)
-		assert.Equal(t, Hit{db: fill.Replace(fx.db), table: fill.Replace(fx.table), part: fx.at}, h, fx.source)
-		_, ok = ParseLog(ch.Log{Source: fill.Replace(fx.source), Text: strings.Replace(fill.Replace(fx.text), "already exists", "exists", 1)})
+		assert.Equal(t, dedupHit{db: fill.Replace(fx.db), table: fill.Replace(fx.table), part: fx.at}, h, fx.source)
+		_, ok = parseDedupLog(ch.Log{Source: fill.Replace(fx.source), Text: strings.Replace(fill.Replace(fx.text), "already exists", "exists", 1)})
 		assert.False(t, ok, "another text")
 	}
 }
