@@ -17,16 +17,16 @@ var ErrLostPart = errors.New("chsink: ClickHouse deduplicated a block against a 
 // LostPartError reports a re-inserted batch that ClickHouse dropped as a
 // duplicate of a part that is not in the table: the server lost the part
 // but kept its token (a plain MergeTree killed between writing its
-// deduplication log and renaming the part in; see TestDedupLogOutlivesPart).
-// The sink repairs its own table (see putBack) and the target of a view
-// that selects from its table (see rederive); this error means a table
-// could not be repaired: a view's target is fed through another view (a
-// cascade, which New refuses unless replicated), or the view's query could
-// not be run over the batch alone; or the table, or a target, was changed
-// since New into a shape whose merged part cannot be checked, or a view
-// into a plain MergeTree target was added since New without
-// Options.DistinctViewRows and the target holds rows like the batch's,
-// perhaps another insert's (ErrUnprovenTarget) (Err says why). ViewTarget, and the message, say
+// deduplication log and renaming the part in; see Lost parts in the
+// package doc). The sink repairs its own table and the target of a view
+// that selects from its table; this error means a table could not be
+// repaired: a view's target is fed through another view (a cascade, which
+// New refuses unless replicated), or the view's query could not be run
+// over the batch alone; or the table, or a target, was changed since New
+// into a shape whose merged part cannot be checked, or a view into a plain
+// MergeTree target was added since New without Options.DistinctViewRows
+// and the target holds rows like the batch's, perhaps another insert's
+// (ErrUnprovenTarget) (Err says why). ViewTarget, and the message, say
 // whether the rows were lost in the sink's table itself or in a view's
 // target. It is permanent: the batch's intent stays in the journal, and the
 // sink fails at the same batch until an operator restores that table's

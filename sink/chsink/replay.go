@@ -101,14 +101,14 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 			}
 		}
 	}
-	return s.settle(ctx, p, stalled, through)
+	return s.ackReplayed(ctx, p, stalled, through)
 }
 
-// settle moves past pending[0], p, whose rows are in ClickHouse: it acks p
+// ackReplayed moves past pending[0], p, whose rows are in ClickHouse: it acks p
 // (through a later position when ClickHouse held an earlier, longer version
 // of it) and, when keep, drops the later rows up to through as part of the
 // version ClickHouse holds (see Sink.settled).
-func (s *Sink[T]) settle(ctx context.Context, p sink.Intent, keep bool, through sink.Position) error {
+func (s *Sink[T]) ackReplayed(ctx context.Context, p sink.Intent, keep bool, through sink.Position) error {
 	switch {
 	case through.Compare(p.Last) > 0:
 		if err := s.journal.AckHeld(ctx, &p, through); err != nil {
@@ -181,7 +181,7 @@ func (s *Sink[T]) cutShort(ctx context.Context, p sink.Intent, h uint64, start t
 		return err
 	}
 	if through, held := heldEarlier(dups, in.Earlier, in.Last); through.Compare(in.Last) > 0 {
-		return s.settle(ctx, in, held, through)
+		return s.ackReplayed(ctx, in, held, through)
 	}
 	s.journal.AckLater(&in)
 	s.pending = s.pending[1:]

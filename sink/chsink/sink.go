@@ -86,7 +86,7 @@ type Sink[T any] struct {
 	kick    chan struct{}
 	running atomic.Bool // a Run is flushing: a second one returns at once
 
-	boot atomic.Pointer[string] // the server's run when the connection was made (see readBoot)
+	boot atomic.Pointer[string] // the server's run when the connection was made (see repair.ReadBoot)
 
 	scratch T
 	block   int64     // cached block counter, a lower bound
