@@ -15,8 +15,9 @@ package repair
 // batch was journaled (boot.go), the part is the batch's own. Otherwise the
 // name proves nothing (the restarted server gives it to the next insert,
 // whoever's), and the sink compares content (partcheck.go, verify.go),
-// which another insert of the same rows would pass: New refuses a plain
-// MergeTree view target unless Options.DistinctViewRows (proofcheck.go).
+// which another insert of the same rows would pass: chsink's New refuses a
+// plain MergeTree view target unless Options.DistinctViewRows
+// (proofcheck.go).
 //
 // If the table itself lost the part, the sink puts the batch's rows back
 // without firing the views (repair.go). If a view's target lost its part,

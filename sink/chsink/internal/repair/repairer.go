@@ -1,10 +1,10 @@
 package repair
 
 // The lost-part repairer: the one type that checks and repairs what a plain
-// MergeTree lost while keeping its tokens (see lostpart.go). A Sink holds
-// one and calls two of its methods: settle, from an insert whose block the
-// server dropped as a duplicate, and DropStaging, when a checkpoint
-// completes. Everything it reads of the server's text (its log, a view's
+// MergeTree lost while keeping its tokens (see lostpart.go). A chsink.Sink
+// holds one and calls two of its methods: Settle, from an insert whose
+// block the server dropped as a duplicate, and DropStaging, when a
+// checkpoint completes. Everything it reads of the server's text (its log, a view's
 // query) goes through pure parsers pinned by fixtures under testdata
 // (serverlog.go, viewsql.go).
 
@@ -38,7 +38,7 @@ type Repairer struct {
 	dial      func(context.Context) (*ch.Client, error) // a connection of DropStaging's own
 	logger    *slog.Logger
 	// sent are the settings the sink sends with every insert besides its
-	// token (see chsink's checkServer); every insert of a repair sends
+	// token (chsink's checkServer decides them); every insert of a repair sends
 	// them too, so that a user's profile decides no more of a repair than
 	// of an insert. insertSettings are the sink's insert's under a token:
 	// the token, then sent. selectDedup says the server knows
