@@ -114,7 +114,7 @@ func (info tableInfo) shape() repair.Shape {
 }
 
 // unproven is New's refusal of db.table, whose lost part could not be
-// told (repair.Provable and the others say why).
+// told (repair.Provable or repair.TargetRefused says why).
 func unproven(db, table string, info tableInfo, why string) error {
 	return &TableCheckError{Database: db, Table: table, Engine: info.engine, Reason: why, Err: ErrUnprovenTarget}
 }
@@ -257,10 +257,10 @@ func tighterSeconds(a, b int64) int64 {
 // as a duplicate would be counted again by a target that forgot its token.
 //
 // Each target must also be of a shape whose lost part the sink can tell
-// exactly (provable), and a target fed through another view (a cascade)
-// must be replicated, as must the view target that feeds it (cascade).
-// Unless distinct (Options.DistinctViewRows), a target must not be a plain
-// MergeTree either (reproducible).
+// exactly, a target fed through another view (a cascade) must be
+// replicated, as must the view target that feeds it, and unless distinct
+// (Options.DistinctViewRows) a target must not be a plain MergeTree
+// either (repair.TargetRefused).
 func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated bool, depthBlocks int64, depth int, reinsert, distinct bool) (int64, error) {
 	if depth > 8 {
 		return 0, nil
@@ -299,17 +299,8 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated 
 			err = &TableCheckError{Database: tdb, Table: tt, Engine: info.engine,
 				Reason: "MismatchReinsert: the view sees re-inserted rows again and would count them twice", Err: ErrNotIdempotent}
 		}
-		if why := ""; err == nil {
-			if depth > 0 {
-				why = repair.Cascade(db, table, replicated, tdb, tt, info.shape())
-			}
-			if why == "" {
-				why = repair.Provable(tdb, tt, info.shape())
-			}
-			if why == "" && !distinct {
-				why = repair.Reproducible(tdb, tt, info.shape())
-			}
-			if why != "" {
+		if err == nil {
+			if why := repair.TargetRefused(db, table, replicated, depth > 0, distinct, tdb, tt, info.shape()); why != "" {
 				err = unproven(tdb, tt, info, why)
 			}
 		}

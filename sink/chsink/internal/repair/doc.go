@@ -10,8 +10,8 @@
 // dropped blocks to [Repairer.Settle], which checks each named part and
 // repairs what is lost: the batch's rows put back into the sink's table without firing
 // its views, a view's rows of the batch derived again into its target.
-// At start-up, [Provable], [Reproducible] and [Cascade] say why a table
-// must be refused whose lost part could not be told.
+// At start-up, [Provable] and [TargetRefused] say why a table, or a view's
+// target, must be refused whose lost part could not be told.
 //
 // The sink keeps what is public: chsink.LostPartError is made of a
 // [Lost] field for field, and chsink.ErrUnprovenTarget is [ErrUnproven].

@@ -16,7 +16,7 @@ import (
 
 // ErrUnproven is chsink.ErrUnprovenTarget: a table, or a view's target,
 // of a shape in which a lost part could not be told from another insert's
-// rows. New's refusals (Provable, Reproducible, Cascade) and the check's
+// rows. New's refusals (Provable, TargetRefused) and the check's
 // Lost errors wrap it.
 var ErrUnproven = errors.New("chsink: a lost part of this table could not be told from another insert's rows")
 
@@ -55,11 +55,28 @@ func Provable(db, table string, info Shape) (refused string) {
 		crashWindow, info.Engine, info.Engine)
 }
 
+// TargetRefused returns why New must refuse db.target, the target of a
+// materialized view over srcDB.src, "" if it need not: a cascade (below
+// says src is itself a view's target; see cascade), a shape whose lost
+// part cannot be told (Provable), or a plain MergeTree unless distinct
+// (Options.DistinctViewRows; see reproducible).
+func TargetRefused(srcDB, src string, srcReplicated, below, distinct bool, db, target string, info Shape) (refused string) {
+	if below {
+		if why := cascade(srcDB, src, srcReplicated, db, target, info); why != "" {
+			return why
+		}
+	}
+	if why := Provable(db, target, info); why != "" || distinct {
+		return why
+	}
+	return reproducible(db, target, info)
+}
+
 // otherInsert names the second crash a refusal is about, for its Reason.
 const otherInsert = "after the restart the server numbers blocks on from its highest surviving part, so the name that token's " +
 	"log entry gives is then the next insert's, whoever's"
 
-// Reproducible returns why New must refuse db.target, the target of a
+// reproducible returns why New must refuse db.target, the target of a
 // materialized view over the sink's table, "" if it need not. It refuses
 // a plain MergeTree: its rows are all there is to tell the batch's block
 // from another insert's that took the lost part's name, and another insert can write the very same rows there (a
@@ -68,7 +85,7 @@ const otherInsert = "after the restart the server numbers blocks on from its hig
 // rows are the batch's records' (see chsink's Guarantees).
 // Options.DistinctViewRows accepts the target, on the caller's word that no
 // other insert writes such rows.
-func Reproducible(db, target string, info Shape) (refused string) {
+func reproducible(db, target string, info Shape) (refused string) {
 	if lostPartProof(info.Engine) != proofRows {
 		return ""
 	}
@@ -80,13 +97,13 @@ func Reproducible(db, target string, info Shape) (refused string) {
 		crashWindow, otherInsert, info.Engine)
 }
 
-// Cascade returns why New must refuse db.target, fed by a view over src
+// cascade returns why New must refuse db.target, fed by a view over src
 // (itself a view target), "" if it need not. It refuses it unless both
 // are replicated: a lost part of target cannot be
 // derived from the batch alone (it is src's rows that feed it), and a
 // repair of a lost part of src would fire target's view again under
 // another token.
-func Cascade(srcDB, src string, srcReplicated bool, db, target string, info Shape) (refused string) {
+func cascade(srcDB, src string, srcReplicated bool, db, target string, info Shape) (refused string) {
 	if srcReplicated && info.Replicated {
 		return ""
 	}
