@@ -20,7 +20,7 @@ import (
 )
 
 // TestDedupLogOutlivesPart reproduces, with real kills, what chsink's
-// lost-part repair exists for (sink/chsink/lostpart.go): 8 writers insert
+// lost-part repair exists for (sink/chsink/internal/repair): 8 writers insert
 // 50-row blocks with insert_deduplication_token into a plain MergeTree with
 // a materialized view while the server is killed with SIGKILL and
 // restarted; each writer retries a failed block with the same token until

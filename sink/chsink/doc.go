@@ -232,35 +232,32 @@
 // Lost parts: a plain MergeTree writes a block's token to its
 // deduplication log before it renames the block's part in, so a server
 // killed between the two keeps the token without the rows, and a retry
-// with that token is dropped as a duplicate of nothing (reproduced with
-// real kills: 6 of 7,726 blocks in 200 kills, in the table or in a view's
-// target). An insert attempt that may repeat an earlier one (a retry, or a
-// replay after a crash) therefore reads the server's log
-// (send_logs_level = information; the line is pinned by
-// testdata/serverlog), which names the part each dropped block was a
-// duplicate of. No active part covers it: lost. The server has not
-// restarted since the batch was journaled (told exactly by eo_boot, a
-// Memory table a restart empties, not by uptime): the part is the batch's.
-// Otherwise the name proves nothing (a restarted server numbers blocks on
-// from its highest surviving part), and the sink writes what the insert
-// wrote (the batch; for a view's target, the view's query over the batch
-// alone) into a staging copy of the table and compares. Rows are then all
-// the sink goes by: ClickHouse 26.7 keeps nothing of a plain MergeTree
-// part's insert that another insert could not repeat (block numbers are
-// reused; a part's UUID, under assign_part_uuids, is not told to the
-// inserting client; system.part_log is optional, absent from
-// clickhouse-local, and a kill loses its unflushed rows), so another
-// insert of the same rows that took the lost part's name passes for the
-// batch's. A Replacing table does not mind (those rows replace the batch's
-// in FINAL anyway); a plain MergeTree does: the batch's rows are missing
-// for good. For the sink's own table the sink assumes that no other writer
-// inserts all the rows of one of its batches (rows of records: an id, or
-// the record's position, in a row makes them its own); a view target's
-// rows are no record's (a count per hour of equally sized batches from
-// several partitions is the same row), so New refuses a plain MergeTree
-// view target unless Options.DistinctViewRows says its rows carry a key
-// only this sink's partition writes. Per shape of the table and of each
-// view target, New accepts or refuses:
+// with that token is dropped as a duplicate of nothing. An insert attempt
+// that may repeat an earlier one (a retry, or a replay after a crash)
+// therefore asks the server which part it dropped each block against,
+// checks that the table, and each view target the server names, still
+// holds what the insert wrote there, and repairs what it does not: the
+// batch's rows are put back into the table without firing its views (no
+// view counts them twice), and a view's rows of the batch are derived
+// again by that view's query over the batch alone, under a token derived
+// from the batch's. Both repairs survive a crash at any step, and a
+// repeated repair writes nothing twice. A lost part is rare (a few blocks
+// in hundreds of kills of the server) and each repair is counted in the
+// exactlyonce.sink.lost_parts_repaired metric.
+//
+// After a restart a part's name proves nothing (the server numbers blocks
+// on from its highest surviving part), so the check compares rows, and
+// another insert of the same rows that took the lost part's name passes
+// for the batch's. A Replacing table does not mind (those rows replace the
+// batch's in FINAL anyway); a plain MergeTree does. For the sink's own
+// table the sink assumes that no other writer inserts all the rows of one
+// of its batches (rows of records: an id, or the record's position, in a
+// row makes them its own); a view target's rows are no record's (a count
+// per hour of equally sized batches from several partitions is the same
+// row), so New refuses a plain MergeTree view target unless
+// Options.DistinctViewRows says its rows carry a key only this sink's
+// partition writes. Per shape of the table and of each view target, New
+// accepts or refuses:
 //
 //	shape                                  answer after a merge
 //	Replicated*, Shared*                   accepted, not checked: token and part commit together in Keeper
@@ -281,26 +278,11 @@
 //	                                       from the batch, and a repair upstream would fire it again
 //
 // While the named part is unmerged every accepted shape is compared
-// exactly: its rows' multiset fingerprint against the staging copy's.
-// Tested by TestNewRefusesUnprovenShapes, TestServerLostPart,
-// TestServerLostPartMergedBlockNumbers, TestServerLostPartReplacingVersion,
-// TestServerRestartKeepsHeldBatch and TestServerLostPartOtherWriterSameRows.
-// A table changed into a refused shape after New (or given a view into
-// one) stops the sink at such a part with a permanent *LostPartError
-// rather than guess.
-//
-// A lost part of the table is put back through a staging table created AS
-// the table and moved in, so no view fires twice; a lost part of a view's
-// target is derived again by that view's query over the batch alone, under
-// a derived token, with the outer SELECT ordered BY ALL (what the server
-// takes for a stable SELECT; a view whose output holds aggregate function
-// states cannot be ordered, and there the token alone decides, which
-// 'force_enable' makes the server honour or refuse). The view's query is
-// read from system.tables (the views whose target_table is that target),
-// formatted by the server
-// (formatQuery), and the table its FROM names replaced token by token, so
-// a join with db.events_orgs is not mistaken for db.events. Both repairs
-// survive a crash in the middle (see repair.go).
+// exactly. A table changed into a refused shape after New (or given a view
+// into one), or a view target whose rows cannot be derived from the batch
+// alone, stops the sink at such a part with a permanent *LostPartError
+// rather than guess. How the check and the repair work, step by step, is
+// in docs/design/chsink-repair.md of the repository.
 //
 // Takeovers and checkpoints: the journal is pruned only through the oldest
 // of the newest Options.KeepCheckpoints completed checkpoints (Open sets
@@ -330,20 +312,4 @@
 // format version (ErrUnsupportedVersion) or of another table or partition
 // (ErrIncompatible), and then loads nothing; the state's format is pinned by
 // testdata/state_v1.golden and the sink runs checkpointtest.TestParticipant.
-//
-// # Files
-//
-// sink.go holds the type, New, Add and the lifecycle (Run, Close);
-// flight.go the background insert of a sealed batch; insert.go the
-// connection and the insert with retries; replay.go the replay of journaled
-// batches, whose per-row decision is the pure function journal.NextStep
-// (sink/internal/journal); dedupwindow.go the check that a re-insert is
-// still inside the table's deduplication window; settings.go the server's
-// settings a replay depends on; ahead.go the flush ahead
-// of a barrier; repairer.go the type that settles parts the server lost
-// while keeping their tokens (lostpart.go), with serverlog.go (the server's
-// log line), boot.go (the server's run), partcheck.go and verify.go (the
-// check of a part's content), viewsql.go (a view's query over the batch)
-// and repair.go (putting rows back); participant.go Snapshot, Restore and
-// pruning; metrics.go the instruments.
 package chsink

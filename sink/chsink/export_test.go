@@ -44,7 +44,7 @@ func AppendRaw[T any](cols []Column[T], row *T) {
 func (s *Sink[T]) SetAfterRepairStep(f func(step string) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.repair.afterStep = f
+	s.repairer.SetAfterStep(f)
 }
 
 // SetJournalHook installs a hook that a batch's goroutine runs just before

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 )
 
 // maxFlights bounds the batches that a full buffer or the MaxDelay timer
@@ -197,7 +198,7 @@ func (s *Sink[T]) fly(ctx context.Context, f *flight[T], in sink.Intent, beforeJ
 			return
 		}
 	}
-	_, f.err = s.insert(ctx, f.cols.sealed, in, false, asJournaled, beforeInsert)
+	_, f.err = s.insert(ctx, f.cols.sealed, in, false, repair.AsJournaled, beforeInsert)
 	f.took = time.Since(f.start)
 }
 

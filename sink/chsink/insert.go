@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 )
 
 func (s *Sink[T]) dial(ctx context.Context) (*ch.Client, error) {
@@ -46,7 +46,7 @@ func (s *Sink[T]) connect(ctx context.Context) error {
 		return err
 	}
 	s.conn = c
-	boot := readBoot(ctx, c, s.opts.Database, s.sent)
+	boot := repair.ReadBoot(ctx, c, s.opts.Database, s.sent)
 	s.boot.Store(&boot)
 	return nil
 }
@@ -58,17 +58,6 @@ func (s *Sink[T]) dropConn() {
 	}
 }
 
-// content says how an insert's rows relate to the batch journaled under
-// its token: what a check of the parts that hold the batch can expect to
-// find there (see repairer.settle).
-type content uint8
-
-const (
-	asJournaled content = iota // the batch itself
-	prefixOf                   // its first rows: a replay that stalled
-	differsFrom                // another version: processing is not deterministic
-)
-
 // insert sends input with in's token, retrying retryable errors with
 // exponential backoff and full jitter; hook, if set, runs before each
 // attempt. It runs in the flight's goroutine, or in the sink's with no batch
@@ -77,7 +66,7 @@ const (
 // unsure says an earlier attempt (of this process or of one before a crash)
 // may have reached the server; every attempt after a failed one is unsure
 // too. An unsure attempt on a plain MergeTree reads the server's log and
-// settles the blocks it reports as duplicates (see repairer.settle): a
+// settles the blocks it reports as duplicates (see repair.Repairer.Settle): a
 // token the server kept for a part it lost would otherwise drop the batch
 // silently.
 // rows says how input relates to the batch journaled as in.
@@ -85,7 +74,7 @@ const (
 // It returns the parts of the table that the server dropped the block as a
 // duplicate of, and still holds (known only from an unsure attempt on a
 // plain MergeTree).
-func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, unsure bool, rows content, hook func()) ([]string, error) {
+func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent, unsure bool, rows repair.Content, hook func()) ([]string, error) {
 	settings := insertSettingsFor(s.sent, in.Token) // see settings.go
 	for attempt := 0; ; attempt++ {
 		err := ctx.Err()
@@ -107,22 +96,15 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 			conn := s.conn
 			stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 			q := ch.Query{Body: s.body, Input: input, Settings: settings}
-			var hits []dedupHit
+			var log repair.Log // the blocks the server dropped as duplicates
 			if unsure && !s.info.replicated {
-				q.Settings = append(slices.Clip(settings), ch.Setting{Key: "send_logs_level", Value: "information"})
-				q.OnLogs = func(_ context.Context, logs []ch.Log) error {
-					for _, l := range logs {
-						if h, ok := parseDedupLog(l); ok {
-							hits = append(hits, h)
-						}
-					}
-					return nil
-				}
+				q = log.Watch(q)
 			}
 			err = conn.Do(actx, q)
 			var dups []string
-			if err == nil && len(hits) > 0 {
-				dups, err = s.repair.settle(actx, conn, input, in, rows, hits)
+			if err == nil {
+				dups, err = s.repairer.Settle(actx, conn, input, in, rows, &log)
+				err = lostPart(err)
 			}
 			stop()
 			// The attempt's own deadline, not the caller's: the outcome is
@@ -152,4 +134,12 @@ func (s *Sink[T]) insert(ctx context.Context, input proto.Input, in sink.Intent,
 		case <-t.C:
 		}
 	}
+}
+
+// runID returns the id of the server's run as last read, "" if unknown.
+func (s *Sink[T]) runID() string {
+	if id := s.boot.Load(); id != nil {
+		return *id
+	}
+	return ""
 }

@@ -239,8 +239,8 @@ func (s *Sink[T]) CheckpointCompleted(ctx context.Context, id checkpoint.ID) err
 	oldest := s.completed[0]
 	s.mu.Unlock()
 	// A restore falls back at most to the oldest kept checkpoint: no replay
-	// repairs a batch before it again (see putBack).
-	s.repair.dropStaging(ctx, oldest)
+	// repairs a batch before it again (see repair.Repairer.DropStaging).
+	s.repairer.DropStaging(ctx, oldest)
 	err := s.journal.Prune(ctx, oldest)
 	if errors.Is(err, sink.ErrPruneDeferred) {
 		s.opts.Logger.Warn("chsink: journal pruning deferred", "source", s.src.String(), "err", err)

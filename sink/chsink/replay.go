@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 )
 
 // finishReplay resolves pending[0] with the rows buffered for it. It runs
@@ -79,12 +80,12 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 			if stalled && !match && !s.info.replicated {
 				return s.cutShort(ctx, p, h, start)
 			}
-			rows := asJournaled
+			rows := repair.AsJournaled
 			switch {
 			case stalled && !match:
-				rows = prefixOf
+				rows = repair.PrefixOf
 			case !match:
-				rows = differsFrom
+				rows = repair.DiffersFrom
 			}
 			dups, err := s.insert(ctx, s.buf.sealed, p, true, rows, s.beforeInsert)
 			if err != nil {
@@ -100,14 +101,14 @@ func (s *Sink[T]) finishReplay(ctx context.Context, stalled bool) error {
 			}
 		}
 	}
-	return s.settle(ctx, p, stalled, through)
+	return s.ackReplayed(ctx, p, stalled, through)
 }
 
-// settle moves past pending[0], p, whose rows are in ClickHouse: it acks p
+// ackReplayed moves past pending[0], p, whose rows are in ClickHouse: it acks p
 // (through a later position when ClickHouse held an earlier, longer version
 // of it) and, when keep, drops the later rows up to through as part of the
 // version ClickHouse holds (see Sink.settled).
-func (s *Sink[T]) settle(ctx context.Context, p sink.Intent, keep bool, through sink.Position) error {
+func (s *Sink[T]) ackReplayed(ctx context.Context, p sink.Intent, keep bool, through sink.Position) error {
 	switch {
 	case through.Compare(p.Last) > 0:
 		if err := s.journal.AckHeld(ctx, &p, through); err != nil {
@@ -140,7 +141,7 @@ func heldEarlier(dups []string, earlier []sink.Prior, last sink.Position) (sink.
 	held := false
 	for _, part := range dups {
 		held = true
-		_, lo, _, ok := partBlocks(part)
+		_, lo, _, ok := repair.PartBlocks(part)
 		for _, e := range earlier {
 			if !ok || lo <= e.Block {
 				return e.Last, true
@@ -175,12 +176,12 @@ func (s *Sink[T]) cutShort(ctx context.Context, p sink.Intent, h uint64, start t
 	if err := s.journal.Record(ctx, &in); err != nil {
 		return err
 	}
-	dups, err := s.insert(ctx, s.buf.sealed, in, true, prefixOf, s.beforeInsert)
+	dups, err := s.insert(ctx, s.buf.sealed, in, true, repair.PrefixOf, s.beforeInsert)
 	if err != nil {
 		return err
 	}
 	if through, held := heldEarlier(dups, in.Earlier, in.Last); through.Compare(in.Last) > 0 {
-		return s.settle(ctx, in, held, through)
+		return s.ackReplayed(ctx, in, held, through)
 	}
 	s.journal.AckLater(&in)
 	s.pending = s.pending[1:]
@@ -219,7 +220,7 @@ func (s *Sink[T]) supersede(ctx context.Context, p sink.Intent, token string, la
 		return err
 	}
 	if insert {
-		if _, err := s.insert(ctx, s.buf.sealed, in, true, asJournaled, s.beforeInsert); err != nil {
+		if _, err := s.insert(ctx, s.buf.sealed, in, true, repair.AsJournaled, s.beforeInsert); err != nil {
 			return err
 		}
 	}

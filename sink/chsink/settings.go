@@ -18,6 +18,8 @@ import (
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 )
 
 // ErrUnsafeSetting is matched by *SettingError: the server, or the sink's
@@ -106,11 +108,10 @@ var insertSettings = []insertSetting{
 // tokenSetting carries the batch's token; every insert sends it.
 const tokenSetting = "insert_deduplication_token"
 
-// selectDedupSetting (from 25.12, ClickHouse PR 91830) decides whether an
-// INSERT ... SELECT is deduplicated, over insert_deduplicate and
-// deduplicate_insert: the sink's inserts send none, the lost-part repair's
-// send it (see repairer.selectSettings).
-const selectDedupSetting = "deduplicate_insert_select"
+// selectDedupSetting decides whether an INSERT ... SELECT is
+// deduplicated: the sink's inserts send none, the lost-part repair's send
+// it (see repair.SelectDedupSetting).
+const selectDedupSetting = repair.SelectDedupSetting
 
 // repairSetting is what the lost-part repair's INSERT ... SELECT sends
 // besides insertSettings, where the server knows it. New checks that the
@@ -222,14 +223,14 @@ func readServerSettings(ctx context.Context, c *ch.Client) (ServerSettings, erro
 	srv := ServerSettings{Defaults: map[string]string{}, Sent: map[string]string{}}
 	// deduplicate_insert_select decides the lost-part repair's INSERT ...
 	// SELECT, not the sink's inserts: the repair sends it where it exists.
-	names := []string{quote(tokenSetting), quote(selectDedupSetting)}
+	names := []string{chsql.Quote(tokenSetting), chsql.Quote(selectDedupSetting)}
 	for _, s := range insertSettings {
-		names = append(names, quote(s.name))
+		names = append(names, chsql.Quote(s.name))
 	}
-	rows, err := queryStrings(ctx, c, "SELECT version() AS c0", 1)
+	rows, err := chsql.Strings(ctx, c, "SELECT version() AS c0", 1)
 	if err == nil && len(rows) > 0 {
 		srv.Version = rows[0][0]
-		rows, err = queryStrings(ctx, c, "SELECT name AS c0, value AS c1 FROM system.settings WHERE name IN ("+
+		rows, err = chsql.Strings(ctx, c, "SELECT name AS c0, value AS c1 FROM system.settings WHERE name IN ("+
 			strings.Join(names, ", ")+")", 2)
 	}
 	if err != nil {
@@ -238,7 +239,7 @@ func readServerSettings(ctx context.Context, c *ch.Client) (ServerSettings, erro
 	for _, r := range rows {
 		srv.Defaults[r[0]] = r[1]
 	}
-	rows, err = queryStrings(ctx, c,
+	rows, err = chsql.Strings(ctx, c,
 		"SELECT value AS c0 FROM system.server_settings WHERE name = 'insert_deduplication_version'", 1)
 	switch {
 	case ch.IsErr(err, proto.ErrUnknownTable): // before 23.3: no such table, no such setting

@@ -13,6 +13,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 	"github.com/exactlyonce/exactlyonce/sink/internal/journal"
 )
 
@@ -84,13 +86,13 @@ type Sink[T any] struct {
 	kick    chan struct{}
 	running atomic.Bool // a Run is flushing: a second one returns at once
 
-	boot atomic.Pointer[string] // the server's run when the connection was made (see readBoot)
+	boot atomic.Pointer[string] // the server's run when the connection was made (see repair.ReadBoot)
 
 	scratch T
 	block   int64     // cached block counter, a lower bound
 	blockAt time.Time // when block was read
 
-	repair *repairer // checks and repairs parts the server lost (see lostpart.go)
+	repairer *repair.Repairer // checks and repairs parts the server lost, once New has read the server
 
 	beforeRecord, beforeInsert func()         // test hooks
 	beforeJournal              func()         // test hook: a batch's goroutine is about to journal its intent
@@ -146,13 +148,9 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 		}
 	}
 	s.columns = names
-	s.body = "INSERT INTO " + ident(opts.Database) + "." + ident(table.Name) + " (" + joinIdents(names) + ") VALUES"
+	s.body = "INSERT INTO " + chsql.Ident(opts.Database) + "." + chsql.Ident(table.Name) + " (" + chsql.JoinIdents(names) + ") VALUES"
 	if err := s.initMetrics(); err != nil {
 		return nil, err
-	}
-	s.repair = &repairer{
-		db: opts.Database, table: table.Name, columns: names, distinct: opts.DistinctViewRows, dial: s.dial, logger: opts.Logger,
-		repaired: s.m.partsRepaired, attrs: s.m.attrs,
 	}
 	conn, err := s.dial(ctx)
 	if err != nil {
@@ -176,12 +174,16 @@ func New[T any](ctx context.Context, table Table, src checkpoint.TopicPartition,
 		return nil, &ServerError{Op: "inspect " + opts.Database + "." + table.Name, Err: err}
 	}
 	s.info, s.sent = info, sent
-	// A repair's inserts carry the same settings (see repairer.sent).
-	_, s.repair.selectDedup = srv.Defaults[selectDedupSetting]
-	s.repair.sent = sent
+	// A repair's inserts carry the same settings.
+	_, selectDedup := srv.Defaults[selectDedupSetting]
+	s.repairer = repair.New(repair.Config{
+		Database: opts.Database, Table: table.Name, Columns: names, Distinct: opts.DistinctViewRows, Dial: s.dial, Logger: opts.Logger,
+		Sent: sent, InsertSettings: func(token string) []ch.Setting { return insertSettingsFor(sent, token) }, SelectDedup: selectDedup,
+		Repaired: s.m.partsRepaired, Attrs: s.m.attrs,
+	})
 	// The server's run, read with the settings in hand: its insert sends
 	// them too.
-	boot := readBoot(ctx, conn, opts.Database, sent)
+	boot := repair.ReadBoot(ctx, conn, opts.Database, sent)
 	s.boot.Store(&boot)
 	srv.WindowBlocks, srv.WindowSeconds = info.windowBlocks, info.windowSeconds
 	s.server = srv

@@ -9,7 +9,8 @@ import (
 	"strings"
 
 	"github.com/ClickHouse/ch-go"
-	"github.com/ClickHouse/ch-go/proto"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/repair"
 )
 
 // ErrNoDedupWindow is matched by *TableCheckError when a table cannot
@@ -55,46 +56,6 @@ type tableInfo struct {
 	blockNumbers  bool  // enable_block_number_column = 1: each row stores its block number
 }
 
-// quote returns s as a ClickHouse string literal.
-func quote(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
-	return "'" + r.Replace(s) + "'"
-}
-
-// ident returns s as a quoted identifier.
-func ident(s string) string {
-	return "`" + strings.ReplaceAll(s, "`", "``") + "`"
-}
-
-// queryStrings runs body and returns the rows of its String columns.
-func queryStrings(ctx context.Context, c *ch.Client, body string, ncols int) ([][]string, error) {
-	cols := make([]*proto.ColStr, ncols)
-	var res proto.Results
-	for i := range cols {
-		cols[i] = new(proto.ColStr)
-		res = append(res, proto.ResultColumn{Name: fmt.Sprintf("c%d", i), Data: cols[i]})
-	}
-	var rows [][]string
-	err := c.Do(ctx, ch.Query{
-		Body:   body,
-		Result: res,
-		OnResult: func(context.Context, proto.Block) error {
-			for r := 0; r < cols[0].Rows(); r++ {
-				row := make([]string, ncols)
-				for i, col := range cols {
-					row[i] = col.Row(r)
-				}
-				rows = append(rows, row)
-			}
-			for _, col := range cols {
-				col.Reset()
-			}
-			return nil
-		},
-	})
-	return rows, err
-}
-
 var windowSetting = regexp.MustCompile(`\b(non_replicated_deduplication_window|replicated_deduplication_window|replicated_deduplication_window_seconds|enable_block_number_column)\s*=\s*'?(\d+|true|false)`)
 
 // checkTable verifies the table's engine, deduplication window and columns,
@@ -114,8 +75,8 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 			Reason: "MismatchReinsert needs a ReplacingMergeTree: " +
 				"re-inserted rows of a replayed batch would be counted twice", Err: ErrNotIdempotent}
 	}
-	if err := provable(db, table, info); err != nil {
-		return info, err
+	if why := repair.Provable(db, table, info.shape()); why != "" {
+		return info, unproven(db, table, info, why)
 	}
 	targetSeconds, err := checkViews(ctx, c, db, table, info.replicated, info.windowBlocks, 0, reinsert, distinct)
 	if err != nil {
@@ -125,8 +86,8 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 	// has passed, whatever the table's: the window guard holds a replay to
 	// the tightest bound of the table and its targets.
 	info.windowSeconds = tighterSeconds(info.windowSeconds, targetSeconds)
-	have, err := queryStrings(ctx, c, fmt.Sprintf(
-		"SELECT name AS c0, type AS c1 FROM system.columns WHERE database = %s AND table = %s", quote(db), quote(table)), 2)
+	have, err := chsql.Strings(ctx, c, fmt.Sprintf(
+		"SELECT name AS c0, type AS c1 FROM system.columns WHERE database = %s AND table = %s", chsql.Quote(db), chsql.Quote(table)), 2)
 	if err != nil {
 		return info, fmt.Errorf("chsink: read columns of %s.%s: %w", db, table, err)
 	}
@@ -147,6 +108,17 @@ func checkTable(ctx context.Context, c *ch.Client, db, table string, columns []s
 	return info, nil
 }
 
+// shape is what the lost-part check needs to know of the table.
+func (info tableInfo) shape() repair.Shape {
+	return repair.Shape{Engine: info.engine, Replicated: info.replicated, BlockNumbers: info.blockNumbers}
+}
+
+// unproven is New's refusal of db.table, whose lost part could not be
+// told (repair.Provable or repair.TargetRefused says why).
+func unproven(db, table string, info tableInfo, why string) error {
+	return &TableCheckError{Database: db, Table: table, Engine: info.engine, Reason: why, Err: ErrUnprovenTarget}
+}
+
 // blockNumber returns a counter that grows by one per block inserted into
 // the table: the highest block number for a plain MergeTree (numbers are
 // table-wide), the sum over partitions of the highest block number for a
@@ -156,7 +128,7 @@ func blockNumber(ctx context.Context, c *ch.Client, db, table string, replicated
 	if replicated {
 		q = "SELECT toString(sum(m)) AS c0 FROM (SELECT max(max_block_number) AS m FROM system.parts WHERE active AND database = %s AND table = %s GROUP BY partition_id)"
 	}
-	rows, err := queryStrings(ctx, c, fmt.Sprintf(q, quote(db), quote(table)), 1)
+	rows, err := chsql.Strings(ctx, c, fmt.Sprintf(q, chsql.Quote(db), chsql.Quote(table)), 1)
 	if err != nil {
 		return -1, err
 	}
@@ -178,7 +150,7 @@ func blockNumber(ctx context.Context, c *ch.Client, db, table string, replicated
 //
 // where is inserted verbatim; pass "" for none.
 func SelectFinal(db, table string, cols []string, where string) string {
-	q := "SELECT " + joinIdents(cols) + " FROM " + ident(db) + "." + ident(table) + " FINAL"
+	q := "SELECT " + chsql.JoinIdents(cols) + " FROM " + chsql.Ident(db) + "." + chsql.Ident(table) + " FINAL"
 	if where != "" {
 		q += " WHERE " + where
 	}
@@ -195,28 +167,20 @@ func SelectFinal(db, table string, cols []string, where string) string {
 func SelectLatest(db, table string, keys []string, version string, cols []string) string {
 	parts := make([]string, 0, len(keys)+len(cols))
 	for _, k := range keys {
-		parts = append(parts, ident(k))
+		parts = append(parts, chsql.Ident(k))
 	}
 	for _, c := range cols {
-		parts = append(parts, fmt.Sprintf("argMax(%s, %s) AS %s", ident(c), ident(version), ident(c)))
+		parts = append(parts, fmt.Sprintf("argMax(%s, %s) AS %s", chsql.Ident(c), chsql.Ident(version), chsql.Ident(c)))
 	}
-	return "SELECT " + strings.Join(parts, ", ") + " FROM " + ident(db) + "." + ident(table) + " GROUP BY " + joinIdents(keys)
-}
-
-func joinIdents(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = ident(n)
-	}
-	return strings.Join(q, ", ")
+	return "SELECT " + strings.Join(parts, ", ") + " FROM " + chsql.Ident(db) + "." + chsql.Ident(table) + " GROUP BY " + chsql.JoinIdents(keys)
 }
 
 // dedupWindow reads a table's engine and deduplication window and fails
 // unless the table deduplicates inserted blocks.
 func dedupWindow(ctx context.Context, c *ch.Client, db, table string) (tableInfo, error) {
-	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, c, fmt.Sprintf(
 		"SELECT engine AS c0, engine_full AS c1 FROM system.tables WHERE database = %s AND name = %s",
-		quote(db), quote(table)), 2)
+		chsql.Quote(db), chsql.Quote(table)), 2)
 	if err != nil {
 		return tableInfo{}, fmt.Errorf("chsink: check table %s.%s: %w", db, table, err)
 	}
@@ -231,7 +195,7 @@ func dedupWindow(ctx context.Context, c *ch.Client, db, table string) (tableInfo
 	}
 	info.replicated = strings.HasPrefix(info.engine, "Replicated") || strings.HasPrefix(info.engine, "Shared")
 
-	defaults, err := queryStrings(ctx, c, "SELECT name AS c0, value AS c1 FROM system.merge_tree_settings WHERE name IN "+
+	defaults, err := chsql.Strings(ctx, c, "SELECT name AS c0, value AS c1 FROM system.merge_tree_settings WHERE name IN "+
 		"('non_replicated_deduplication_window','replicated_deduplication_window','replicated_deduplication_window_seconds','enable_block_number_column')", 2)
 	if err != nil {
 		return info, fmt.Errorf("chsink: read merge_tree_settings: %w", err)
@@ -293,19 +257,19 @@ func tighterSeconds(a, b int64) int64 {
 // as a duplicate would be counted again by a target that forgot its token.
 //
 // Each target must also be of a shape whose lost part the sink can tell
-// exactly (provable), and a target fed through another view (a cascade)
-// must be replicated, as must the view target that feeds it (cascade).
-// Unless distinct (Options.DistinctViewRows), a target must not be a plain
-// MergeTree either (reproducible).
+// exactly, a target fed through another view (a cascade) must be
+// replicated, as must the view target that feeds it, and unless distinct
+// (Options.DistinctViewRows) a target must not be a plain MergeTree
+// either (repair.TargetRefused).
 func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated bool, depthBlocks int64, depth int, reinsert, distinct bool) (int64, error) {
 	if depth > 8 {
 		return 0, nil
 	}
-	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, c, fmt.Sprintf(
 		"SELECT database AS c0, name AS c1, target_database AS c2, target_table AS c3 FROM system.tables "+
 			"WHERE engine = 'MaterializedView' AND (database, name) IN "+
 			"(SELECT arrayJoin(arrayZip(dependencies_database, dependencies_table)) FROM system.tables WHERE database = %s AND name = %s)",
-		quote(db), quote(table)), 4)
+		chsql.Quote(db), chsql.Quote(table)), 4)
 	if err != nil {
 		return 0, fmt.Errorf("chsink: list materialized views of %s.%s: %w", db, table, err)
 	}
@@ -335,14 +299,10 @@ func checkViews(ctx context.Context, c *ch.Client, db, table string, replicated 
 			err = &TableCheckError{Database: tdb, Table: tt, Engine: info.engine,
 				Reason: "MismatchReinsert: the view sees re-inserted rows again and would count them twice", Err: ErrNotIdempotent}
 		}
-		if err == nil && depth > 0 {
-			err = cascade(db, table, replicated, tdb, tt, info)
-		}
 		if err == nil {
-			err = provable(tdb, tt, info)
-		}
-		if err == nil && !distinct {
-			err = reproducible(tdb, tt, info)
+			if why := repair.TargetRefused(db, table, replicated, depth > 0, distinct, tdb, tt, info.shape()); why != "" {
+				err = unproven(tdb, tt, info, why)
+			}
 		}
 		if err != nil {
 			var tce *TableCheckError
@@ -373,9 +333,9 @@ func idempotentEngine(engine string) bool {
 
 // viewsInto counts the materialized views that write into db.table.
 func viewsInto(ctx context.Context, c *ch.Client, db, table string) (int64, error) {
-	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, c, fmt.Sprintf(
 		"SELECT toString(count()) AS c0 FROM system.tables WHERE engine = 'MaterializedView' AND target_database = %s AND target_table = %s",
-		quote(db), quote(table)), 1)
+		chsql.Quote(db), chsql.Quote(table)), 1)
 	if err != nil {
 		return 0, fmt.Errorf("chsink: count materialized views into %s.%s: %w", db, table, err)
 	}
@@ -384,4 +344,16 @@ func viewsInto(ctx context.Context, c *ch.Client, db, table string) (int64, erro
 	}
 	n, _ := strconv.ParseInt(rows[0][0], 10, 64)
 	return n, nil
+}
+
+// settingValue reads a MergeTree setting's value: a number, or true/false.
+func settingValue(v string) int64 {
+	switch strings.ToLower(v) {
+	case "true":
+		return 1
+	case "false":
+		return 0
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
 }

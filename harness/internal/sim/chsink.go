@@ -38,11 +38,11 @@ type journal struct {
 // run did and reuses their tokens), the decline of a barrier in the middle
 // of a journaled batch (checkpoint.ErrDeclined), the asynchronous insert of
 // the batch sealed at the barrier, and the lost-part check of
-// sink/chsink/lostpart.go (settle) as it is today: a deduplicated
+// sink/chsink/internal/repair (Repairer.Settle) as it is today: a deduplicated
 // re-insert's part counts as lost when no active part has its name, as the
 // batch's own when the server did not restart since the batch was
 // journaled, and otherwise by comparing content. Keep it in step with
-// lostpart.go.
+// repair.Settle.
 type chSink struct {
 	w     *world
 	gen   int64

@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 import (
 	"context"
@@ -14,17 +14,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// repairEnv is a repairer of db.events, a plain MergeTree whose view mv
+// repairEnv is a Repairer of db.events, a plain MergeTree whose view mv
 // counts kinds into db.counts, on a shared ClickHouse. steps records the
 // repairer's steps; fail, if set, is returned at that step.
 type repairEnv struct {
 	ctx   context.Context
 	db    string
 	c     *ch.Client
-	r     *repairer
+	r     *Repairer
 	steps []string
 	fail  string
 }
@@ -40,7 +41,7 @@ func newRepairEnv(t *testing.T) *repairEnv {
 	} {
 		e.exec(t, q)
 	}
-	e.r = &repairer{
+	e.r = &Repairer{
 		db: db, table: "events", columns: []string{"id", "kind"}, logger: slog.New(slog.DiscardHandler),
 		distinct: true, // counts' rows are no other writer's
 		dial: func(ctx context.Context) (*ch.Client, error) {
@@ -54,12 +55,40 @@ func newRepairEnv(t *testing.T) *repairEnv {
 			return nil
 		},
 	}
-	// The settings New gives the repairer (see Sink.New).
-	srv, sent, err := checkServer(e.ctx, e.c, e.r.dial)
-	require.NoError(t, err)
-	e.r.sent = sent
-	_, e.r.selectDedup = srv.Defaults[selectDedupSetting]
+	// The settings chsink's New gives the repairer (see Sink.New).
+	e.r.sent, e.r.selectDedup = sinkSettings(t, e.ctx, e.c)
+	e.r.insertSettings = func(token string) []ch.Setting {
+		return append([]ch.Setting{{Key: "insert_deduplication_token", Value: token, Important: true}}, e.r.sent...)
+	}
 	return e
+}
+
+// sinkSettings returns the settings chsink's inserts send besides their
+// token on this server (chsink's insertSettings: each one the server
+// knows), and whether it knows SelectDedupSetting.
+func sinkSettings(t *testing.T, ctx context.Context, c *ch.Client) ([]ch.Setting, bool) {
+	t.Helper()
+	want := []ch.Setting{
+		{Key: "insert_deduplicate", Value: "1", Important: true},
+		{Key: "deduplicate_insert", Value: "enable", Important: true},
+		{Key: "deduplicate_blocks_in_dependent_materialized_views", Value: "1", Important: true},
+		{Key: "async_insert", Value: "0", Important: true},
+		{Key: "update_insert_deduplication_token_in_dependent_materialized_views", Value: "1", Important: true},
+		{Key: "materialized_views_ignore_errors", Value: "0", Important: true},
+	}
+	rows, err := chsql.Strings(ctx, c, "SELECT name AS c0 FROM system.settings", 1)
+	require.NoError(t, err)
+	known := map[string]bool{}
+	for _, r := range rows {
+		known[r[0]] = true
+	}
+	var sent []ch.Setting
+	for _, s := range want {
+		if known[s.Key] {
+			sent = append(sent, s)
+		}
+	}
+	return sent, known[SelectDedupSetting]
 }
 
 func (e *repairEnv) exec(t *testing.T, q string) {
@@ -70,7 +99,7 @@ func (e *repairEnv) exec(t *testing.T, q string) {
 // count runs a query of one number.
 func (e *repairEnv) count(t *testing.T, q string) string {
 	t.Helper()
-	rows, err := queryStrings(e.ctx, e.c, "SELECT ifNull(toString(("+q+")), 'NULL') AS c0", 1)
+	rows, err := chsql.Strings(e.ctx, e.c, "SELECT ifNull(toString(("+q+")), 'NULL') AS c0", 1)
 	require.NoError(t, err, q)
 	require.Len(t, rows, 1, q)
 	return rows[0][0]
@@ -99,7 +128,7 @@ func (e *repairEnv) insertBatch(t *testing.T, input proto.Input, token string) s
 	t.Helper()
 	require.NoError(t, e.c.Do(e.ctx, ch.Query{Body: "INSERT INTO " + e.db + ".events (id, kind) VALUES", Input: input,
 		Settings: []ch.Setting{{Key: "insert_deduplication_token", Value: token, Important: true}}}))
-	rows, err := queryStrings(e.ctx, e.c, "SELECT name AS c0 FROM system.parts WHERE active AND database = '"+e.db+"' AND table = 'events' ORDER BY max_block_number DESC LIMIT 1", 1)
+	rows, err := chsql.Strings(e.ctx, e.c, "SELECT name AS c0 FROM system.parts WHERE active AND database = '"+e.db+"' AND table = 'events' ORDER BY max_block_number DESC LIMIT 1", 1)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	return rows[0][0]
@@ -111,7 +140,7 @@ var intent = sink.Intent{First: sink.Position{Offset: 10}, Last: sink.Position{O
 // the token and its use, so that a repair a crash interrupted finds its
 // table again, and two uses or batches never share one.
 func TestRepairerScratchName(t *testing.T) {
-	r := &repairer{db: "db", table: "events"}
+	r := &Repairer{db: "db", table: "events"}
 	name := r.scratchName("eo_repair_", intent)
 	assert.Regexp(t, regexp.MustCompile(`^eo_repair_[0-9a-f]{16}$`), name)
 	assert.Equal(t, name, r.scratchName("eo_repair_", intent), "the same batch, the same table")
@@ -122,7 +151,7 @@ func TestRepairerScratchName(t *testing.T) {
 		r.scratchName("eo_repair_", other): true,
 		r.scratchName("eo_repair_", intent, "db.counts"):                true,
 		r.scratchName("eo_repair_", intent, "db.counts", "db.mv"):       true,
-		(&repairer{table: "events2"}).scratchName("eo_repair_", intent): true,
+		(&Repairer{table: "events2"}).scratchName("eo_repair_", intent): true,
 	}
 	assert.Len(t, names, 5, "token, use and table each change the name")
 }
@@ -144,7 +173,7 @@ func TestRepairerStage(t *testing.T) {
 
 // TestRepairerPutBack: the batch's rows go into the table without firing
 // its view, once, whichever step a crash stopped an earlier repair at; the
-// emptied staging table is kept for dropStaging.
+// emptied staging table is kept for DropStaging.
 func TestRepairerPutBack(t *testing.T) {
 	for _, stop := range []string{"", "filled", "renamed", "moved"} {
 		t.Run("stopped after "+stop, func(t *testing.T) {
@@ -187,19 +216,19 @@ func TestRepairerDropStaging(t *testing.T) {
 	e.r.keepStaging("eo_repair_a", sink.Intent{Last: sink.Position{Offset: 10}})
 	e.r.keepStaging("eo_repair_b", sink.Intent{Last: sink.Position{Offset: 20}})
 
-	e.r.dropStaging(e.ctx, sink.Position{Offset: 15})
+	e.r.DropStaging(e.ctx, sink.Position{Offset: 15})
 	assert.Equal(t, "0", e.tables(t, "eo\\_repair\\_a"), "covered: dropped")
 	assert.Equal(t, "1", e.tables(t, "eo\\_repair\\_b"), "not covered: kept")
 	assert.Equal(t, []stagedRepair{{table: "eo_repair_b", last: sink.Position{Offset: 20}}}, e.r.staging)
 
 	dial := e.r.dial
 	e.r.dial = func(context.Context) (*ch.Client, error) { return nil, errors.New("no server") }
-	e.r.dropStaging(e.ctx, sink.Position{Offset: 30})
+	e.r.DropStaging(e.ctx, sink.Position{Offset: 30})
 	assert.Equal(t, "1", e.tables(t, "eo\\_repair\\_b"), "no connection: kept")
 	assert.Equal(t, []stagedRepair{{table: "eo_repair_b", last: sink.Position{Offset: 20}}}, e.r.staging, "and tried again later")
 
 	e.r.dial = dial
-	e.r.dropStaging(e.ctx, sink.Position{Offset: 30})
+	e.r.DropStaging(e.ctx, sink.Position{Offset: 30})
 	assert.Equal(t, "0", e.tables(t, "eo\\_repair\\_b"), "dropped at the next checkpoint")
 	assert.Empty(t, e.r.staging)
 }
@@ -215,7 +244,7 @@ func TestRepairerViewQueries(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, views, 1)
 	assert.Equal(t, e.db+".mv", views[0].name)
-	assert.Contains(t, views[0].sel, "FROM "+ident(e.db)+"."+ident("stage")+" AS "+ident("events"))
+	assert.Contains(t, views[0].sel, "FROM "+chsql.Ident(e.db)+"."+chsql.Ident("stage")+" AS "+chsql.Ident("events"))
 	assert.NotContains(t, views[0].sel, e.db+".events")
 
 	views, err = e.r.viewQueries(e.ctx, e.c, e.db, "events", "stage")
@@ -275,7 +304,7 @@ func TestRepairerSettle(t *testing.T) {
 		target string   // the table whose part the server names
 		part   string   // the part named, if none of the inserts' is
 		same   bool     // the batch was journaled on the server's current run
-		rows   content
+		rows   Content
 		want   string // the rows of events after
 		held   bool   // the named part is returned as holding the batch
 		counts string // sum(n) of counts after
@@ -284,7 +313,7 @@ func TestRepairerSettle(t *testing.T) {
 		{name: "own part held, same run", insert: []uint64{1, 2, 3}, target: "events", same: true, want: "3", held: true, counts: "3"},
 		{name: "own part held, after a restart", insert: []uint64{1, 2, 3}, target: "events", want: "3", held: true, counts: "3"},
 		{name: "own part's name reused", other: []uint64{100, 101}, target: "events", want: "5", counts: "2"},
-		{name: "another version: the name is all there is", other: []uint64{100, 101}, target: "events", rows: differsFrom, want: "2", held: true, counts: "2"},
+		{name: "another version: the name is all there is", other: []uint64{100, 101}, target: "events", rows: DiffersFrom, want: "2", held: true, counts: "2"},
 		{name: "view target's part lost", target: "counts", part: "all_9_9_0", want: "0", counts: "3"},
 	}
 	for _, tt := range tests {
@@ -299,7 +328,7 @@ func TestRepairerSettle(t *testing.T) {
 			}
 			in := intent
 			if tt.same {
-				in.Boot = readBoot(e.ctx, e.c, e.db, e.r.sent)
+				in.Boot = ReadBoot(e.ctx, e.c, e.db, e.r.sent)
 				require.NotEmpty(t, in.Boot)
 			}
 			held, err := e.r.settle(e.ctx, e.c, batch(1, 2, 3), in, tt.rows, []dedupHit{{db: e.db, table: tt.target, part: part}})
@@ -320,29 +349,28 @@ func TestRepairerSettle(t *testing.T) {
 
 // TestRepairerSettleUnrepairable: a target no view of the table writes to
 // directly, and a table whose merged part cannot be told from other rows,
-// stop the sink with a *LostPartError that says which of the two it was.
+// stop the sink with a *Lost that says which of the two it was (chsink's
+// TestLostPartFromRepair checks the *LostPartError made of it: its
+// message and ErrLostPart).
 func TestRepairerSettleUnrepairable(t *testing.T) {
 	e := newRepairEnv(t)
 	e.exec(t, "CREATE TABLE "+e.db+".lonely (kind String, n UInt64) ENGINE = MergeTree ORDER BY kind")
-	_, err := e.r.settle(e.ctx, e.c, batch(1, 2, 3), intent, asJournaled, []dedupHit{{db: e.db, table: "lonely", part: "all_4_4_0"}})
-	lost, ok := errors.AsType[*LostPartError](err)
+	_, err := e.r.settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []dedupHit{{db: e.db, table: "lonely", part: "all_4_4_0"}})
+	lost, ok := errors.AsType[*Lost](err)
 	require.True(t, ok, "%v", err)
-	assert.Equal(t, LostPartError{Intent: intent, Table: e.db + ".lonely", ViewTarget: true, Part: "all_4_4_0", Err: lost.Err}, *lost)
-	assert.ErrorIs(t, err, ErrLostPart)
+	assert.Equal(t, Lost{Intent: intent, Table: e.db + ".lonely", ViewTarget: true, Part: "all_4_4_0", Err: lost.Err}, *lost)
 	assert.ErrorContains(t, lost.Err, "no materialized view of "+e.db+".events writes to "+e.db+".lonely directly")
-	assert.ErrorContains(t, err, e.db+".lonely, the target of a materialized view over the sink's table,")
 
 	e.exec(t, "CREATE TABLE "+e.db+".sums (id UInt64, kind String) ENGINE = SummingMergeTree ORDER BY id")
 	e.exec(t, "INSERT INTO "+e.db+".sums VALUES (1, 'k1')")
 	e.exec(t, "INSERT INTO "+e.db+".sums VALUES (2, 'k0')")
 	e.exec(t, "OPTIMIZE TABLE "+e.db+".sums FINAL")
-	r := &repairer{db: e.db, table: "sums", columns: e.r.columns, dial: e.r.dial, logger: e.r.logger}
-	_, err = r.settle(e.ctx, e.c, batch(1, 2, 3), intent, asJournaled, []dedupHit{{db: e.db, table: "sums", part: "all_1_1_0"}})
-	lost, ok = errors.AsType[*LostPartError](err)
+	r := &Repairer{db: e.db, table: "sums", columns: e.r.columns, dial: e.r.dial, logger: e.r.logger}
+	_, err = r.settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []dedupHit{{db: e.db, table: "sums", part: "all_1_1_0"}})
+	lost, ok = errors.AsType[*Lost](err)
 	require.True(t, ok, "%v", err)
-	assert.Equal(t, LostPartError{Intent: intent, Table: e.db + ".sums", Part: "all_1_1_0", Err: lost.Err}, *lost)
-	assert.ErrorIs(t, err, ErrUnprovenTarget)
-	assert.ErrorContains(t, err, "the sink's table "+e.db+".sums deduplicated")
+	assert.Equal(t, Lost{Intent: intent, Table: e.db + ".sums", Part: "all_1_1_0", Err: lost.Err}, *lost)
+	assert.ErrorIs(t, err, ErrUnproven)
 }
 
 // TestRepairerSettleMergedWhileRead: a merge that retires the named part
@@ -365,7 +393,7 @@ func TestRepairerSettleMergedWhileRead(t *testing.T) {
 			}
 			e.insertBatch(t, batch(100, 101), "another")
 			e.insertBatch(t, batch(1, 2, 3), intent.Token)
-			parts, err := queryStrings(e.ctx, e.c, "SELECT name AS c0 FROM system.parts WHERE active AND database = '"+e.db+"' AND table = '"+target+"' ORDER BY max_block_number DESC LIMIT 1", 1)
+			parts, err := chsql.Strings(e.ctx, e.c, "SELECT name AS c0 FROM system.parts WHERE active AND database = '"+e.db+"' AND table = '"+target+"' ORDER BY max_block_number DESC LIMIT 1", 1)
 			require.NoError(t, err)
 			require.Len(t, parts, 1)
 			part := parts[0][0]
@@ -380,7 +408,7 @@ func TestRepairerSettleMergedWhileRead(t *testing.T) {
 				}
 				return nil
 			}
-			held, err := e.r.settle(e.ctx, e.c, batch(1, 2, 3), intent, asJournaled, []dedupHit{{db: e.db, table: target, part: part}})
+			held, err := e.r.settle(e.ctx, e.c, batch(1, 2, 3), intent, AsJournaled, []dedupHit{{db: e.db, table: target, part: part}})
 			require.NoError(t, err)
 			require.True(t, merged, "the check located the part: %v", e.steps)
 			if target == "events" {

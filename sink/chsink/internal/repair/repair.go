@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // Repairs of a lost part: the batch's rows put back into the sink's table
 // without firing its views, and a view's rows of the batch derived again
@@ -14,6 +14,7 @@ import (
 	"github.com/ClickHouse/ch-go/proto"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // putBack writes input into the table without firing its materialized
@@ -23,11 +24,11 @@ import (
 // Moving empties the staging table, which tells a repeated repair that the
 // rows are in: moved says whether this call moved any. The empty staging
 // table is dropped once a completed checkpoint covers the batch
-// (dropStaging).
-func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent) (moved bool, err error) {
-	db, stage := ident(r.db), r.scratchName("eo_repair_", in)
-	exists, err := queryStrings(ctx, c, fmt.Sprintf(
-		"SELECT name AS c0 FROM system.tables WHERE database = %s AND name = %s", quote(r.db), quote(stage)), 1)
+// (DropStaging).
+func (r *Repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input, in sink.Intent) (moved bool, err error) {
+	db, stage := chsql.Ident(r.db), r.scratchName("eo_repair_", in)
+	exists, err := chsql.Strings(ctx, c, fmt.Sprintf(
+		"SELECT name AS c0 FROM system.tables WHERE database = %s AND name = %s", chsql.Quote(r.db), chsql.Quote(stage)), 1)
 	if err != nil {
 		return false, err
 	}
@@ -39,7 +40,7 @@ func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input,
 		if err := r.step("filled"); err != nil {
 			return false, err
 		}
-		if err := c.Do(ctx, ch.Query{Body: "RENAME TABLE " + db + "." + ident(tmp) + " TO " + db + "." + ident(stage)}); err != nil {
+		if err := c.Do(ctx, ch.Query{Body: "RENAME TABLE " + db + "." + chsql.Ident(tmp) + " TO " + db + "." + chsql.Ident(stage)}); err != nil {
 			return false, fmt.Errorf("chsink: repair %s: rename staging table: %w", r.table, err)
 		}
 		if err := r.step("renamed"); err != nil {
@@ -48,14 +49,14 @@ func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input,
 	}
 	// A moved partition may leave an empty active part behind (the server
 	// covers what it moved away): only parts with rows are still to move.
-	parts, err := queryStrings(ctx, c, fmt.Sprintf(
+	parts, err := chsql.Strings(ctx, c, fmt.Sprintf(
 		"SELECT DISTINCT partition_id AS c0 FROM system.parts WHERE active AND rows > 0 AND database = %s AND table = %s",
-		quote(r.db), quote(stage)), 1)
+		chsql.Quote(r.db), chsql.Quote(stage)), 1)
 	if err != nil {
 		return false, err
 	}
 	for _, p := range parts {
-		q := "ALTER TABLE " + db + "." + ident(stage) + " MOVE PARTITION ID " + quote(p[0]) + " TO TABLE " + db + "." + ident(r.table)
+		q := "ALTER TABLE " + db + "." + chsql.Ident(stage) + " MOVE PARTITION ID " + chsql.Quote(p[0]) + " TO TABLE " + db + "." + chsql.Ident(r.table)
 		if err := c.Do(ctx, ch.Query{Body: q}); err != nil {
 			return false, fmt.Errorf("chsink: repair %s: %w", r.table, err)
 		}
@@ -75,7 +76,7 @@ func (r *repairer) putBack(ctx context.Context, c *ch.Client, input proto.Input,
 // ":rederive:" + view, which the target's deduplication drops if a crash
 // repeats the repair (see selectSettings). A query that reads other tables
 // too (a JOIN) reads them as they are now.
-func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, db, target, src string) error {
+func (r *Repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, db, target, src string) error {
 	views, err := r.viewQueries(ctx, c, db, target, src)
 	if err != nil {
 		return err
@@ -88,7 +89,7 @@ func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, d
 		if err != nil {
 			return fmt.Errorf("view %s: %w", v.name, err)
 		}
-		sel := "SELECT " + joinIdents(names) + " FROM (" + v.sel + ")"
+		sel := "SELECT " + chsql.JoinIdents(names) + " FROM (" + v.sel + ")"
 		// ORDER BY ALL on the outer SELECT is what the server takes for a
 		// stable SELECT, whose INSERT it deduplicates on every release
 		// (from PR 91830 to PR 99206 a token alone was not enough). A
@@ -101,7 +102,7 @@ func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, d
 		} else if !ch.IsException(err) {
 			return fmt.Errorf("view %s: %w", v.name, err)
 		}
-		body := "INSERT INTO " + ident(db) + "." + ident(target) + " (" + joinIdents(names) + ") " + sel
+		body := "INSERT INTO " + chsql.Ident(db) + "." + chsql.Ident(target) + " (" + chsql.JoinIdents(names) + ") " + sel
 		err = c.Do(ctx, ch.Query{Body: body, Settings: r.selectSettings(in.Token + ":rederive:" + v.name)})
 		if err != nil {
 			return fmt.Errorf("view %s: %w", v.name, err)
@@ -113,6 +114,12 @@ func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, d
 	return nil
 }
 
+// SelectDedupSetting (from 25.12, ClickHouse PR 91830) decides whether an
+// INSERT ... SELECT is deduplicated, over insert_deduplicate and
+// deduplicate_insert: the sink's inserts send none, a repair's send it
+// (see selectSettings).
+const SelectDedupSetting = "deduplicate_insert_select"
+
 // selectSettings are the settings of a repair's INSERT ... SELECT under
 // token: the sink's insert settings (so a profile that turns deduplication
 // off, or makes inserts asynchronous, changes nothing), and
@@ -123,10 +130,10 @@ func (r *repairer) rederive(ctx context.Context, c *ch.Client, in sink.Intent, d
 // releases skip deduplication of a SELECT they do not take for stable;
 // 'force_enable' deduplicates or fails the insert. max_threads = 1 reads
 // the staging table in one stream: one order, one block.
-func (r *repairer) selectSettings(token string) []ch.Setting {
-	out := insertSettingsFor(r.sent, token)
+func (r *Repairer) selectSettings(token string) []ch.Setting {
+	out := r.insertSettings(token)
 	if r.selectDedup {
-		out = append(out, ch.Setting{Key: selectDedupSetting, Value: "force_enable", Important: true})
+		out = append(out, ch.Setting{Key: SelectDedupSetting, Value: "force_enable", Important: true})
 	}
 	return append(out, ch.SettingInt("max_threads", 1))
 }
@@ -142,12 +149,12 @@ type viewQuery struct {
 // view's target), each made to read the table from instead, a staging copy
 // in the sink's database (see readFrom). The server formats each query
 // first, so that the name is replaced in its own canonical text.
-func (r *repairer) viewQueries(ctx context.Context, c *ch.Client, db, target, from string) ([]viewQuery, error) {
-	rows, err := queryStrings(ctx, c, fmt.Sprintf(
+func (r *Repairer) viewQueries(ctx context.Context, c *ch.Client, db, target, from string) ([]viewQuery, error) {
+	rows, err := chsql.Strings(ctx, c, fmt.Sprintf(
 		"SELECT database AS c0, name AS c1, formatQuery(as_select) AS c2 FROM system.tables "+
 			"WHERE engine = 'MaterializedView' AND target_database = %s AND target_table = %s AND (database, name) IN "+
 			"(SELECT arrayJoin(arrayZip(dependencies_database, dependencies_table)) FROM system.tables WHERE database = %s AND name = %s) ORDER BY database, name",
-		quote(db), quote(target), quote(r.db), quote(r.table)), 3)
+		chsql.Quote(db), chsql.Quote(target), chsql.Quote(r.db), chsql.Quote(r.table)), 3)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // The server's run: a part can be lost, or its name given to another
 // insert, only when the server restarts, so a lost-part check is needed
@@ -18,13 +18,14 @@ import (
 	"github.com/ClickHouse/ch-go"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // bootTable is the sink's Memory table, in Options.Database, whose rows
 // name the server's current run.
 const bootTable = "eo_boot"
 
-// readBoot returns an id of the server's current run, creating it if this
+// ReadBoot returns an id of the server's current run, creating it if this
 // run has none yet; "" if it cannot (no right to create the table, say),
 // which makes every later check assume a restart. It runs once per
 // connection: a restart drops the connection, so one connection's
@@ -32,10 +33,10 @@ const bootTable = "eo_boot"
 // insert settings without a token: with async_insert = 1 and
 // wait_for_async_insert = 0 in a profile, the id would be returned before
 // the server holds it.
-func readBoot(ctx context.Context, c *ch.Client, db string, settings []ch.Setting) string {
+func ReadBoot(ctx context.Context, c *ch.Client, db string, settings []ch.Setting) string {
 	ids, err := bootIDs(ctx, c, db)
 	if err != nil {
-		if err = c.Do(ctx, ch.Query{Body: "CREATE TABLE IF NOT EXISTS " + ident(db) + "." + bootTable + " (id String) ENGINE = Memory"}); err != nil {
+		if err = c.Do(ctx, ch.Query{Body: "CREATE TABLE IF NOT EXISTS " + chsql.Ident(db) + "." + bootTable + " (id String) ENGINE = Memory"}); err != nil {
 			return ""
 		}
 	}
@@ -45,7 +46,7 @@ func readBoot(ctx context.Context, c *ch.Client, db string, settings []ch.Settin
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	if err := c.Do(ctx, ch.Query{Body: "INSERT INTO " + ident(db) + "." + bootTable + " (id) VALUES (" + quote(id) + ")", Settings: settings}); err != nil {
+	if err := c.Do(ctx, ch.Query{Body: "INSERT INTO " + chsql.Ident(db) + "." + bootTable + " (id) VALUES (" + chsql.Quote(id) + ")", Settings: settings}); err != nil {
 		return ""
 	}
 	return id
@@ -54,7 +55,7 @@ func readBoot(ctx context.Context, c *ch.Client, db string, settings []ch.Settin
 // bootIDs lists the ids of the server's current run: usually one, more if
 // two sinks gave the run an id at once (either names the run).
 func bootIDs(ctx context.Context, c *ch.Client, db string) ([]string, error) {
-	rows, err := queryStrings(ctx, c, "SELECT id AS c0 FROM "+ident(db)+"."+bootTable+" ORDER BY id", 1)
+	rows, err := chsql.Strings(ctx, c, "SELECT id AS c0 FROM "+chsql.Ident(db)+"."+bootTable+" ORDER BY id", 1)
 	if err != nil {
 		return nil, err
 	}
@@ -78,12 +79,4 @@ func sameRun(ctx context.Context, c *ch.Client, db string, in sink.Intent) (bool
 		return false, fmt.Errorf("chsink: read the server's run: %w", err)
 	}
 	return slices.Contains(ids, in.Boot), nil
-}
-
-// runID returns the id of the server's run as last read, "" if unknown.
-func (s *Sink[T]) runID() string {
-	if id := s.boot.Load(); id != nil {
-		return *id
-	}
-	return ""
 }

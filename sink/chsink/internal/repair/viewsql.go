@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // A view's query, made to read the batch alone: the lost-part check and
 // repair run a materialized view's query over a staging copy of the sink's
@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // sqlToken is one lexical token of a formatted query.
@@ -130,9 +132,9 @@ func readFrom(query, db, table, stageDB, stage string) (string, error) {
 		if after := next(b); after < len(toks) && toks[after].text == "." {
 			continue // db.table.column: not a table expression
 		}
-		repl := ident(stageDB) + "." + ident(stage)
+		repl := chsql.Ident(stageDB) + "." + chsql.Ident(stage)
 		if !keyword(next(b), "AS") {
-			repl += " AS " + ident(table)
+			repl += " AS " + chsql.Ident(table)
 		}
 		var out strings.Builder
 		for _, t := range toks[:a] {

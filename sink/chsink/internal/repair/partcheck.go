@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // The lost-part check: does a table hold what the insert of a batch wrote
 // there? The server's deduplication log names the part (partition_N_N_0,
@@ -19,7 +19,7 @@ package chsink
 //     at least the row's (see lostPartProof); any other shape merged is
 //     refused by New (proofcheck.go).
 //
-// Content is all it goes by: another insert that took the lost part's name
+// content is all it goes by: another insert that took the lost part's name
 // with the same rows (and, stored, the same block number) passes for the
 // batch's. A Replacing table does not mind; a plain MergeTree view target,
 // whose rows another partition's batch may repeat, is refused unless
@@ -29,6 +29,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // proof says how the sink tells whether a table of engine holds a block
@@ -80,9 +82,9 @@ type tableFacts struct {
 
 // facts reads db.table's engine, sorting key and version column.
 func (v *verifier) facts(ctx context.Context, db, table string) (tableFacts, error) {
-	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, v.c, fmt.Sprintf(
 		"SELECT engine AS c0, sorting_key AS c1, engine_full AS c2 FROM system.tables WHERE database = %s AND name = %s",
-		quote(db), quote(table)), 3)
+		chsql.Quote(db), chsql.Quote(table)), 3)
 	if err != nil {
 		return tableFacts{}, err
 	}
@@ -100,9 +102,9 @@ func (v *verifier) facts(ctx context.Context, db, table string) (tableFacts, err
 // db.table matching where, over cols: equal fingerprints are equal
 // multisets of rows (but for a 64-bit hash collision).
 func (v *verifier) fingerprint(ctx context.Context, db, table, where string, cols []string) (string, error) {
-	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, v.c, fmt.Sprintf(
 		"SELECT toString(count()) || '/' || toString(sum(cityHash64(formatRow('RowBinary', %s)))) AS c0 FROM %s.%s WHERE %s",
-		joinIdents(cols), ident(db), ident(table), where), 1)
+		chsql.JoinIdents(cols), chsql.Ident(db), chsql.Ident(table), where), 1)
 	if err != nil {
 		return "", err
 	}
@@ -116,11 +118,11 @@ func (v *verifier) fingerprint(ctx context.Context, db, table, where string, col
 // insert that took part's block number wrote there: the part itself,
 // still unmerged, or (with stored block numbers) the rows of that block.
 func blockRows(part string, byNumber bool) string {
-	p, lo, _, ok := partBlocks(part)
+	p, lo, _, ok := PartBlocks(part)
 	if !byNumber || !ok {
-		return "_part = " + quote(part)
+		return "_part = " + chsql.Quote(part)
 	}
-	return fmt.Sprintf("_partition_id = %s AND _block_number = %d", quote(p), lo)
+	return fmt.Sprintf("_partition_id = %s AND _block_number = %d", chsql.Quote(p), lo)
 }
 
 // staged is a staging table, in the sink's database, holding what an
@@ -154,9 +156,9 @@ func (v *verifier) exact(ctx context.Context, db, table, part string, f tableFac
 	if err != nil || !ok {
 		return false, false, err
 	}
-	pid, _, _, _ := partBlocks(part)
+	pid, _, _, _ := PartBlocks(part)
 	for i, w := range want {
-		exp, err := v.fingerprint(ctx, v.r.db, w.table, "_partition_id = "+quote(pid), w.cols)
+		exp, err := v.fingerprint(ctx, v.r.db, w.table, "_partition_id = "+chsql.Quote(pid), w.cols)
 		if err != nil {
 			return false, false, err
 		}
@@ -200,9 +202,9 @@ func (v *verifier) readBlock(ctx context.Context, db, table, part string, f tabl
 
 // active reports whether part is an active part of db.table.
 func (v *verifier) active(ctx context.Context, db, table, part string) (bool, error) {
-	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, v.c, fmt.Sprintf(
 		"SELECT name AS c0 FROM system.parts WHERE active AND database = %s AND table = %s AND name = %s",
-		quote(db), quote(table), quote(part)), 1)
+		chsql.Quote(db), chsql.Quote(table), chsql.Quote(part)), 1)
 	return len(rows) > 0, err
 }
 
@@ -233,14 +235,14 @@ func (v *verifier) blockCond(ctx context.Context, db, table, part string, f tabl
 // enable_block_number_column = 1): the block's rows can then be read out
 // of merged parts.
 func (v *verifier) storesBlockNumbers(ctx context.Context, db, table, part string) (bool, error) {
-	p, lo, hi, ok := partBlocks(part)
+	p, lo, hi, ok := PartBlocks(part)
 	if !ok {
 		return false, nil
 	}
-	rows, err := queryStrings(ctx, v.c, fmt.Sprintf(
+	rows, err := chsql.Strings(ctx, v.c, fmt.Sprintf(
 		"SELECT toString(count()) AS c0, toString(countIf(name IN (SELECT part_name FROM system.parts_columns WHERE database = %[1]s AND table = %[2]s AND column = '_block_number'))) AS c1 "+
 			"FROM system.parts WHERE active AND database = %[1]s AND table = %[2]s AND partition_id = %[3]s AND min_block_number <= %[4]d AND max_block_number >= %[5]d",
-		quote(db), quote(table), quote(p), lo, hi), 2)
+		chsql.Quote(db), chsql.Quote(table), chsql.Quote(p), lo, hi), 2)
 	if err != nil || len(rows) != 1 {
 		return false, err
 	}

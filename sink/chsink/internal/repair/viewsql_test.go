@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -92,7 +93,7 @@ func TestViewQueryFixtures(t *testing.T) {
 		require.NoError(t, c.Do(ctx, ch.Query{Body: fx.ddl}), fx.name)
 		name := strings.Fields(fx.ddl)[3] // CREATE MATERIALIZED VIEW db.name
 		_, view, _ := strings.Cut(name, ".")
-		rows, err := queryStrings(ctx, c, fmt.Sprintf("SELECT formatQuery(as_select) AS c0 FROM system.tables WHERE database = %s AND name = %s", quote(db), quote(view)), 1)
+		rows, err := chsql.Strings(ctx, c, fmt.Sprintf("SELECT formatQuery(as_select) AS c0 FROM system.tables WHERE database = %s AND name = %s", chsql.Quote(db), chsql.Quote(view)), 1)
 		require.NoError(t, err)
 		require.Len(t, rows, 1, fx.name)
 		assert.Equal(t, fx.query, rows[0][0], fx.name)

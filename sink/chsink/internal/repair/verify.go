@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 // The staging tables of a lost-part check, and the check itself: what
 // the insert of a batch wrote into a table, written again into staging
@@ -12,6 +12,7 @@ import (
 	"github.com/ClickHouse/ch-go/proto"
 
 	"github.com/exactlyonce/exactlyonce/sink"
+	"github.com/exactlyonce/exactlyonce/sink/chsink/internal/chsql"
 )
 
 // verifier checks a batch's rows against the parts that supposedly hold
@@ -19,7 +20,7 @@ import (
 // drop; their names are fixed per batch (see scratchName), so tables a
 // crash left behind are replaced by the next check of the same batch.
 type verifier struct {
-	r     *repairer
+	r     *Repairer
 	c     *ch.Client // the connection the check runs on
 	input proto.Input
 	in    sink.Intent
@@ -51,7 +52,7 @@ func (v *verifier) lacks(ctx context.Context, own bool, db, table string, hits [
 	// with the same rows. New refuses such a target (reproducible); one met
 	// here was added since. Stop rather than guess.
 	return false, fmt.Errorf("%w: %s.%s (%s) holds the rows the batch's insert wrote there where the server named part %s, "+
-		"but another insert's same rows would look the same (Options.DistinctViewRows)", ErrUnprovenTarget, db, table, f.engine, hits[0])
+		"but another insert's same rows would look the same (Options.DistinctViewRows)", ErrUnproven, db, table, f.engine, hits[0])
 }
 
 // lacksRows is lacks for a table whose engine needs a check (f).
@@ -106,7 +107,7 @@ func (v *verifier) lacksRows(ctx context.Context, own bool, db, table string, hi
 		// New refuses these shapes (provable); one met here was changed
 		// since. Stop rather than guess.
 		return false, fmt.Errorf("%w: part %s of %s.%s (%s) is merged and its rows cannot be told from other inserts'",
-			ErrUnprovenTarget, part, db, table, f.engine)
+			ErrUnproven, part, db, table, f.engine)
 	}
 	if len(keyed) == 0 {
 		return false, nil
@@ -124,18 +125,18 @@ func (v *verifier) missing(ctx context.Context, db, table, where string, f table
 	for _, w := range want {
 		key := f.sortingKey
 		if key == "" || lostPartProof(f.engine) != proofKeys {
-			key = joinIdents(w.cols)
+			key = chsql.JoinIdents(w.cols)
 		}
 		// A row of NULLs matches itself under transform_null_in.
 		q := fmt.Sprintf("SELECT toString(count()) AS c0 FROM %s.%s WHERE (%s) NOT IN (SELECT %s FROM %s.%s WHERE %s) SETTINGS transform_null_in = 1",
-			ident(v.r.db), ident(w.table), key, key, ident(db), ident(table), where)
+			chsql.Ident(v.r.db), chsql.Ident(w.table), key, key, chsql.Ident(db), chsql.Ident(table), where)
 		if f.version != "" {
 			q = fmt.Sprintf("SELECT toString(count()) AS c0 FROM (SELECT tuple(%[1]s) AS k, %[2]s AS v FROM %[3]s.%[4]s) AS w "+
 				"LEFT ANY JOIN (SELECT tuple(%[1]s) AS k, max(%[2]s) AS v, 1 AS found FROM %[5]s.%[6]s WHERE %[7]s GROUP BY k) AS h ON w.k = h.k "+
 				"WHERE h.found = 0 OR h.v < w.v SETTINGS join_use_nulls = 0",
-				key, ident(f.version), ident(v.r.db), ident(w.table), ident(db), ident(table), where)
+				key, chsql.Ident(f.version), chsql.Ident(v.r.db), chsql.Ident(w.table), chsql.Ident(db), chsql.Ident(table), where)
 		}
-		n, err := queryStrings(ctx, v.c, q, 1)
+		n, err := chsql.Strings(ctx, v.c, q, 1)
 		if err != nil {
 			return false, err
 		}
@@ -198,7 +199,7 @@ func (v *verifier) derived(ctx context.Context, db, target string) ([]staged, er
 		return nil, fmt.Errorf("no materialized view of %s.%s writes to %s.%s directly (a cascade of views)", v.r.db, v.r.table, db, target)
 	}
 	var out []staged
-	sdb := ident(v.r.db)
+	sdb := chsql.Ident(v.r.db)
 	for _, q := range views {
 		name := v.r.scratchName("eo_derive_", v.in, key, q.name)
 		v.made = append(v.made, name)
@@ -207,9 +208,9 @@ func (v *verifier) derived(ctx context.Context, db, target string) ([]staged, er
 			return nil, fmt.Errorf("view %s: %w", q.name, err)
 		}
 		for _, stmt := range []string{
-			dropTable(v.r.db, name),
-			"CREATE TABLE " + sdb + "." + ident(name) + " AS " + ident(db) + "." + ident(target),
-			"INSERT INTO " + sdb + "." + ident(name) + " (" + joinIdents(names) + ") SELECT " + joinIdents(names) + " FROM (" + q.sel + ") SETTINGS max_threads = 1",
+			chsql.DropTable(v.r.db, name),
+			"CREATE TABLE " + sdb + "." + chsql.Ident(name) + " AS " + chsql.Ident(db) + "." + chsql.Ident(target),
+			"INSERT INTO " + sdb + "." + chsql.Ident(name) + " (" + chsql.JoinIdents(names) + ") SELECT " + chsql.JoinIdents(names) + " FROM (" + q.sel + ") SETTINGS max_threads = 1",
 		} {
 			if err := v.c.Do(ctx, ch.Query{Body: stmt}); err != nil {
 				return nil, fmt.Errorf("view %s: %s: %w", q.name, stmt, err)
@@ -227,7 +228,7 @@ func (v *verifier) derived(ctx context.Context, db, target string) ([]staged, er
 // drop removes the staging tables made.
 func (v *verifier) drop(ctx context.Context) {
 	for _, name := range v.made {
-		_ = v.c.Do(context.WithoutCancel(ctx), ch.Query{Body: dropTable(v.r.db, name)})
+		_ = v.c.Do(context.WithoutCancel(ctx), ch.Query{Body: chsql.DropTable(v.r.db, name)})
 	}
 	v.made = nil
 }

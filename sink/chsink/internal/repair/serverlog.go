@@ -1,11 +1,13 @@
-package chsink
+package repair
 
 // The server's log of a dropped duplicate block: the one line of a plain
 // MergeTree's text that the lost-part check reads. Fixtures under
 // testdata/serverlog pin it for the server versions tested.
 
 import (
+	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,6 +16,29 @@ import (
 
 // dedupLine is how a plain MergeTree logs a dropped duplicate block.
 var dedupLine = regexp.MustCompile(`Block with ID \S+ already exists as part (\S+); ignoring it`)
+
+// Log collects the blocks that a query's server log reports dropped as
+// duplicates, for Settle. The zero value is ready for Watch.
+type Log struct {
+	hits []dedupHit
+}
+
+// Watch returns q made to ask for the server's log (send_logs_level =
+// information, added to a copy of q's settings) and to collect into l the
+// blocks it reports dropped. l collects while the query runs, in the
+// goroutine that runs it.
+func (l *Log) Watch(q ch.Query) ch.Query {
+	q.Settings = append(slices.Clip(q.Settings), ch.Setting{Key: "send_logs_level", Value: "information"})
+	q.OnLogs = func(_ context.Context, logs []ch.Log) error {
+		for _, e := range logs {
+			if h, ok := parseDedupLog(e); ok {
+				l.hits = append(l.hits, h)
+			}
+		}
+		return nil
+	}
+	return q
+}
 
 // dedupHit is one dropped block: the table that dropped it and the part its
 // deduplication log pointed at.
@@ -58,8 +83,8 @@ func cutIdent(s string) (ident, rest string, ok bool) {
 	return s[:i], s[i:], i > 0
 }
 
-// partBlocks parses a part name, partition_min_max_level[_mutation].
-func partBlocks(part string) (partition string, lo, hi int64, ok bool) {
+// PartBlocks parses a part name, partition_min_max_level[_mutation].
+func PartBlocks(part string) (partition string, lo, hi int64, ok bool) {
 	f := strings.Split(part, "_")
 	if len(f) < 4 || len(f) > 5 {
 		return "", 0, 0, false

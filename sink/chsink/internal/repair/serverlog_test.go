@@ -1,4 +1,4 @@
-package chsink
+package repair
 
 import (
 	"context"
