@@ -72,12 +72,6 @@ func TestPackageDocs(t *testing.T) {
 		assert.True(t, found, "%s/doc.go declares package %s", rel, f[2])
 		assert.True(t, strings.HasPrefix(doc, "// Package "+f[2]+" "), "%s/doc.go's comment starts with \"Package %s\"", rel, f[2])
 		assert.Contains(t, doc, "\n// # Guarantees\n", "%s/doc.go's package comment has no # Guarantees section", rel)
-		if rel == "sink/chsink" {
-			// Its doc is being reshaped with the move of the lost-part
-			// repair into sink/chsink/internal/repair (issue 47 item 3);
-			// its errors section comes with that.
-			continue
-		}
 		for _, name := range sentinels(t, f[1]) {
 			assert.Contains(t, doc, "["+name+"]", "%s/doc.go's # Errors section does not link [%s]", rel, name)
 		}

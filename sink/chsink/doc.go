@@ -188,9 +188,7 @@
 // Exactly once into the table and its dependent views, given what package
 // sink's Guarantees assume, and whatever the server's and the user's
 // defaults of the settings above (every insert sends its own, a lost-part
-// repair's included; a user who may not is refused by New, tested by
-// TestInsertsCarryDedupSettings, TestNewRefusesSettingItCannotSet and
-// TestRepairRepeatedUnderUnsafeProfile): deterministic processing (else
+// repair's included; a user who may not is refused by New): deterministic processing (else
 // *sink.ContentMismatchError, or Options.OnMismatch: MismatchReinsert
 // inserts the new content of a replayed batch under a fresh derived token,
 // which New allows only for ReplacingMergeTree tables and view targets, since the table and its views see those rows again),
@@ -222,12 +220,8 @@
 // acknowledged, so a checkpoint never names a row ClickHouse might not
 // hold; rows added after the barrier go into the next batch and the next
 // checkpoint. A failed insert fails the pending part, and the checkpoint
-// writes nothing. Tested by TestAsyncInsertFailureAbortsCheckpoint,
-// TestRevokedWhilePending and TestRowsAfterTheBarrierNotInPendingCheckpoint,
-// by checkpointtest.TestAsyncParticipant, and by TestAsyncKilled (SIGKILL
-// after the cut, while an intent is journaled behind an insert in flight,
-// after the intent, during the insert, before the file, before the offset
-// commit).
+// writes nothing, and a SIGKILL at any of these steps loses and
+// duplicates nothing.
 //
 // Lost parts: a plain MergeTree writes a block's token to its
 // deduplication log before it renames the block's part in, so a server
@@ -310,6 +304,33 @@
 //
 // Restore refuses a state that does not decode (ErrCorrupt), of another
 // format version (ErrUnsupportedVersion) or of another table or partition
-// (ErrIncompatible), and then loads nothing; the state's format is pinned by
-// testdata/state_v1.golden and the sink runs checkpointtest.TestParticipant.
+// (ErrIncompatible), and then loads nothing; the state's format is kept
+// from version to version. docs/design/tests.md names the tests that hold
+// each of these promises.
+//
+// # Errors
+//
+// Match them with errors.Is (the sentinels) or errors.As (the types);
+// errors of every sink (sink.ErrClosed, sink.ErrReplayInProgress,
+// *sink.ContentMismatchError, ...) are package sink's:
+//
+//   - [ErrInvalidOptions] is wrapped by New's error for a nil or
+//     inconsistent schema or an invalid option; nothing was connected.
+//   - [ErrNoDedupWindow], [ErrTableSchema] and [ErrNotIdempotent] are
+//     matched by a *[TableCheckError] from New: a table that does not
+//     deduplicate inserted blocks, lacks a column, or (under
+//     MismatchReinsert) is not a ReplacingMergeTree.
+//   - [ErrUnprovenTarget] is matched by New's error for a table or view
+//     target whose lost parts cannot be proven (see the table above); the
+//     error's Reason says what to use instead.
+//   - [ErrUnsafeSetting] is matched by a *[SettingError] from New or an
+//     insert: a server setting, or a setting the sink's user may not
+//     change, would let a replayed batch be inserted twice or lost.
+//   - [ErrLostPart] is wrapped by a *[LostPartError]: a part ClickHouse
+//     deduplicated a block against is gone and cannot be repaired here;
+//     the sink stops rather than guess.
+//   - [ErrCorrupt], [ErrUnsupportedVersion] and [ErrIncompatible] are
+//     wrapped by Restore's error; nothing was loaded.
+//   - *[InsertError] and *[ServerError] carry what the server said about
+//     a failed insert or connection.
 package chsink
