@@ -38,7 +38,7 @@ func TestSessionTimeoutBelowBrokerMinimum(t *testing.T) {
 	opts.Logger = testLogger(t)
 	opts.SessionTimeout = 2 * time.Second
 	cs := &counters{}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}),
 		coord, cs.newProcessor, opts)
 	require.NoError(t, err)
 

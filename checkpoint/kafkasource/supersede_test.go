@@ -25,7 +25,7 @@ func TestGenerationCurrent(t *testing.T) {
 	brokers := testkit.Kafka(t)
 	topic := testkit.Name(t, "topic")
 	testkit.CreateTopic(t, brokers, topic, 2)
-	group := kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}
+	group := testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}})
 	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{})
@@ -95,7 +95,7 @@ func TestSupersededSaveRestarts(t *testing.T) {
 	opts.Restart = kafkasource.Restart{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 	var builds atomic.Int32
 	cs := &counters{}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}),
 		coord, func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			builds.Add(1)
 			return cs.newProcessor(ctx, p)
