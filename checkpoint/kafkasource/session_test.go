@@ -24,6 +24,8 @@ func TestSessionTimeoutBelowBrokerMinimum(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a broker of its own")
 	}
+	skipUnderConsumerProtocol(t, "a consumer protocol member sends no session timeout: "+
+		"the broker's group.consumer.session.timeout.ms is its session timeout")
 	k := testkit.StartKafkaBroker(t, testkit.KafkaBrokerOptions{KafkaDefaults: true})
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "topic")
