@@ -76,7 +76,8 @@ func TestGenerationCurrent(t *testing.T) {
 // later owner). The chain's next save is refused with
 // checkpoint.ErrSuperseded; the group coordinator says the chain's
 // generation is current, so the chain restarts from the newest checkpoint
-// and goes on: Run does not end, and every record is counted once.
+// and goes on: Run does not end, and every record is counted once. (Under
+// ProtocolConsumer the member starts the chain again, see below.)
 func TestSupersededSaveRestarts(t *testing.T) {
 	const n = 30
 	brokers := testkit.Kafka(t)
@@ -115,8 +116,15 @@ func TestSupersededSaveRestarts(t *testing.T) {
 	later.ID, later.Generation = cp.ID+1000, cp.Generation+1_000_000
 	_, err = store.Save(t.Context(), &later)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return restarts(t, reader) >= 1 }, time.Minute, 10*time.Millisecond,
-		"the refused save restarted the chain")
+	restarted := func() bool { return restarts(t, reader) >= 1 }
+	if consumerProtocolRun(t) {
+		// Under ProtocolConsumer there is no coordinator to ask before a
+		// restart (ownership.confirm is nil): the chain stops, and the
+		// member starts a new one at its next heartbeat, the partition
+		// being still in its target. That is not counted as a restart.
+		restarted = func() bool { return builds.Load() >= 2 }
+	}
+	require.Eventually(t, restarted, time.Minute, 10*time.Millisecond, "the refused save restarted the chain")
 
 	produce(t, brokers, topic, 1, n, n)
 	waitCounts(t, store, topic, map[int]int64{0: 2 * n})
