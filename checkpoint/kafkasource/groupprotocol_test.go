@@ -32,7 +32,8 @@ func consumerProtocolRun(t testing.TB) bool {
 
 // testGroup is g under the protocol the suite runs with: g itself, or g
 // with Protocol = ProtocolConsumer under the switch. Under the switch it
-// skips on the brokers of the kit that lack the protocol (Kafka 3.9, kfake).
+// skips unless $EXACTLYONCE_KAFKA is Apache Kafka 4 (3.9 lacks the
+// protocol); a test that starts a kfake broker of its own runs on it.
 func testGroup(t testing.TB, g kafkasource.Group) kafkasource.Group {
 	t.Helper()
 	if !consumerProtocolRun(t) {
