@@ -45,12 +45,3 @@ func testGroup(t testing.TB, g kafkasource.Group) kafkasource.Group {
 	g.Protocol = kafkasource.ProtocolConsumer
 	return g
 }
-
-// skipUnderConsumerProtocol skips a test that is about the classic
-// protocol only when the suite runs under the consumer one.
-func skipUnderConsumerProtocol(t testing.TB, why string) {
-	t.Helper()
-	if consumerProtocolRun(t) {
-		t.Skipf("%s=consumer: %s", envGroupProtocol, why)
-	}
-}
