@@ -25,7 +25,9 @@ func TestGenerationCurrent(t *testing.T) {
 	brokers := testkit.Kafka(t)
 	topic := testkit.Name(t, "topic")
 	testkit.CreateTopic(t, brokers, topic, 2)
-	group := testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}})
+	// The check is the classic protocol's (kafka-go's members below); the
+	// Source only asks it, so the group is not run under the switch.
+	group := kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}
 	store, err := checkpoint.NewStore(checkpoint.NewMemoryStorage(), checkpoint.StoreOptions{})
 	require.NoError(t, err)
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{})
