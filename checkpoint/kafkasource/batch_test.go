@@ -75,7 +75,7 @@ func TestProcessBatchCheckpointsAtRecordBoundaries(t *testing.T) {
 	opts := fastGroup
 	opts.MaxBatch = 16
 	opts.Buffer = 512
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "batch-boundaries", Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "batch-boundaries", Topics: []string{topic}}),
 		coord, bc.newProcessor, opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,7 +125,7 @@ func TestProcessBatchPoison(t *testing.T) {
 	require.NoError(t, err)
 	defer coord.Close()
 	var bc batchCounters
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "batch-poison", Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "batch-poison", Topics: []string{topic}}),
 		coord, bc.newProcessor, fastGroup)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -172,7 +172,7 @@ func TestProcessBatchDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	defer coord.Close()
 	var bc batchCounters
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "batch-dl", Topics: []string{topic}}, coord,
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "batch-dl", Topics: []string{topic}}), coord,
 		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			proc, err := bc.newProcessor(ctx, p)
 			proc.DeadLetter = &kafkasource.DeadLetter{Topic: dlq}

@@ -84,7 +84,7 @@ func TestReadsCommittedOnly(t *testing.T) {
 	defer coord.Close()
 	opts := fastGroup
 	opts.MaxBytes = 300 // a few batches a fetch
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "g"), Topics: []string{topic}}, coord,
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "g"), Topics: []string{topic}}), coord,
 		func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			return &kafkasource.Processor{Process: func(_ context.Context, m kafka.Message) error {
 				mu.Lock()

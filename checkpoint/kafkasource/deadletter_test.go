@@ -130,7 +130,7 @@ func TestPoisonChild(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := fastGroup
 	opts.Logger = logger
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: os.Getenv(envGroup), Topics: []string{poisonTopic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: os.Getenv(envGroup), Topics: []string{poisonTopic}}),
 		coord, newProc, opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -289,7 +289,7 @@ func TestPoisonStopsByDefault(t *testing.T) {
 	require.NoError(t, err)
 	defer coord.Close()
 	var cs counters
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "poison-stop", Topics: []string{topic}}, coord,
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "poison-stop", Topics: []string{topic}}), coord,
 		func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			proc, err := cs.newProcessor(ctx, p)
 			inner := proc.Process

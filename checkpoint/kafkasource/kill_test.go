@@ -93,7 +93,7 @@ func TestKillChild(t *testing.T) {
 			},
 		}, nil
 	}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: os.Getenv(envGroup), Topics: []string{killTopic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: os.Getenv(envGroup), Topics: []string{killTopic}}),
 		coord, newProc, fastGroup)
 	require.NoError(t, err)
 

@@ -61,7 +61,7 @@ func lifecycleSource(t *testing.T, newProc kafkasource.ProcessorFunc) (*kafkasou
 	t.Cleanup(func() { _ = coord.Close() })
 	opts := fastGroup
 	opts.Logger = testLogger(t)
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}),
 		coord, newProc, opts)
 	require.NoError(t, err)
 	return src, brokers, topic, store

@@ -57,7 +57,7 @@ func TestCommittedOffsetPastTrailingMarker(t *testing.T) {
 	coord, err := checkpoint.NewCoordinator(store, checkpoint.Options{Interval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	defer coord.Close()
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}}, coord,
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}}), coord,
 		func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			return &kafkasource.Processor{Process: func(context.Context, kafka.Message) error {
 				mu.Lock()

@@ -74,7 +74,7 @@ func TestClickHouseOutage(t *testing.T) {
 	opts.Logger = testLogger(t)
 	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	opts.Restart = kafkasource.Restart{InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}),
 		coord, func(ctx context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			addr, db := upAddr, upDB
 			if p.Partition == 0 {

@@ -52,7 +52,7 @@ func TestOffsetOutOfRangePolicy(t *testing.T) {
 			opts := fastGroup
 			opts.OutOfRange = tt.policy
 			cs := &counters{}
-			src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "oor-" + tt.name, Topics: []string{topic}},
+			src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "oor-" + tt.name, Topics: []string{topic}}),
 				coord, cs.newProcessor, opts)
 			require.NoError(t, err)
 			rctx, cancel := context.WithCancel(ctx)

@@ -624,7 +624,7 @@ func TestRecoveryChild(t *testing.T) {
 			Close: d.Close,
 		}, nil
 	}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.Brokers, ID: cfg.Group, Topics: []string{cfg.Topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: cfg.Brokers, ID: cfg.Group, Topics: []string{cfg.Topic}}),
 		coord, newProc, fastGroup)
 	require.NoError(t, err)
 	require.NoError(t, src.Run(context.Background())) // until killed

@@ -93,7 +93,7 @@ func TestRestartKeepsOtherPartitions(t *testing.T) {
 	opts.Logger = testLogger(t)
 	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	opts.Restart = kafkasource.Restart{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}),
 		coord, func(_ context.Context, p checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 			f := &flaky{down: &atomic.Bool{}}
 			if p.Partition == 0 {
@@ -173,7 +173,7 @@ func TestRestartDisabled(t *testing.T) {
 			var builds atomic.Int32
 			opts := fastGroup
 			opts.Restart = tt.restart
-			src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
+			src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}),
 				coord, func(context.Context, checkpoint.TopicPartition) (*kafkasource.Processor, error) {
 					builds.Add(1)
 					f := &flaky{down: &down}

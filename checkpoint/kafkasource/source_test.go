@@ -51,7 +51,7 @@ func startInstance(t *testing.T, brokers []string, group, topic, dir string, int
 	in := &instance{store: store, coord: coord, cs: &counters{}, done: make(chan error, 1)}
 	opts := fastGroup
 	opts.Logger = testLogger(t)
-	in.src, err = kafkasource.New(kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}},
+	in.src, err = kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}}),
 		coord, in.cs.newProcessor, opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

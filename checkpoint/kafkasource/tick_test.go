@@ -60,7 +60,7 @@ func TestTickRunsWhileIdleAndStopsRun(t *testing.T) {
 			TickInterval: 5 * time.Millisecond,
 		}, nil
 	}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "tick", Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "tick", Topics: []string{topic}}),
 		coord, newProc, fastGroup)
 	require.NoError(t, err)
 
@@ -129,7 +129,7 @@ func TestDeclinedCheckpointKeepsRunning(t *testing.T) {
 			Process:      func(context.Context, kafka.Message) error { return nil },
 		}, nil
 	}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "decline", Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "decline", Topics: []string{topic}}),
 		coord, newProc, fastGroup)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

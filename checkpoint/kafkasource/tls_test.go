@@ -74,7 +74,7 @@ func TestTLSAndSASL(t *testing.T) {
 			opts := fastGroup
 			opts.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: clientTLS, SASLMechanism: tt.mech}
 			cs := &counters{}
-			src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "g-" + tt.name, Topics: []string{topic}}, coord, cs.newProcessor, opts)
+			src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "g-" + tt.name, Topics: []string{topic}}), coord, cs.newProcessor, opts)
 			require.NoError(t, err)
 			runCtx, stop := context.WithCancel(ctx)
 			done := make(chan error, 1)

@@ -28,7 +28,7 @@ func topicSource(t *testing.T, brokers []string, topic string, missing kafkasour
 	opts.MissingTopic = missing
 	opts.TopicPollInterval = 100 * time.Millisecond
 	cs := &counters{}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}),
 		coord, cs.newProcessor, opts)
 	require.NoError(t, err)
 	return src, store

@@ -89,7 +89,7 @@ func TestBatchEqualsPerRecord(t *testing.T) {
 			Sink:   chsink.Options{MaxDelay: time.Hour, MaxRows: 1_000_000},
 			Logger: slog.New(slog.DiscardHandler), PerRecord: perRecord,
 		}))
-		src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}},
+		src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}}),
 			coord, counted(chain, &seen), kafkasource.Options{MaxBatch: 64, HeartbeatInterval: 100 * time.Millisecond})
 		require.NoError(t, err)
 		done := make(chan error, 1)

@@ -132,7 +132,7 @@ func TestUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 		require.NoError(t, err)
 		defer coord.Close()
 		var seen atomic.Int64
-		src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: topic, Topics: []string{topic}}, coord, counted(newProc, &seen),
+		src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: topic, Topics: []string{topic}}), coord, counted(newProc, &seen),
 			kafkasource.Options{MaxBatch: 64, HeartbeatInterval: 100 * time.Millisecond})
 		require.NoError(t, err)
 		done := make(chan error, 1)

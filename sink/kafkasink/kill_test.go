@@ -194,7 +194,7 @@ func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*ch
 			},
 		}, nil
 	}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{inTopic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{inTopic}}),
 		coord, newProc, kafkasource.Options{SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
 			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond,
 			// A short MaxBackoff: the decliner fails a chain every fourth

@@ -97,7 +97,7 @@ func TestPauseChild(t *testing.T) {
 			},
 		}, nil
 	}
-	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: "pause", Topics: []string{inTopic}},
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "pause", Topics: []string{inTopic}}),
 		coord, newProc, kafkasource.Options{SessionTimeout: 30 * time.Second, RebalanceTimeout: 2 * time.Second,
 			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond,
 			Restart: kafkasource.Restart{InitialBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}})
