@@ -135,7 +135,7 @@ func TestTxProducerTransactionVersion(t *testing.T) {
 // abortable, not the producer fenced: Commit refuses, Abort clears it, and
 // the next transaction commits; none of the aborted one's records is read.
 func TestTxProducerTransactionAbortable(t *testing.T) {
-	k := testkit.StartKafka(t)
+	k := testkit.StartKfake(t)
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "txab")
 	testkit.CreateTopic(t, brokers, topic, 1)
@@ -170,7 +170,7 @@ func TestTxProducerTransactionAbortable(t *testing.T) {
 func TestTxProducerCommitOutcomeUnknown(t *testing.T) {
 	for _, forceV1 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("forceV1=%v", forceV1), func(t *testing.T) {
-			k := testkit.StartKafka(t)
+			k := testkit.StartKfake(t)
 			brokers := k.Brokers()
 			topic := testkit.Name(t, "txu")
 			testkit.CreateTopic(t, brokers, topic, 1)

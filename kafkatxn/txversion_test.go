@@ -52,7 +52,7 @@ func TestTxProducerFollowsTransactionVersion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a broker of its own")
 	}
-	brokers := testkit.StartKafkaBroker(t).Brokers()
+	brokers := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{}).Brokers()
 	ctx := context.Background()
 	for _, level := range []int16{1, 2} {
 		setTransactionVersion(t, brokers, level)

@@ -125,7 +125,7 @@ type ApacheKafka struct {
 // release $EXACTLYONCE_KAFKA names; Apache Kafka 4 under KafkaFake too),
 // with its logs in the test's temporary directory, killed at cleanup. It
 // ignores $KAFKA_BROKERS: a test that kills brokers needs its own.
-func StartApacheKafka(t testing.TB, opts ...KafkaBrokerOptions) *ApacheKafka {
+func StartApacheKafka(t testing.TB, opts ...ApacheKafkaOptions) *ApacheKafka {
 	t.Helper()
 	refuseInFuncChild(t, "testkit.StartApacheKafka")
 	var o ApacheKafkaOptions
