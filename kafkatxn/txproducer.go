@@ -135,8 +135,13 @@ type TxProducer struct {
 	txid string
 	// v2: the transactions are v2 (KIP-890 part 2): partitions join the
 	// transaction with their first Produce, the group with its
-	// TxnOffsetCommit, and EndTxn returns the next epoch.
+	// TxnOffsetCommit, and EndTxn returns the next epoch. It changes
+	// only between transactions (followVersion), with p.mu held.
 	v2 bool
+	// versionRead is when transaction.version was last read;
+	// versionEvery, how often it is read again (versionRecheck).
+	versionRead  time.Time
+	versionEvery time.Duration
 
 	mu     sync.Mutex
 	pid    int64
@@ -173,7 +178,8 @@ func NewTxProducer(ctx context.Context, brokers []string, transactionalID string
 	if err != nil {
 		return nil, err
 	}
-	p := &TxProducer{c: c, txid: transactionalID, parts: map[topicPartition]*txPart{}}
+	p := &TxProducer{c: c, txid: transactionalID, parts: map[topicPartition]*txPart{}, versionEvery: versionRecheck}
+	p.versionRead = time.Now()
 	v, err := c.transactionVersion(ctx)
 	if err != nil {
 		c.close()
@@ -218,11 +224,13 @@ func (p *TxProducer) initID(ctx context.Context, pid int64, epoch int16) error {
 // transaction.version is 2 or more and TxOptions.TransactionsV1 is not
 // set, else 1 (the producer adds partitions with AddPartitionsToTxn and
 // bumps the epoch itself with InitProducerId after every transaction).
+// A running producer follows a change of the broker's level at the start
+// of a transaction (read again at most every 30 seconds), so the result
+// may change between transactions; Txn().Version is the open one's.
 func (p *TxProducer) TransactionVersion() int {
-	if p.v2 {
-		return 2
-	}
-	return 1
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version()
 }
 
 // TransactionalID returns the producer's transactional id.
@@ -233,7 +241,7 @@ func (p *TxProducer) TransactionalID() string { return p.txid }
 func (p *TxProducer) Txn() Txn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	t := Txn{TransactionalID: p.txid, ProducerID: p.pid, Epoch: p.epoch, Version: p.TransactionVersion()}
+	t := Txn{TransactionalID: p.txid, ProducerID: p.pid, Epoch: p.epoch, Version: p.version()}
 	if !p.started.IsZero() {
 		t.Expires = p.started.Add(p.c.opts.TransactionTimeout)
 	}
@@ -291,9 +299,11 @@ func (p *TxProducer) refused(err error) error {
 	return err
 }
 
-// begin bumps the epoch after an ended transaction, so the next one has
-// its own; p.mu is held.
+// begin, before a transaction's first request, follows a change of the
+// broker's transaction.version and bumps the epoch after an ended v1
+// transaction, so the next one has its own; p.mu is held.
 func (p *TxProducer) begin(ctx context.Context) error {
+	p.followVersion(ctx)
 	if !p.bump {
 		return nil
 	}

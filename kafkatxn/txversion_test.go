@@ -2,6 +2,7 @@ package kafkatxn_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,7 +45,10 @@ func setTransactionVersion(t *testing.T, brokers []string, level int16) {
 // as an operator does with kafka-features.sh: a producer started while it
 // is 1 runs transactions v1 (markers with the transaction's own epoch),
 // one started after it is 2 again runs v2 (markers with the bumped
-// epoch), and each commits.
+// epoch), and each commits. Then one producer keeps running while the
+// level goes 2 to 1 and back to 2: it follows each change at a
+// transaction start, and read_committed sees every committed transaction
+// exactly once and no aborted one.
 func TestTxProducerFollowsTransactionVersion(t *testing.T) {
 	if testkit.KafkaImplementation(t) != testkit.KafkaApache4 {
 		t.Skip("transaction.version is a Kafka 4 feature")
@@ -87,4 +91,49 @@ func TestTxProducerFollowsTransactionVersion(t *testing.T) {
 		assertExactly(t, []string{"a"}, readCommitted(t, brokers, topic, 1))
 		p.Close()
 	}
+	followRunning(t, brokers)
+}
+
+// followRunning runs transactions on one producer, every third aborted,
+// while transaction.version goes from 2 to 1 and back to 2, each change
+// made between two transactions as an operator's would land.
+func followRunning(t *testing.T, brokers []string) {
+	ctx := context.Background()
+	topic := testkit.Name(t, "tvrun")
+	testkit.CreateTopic(t, brokers, topic, 1)
+	p, err := kafkatxn.NewTxProducer(ctx, brokers, topic+"-tx", kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer p.Close()
+	require.Equal(t, 2, p.TransactionVersion())
+	kafkatxn.SetVersionRecheck(p, 0) // read the level at every transaction start
+	var committed []string
+	n := 0
+	// run ends transactions until one ran with version want, and two more.
+	run := func(want int) {
+		seen := -1
+		deadline := time.Now().Add(2 * time.Minute)
+		for seen < 0 || n < seen+3 {
+			require.True(t, time.Now().Before(deadline), "no transaction with version %d", want)
+			v := fmt.Sprintf("r%d", n)
+			_, err := p.Produce(ctx, topic, 0, rec(v))
+			require.NoError(t, err, "transaction %d", n)
+			if seen < 0 && p.Txn().Version == want {
+				seen = n
+			}
+			if n%3 == 2 {
+				require.NoError(t, p.Abort(ctx), "transaction %d", n)
+			} else {
+				require.NoError(t, p.Commit(ctx), "transaction %d", n)
+				committed = append(committed, v)
+			}
+			n++
+		}
+		t.Logf("version %d from transaction %d", want, seen)
+	}
+	run(2)
+	setTransactionVersion(t, brokers, 1)
+	run(1)
+	setTransactionVersion(t, brokers, 2)
+	run(2)
+	assertExactly(t, committed, readCommitted(t, brokers, topic, 1))
 }
