@@ -69,7 +69,13 @@
 // or upgraded with kafka-features.sh), v1 otherwise (Kafka 3.x, and 4.x
 // with transaction.version 1). TxProducer.TransactionVersion says which;
 // TxOptions.TransactionsV1 keeps v1 on a v2 broker; TxOptions.Logger logs
-// it. With v2, as the Java client 4.x does, a partition joins the
+// it. A running TxProducer follows a change of the level (kafka-features.sh
+// upgrade or downgrade) at the start of a transaction, never inside one,
+// as the Java client 4.x does: Java re-reads the features its connections'
+// ApiVersions answers carried at each transaction boundary; kafka-go keeps
+// those answers to itself, so TxProducer asks again (one ApiVersions) when
+// its last reading is 30 seconds old, which keeps the round trip off
+// nearly every transaction. With v2, as the Java client 4.x does, a partition joins the
 // transaction with its first Produce (v12: the leader asks the
 // coordinator) and a group with TxnOffsetCommit v5, with no
 // AddPartitionsToTxn or AddOffsetsToTxn; EndTxn v5 ends the transaction,
@@ -183,9 +189,13 @@
 //     Commit again, or CommitPrepared with its Txn, tells which. Any
 //     other Commit error wrapping ErrFenced or ErrTimedOut did not commit.
 //
-//   - The transactions of a TxProducer run one protocol, chosen at
-//     NewTxProducer (TransactionVersion): v2 only where the broker's
-//     finalized transaction.version is 2 or more, else v1 as before.
+//   - A transaction runs one protocol from its first request to its
+//     end (Txn.Version): v2 only where the broker's finalized
+//     transaction.version was 2 or more when it began, else v1. A
+//     running TxProducer reads the level again at a transaction start,
+//     at most every 30 seconds, and follows a change both ways
+//     (TransactionVersion): a v1 to v2 switch after a v1 transaction
+//     bumps the epoch first, as every v1 transaction end does.
 //
 //   - CommitPrepared returns nil only when the transaction is committed,
 //     and ErrAborted when it never will be (aborted by its timeout, by a

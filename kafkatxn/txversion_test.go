@@ -94,7 +94,7 @@ func TestTxProducerFollowsTransactionVersion(t *testing.T) {
 	followRunning(t, brokers)
 }
 
-// followRunning runs transactions on one producer, every third aborted,
+// followRunning runs transactions on one producer, two in five aborted,
 // while transaction.version goes from 2 to 1 and back to 2, each change
 // made between two transactions as an operator's would land.
 func followRunning(t *testing.T, brokers []string) {
@@ -120,7 +120,7 @@ func followRunning(t *testing.T, brokers []string) {
 			if seen < 0 && p.Txn().Version == want {
 				seen = n
 			}
-			if n%3 == 2 {
+			if n%5 == 2 { // the switches come after an abort (3) and a commit (6)
 				require.NoError(t, p.Abort(ctx), "transaction %d", n)
 			} else {
 				require.NoError(t, p.Commit(ctx), "transaction %d", n)
