@@ -195,7 +195,9 @@
 //     running TxProducer reads the level again at a transaction start,
 //     at most every 30 seconds, and follows a change both ways
 //     (TransactionVersion): a v1 to v2 switch after a v1 transaction
-//     bumps the epoch first, as every v1 transaction end does.
+//     bumps the epoch first, as every v1 transaction end does. A
+//     transaction open while the level changes ends in the protocol it
+//     began with (on Apache Kafka 4.4 it commits or aborts either way).
 //
 //   - CommitPrepared returns nil only when the transaction is committed,
 //     and ErrAborted when it never will be (aborted by its timeout, by a

@@ -48,7 +48,8 @@ func setTransactionVersion(t *testing.T, brokers []string, level int16) {
 // epoch), and each commits. Then one producer keeps running while the
 // level goes 2 to 1 and back to 2: it follows each change at a
 // transaction start, and read_committed sees every committed transaction
-// exactly once and no aborted one.
+// exactly once and no aborted one, also when the level changes under an
+// open transaction.
 func TestTxProducerFollowsTransactionVersion(t *testing.T) {
 	if testkit.KafkaImplementation(t) != testkit.KafkaApache4 {
 		t.Skip("transaction.version is a Kafka 4 feature")
@@ -95,8 +96,9 @@ func TestTxProducerFollowsTransactionVersion(t *testing.T) {
 }
 
 // followRunning runs transactions on one producer, two in five aborted,
-// while transaction.version goes from 2 to 1 and back to 2, each change
-// made between two transactions as an operator's would land.
+// while transaction.version goes from 2 to 1 and back to 2, first
+// between two transactions, then under an open transaction (committed
+// and aborted), as an operator's change may land.
 func followRunning(t *testing.T, brokers []string) {
 	ctx := context.Background()
 	topic := testkit.Name(t, "tvrun")
@@ -130,10 +132,33 @@ func followRunning(t *testing.T, brokers []string) {
 		}
 		t.Logf("version %d from transaction %d", want, seen)
 	}
+	// across changes the level while a transaction is open: the
+	// transaction ends in the protocol it began with.
+	across := func(level int16, commit bool) {
+		v := fmt.Sprintf("r%d", n)
+		n++
+		_, err := p.Produce(ctx, topic, 0, rec(v))
+		require.NoError(t, err)
+		setTransactionVersion(t, brokers, level)
+		if !commit {
+			require.NoError(t, p.Abort(ctx), "level %d under an open transaction", level)
+			return
+		}
+		require.NoError(t, p.Commit(ctx), "level %d under an open transaction", level)
+		committed = append(committed, v)
+	}
 	run(2)
 	setTransactionVersion(t, brokers, 1)
 	run(1)
 	setTransactionVersion(t, brokers, 2)
+	run(2)
+	across(1, true)
+	run(1)
+	across(2, false)
+	run(2)
+	across(1, false)
+	run(1)
+	across(2, true)
 	run(2)
 	assertExactly(t, committed, readCommitted(t, brokers, topic, 1))
 }
