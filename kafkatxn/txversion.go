@@ -32,7 +32,14 @@ func (p *TxProducer) followVersion(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, p.c.opts.RequestTimeout)
 	defer cancel()
 	v, err := p.c.transactionVersion(ctx)
-	if err != nil || (v == 2) == p.v2 {
+	if err != nil {
+		if l := p.c.opts.Logger; l != nil {
+			l.Warn("kafkatxn: reading transaction.version failed, keeping the protocol",
+				"transactional_id", p.txid, "transaction_version", p.version(), "error", err)
+		}
+		return
+	}
+	if (v == 2) == p.v2 {
 		return
 	}
 	if l := p.c.opts.Logger; l != nil {
