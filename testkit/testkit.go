@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,4 +83,18 @@ func Name(t testing.TB, prefix string) string {
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:])
 	return name + "_" + hex.EncodeToString(suffix[:])
+}
+
+// FreeAddr returns a loopback address (127.0.0.1:port) whose port was free
+// a moment ago, for a server or child process the test starts with
+// -listen. It is the one free-port helper of the tests and the servers
+// testkit starts (internal/embedded.FreePort); another program may take
+// the port before it is bound, so start what listens on it soon.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	port, err := embedded.FreePort()
+	if err != nil {
+		t.Fatalf("testkit: no free port: %v", err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }

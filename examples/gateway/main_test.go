@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -53,19 +52,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startGateway runs the gateway with args (plus -listen) and waits until
 // /readyz answers 200. It is stopped at cleanup.
 func startGateway(t *testing.T, args ...string) *testGateway {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &testGateway{url: "http://" + addr, stop: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
 	go func() { g.done <- run(ctx, append(args, "-listen", addr), env(nil), g.logs) }()

@@ -294,7 +294,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	t.Cleanup(k.Close)
 	topic := testkit.Name(t, "webhooks")
 	testkit.CreateTopic(t, k.Brokers(), topic, 1)
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	// The plain producer: the idempotent one sends one batch at a time
 	// per partition, so ten deliveries of one tenant behind a broker
 	// that answers each produce after a second would be answered 503 at
@@ -444,7 +444,7 @@ func TestSIGTERMUnderTraffic(t *testing.T) {
 	var answered, refused int
 	var cut []string
 	for run := range runs {
-		addr := freeAddr(t)
+		addr := testkit.FreeAddr(t)
 		gw := testkit.Command(t, bin, []string{"-providers", "github", "-github-secret", testSecret, "-listen", addr,
 			"-brokers", strings.Join(k.Brokers(), ","), "-topic", topic, "-shutdown-timeout", "15s"})
 		g := &testGateway{url: "http://" + addr}

@@ -26,14 +26,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func get(url string) (int, string) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -87,16 +79,16 @@ func TestBinaries(t *testing.T) {
 	kafkaFlags := []string{"-brokers", brokers, "-topic", "webhooks", "-kafka-tls", "-kafka-ca", caFile}
 
 	// No secrets: refused, loudly.
-	refused := testkit.Command(t, gatewayBin, append([]string{"-listen", freeAddr(t)}, kafkaFlags...))
+	refused := testkit.Command(t, gatewayBin, append([]string{"-listen", testkit.FreeAddr(t)}, kafkaFlags...))
 	require.Error(t, refused.Wait(time.Minute))
 	assert.Contains(t, refused.Logs(), "no webhook secret")
 
 	const secret = "s3cret"
-	gwAddr := freeAddr(t)
+	gwAddr := testkit.FreeAddr(t)
 	gwArgs := append([]string{"-listen", gwAddr, "-store", "redis", "-redis", redisAddr,
 		"-github-secret", secret, "-jira-secret", secret}, kafkaFlags...)
 	gw := testkit.Command(t, gatewayBin, gwArgs)
-	procAddr := freeAddr(t)
+	procAddr := testkit.FreeAddr(t)
 	procArgs := append([]string{"-listen", procAddr, "-group", "processor", "-clickhouse", chAddr, "-database", db,
 		"-state-dir", t.TempDir(), "-checkpoint-interval", "200ms"}, kafkaFlags...)
 	pr := testkit.Command(t, processorBin, procArgs)

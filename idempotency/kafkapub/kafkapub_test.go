@@ -172,7 +172,7 @@ func TestDurabilityCheckFailureOnlyWarns(t *testing.T) {
 	var logs bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	p, err := kafkapub.New(ctx, []string{closedAddr(t)}, "events", kafkapub.Options{
+	p, err := kafkapub.New(ctx, []string{testkit.FreeAddr(t)}, "events", kafkapub.Options{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	require.NoError(t, err)
@@ -181,7 +181,7 @@ func TestDurabilityCheckFailureOnlyWarns(t *testing.T) {
 }
 
 func TestPublishFailsWhenKafkaIsGone(t *testing.T) {
-	p := newPublisher(t, []string{closedAddr(t)}, "events", kafkapub.Options{SkipDurabilityCheck: true})
+	p := newPublisher(t, []string{testkit.FreeAddr(t)}, "events", kafkapub.Options{SkipDurabilityCheck: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	err := p.Publish(ctx, idempotency.Delivery{Key: "d1", Body: []byte(`{}`)})
@@ -233,16 +233,6 @@ func TestNewValidates(t *testing.T) {
 		_, err := kafkapub.New(ctx, tt.brokers, tt.topic, tt.opts)
 		assert.ErrorIs(t, err, kafkapub.ErrInvalidOptions, tt.name)
 	}
-}
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
 }
 
 // A produce the broker applies but answers REQUEST_TIMED_OUT is retried by

@@ -67,8 +67,7 @@ func (n *KafkaNode) Start(ctx context.Context) error {
 		return nil
 	}
 	t0 := time.Now()
-	args := append(slices.Clone(n.k.opts.JVMOptions), "-cp", n.k.classpath, "kafka.Kafka", filepath.Join(n.dir(), "server.properties"))
-	p, err := startProcess(n.k.java, args, os.Environ(), n.dir())
+	p, err := startJVM(n.k.java, n.k.opts.JVMOptions, n.k.classpath, "kafka.Kafka", []string{filepath.Join(n.dir(), "server.properties")}, n.dir())
 	if err != nil {
 		return fmt.Errorf("embedded: start kafka node %d: %w", n.id, err)
 	}
@@ -116,8 +115,7 @@ func (n *KafkaNode) format(ctx context.Context) error {
 	if _, err := os.Stat(filepath.Join(data, "meta.properties")); err == nil {
 		return nil
 	}
-	args := append(slices.Clone(n.k.opts.JVMOptions), "-cp", n.k.classpath, "kafka.tools.StorageTool",
-		"format", "-t", n.k.clusterID, "-c", filepath.Join(n.dir(), "server.properties"), "--ignore-formatted")
+	args := []string{"format", "-t", n.k.clusterID, "-c", filepath.Join(n.dir(), "server.properties"), "--ignore-formatted"}
 	if n.controllerOnly || n.k.opts.Controllers <= 0 {
 		// The controllers write the bootstrap records, SCRAM's and the
 		// features' among them.
@@ -126,7 +124,7 @@ func (n *KafkaNode) format(ctx context.Context) error {
 			args = append(args, "--feature", "transaction.version="+strconv.Itoa(v))
 		}
 	}
-	p, err := startProcess(n.k.java, args, os.Environ(), n.dir())
+	p, err := startJVM(n.k.java, n.k.opts.JVMOptions, n.k.classpath, "kafka.tools.StorageTool", args, n.dir())
 	if err != nil {
 		return fmt.Errorf("embedded: kafka storage format: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -273,4 +274,13 @@ func (c *child) Stop() error {
 		return fmt.Errorf("embedded: stop %s: %w", c.name, err)
 	}
 	return nil
+}
+
+// startJVM is the one JVM launcher of the package: it runs mainClass of
+// classpath with java and jvmOptions, in dir, under startProcess's
+// supervision. Kafka's nodes, its storage tool and ZooKeeper start here, so
+// a change to how a JVM is run (options, environment) is made once.
+func startJVM(java string, jvmOptions []string, classpath, mainClass string, args []string, dir string) (*process, error) {
+	argv := append(slices.Clone(jvmOptions), "-cp", classpath, mainClass)
+	return startProcess(java, append(argv, args...), os.Environ(), dir)
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -181,9 +180,8 @@ func (z *ZooKeeper) Start(ctx context.Context) error {
 		return nil
 	}
 	t0 := time.Now()
-	args := append(slices.Clone(z.opts.JVMOptions), "-cp", z.classpath,
-		"org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(z.opts.Dir, "zoo.cfg"))
-	p, err := startProcess(z.java, args, os.Environ(), z.opts.Dir)
+	p, err := startJVM(z.java, z.opts.JVMOptions, z.classpath, "org.apache.zookeeper.server.ZooKeeperServerMain",
+		[]string{filepath.Join(z.opts.Dir, "zoo.cfg")}, z.opts.Dir)
 	if err != nil {
 		return fmt.Errorf("embedded: start zookeeper: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
 func (e chEnv) withRollup(t *testing.T) {
@@ -201,11 +201,8 @@ func TestServerErrorRetryable(t *testing.T) {
 // TestNewOnUnreachableServerRetryable proves New's error on a server that
 // is not there says so to kafkasource, which then builds the chain again.
 func TestNewOnUnreachableServerRetryable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close()) // nothing listens there now
-	_, err = chsink.New(t.Context(), chsink.Table{Name: "events", Addr: addr},
+	addr := testkit.FreeAddr(t) // nothing listens there
+	_, err := chsink.New(t.Context(), chsink.Table{Name: "events", Addr: addr},
 		checkpoint.TopicPartition{Topic: "t", Partition: 0}, checkpoint.NewMemoryStorage(), eventSchema,
 		chsink.Options{Database: "default", DialTimeout: time.Second})
 	require.Error(t, err)

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
 
 // Binaries are the deployable programs the demo runs as child processes,
@@ -47,14 +49,14 @@ func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
 }
 
 // FreeAddr returns a loopback address with a port free at the time of the
-// call, for a child process's -listen.
+// call, for a child process's -listen: embedded.FreePort's, the helper
+// testkit.FreeAddr and the embedded servers use too.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := embedded.FreePort()
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // Gateway is a running examples/gateway process.

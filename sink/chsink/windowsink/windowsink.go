@@ -338,7 +338,8 @@ func (s *Sink[In, Acc, Out]) Snapshot(ctx context.Context, id checkpoint.ID) ([]
 
 // Restore restores the operator, the cursor and the sink from a Snapshot.
 // A state of another version is refused with sink.ErrUnsupportedVersion, a
-// damaged one with sink.ErrCorrupt.
+// damaged one with sink.ErrCorrupt, one the operator, cursor or sink
+// refuses with their error; a refused state leaves the Sink as it was.
 func (s *Sink[In, Acc, Out]) Restore(ctx context.Context, state []byte) error {
 	if len(state) == 0 {
 		return fmt.Errorf("%w: empty window sink state", sink.ErrCorrupt)
@@ -358,17 +359,28 @@ func (s *Sink[In, Acc, Out]) Restore(ctx context.Context, state []byte) error {
 	if len(rest) != 0 {
 		return fmt.Errorf("%w: window sink state has %d trailing bytes", sink.ErrCorrupt, len(rest))
 	}
-	// The sink first: it refuses a journal it cannot match, before the
-	// operator's windows change.
-	if err := s.rows.Restore(ctx, parts[2]); err != nil {
+	// A refused state loads nothing: the cursor is decoded aside, the
+	// operator (whose Restore changes nothing when it refuses) goes before
+	// the sink, and is put back from its own snapshot when the sink refuses
+	// the journal; the sink's Restore, which reads the journal, goes last.
+	var cursor sink.Cursor
+	if err := cursor.Restore(ctx, parts[1]); err != nil {
 		return err
 	}
-	if err := s.cursor.Restore(ctx, parts[1]); err != nil {
+	prev, err := s.op.Snapshot(ctx, 0)
+	if err != nil {
 		return err
 	}
 	if err := s.op.Restore(ctx, parts[0]); err != nil {
 		return err
 	}
+	if err := s.rows.Restore(ctx, parts[2]); err != nil {
+		if uerr := s.op.Restore(ctx, prev); uerr != nil {
+			return errors.Join(err, fmt.Errorf("windowsink: putting the operator back: %w", uerr))
+		}
+		return err
+	}
+	s.cursor = cursor
 	// The sessions restored may have been shown after the checkpoint by a
 	// run that died: readReach marks them when the journal says it wrote.
 	return s.readReach(ctx)
