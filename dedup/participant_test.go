@@ -13,6 +13,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/dedup"
 )
 
+// TestParticipantConformance runs the asynchronous participant suite (and
+// with it the synchronous one) on full snapshots; incremental ones attach
+// to a Store (their deltas are objects) and run through a Coordinator in
+// incremental_test.go.
 func TestParticipantConformance(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	newDedup := func(t *testing.T, opts dedup.Options) *dedup.Deduplicator {
@@ -39,13 +43,19 @@ func TestParticipantConformance(t *testing.T) {
 			if exact {
 				foreign = append(foreign, fingerprints)
 			}
-			checkpointtest.TestParticipant(t, checkpointtest.Participant{
-				New: func(t *testing.T) checkpoint.Participant { return newDedup(t, dedup.Options{ExactKeys: exact}) },
-				Fill: func(t *testing.T, p checkpoint.Participant, n int) {
-					fill(t, p.(*dedup.Deduplicator), n)
+			checkpointtest.TestAsyncParticipant(t, checkpointtest.AsyncParticipant{
+				Participant: checkpointtest.Participant{
+					New: func(t *testing.T) checkpoint.Participant { return newDedup(t, dedup.Options{ExactKeys: exact}) },
+					Fill: func(t *testing.T, p checkpoint.Participant, n int) {
+						fill(t, p.(*dedup.Deduplicator), n)
+					},
+					Refused: []error{dedup.ErrCorrupt, dedup.ErrUnsupportedVersion, dedup.ErrIncompatible},
+					Foreign: foreign,
 				},
-				Refused: []error{dedup.ErrCorrupt, dedup.ErrUnsupportedVersion, dedup.ErrIncompatible},
-				Foreign: foreign,
+				// Keys of their own, seen after the barrier.
+				After: func(t *testing.T, p checkpoint.Participant, n int) {
+					fill(t, p.(*dedup.Deduplicator), 1000+n)
+				},
 			})
 		})
 	}

@@ -17,7 +17,8 @@
 // processes racing Create and compare-and-swap Replace on one name.
 //
 // TestParticipant is the conformance suite for checkpoint.Participant
-// implementations (dedup, window and chsink run it): the same state gives the
+// implementations (dedup, window, state, sink.Cursor, chsink, windowsink and
+// audit.Counter run it): the same state gives the
 // same bytes, a restored snapshot round-trips, and a truncated, garbage or
 // foreign state is refused with the package's typed error and loads nothing.
 //
@@ -28,7 +29,8 @@
 //	})
 //
 // TestAsyncParticipant is the suite for checkpoint.AsyncParticipant
-// implementations (chsink, kafkasink, dedup with Incremental): the pending
+// implementations (chsink, dedup and state run it; kafkasink, whose state is a
+// prepared transaction restored by committing it, has tests of its own): the pending
 // part returns the barrier's state, records fed after the barrier while it
 // runs never reach it, its state restores, and a pending part of an aborted
 // checkpoint lets go without losing the records after its barrier. It runs
