@@ -131,6 +131,9 @@
 // checkpoint.ErrSuperseded (a later generation saved one) is that case
 // found by the store: the chain stops as on a revocation once the
 // coordinator confirms the generation ended, and restarts if it does not.
+// Under ProtocolConsumer the member's own heartbeat tells: the chain stops,
+// and restarts (counted too) at the next heartbeat if the partition is
+// still assigned to the member.
 //
 // # Topics and partitions
 //
