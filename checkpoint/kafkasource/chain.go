@@ -25,6 +25,12 @@ type ownership struct {
 	// current, before a chain is restarted (see superviseChain); nil under
 	// the consumer protocol, whose member learns it from its heartbeat.
 	confirm func(ctx context.Context) (bool, error)
+	// superseded is called, under the consumer protocol, when a save
+	// refused with checkpoint.ErrSuperseded stops the chain: the member
+	// starts the chain again at its next heartbeat if the partition is
+	// still in its target, and counts that restart. Nil under the classic
+	// protocol, whose supervisor restarts the chain itself.
+	superseded func()
 }
 
 func (s *Source) classicOwnership(gen *kafka.Generation) ownership {

@@ -131,6 +131,11 @@
 // checkpoint.ErrSuperseded (a later generation saved one) is that case
 // found by the store: the chain stops as on a revocation once the
 // coordinator confirms the generation ended, and restarts if it does not.
+// Under ProtocolConsumer the coordinator is not asked (the member's own
+// heartbeat ends a chain's context when its partition leaves): a failed
+// chain restarts after its backoff, and one stopped by a refused save
+// restarts (counted too) at the member's next heartbeat if the partition
+// is still assigned to the member.
 //
 // # Topics and partitions
 //

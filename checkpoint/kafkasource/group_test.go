@@ -104,7 +104,7 @@ func metricValue(t testing.TB, reader *sdkmetric.ManualReader, name string) (flo
 }
 
 // eachProtocol runs f under ProtocolClassic on the kit's broker and under
-// ProtocolConsumer on Apache Kafka 4 (skipped on other brokers).
+// ProtocolConsumer on Apache Kafka 4 or kfake (skipped on 3.9).
 func eachProtocol(t *testing.T, f func(t *testing.T, brokers []string, proto kafkasource.GroupProtocol)) {
 	t.Run("classic", func(t *testing.T) { f(t, testkit.Kafka(t), kafkasource.ProtocolClassic) })
 	t.Run("consumer", func(t *testing.T) { f(t, consumerProtocolKafka(t), kafkasource.ProtocolConsumer) })

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/internal/kafkawire"
+	"github.com/exactlyonce/exactlyonce/internal/meter"
 )
 
 // GroupProtocol is the consumer group protocol a Source joins its group
@@ -61,7 +63,8 @@ type member struct {
 	ids      map[string]kafkawire.UUID
 	names    map[kafkawire.UUID]string
 	owned    map[checkpoint.TopicPartition]*ownedChain
-	stopped  chan struct{} // a chain ended: heartbeat now to say so
+	refused  map[checkpoint.TopicPartition]bool // chains stopped by a superseded save, to restart
+	stopped  chan struct{}                      // a chain ended: heartbeat now to say so
 	fail     func(error)
 	wg       sync.WaitGroup // chains
 	checks   sync.WaitGroup // checkEpoch
@@ -72,6 +75,9 @@ type ownedChain struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	revoking bool
+	// superseded: the chain stopped on a save refused as superseded;
+	// written before done is closed, read after.
+	superseded bool
 }
 
 func newMemberID() string {
@@ -93,7 +99,8 @@ func (s *Source) runMember(ctx context.Context) error {
 		return &kafkawire.GroupConn{Dialer: s.opts.Dialer, Brokers: s.group.Brokers, GroupID: s.group.ID}
 	}
 	m := &member{s: s, hb: conn(), oc: conn(), id: newMemberID(), interval: s.opts.HeartbeatInterval,
-		owned: map[checkpoint.TopicPartition]*ownedChain{}, stopped: make(chan struct{}, 1),
+		owned: map[checkpoint.TopicPartition]*ownedChain{}, refused: map[checkpoint.TopicPartition]bool{},
+		stopped: make(chan struct{}, 1),
 		fail: func(err error) {
 			errOnce.Do(func() { chainErr = err })
 			cancel(err)
@@ -217,6 +224,9 @@ func (m *member) sweep() {
 		select {
 		case <-oc.done:
 			delete(m.owned, p)
+			if oc.superseded && !oc.revoking {
+				m.refused[p] = true
+			}
 		default:
 		}
 	}
@@ -246,9 +256,20 @@ func (m *member) accept(ctx context.Context, res kafkawire.HeartbeatResponse) {
 	}
 	for p := range target {
 		if _, owned := m.owned[p]; !owned {
+			if m.refused[p] {
+				// superviseChain's restart after a refused save, done
+				// here: the partition is still this member's.
+				m.s.restarts.Add(context.WithoutCancel(ctx), 1,
+					metric.WithAttributes(meter.Partition(p.Topic, p.Partition)...))
+				m.s.log.Warn("kafkasource: restarting the chain from the newest checkpoint after a save refused as superseded",
+					"partition", p.String(), "member", m.id, "epoch", res.MemberEpoch)
+			}
 			m.start(ctx, p, res.MemberEpoch)
 		}
 	}
+	// A refused partition not in the target left this member: nothing
+	// to restart.
+	clear(m.refused)
 	if moved {
 		epoch, mine, interval := res.MemberEpoch, len(target), m.interval
 		m.checks.Go(func() { m.checkEpoch(ctx, epoch, mine, interval) })
@@ -304,6 +325,7 @@ func (m *member) start(ctx context.Context, p checkpoint.TopicPartition, epoch i
 	// owner of p gets it in a higher epoch of the group, so two owners
 	// never write the same checkpoint name.
 	own := ownership{meta: checkpoint.Meta{Generation: int64(epoch), Member: m.id}, commit: m.commit,
+		superseded: func() { oc.superseded = true },
 		membership: &membership{group: m.s.group.ID, current: func() (int, string) { return int(m.epoch.Load()), m.id }}}
 	m.wg.Go(func() {
 		defer func() {
@@ -333,6 +355,7 @@ func (m *member) releaseAll() {
 // group again, with epoch 0.
 func (m *member) rejoin() {
 	m.releaseAll()
+	clear(m.refused)
 	m.target = nil
 	m.epoch.Store(kafkawire.EpochJoin)
 }

@@ -175,7 +175,7 @@ func IsRetryable(err error) bool {
 // Under the consumer protocol (own.confirm nil) the member learns of a
 // revocation from its own heartbeat: a refused save stops the chain, and
 // the member starts it again at its next heartbeat if the partition is
-// still in its assignment.
+// still in its assignment, counting that restart (own.superseded).
 func (s *Source) superviseChain(runCtx, gctx context.Context, own ownership, p checkpoint.TopicPartition) error {
 	r := &s.opts.Restart
 	attrs := metric.WithAttributes(meter.Partition(p.Topic, p.Partition)...)
@@ -195,7 +195,15 @@ func (s *Source) superviseChain(runCtx, gctx context.Context, own ownership, p c
 			if own.confirm != nil {
 				current, cerr = own.confirm(gctx)
 			}
-			if cerr == nil && !current || gctx.Err() != nil || runCtx.Err() != nil {
+			switch {
+			case own.confirm == nil && gctx.Err() == nil && runCtx.Err() == nil:
+				s.log.Info("kafkasource: a later owner saved a checkpoint of the partition; the chain stops, and starts again from the newest checkpoint at the member's next heartbeat if the partition is still assigned to it",
+					"partition", p.String(), "generation", own.meta.Generation, "err", err)
+				if own.superseded != nil {
+					own.superseded()
+				}
+				return nil
+			case cerr == nil && !current || gctx.Err() != nil || runCtx.Err() != nil:
 				s.log.Info("kafkasource: a later generation saved a checkpoint of the partition; the chain stops",
 					"partition", p.String(), "generation", own.meta.Generation, "err", err)
 				return nil

@@ -28,8 +28,8 @@ func TestConsumerProtocolHandover(t *testing.T) {
 		parts    = 4
 		perRound = 600
 	)
-	if impl := testkit.KafkaImplementation(t); impl == testkit.KafkaApache39 || impl == testkit.KafkaFake {
-		t.Skipf("the consumer group protocol needs Apache Kafka 4 (%s=%s)", testkit.EnvKafka, impl)
+	if impl := testkit.KafkaImplementation(t); impl == testkit.KafkaApache39 {
+		t.Skipf("the consumer group protocol needs Apache Kafka 4 or kfake (%s=%s)", testkit.EnvKafka, impl)
 	}
 	brokers := testkit.Kafka(t)
 	in, out := testkit.Name(t, "in"), testkit.Name(t, "out")
