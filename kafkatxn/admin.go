@@ -196,49 +196,58 @@ func AbortTransaction(ctx context.Context, brokers []string, transactionalID str
 func (c *txClient) describe(ctx context.Context, id string) (TxnDescription, error) {
 	var d TxnDescription
 	err := c.retry(ctx, "describe transaction", func(ctx context.Context) error {
-		fc, err := c.cl.FindCoordinator(ctx, &kafka.FindCoordinatorRequest{Key: id, KeyType: kafka.CoordinatorKeyTypeTransaction})
-		if err == nil {
-			err = fc.Error
-		}
-		if err == nil && fc.Coordinator == nil {
-			err = kafka.GroupCoordinatorNotAvailable // code 15, for transactions too
-		}
-		if err != nil {
-			return err
-		}
-		return c.onBroker(ctx, fc.Coordinator.Host, fc.Coordinator.Port, func(conn net.Conn) error {
-			ds, err := kafkawire.DescribeTransactions(ctx, conn, c.clientID(), []string{id})
-			if err != nil {
-				return err
-			}
-			if len(ds) != 1 {
-				return fmt.Errorf("%w: %d descriptions for one id", kafkawire.ErrMalformed, len(ds))
-			}
-			w := ds[0]
-			if w.ErrorCode != 0 {
-				return kafka.Error(w.ErrorCode)
-			}
-			d = TxnDescription{TransactionalID: w.TransactionalID, State: w.State, ProducerID: w.ProducerID,
-				ProducerEpoch: w.ProducerEpoch, Timeout: time.Duration(w.TimeoutMs) * time.Millisecond,
-				Coordinator: fc.Coordinator.NodeID}
-			if w.StartTimeMs >= 0 {
-				d.Started = time.UnixMilli(w.StartTimeMs)
-			}
-			for topic, ps := range w.Topics {
-				if d.Partitions == nil {
-					d.Partitions = map[string][]int{}
-				}
-				for _, p := range ps {
-					d.Partitions[topic] = append(d.Partitions[topic], int(p))
-				}
-			}
-			return nil
-		})
+		var err error
+		d, err = c.describeOnce(ctx, id)
+		return err
 	})
 	if err != nil {
 		return d, fmt.Errorf("kafkatxn: describe %s: %w", id, err)
 	}
 	return d, nil
+}
+
+// describeOnce asks id's coordinator for its state, once.
+func (c *txClient) describeOnce(ctx context.Context, id string) (TxnDescription, error) {
+	var d TxnDescription
+	fc, err := c.cl.FindCoordinator(ctx, &kafka.FindCoordinatorRequest{Key: id, KeyType: kafka.CoordinatorKeyTypeTransaction})
+	if err == nil {
+		err = fc.Error
+	}
+	if err == nil && fc.Coordinator == nil {
+		err = kafka.GroupCoordinatorNotAvailable // code 15, for transactions too
+	}
+	if err != nil {
+		return d, err
+	}
+	err = c.onBroker(ctx, fc.Coordinator.Host, fc.Coordinator.Port, func(conn net.Conn) error {
+		ds, err := kafkawire.DescribeTransactions(ctx, conn, c.clientID(), []string{id})
+		if err != nil {
+			return err
+		}
+		if len(ds) != 1 {
+			return fmt.Errorf("%w: %d descriptions for one id", kafkawire.ErrMalformed, len(ds))
+		}
+		w := ds[0]
+		if w.ErrorCode != 0 {
+			return kafka.Error(w.ErrorCode)
+		}
+		d = TxnDescription{TransactionalID: w.TransactionalID, State: w.State, ProducerID: w.ProducerID,
+			ProducerEpoch: w.ProducerEpoch, Timeout: time.Duration(w.TimeoutMs) * time.Millisecond,
+			Coordinator: fc.Coordinator.NodeID}
+		if w.StartTimeMs >= 0 {
+			d.Started = time.UnixMilli(w.StartTimeMs)
+		}
+		for topic, ps := range w.Topics {
+			if d.Partitions == nil {
+				d.Partitions = map[string][]int{}
+			}
+			for _, p := range ps {
+				d.Partitions[topic] = append(d.Partitions[topic], int(p))
+			}
+		}
+		return nil
+	})
+	return d, err
 }
 
 // onBroker runs f on a connection of its own to host:port, made the way the

@@ -38,14 +38,14 @@ func CommitPrepared(ctx context.Context, brokers []string, txn Txn, opts TxOptio
 		return err
 	}
 	defer c.close()
-	var settled bool
+	var settledBy error
 	err = c.retry(ctx, "commit prepared transaction", func(ctx context.Context) error {
 		_, _, err := c.endTxnOnce(ctx, txn.TransactionalID, txn.ProducerID, txn.Epoch, true, txn.Version == 2)
 		if err != nil && (fencedErr(err) || isKafkaErr(err, kafka.InvalidTransactionState, kafka.InvalidProducerIDMapping,
 			kafka.TransactionalIDNotFound)) {
 			// The epoch moved on, or the transaction ended the other
 			// way: the log says how it ended.
-			settled = true
+			settledBy = err
 			return nil
 		}
 		return err
@@ -53,15 +53,16 @@ func CommitPrepared(ctx context.Context, brokers []string, txn Txn, opts TxOptio
 	if err != nil {
 		return err
 	}
-	if !settled {
+	if settledBy == nil {
 		return nil
 	}
 	first := txn.Partitions[0]
 	var committed bool
+	var seen markerSearch
 	err = c.retry(ctx, "look up transaction outcome", func(ctx context.Context) error {
 		var found bool
 		var err error
-		committed, found, err = findMarker(ctx, c, first, txn.ProducerID, txn.Epoch)
+		committed, found, seen, err = findMarker(ctx, c, first, txn.ProducerID, txn.Epoch)
 		if err != nil {
 			return err
 		}
@@ -72,7 +73,12 @@ func CommitPrepared(ctx context.Context, brokers []string, txn Txn, opts TxOptio
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("kafkatxn: transaction %s (producer %d, epoch %d): %w", txn.TransactionalID, txn.ProducerID, txn.Epoch, err)
+		// Say what was seen: whoever reads this error (an operator, a
+		// test log) needs the coordinator's view beside the log's.
+		return fmt.Errorf("kafkatxn: transaction %s (producer %d, epoch %d): %w; EndTxn answered %v; "+
+			"no marker of producer %d in %s/%d from offset %d (read to %d, high watermark %d); coordinator: %s",
+			txn.TransactionalID, txn.ProducerID, txn.Epoch, err, settledBy, txn.ProducerID, first.Topic, first.Partition,
+			first.FirstOffset, seen.readTo, seen.highWatermark, c.describeBriefly(ctx, txn.TransactionalID))
 	}
 	if !committed {
 		return fmt.Errorf("kafkatxn: transaction %s (producer %d, epoch %d): %w", txn.TransactionalID, txn.ProducerID, txn.Epoch, ErrAborted)
@@ -84,31 +90,50 @@ func CommitPrepared(ctx context.Context, brokers []string, txn Txn, opts TxOptio
 // of producer pid with an epoch of at least epoch: the end of the
 // transaction that wrote there first (one transaction of a producer is
 // open at a time, and its marker follows its records).
-func findMarker(ctx context.Context, c *txClient, tp TxnPartition, pid int64, epoch int16) (commit, found bool, err error) {
+func findMarker(ctx context.Context, c *txClient, tp TxnPartition, pid int64, epoch int16) (commit, found bool, seen markerSearch, err error) {
 	from := tp.FirstOffset
 	for {
 		fr, err := fetch(ctx, c.transport, c.cl.Addr, tp.Topic, tp.Partition, from, false, 1<<20, 0)
 		if err != nil {
-			return false, false, err
+			return false, false, seen, err
 		}
 		if fr.err != nil {
-			return false, false, fr.err
+			return false, false, seen, fr.err
 		}
+		seen.highWatermark = fr.highWatermark
 		next := from
 		for _, b := range fr.batches {
 			if b.lastOffset < from {
 				continue
 			}
 			if b.control && b.producerID == pid && b.producerEpoch >= epoch {
-				return b.commit, true, nil
+				return b.commit, true, seen, nil
 			}
 			next = max(next, b.lastOffset+1)
 		}
+		seen.readTo = next
 		if next == from || next >= fr.highWatermark {
-			return false, false, nil
+			return false, false, seen, nil
 		}
 		from = next
 	}
+}
+
+// markerSearch is how far findMarker read: to readTo, of a log whose
+// high watermark was highWatermark.
+type markerSearch struct{ readTo, highWatermark int64 }
+
+// describeBriefly returns the coordinator's state of id in a few words, or
+// why it could not be read, within a request timeout even when ctx has
+// ended: it goes into an error message.
+func (c *txClient) describeBriefly(ctx context.Context, id string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.RequestTimeout)
+	defer cancel()
+	d, err := c.describeOnce(ctx, id)
+	if err != nil {
+		return fmt.Sprintf("not described (%v)", err)
+	}
+	return fmt.Sprintf("%s, producer %d, epoch %d, partitions %v", d.State, d.ProducerID, d.ProducerEpoch, d.Partitions)
 }
 
 // logEndOf returns the high watermark of tp.

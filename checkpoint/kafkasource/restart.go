@@ -121,13 +121,15 @@ func (r *Restart) backoff(attempt int) time.Duration {
 // IsRetryable reports whether a chain's error says a server or the network
 // failed, so the same chain built again later can succeed: a refused,
 // reset or timed-out connection, an unexpected EOF, a closed connection, a
-// Kafka error kafka-go marks temporary, or an error in the chain whose
-// Retryable() bool method says so (which takes precedence). Everything else is permanent: a
-// Process error on a record that cannot be processed fails the same way
-// again, and so does an offset out of range, a journal that does not match
-// the replay or a fenced sink. Context cancellation is not retryable.
+// Kafka error kafka-go marks temporary (also when a client's delivery
+// timeout ended its retries of it), or an error in the chain whose
+// Retryable() bool method says so (which takes precedence). Everything
+// else is permanent: a Process error on a record that cannot be processed
+// fails the same way again, and so does an offset out of range, a journal
+// that does not match the replay or a fenced sink. Context cancellation,
+// and a deadline with nothing retryable under it, are not retryable.
 func IsRetryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
 	var oor *OffsetOutOfRangeError
@@ -140,9 +142,15 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &r) {
 		return r.Retryable()
 	}
+	// Before the deadline: a client whose own timeout ran out while the
+	// server kept answering a temporary error (kafkatxn wraps both) met a
+	// server that may answer later.
 	var kerr kafka.Error
 	if errors.As(err, &kerr) {
 		return kerr.Temporary()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false // a deadline alone is the caller's to set
 	}
 	return netfail.Is(err)
 }

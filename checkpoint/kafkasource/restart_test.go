@@ -41,6 +41,11 @@ func TestIsRetryable(t *testing.T) {
 		{name: "out of range", give: &kafkasource.OffsetOutOfRangeError{}, want: false},
 		{name: "poison, even of a network error", give: &kafkasource.PoisonError{Err: kafkasource.Poison(io.ErrUnexpectedEOF)}, want: false},
 		{name: "cancelled", give: fmt.Errorf("x: %w", context.Canceled), want: false},
+		{name: "deadline", give: fmt.Errorf("x: %w", context.DeadlineExceeded), want: false},
+		{name: "deadline while the server said try again", give: fmt.Errorf("x: %w (last error: %w)",
+			context.DeadlineExceeded, kafka.LeaderNotAvailable), want: true},
+		{name: "deadline over a permanent error", give: fmt.Errorf("x: %w (last error: %w)",
+			context.DeadlineExceeded, kafka.TransactionalIDAuthorizationFailed), want: false},
 		{name: "insert retries exhausted", give: fmt.Errorf("process: %w", &chsink.InsertError{Err: errors.New("TOO_MANY_PARTS")}), want: true},
 		{name: "insert rejected", give: &chsink.InsertError{Permanent: true, Err: io.EOF}, want: false},
 	}

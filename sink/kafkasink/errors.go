@@ -53,11 +53,12 @@ var (
 // sink.ErrClosed, as chsink's does, and says which sink.
 var errClosed = fmt.Errorf("kafkasink: %w", sink.ErrClosed)
 
-// Error is a failed send, commit or barrier of the sink. The sink stays
-// failed; the chain must restart from its last checkpoint, whose Restore
-// resolves the transaction the checkpoint recorded and aborts any other.
+// Error is a failed send, commit, barrier or restore of the sink. The sink
+// stays failed; the chain must restart from its last checkpoint, whose
+// Restore resolves the transaction the checkpoint recorded and aborts any
+// other.
 type Error struct {
-	Op  string // "send", "commit" or "snapshot"
+	Op  string // "send", "commit", "snapshot" or "restore"
 	Err error
 }
 
@@ -68,5 +69,11 @@ func (e *Error) Unwrap() error { return e.Err }
 // Retryable reports whether a restart of the chain from its last
 // checkpoint can get past the error (kafkasource restarts a chain whose
 // error says so): always, except when the producer was fenced, which means
-// another incarnation of the chain is running.
-func (e *Error) Retryable() bool { return !kafkatxn.IsFenced(e.Err) }
+// another incarnation of the chain is running, and when a restore found
+// its checkpoint's transaction aborted (checkpoint.ErrOutputLost: the same
+// checkpoint would be restored again). A restore that ran out of time
+// (a broker restarting, a coordinator still loading its transactions) is
+// retryable.
+func (e *Error) Retryable() bool {
+	return !kafkatxn.IsFenced(e.Err) && !(e.Op == "restore" && errors.Is(e.Err, kafkatxn.ErrAborted))
+}

@@ -91,7 +91,7 @@ func (s *Sink) commitPrepared(ctx context.Context, st state) error {
 		}
 		s.m.failed(err)
 		s.m.transaction(outcome, start)
-		return fmt.Errorf("kafkasink: restore: %w", err)
+		return &Error{Op: "restore", Err: err}
 	}
 	s.m.transaction(outcomeRestored, start)
 	return nil
