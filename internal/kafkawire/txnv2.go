@@ -23,6 +23,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"sync/atomic"
 
 	"github.com/segmentio/kafka-go"
@@ -64,6 +65,9 @@ type rawRequest struct {
 	version  int16
 	clientID string
 	body     []byte
+	// tail is sent after body as it is, without a copy: a Produce's
+	// record batch, which can be megabytes.
+	tail [][]byte
 	// headerV0 says the response header has no tagged fields (ApiVersions
 	// answers so in every version, so that any client can read it).
 	headerV0 bool
@@ -79,8 +83,20 @@ func (r *rawRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
 	corr := corrID.Add(1)
 	req := appendFlexibleHeader(make([]byte, 0, 32+len(r.clientID)+len(r.body)), r.key, r.version, corr, r.clientID)
 	req = finishRequest(append(req, r.body...))
-	if _, err := rw.Write(req); err != nil {
-		return nil, err
+	if len(r.tail) == 0 {
+		if _, err := rw.Write(req); err != nil {
+			return nil, err
+		}
+	} else {
+		size := len(req) - 4
+		for _, t := range r.tail {
+			size += len(t)
+		}
+		binary.BigEndian.PutUint32(req, uint32(size))
+		bufs := append(net.Buffers{req}, r.tail...)
+		if _, err := bufs.WriteTo(rw); err != nil {
+			return nil, err
+		}
 	}
 	var head [8]byte
 	if _, err := io.ReadFull(rw, head[:]); err != nil {
@@ -290,7 +306,8 @@ func ParseEndTxn(m protocol.Message) (pid int64, epoch int16, err error) {
 // ProduceRequest returns a transactional Produce v12 of one record batch to
 // topic's partition, with acks=all and the broker's wait bounded by
 // timeoutMs. Sent inside a transaction of transactions v2, it adds the
-// partition to the transaction.
+// partition to the transaction. batch is sent from where it is, not
+// copied: it must not change until the round trip returns.
 func ProduceRequest(clientID, txid, topic string, partition int32, timeoutMs int32, batch []byte) protocol.Message {
 	b := appendCompactString(nil, txid)
 	b = binary.BigEndian.AppendUint16(b, 0xffff) // acks -1: all in-sync replicas
@@ -300,9 +317,11 @@ func ProduceRequest(clientID, txid, topic string, partition int32, timeoutMs int
 	b = appendUvarint(b, 2) // one partition
 	b = binary.BigEndian.AppendUint32(b, uint32(partition))
 	b = appendUvarint(b, uint64(len(batch))+1)
-	b = append(b, batch...)
-	b = appendNoTags(appendNoTags(appendNoTags(b))) // partition, topic, request
-	return &partitionLeader{rawRequest{key: keyProduce, version: ProduceV2Version, clientID: clientID, body: b}, topic, partition}
+	// The batch is sent from the caller's buffer, not copied here: it is
+	// most of the request.
+	tags := appendNoTags(appendNoTags(appendNoTags(nil))) // partition, topic, request
+	return &partitionLeader{rawRequest{key: keyProduce, version: ProduceV2Version, clientID: clientID, body: b,
+		tail: [][]byte{batch, tags}}, topic, partition}
 }
 
 // ParseProduce reads ProduceRequest's answer: the batch's base offset, or

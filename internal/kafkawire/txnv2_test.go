@@ -1,8 +1,12 @@
 package kafkawire
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"io"
+	"slices"
 	"testing"
 
 	"github.com/segmentio/kafka-go"
@@ -31,7 +35,23 @@ func TestTxnV2RequestBytes(t *testing.T) {
 	assert.Equal(t, int16(12), p.version)
 	assert.Equal(t, "03"+"7478"+"ffff"+"000003e8"+ // txid, acks -1, timeout
 		"02"+"0274"+"02"+"00000002"+"03"+"aabb"+"00"+"00"+"00", // topic t, partition 2, records, tags
-		hex.EncodeToString(p.body))
+		hex.EncodeToString(slices.Concat(append([][]byte{p.body}, p.tail...)...)))
+
+	// On the wire: the size prefix counts the batch, sent after the body
+	// from the caller's buffer.
+	var sent bytes.Buffer
+	corr := corrID.Load() + 1
+	answer := binary.BigEndian.AppendUint32(nil, 5)
+	answer = append(binary.BigEndian.AppendUint32(answer, uint32(corr)), 0) // no header tags
+	_, err := p.RawExchange(struct {
+		io.Reader
+		io.Writer
+	}{bytes.NewReader(answer), &sent})
+	require.NoError(t, err)
+	frame := sent.Bytes()
+	require.Equal(t, len(frame)-4, int(binary.BigEndian.Uint32(frame)), "size prefix")
+	want := slices.Concat(append([][]byte{p.body}, p.tail...)...)
+	assert.Equal(t, hex.EncodeToString(want), hex.EncodeToString(frame[len(frame)-len(want):]))
 }
 
 // TestParseTxnV2Responses reads answers laid out as Kafka writes them, and
