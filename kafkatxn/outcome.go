@@ -2,6 +2,7 @@ package kafkatxn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -124,10 +125,14 @@ func findMarker(ctx context.Context, c *txClient, tp TxnPartition, pid int64, ep
 type markerSearch struct{ readTo, highWatermark int64 }
 
 // describeBriefly returns the coordinator's state of id in a few words, or
-// why it could not be read, within a request timeout even when ctx has
-// ended: it goes into an error message.
+// why it could not be read, within a few seconds even when ctx's deadline
+// has passed: it goes into an error message. A caller who cancelled is
+// not kept waiting for it.
 func (c *txClient) describeBriefly(ctx context.Context, id string) string {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.RequestTimeout)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return "not described (cancelled)"
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.opts.RequestTimeout, 5*time.Second))
 	defer cancel()
 	d, err := c.describeOnce(ctx, id)
 	if err != nil {

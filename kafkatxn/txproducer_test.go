@@ -186,6 +186,42 @@ func TestCommitPrepared(t *testing.T) {
 	assert.NoError(t, kafkatxn.CommitPrepared(ctx, brokers, empty, kafkatxn.TxOptions{}), "nothing to commit")
 }
 
+// TestCommitPreparedNoMarkerSaysWhy gives CommitPrepared a transaction
+// whose epoch moved on but whose recorded partition holds no marker of it
+// (a checkpoint naming the wrong first partition): the lookup ends at
+// DeliveryTimeout, and its error says what was seen on both sides, the
+// log and the coordinator, so that whoever meets it can tell why.
+func TestCommitPreparedNoMarkerSaysWhy(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name(t, "txp")
+	testkit.CreateTopic(t, brokers, topic, 2)
+	ctx := context.Background()
+	txid := topic + "-tx"
+
+	p, err := kafkatxn.NewTxProducer(ctx, brokers, txid, kafkatxn.TxOptions{})
+	require.NoError(t, err)
+	defer p.Close()
+	_, err = p.Produce(ctx, topic, 0, rec("a"))
+	require.NoError(t, err)
+	txn := p.Txn()
+	require.NoError(t, p.Commit(ctx))
+	_, err = p.Produce(ctx, topic, 0, rec("b")) // the epoch moves on (v1: bumped here)
+	require.NoError(t, err)
+	require.NoError(t, p.Commit(ctx))
+
+	txn.Partitions = []kafkatxn.TxnPartition{{Topic: topic, Partition: 1, FirstOffset: 0}} // never written
+	opts := kafkatxn.TxOptions{ProducerOptions: kafkatxn.ProducerOptions{DeliveryTimeout: 2 * time.Second}}
+	err = kafkatxn.CommitPrepared(ctx, brokers, txn, opts)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, kafkatxn.ErrAborted, "no marker is no outcome")
+	msg := err.Error()
+	assert.Contains(t, msg, "EndTxn answered")
+	assert.Contains(t, msg, fmt.Sprintf("no marker of producer %d in %s/1 from offset 0", txn.ProducerID, topic))
+	// The state after a commit: Kafka says CompleteCommit, kfake Empty.
+	assert.Regexp(t, fmt.Sprintf(`coordinator: (%s|%s), producer %d, epoch`, kafkatxn.StateCompleteCommit, kafkatxn.StateEmpty, txn.ProducerID), msg)
+}
+
 // TestTxProducerCoordinatorFaults runs transactions while the transaction
 // coordinator moves between three brokers before every transaction
 // (kfake's RehashCoordinators), while it answers NOT_COORDINATOR and
