@@ -253,7 +253,7 @@ func (c *txClient) describeOnce(ctx context.Context, id string) (TxnDescription,
 // onBroker runs f on a connection of its own to host:port, made the way the
 // client's transport says, and closes it.
 func (c *txClient) onBroker(ctx context.Context, host string, port int, f func(net.Conn) error) error {
-	conn, err := kafkawire.Dial(ctx, dialerOf(c.transport), c.clientID(), net.JoinHostPort(host, strconv.Itoa(port)))
+	conn, err := kafkawire.Dial(ctx, kafkawire.TransportDialer(c.transport), c.clientID(), net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return err
 	}

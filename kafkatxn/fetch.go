@@ -37,7 +37,7 @@ type fetchResult struct {
 func fetch(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, topic string, partition int, offset int64,
 	committed bool, maxBytes int, maxWait time.Duration) (*fetchResult, error) {
 	tr, _ := rt.(*kafka.Transport)
-	f := kafkawire.Fetcher{Dialer: dialerOf(tr), Brokers: strings.Split(addr.String(), ","), Topic: topic,
+	f := kafkawire.Fetcher{Dialer: kafkawire.TransportDialer(tr), Brokers: strings.Split(addr.String(), ","), Topic: topic,
 		Partition: partition, Next: offset, MaxBytes: maxBytes, MaxWait: maxWait, Uncommitted: !committed}
 	defer f.Close()
 	bs, hwm, err := f.FetchBatches(ctx)
@@ -54,37 +54,4 @@ func fetch(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, topic stri
 			producerEpoch: b.ProducerEpoch, baseSequence: b.BaseSequence, control: b.Control, commit: b.Commit})
 	}
 	return fr, nil
-}
-
-// dialerOf returns a Dialer that connects the way tr does: its TLS, SASL,
-// Dial function, dial timeout, client id and broker resolver. A nil tr is
-// kafka-go's defaults.
-func dialerOf(tr *kafka.Transport) *kafka.Dialer {
-	d := &kafka.Dialer{Timeout: 10 * time.Second}
-	if tr == nil {
-		return d
-	}
-	d.TLS, d.SASLMechanism, d.ClientID, d.DialFunc = tr.TLS, tr.SASL, tr.ClientID, tr.Dial
-	if tr.DialTimeout > 0 {
-		d.Timeout = tr.DialTimeout
-	}
-	if tr.Resolver != nil {
-		d.Resolver = brokerResolver{tr.Resolver}
-	}
-	return d
-}
-
-// brokerResolver is a Transport's BrokerResolver as a Dialer's Resolver.
-type brokerResolver struct{ r kafka.BrokerResolver }
-
-func (b brokerResolver) LookupHost(ctx context.Context, host string) ([]string, error) {
-	ips, err := b.r.LookupBrokerIPAddr(ctx, kafka.Broker{Host: host})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(ips))
-	for _, ip := range ips {
-		out = append(out, ip.String())
-	}
-	return out, nil
 }

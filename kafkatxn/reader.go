@@ -56,7 +56,7 @@ func NewReader(brokers []string, topic string, partition int, offset int64, opts
 	if opts.MaxWait == 0 {
 		opts.MaxWait = DefaultMaxWait
 	}
-	return &Reader{f: kafkawire.Fetcher{Dialer: dialerOf(opts.Transport), Brokers: brokers, Topic: topic,
+	return &Reader{f: kafkawire.Fetcher{Dialer: kafkawire.TransportDialer(opts.Transport), Brokers: brokers, Topic: topic,
 		Partition: partition, Next: offset, MaxBytes: opts.MaxBytes, MaxWait: opts.MaxWait}}, nil
 }
 

@@ -79,6 +79,7 @@ func (s *Source) runChain(runCtx, gctx context.Context, own ownership, p checkpo
 	// is the cause of the chain context consume reads.
 	chainCtx, failChain := context.WithCancelCause(ctx)
 	var run runners
+	var dl *deadLetters // closed with the participants
 	defer func() {
 		failChain(nil)
 		run.wait()
@@ -87,17 +88,19 @@ func (s *Source) runChain(runCtx, gctx context.Context, own ownership, p checkpo
 			cerr = proc.Close()
 		}
 		cerr = errors.Join(cerr, closeParticipants(proc.Participants))
+		if dl != nil {
+			cerr = errors.Join(cerr, dl.Close())
+		}
 		if cerr != nil && err == nil && !ended() {
 			err = fmt.Errorf("kafkasource: %s: close processor: %w", p, cerr)
 		}
 	}()
 	participants := proc.Participants
-	var dl *deadLetters
 	if proc.DeadLetter != nil {
 		if _, taken := participants[deadLetterParticipant]; taken {
 			return fmt.Errorf("kafkasource: %s: participant name %q is reserved for the dead-letter state", p, deadLetterParticipant)
 		}
-		if dl, err = newDeadLetters(*proc.DeadLetter, s.group.Brokers, p); err != nil {
+		if dl, err = newDeadLetters(*proc.DeadLetter, s.group.ID, s.group.Brokers, s.opts.Dialer, p); err != nil {
 			return fmt.Errorf("kafkasource: %s: %w", p, err)
 		}
 		participants = make(map[string]checkpoint.Participant, len(proc.Participants)+1)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -210,45 +211,20 @@ func TestDeadLetterKill9(t *testing.T) {
 		assert.Equal(t, wantSum, sum, "partition %d", p)
 	}
 
-	// Every poison record exactly once in the dead-letter topic.
-	// A transport of its own: kafka-go's default one is shared by the test
-	// binary and answers from metadata cached before the topic was created
-	// (a shared broker lives across tests).
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	// Every poison record exactly once in the dead-letter topic, as a
+	// read_committed consumer sees it.
 	seen := map[string]int{}
-	for offset := int64(0); ; {
-		resp, err := cl.Fetch(context.Background(), &kafka.FetchRequest{Topic: poisonDLQ, Partition: 0, Offset: offset,
-			MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+	for _, m := range readCommitted(t, brokers, poisonDLQ) {
+		o, err := kafkasource.ParseDeadLetter(m)
 		require.NoError(t, err)
-		require.NoError(t, resp.Error)
-		if offset >= resp.HighWatermark {
-			break
-		}
-		for {
-			r, err := resp.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err)
-			if r.Offset < offset {
-				continue
-			}
-			offset = r.Offset + 1
-			m := kafka.Message{Headers: r.Headers}
-			o, err := kafkasource.ParseDeadLetter(m)
-			require.NoError(t, err)
-			assert.Equal(t, poisonTopic, o.Topic)
-			assert.True(t, isPoison(int(o.Offset)), "offset %d is no poison record", o.Offset)
-			assert.Contains(t, o.Err, "invalid syntax")
-			key, value := readAll(t, r.Key), readAll(t, r.Value)
-			assert.Equal(t, fmt.Sprintf("key-%d-%d", o.Partition, o.Offset), key)
-			assert.Equal(t, fmt.Sprintf("garbage-%d-%d", o.Partition, o.Offset), value)
-			assert.Equal(t, "event-id", r.Headers[0].Key)
-			assert.Equal(t, fmt.Sprintf("ev-%d-%d", o.Partition, o.Offset), string(r.Headers[0].Value))
-			seen[fmt.Sprintf("%d/%d", o.Partition, o.Offset)]++
-		}
+		assert.Equal(t, poisonTopic, o.Topic)
+		assert.True(t, isPoison(int(o.Offset)), "offset %d is no poison record", o.Offset)
+		assert.Contains(t, o.Err, "invalid syntax")
+		assert.Equal(t, fmt.Sprintf("key-%d-%d", o.Partition, o.Offset), string(m.Key))
+		assert.Equal(t, fmt.Sprintf("garbage-%d-%d", o.Partition, o.Offset), string(m.Value))
+		assert.Equal(t, "event-id", m.Headers[0].Key)
+		assert.Equal(t, fmt.Sprintf("ev-%d-%d", o.Partition, o.Offset), string(m.Headers[0].Value))
+		seen[fmt.Sprintf("%d/%d", o.Partition, o.Offset)]++
 	}
 	want := map[string]int{}
 	for p := range poisonParts {
@@ -341,4 +317,45 @@ func readAll(t testing.TB, b kafka.Bytes) string {
 	data, err := io.ReadAll(b)
 	require.NoError(t, err)
 	return string(data)
+}
+
+// readCommitted returns the records of topic's partition 0 up to its high
+// watermark as a read_committed consumer gets them (kafkatxn.Reader: no
+// record of an aborted transaction, no marker).
+func readCommitted(t testing.TB, brokers []string, topic string) []kafka.Message {
+	t.Helper()
+	// A transport of its own: kafka-go's default one is shared by the test
+	// binary and answers from metadata cached before the topic was created
+	// (a shared broker lives across tests).
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0)}}})
+	require.NoError(t, err)
+	require.Len(t, resp.Topics[topic], 1)
+	require.NoError(t, resp.Topics[topic][0].Error)
+	end := resp.Topics[topic][0].LastOffset
+
+	r, err := kafkatxn.NewReader(brokers, topic, 0, 0, kafkatxn.ReaderOptions{MaxWait: 100 * time.Millisecond})
+	require.NoError(t, err)
+	defer r.Close()
+	var out []kafka.Message
+	for r.Offset() < end {
+		// Fetch waits for a record; only markers may be left before end.
+		fctx, fcancel := context.WithTimeout(ctx, time.Second)
+		ms, err := r.Fetch(fctx)
+		fcancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			continue
+		}
+		require.NoError(t, err)
+		for _, m := range ms {
+			if m.Offset < end {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
 }

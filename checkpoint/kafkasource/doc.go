@@ -250,16 +250,28 @@
 // on with the next record. Either way exactlyonce.kafkasource.poison_records counts it;
 // nothing is skipped silently.
 //
-// The dead-letter write is made idempotent by looking before writing:
-// kafka-go has no idempotent producer, and a chain killed after the write
-// but before its checkpoint replays the record. The chain's checkpointed
-// state (participant "kafkasource.deadletter") holds the dead-letter offset
-// from which any record it may replay would be found; the first poison
-// record after a restore reads the dead-letter partition from there to its
-// end, and a replayed poison record already there is not written again. A
-// partition that has never completed a checkpoint reads its dead-letter
-// partition from the start once. Source partition P always writes to
-// dead-letter partition P modulo the topic's partition count.
+// The dead-letter write is made idempotent by looking before writing: a
+// chain killed after the write but before its checkpoint replays the
+// record. The chain's checkpointed state (participant
+// "kafkasource.deadletter") holds the dead-letter offset from which any
+// record it may replay would be found; the first poison record after a
+// restore reads the dead-letter partition from there to its end, and a
+// replayed poison record already there is not written again. A partition
+// that has never completed a checkpoint reads its dead-letter partition
+// from the start once. Source partition P always writes to dead-letter
+// partition P modulo the topic's partition count.
+//
+// Looking is not enough when two processes own a partition at once (an
+// owner paused past its session timeout goes on until it notices): both
+// could look, find nothing and write. So each dead letter is written in a
+// Kafka transaction of its own, under the transactional id
+// DeadLetter.TransactionalIDPrefix + "-" + topic + "-" + partition, and
+// the writer starts its producer before it looks. The start fences every
+// earlier writer of the id: what they committed is there to be found, what
+// they had not committed is aborted, and they can commit nothing more.
+// Read the dead-letter topic with isolation level read_committed
+// (kafkatxn.Reader does): a read_uncommitted reader also sees the aborted
+// writes of fenced owners.
 //
 // # Brokers
 //
@@ -364,10 +376,9 @@
 //   - No participant goroutine outlives its chain: Runners are awaited and
 //     Closers closed before the chain's partition is given up.
 //   - A poison record of a chain with a dead-letter topic is in that topic
-//     exactly once, across crashes and replays, before the chain's
-//     checkpoint passes it. Assumed: the dead-letter topic is not truncated
-//     below the checkpointed offset, and a revoked owner has no write in
-//     flight when the partition's next owner looks (a write already sent
-//     when the generation ended can land after the look; the origin
-//     headers let a dead-letter consumer drop such a copy).
+//     exactly once, as a read_committed consumer reads it, across crashes,
+//     replays and owners running at once (a revoked owner that has not
+//     noticed yet), before the chain's checkpoint passes it. Assumed: the
+//     dead-letter topic is not truncated below the checkpointed offset,
+//     and no other process uses the chain's dead-letter transactional ids.
 package kafkasource

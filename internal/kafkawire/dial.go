@@ -133,3 +133,37 @@ func authenticate(ctx context.Context, conn net.Conn, mech sasl.Mechanism, clien
 	}
 	return nil
 }
+
+// TransportDialer returns a Dialer that connects the way tr does: its TLS,
+// SASL, Dial function, dial timeout, client id and broker resolver. A nil
+// tr is kafka-go's defaults. The module's own connections (fetchers, group
+// members) dial through a Dialer; users configure kafka-go's Transport.
+func TransportDialer(tr *kafka.Transport) *kafka.Dialer {
+	d := &kafka.Dialer{Timeout: 10 * time.Second}
+	if tr == nil {
+		return d
+	}
+	d.TLS, d.SASLMechanism, d.ClientID, d.DialFunc = tr.TLS, tr.SASL, tr.ClientID, tr.Dial
+	if tr.DialTimeout > 0 {
+		d.Timeout = tr.DialTimeout
+	}
+	if tr.Resolver != nil {
+		d.Resolver = brokerResolver{tr.Resolver}
+	}
+	return d
+}
+
+// brokerResolver is a Transport's BrokerResolver as a Dialer's Resolver.
+type brokerResolver struct{ r kafka.BrokerResolver }
+
+func (b brokerResolver) LookupHost(ctx context.Context, host string) ([]string, error) {
+	ips, err := b.r.LookupBrokerIPAddr(ctx, kafka.Broker{Host: host})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out, nil
+}

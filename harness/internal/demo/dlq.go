@@ -2,9 +2,7 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
@@ -37,42 +35,21 @@ func (d *Pipeline) InjectPoison(ctx context.Context) error {
 }
 
 // CheckDeadLetters checks that the dead-letter topic holds each poison
-// record exactly once.
+// record exactly once, as a read_committed consumer sees it: dead letters
+// are written in transactions, and a revoked owner's aborted write is no
+// dead letter.
 func (d *Pipeline) CheckDeadLetters(ctx context.Context) error {
-	tr := &kafka.Transport{} // not the default one's pooled connections: see topicDeliveries
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(d.Servers.Brokers...), Timeout: 10 * time.Second, Transport: tr}
 	var got []int64
-	for offset := int64(0); ; {
-		resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: d.DLQ, Partition: 0, Offset: offset,
-			MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
-		if err == nil {
-			err = resp.Error
-		}
+	err := ScanCommitted(ctx, d.Servers.Brokers, d.DLQ, 0, func(m kafka.Message) error {
+		o, err := kafkasource.ParseDeadLetter(m)
 		if err != nil {
-			return fmt.Errorf("read the dead-letter topic: %w", err)
+			return err
 		}
-		if offset >= resp.HighWatermark {
-			break
-		}
-		for {
-			r, err := resp.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("read the dead-letter topic: %w", err)
-			}
-			if r.Offset < offset {
-				continue
-			}
-			offset = r.Offset + 1
-			o, err := kafkasource.ParseDeadLetter(kafka.Message{Headers: r.Headers})
-			if err != nil {
-				return err
-			}
-			got = append(got, int64(o.Partition)<<32|o.Offset)
-		}
+		got = append(got, int64(o.Partition)<<32|o.Offset)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the dead-letter topic: %w", err)
 	}
 	slices.Sort(got)
 	want := slices.Clone(d.poison)

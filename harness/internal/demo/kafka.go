@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -177,6 +178,56 @@ func ScanTopic(ctx context.Context, brokers []string, topic string, partitions i
 					return err
 				}
 				fn(kafka.Message{Topic: topic, Partition: p, Offset: r.Offset, Headers: r.Headers, Value: value, Time: r.Time})
+			}
+		}
+	}
+	return nil
+}
+
+// ScanCommitted reads topic's partition the way a read_committed consumer
+// does (kafkatxn.Reader: no record of an aborted transaction), from its
+// first offset to its high watermark at the time of the call, and calls fn
+// with each record in offset order. It waits for transactions open below
+// that high watermark to end.
+func ScanCommitted(ctx context.Context, brokers []string, topic string, partition int, fn func(kafka.Message) error) error {
+	cl, closeClient := KafkaClient(brokers, 10*time.Second)
+	defer closeClient()
+	var first, end int64
+	for _, req := range []kafka.OffsetRequest{kafka.FirstOffsetOf(partition), kafka.LastOffsetOf(partition)} {
+		resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {req}}})
+		if err != nil {
+			return err
+		}
+		for _, po := range resp.Topics[topic] {
+			if po.Error != nil {
+				return po.Error
+			}
+			first, end = max(first, po.FirstOffset), max(end, po.LastOffset)
+		}
+	}
+	r, err := kafkatxn.NewReader(brokers, topic, partition, first, kafkatxn.ReaderOptions{MaxWait: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for r.Offset() < end {
+		// Fetch waits for a record: past the last one (only markers or
+		// aborted records before end), give up the wait once at end.
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		ms, err := r.Fetch(fctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.Offset >= end {
+				return nil
+			}
+			if err := fn(m); err != nil {
+				return err
 			}
 		}
 	}

@@ -1,0 +1,124 @@
+package kafkasource
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/kafkatxn"
+	"github.com/exactlyonce/exactlyonce/testkit"
+)
+
+// TestDeadLetterTwoOwners: an owner that lost its partition without
+// knowing (paused past its session timeout) and the partition's next owner
+// meet the same poison record. Each looks in the dead-letter topic before
+// writing, so both can find it missing; the record must still land once.
+// The old owner looked first, then the new owner wrote it; the old owner's
+// write must fail (fenced), not add a second copy. Then a write of the old
+// owner that was in flight when the new owner looked: aborted, never
+// visible, while the new owner's copy is. Before dead letters were written
+// in transactions, both owners' writes landed.
+func TestDeadLetterTwoOwners(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	dlq := testkit.Name(t, "dlq")
+	testkit.CreateTopic(t, brokers, dlq, 1)
+	group := testkit.Name(t, "owners")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	owner := func(topic string) *deadLetters {
+		d, err := newDeadLetters(DeadLetter{Topic: dlq}, group, brokers, kafka.DefaultDialer,
+			checkpoint.TopicPartition{Topic: topic, Partition: 3})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = d.Close() })
+		return d
+	}
+	poison := func(topic string, offset int64) kafka.Message {
+		return kafka.Message{Topic: topic, Partition: 3, Offset: offset, Key: []byte("k"), Value: []byte("garbage"),
+			Headers: []kafka.Header{{Key: "event-id", Value: []byte("ev-" + strconv.FormatInt(offset, 10))}}}
+	}
+	cause := errors.New("invalid syntax")
+
+	t.Run("the old owner looked first", func(t *testing.T) {
+		old, next := owner("looked"), owner("looked")
+		require.NoError(t, old.ready(ctx)) // found nothing
+		already, err := next.write(ctx, poison("looked", 7), cause)
+		require.NoError(t, err)
+		assert.False(t, already)
+		_, err = old.write(ctx, poison("looked", 7), cause)
+		require.Error(t, err, "the old owner wrote a second copy")
+		assert.True(t, kafkatxn.IsFenced(err), "want fenced, got %v", err)
+
+		// The owner after a restart finds the record and writes nothing.
+		already, err = owner("looked").write(ctx, poison("looked", 7), cause)
+		require.NoError(t, err)
+		assert.True(t, already)
+	})
+
+	t.Run("the old owner's write was in flight", func(t *testing.T) {
+		old, next := owner("inflight"), owner("inflight")
+		require.NoError(t, old.ready(ctx))
+		_, err := old.p.Produce(ctx, dlq, old.partition, kafkatxn.Record{Value: []byte("garbage"), Headers: []kafkatxn.Header{
+			{Key: HeaderDeadLetterTopic, Value: []byte("inflight")},
+			{Key: HeaderDeadLetterPartition, Value: []byte("3")},
+			{Key: HeaderDeadLetterOffset, Value: []byte("9")},
+		}})
+		require.NoError(t, err)
+		already, err := next.write(ctx, poison("inflight", 9), cause)
+		require.NoError(t, err)
+		assert.False(t, already, "the old owner's uncommitted write was taken for a dead letter")
+		require.Error(t, old.p.Commit(ctx), "the old owner committed after the new owner looked")
+	})
+
+	// What a read_committed consumer of the dead-letter topic sees.
+	r, err := kafkatxn.NewReader(brokers, dlq, 0, 0, kafkatxn.ReaderOptions{MaxWait: 100 * time.Millisecond})
+	require.NoError(t, err)
+	defer r.Close()
+	seen := map[string]int{}
+	for len(seen) < 2 || r.Offset() < highWatermark(t, brokers, dlq) {
+		ms, err := r.Fetch(ctx)
+		require.NoError(t, err)
+		for _, m := range ms {
+			o, err := ParseDeadLetter(m)
+			require.NoError(t, err)
+			assert.Equal(t, "invalid syntax", o.Err)
+			seen[o.Topic+"/"+strconv.FormatInt(o.Offset, 10)]++
+		}
+	}
+	assert.Equal(t, map[string]int{"looked/7": 1, "inflight/9": 1}, seen)
+}
+
+func highWatermark(t *testing.T, brokers []string, topic string) int64 {
+	t.Helper()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	resp, err := cl.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0)}}})
+	require.NoError(t, err)
+	require.Len(t, resp.Topics[topic], 1)
+	require.NoError(t, resp.Topics[topic][0].Error)
+	return resp.Topics[topic][0].LastOffset
+}
+
+// TestDeadLetterTransportMustBeKafkaGos: the dead-letter writer dials
+// through a *kafka.Transport's settings; another RoundTripper is refused
+// with ErrInvalidOptions instead of being ignored.
+func TestDeadLetterTransportMustBeKafkaGos(t *testing.T) {
+	_, err := newDeadLetters(DeadLetter{Topic: "dlq", Transport: roundTripperFunc(nil)}, "g", []string{"localhost:9092"},
+		kafka.DefaultDialer, checkpoint.TopicPartition{Topic: "t"})
+	require.ErrorIs(t, err, ErrInvalidOptions)
+	assert.Contains(t, err.Error(), "*kafka.Transport")
+}
+
+type roundTripperFunc func(context.Context, net.Addr, kafka.Request) (kafka.Response, error)
+
+func (f roundTripperFunc) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
+	return f(ctx, addr, req)
+}
