@@ -70,7 +70,15 @@ func TestBinaries(t *testing.T) {
 	serverTLS, _ := testkit.TLS(t)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: serverTLS.Certificates[0].Certificate[0]}), 0o644))
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(serverTLS), kfake.SeedTopics(3, "webhooks"))
+	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.TLS(serverTLS), kfake.SeedTopics(3, "webhooks")}
+	var groupFlags []string
+	if testkit.ConsumerGroupProtocol(t) {
+		// The killed processor's member expires after the consumer
+		// protocol's session timeout, a broker setting (45 s by default).
+		kopts = append(kopts, kfake.BrokerConfigs(map[string]string{"group.consumer.session.timeout.ms": "6000"}))
+		groupFlags = []string{"-group-protocol", "consumer"}
+	}
+	kc, err := kfake.NewCluster(kopts...)
 	require.NoError(t, err)
 	t.Cleanup(kc.Close)
 	brokers := strings.Join(kc.ListenAddrs(), ",")
@@ -90,7 +98,7 @@ func TestBinaries(t *testing.T) {
 	gw := testkit.Command(t, gatewayBin, gwArgs)
 	procAddr := testkit.FreeAddr(t)
 	procArgs := append([]string{"-listen", procAddr, "-group", "processor", "-clickhouse", chAddr, "-database", db,
-		"-state-dir", t.TempDir(), "-checkpoint-interval", "200ms"}, kafkaFlags...)
+		"-state-dir", t.TempDir(), "-checkpoint-interval", "200ms"}, append(kafkaFlags, groupFlags...)...)
 	pr := testkit.Command(t, processorBin, procArgs)
 	waitReady(t, gwAddr, gw)
 	waitReady(t, procAddr, pr)

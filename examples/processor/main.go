@@ -86,6 +86,7 @@ type config struct {
 	group                  kafkasource.Options // the consumer group's timing
 	sinkMaxDelay           time.Duration
 	listen, topic, groupID string
+	groupProtocol          kafkasource.GroupProtocol
 	brokers                []string
 	stateDir               string
 	s3                     s3State
@@ -129,6 +130,9 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&brokers, "brokers", env("KAFKA_BROKERS", "localhost:9092"), "Kafka bootstrap brokers, comma-separated (KAFKA_BROKERS)")
 	fs.StringVar(&c.topic, "topic", env("KAFKA_TOPIC", "webhooks"), "Kafka topic (KAFKA_TOPIC)")
 	fs.StringVar(&c.groupID, "group", env("KAFKA_GROUP", "processor"), "consumer group (KAFKA_GROUP)")
+	var protocol string
+	fs.StringVar(&protocol, "group-protocol", env("KAFKA_GROUP_PROTOCOL", "classic"),
+		"consumer group protocol: classic, or consumer (Kafka 4's KIP-848: a rebalance stops only the partitions that move; every instance of the group must run the same) (KAFKA_GROUP_PROTOCOL)")
 	fs.StringVar(&c.stateDir, "state-dir", env("PROCESSOR_STATE_DIR", "./state"), "checkpoints and sink journals, shared by every instance (PROCESSOR_STATE_DIR)")
 	fs.StringVar(&c.s3.bucket, "s3-bucket", env("S3_BUCKET", ""), "keep checkpoints and sink journals in this S3 bucket instead of -state-dir: what processors on several machines share (S3_BUCKET)")
 	fs.StringVar(&c.s3.prefix, "s3-prefix", env("S3_PREFIX", ""), "object name prefix in -s3-bucket (S3_PREFIX)")
@@ -155,6 +159,14 @@ func parse(args []string, getenv func(string) string) (config, error) {
 		return c, err
 	}
 	c.brokers = strings.Split(brokers, ",")
+	switch protocol {
+	case "classic":
+		c.groupProtocol = kafkasource.ProtocolClassic
+	case "consumer":
+		c.groupProtocol = kafkasource.ProtocolConsumer
+	default:
+		return c, fmt.Errorf("-group-protocol %q: want classic or consumer", protocol)
+	}
 	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
 		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)
 	}
@@ -276,7 +288,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	chain = cfg.demo.withOutput(chain, cfg.topic, cfg.brokers, cfg.interval) // the chaos run's build only
 	srcOpts := cfg.group
 	srcOpts.Dialer, srcOpts.Logger, srcOpts.MeterProvider = dialer, log, mp
-	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.groupID, Topics: auditTopics(cfg)},
+	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.groupID, Topics: auditTopics(cfg), Protocol: cfg.groupProtocol},
 		coord, kafkasource.Chains(store, chain), srcOpts)
 	if err != nil {
 		return err

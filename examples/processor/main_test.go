@@ -3,7 +3,9 @@ package main
 import (
 	"testing"
 
+	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The processor you build and deploy has no -naive flag (#32), no
@@ -17,4 +19,26 @@ func TestDeployedProcessorHasNoDemoFlags(t *testing.T) {
 	assert.ErrorContains(t, err, "flag provided but not defined: -clock-offset-file")
 	_, err = parse([]string{"-output-topic", "out"}, func(string) string { return "" })
 	assert.ErrorContains(t, err, "flag provided but not defined: -output-topic")
+}
+
+// TestGroupProtocolFlag: -group-protocol (or KAFKA_GROUP_PROTOCOL) chooses
+// the protocol the processor joins its group with; the default stays the
+// classic one, which every Kafka offers; a typo is refused, not taken for
+// the default.
+func TestGroupProtocolFlag(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	c, err := parse(nil, noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, kafkasource.ProtocolClassic, c.groupProtocol)
+
+	c, err = parse([]string{"-group-protocol", "consumer"}, noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, kafkasource.ProtocolConsumer, c.groupProtocol)
+
+	c, err = parse(nil, func(k string) string { return map[string]string{"KAFKA_GROUP_PROTOCOL": "consumer"}[k] })
+	require.NoError(t, err)
+	assert.Equal(t, kafkasource.ProtocolConsumer, c.groupProtocol)
+
+	_, err = parse([]string{"-group-protocol", "cooperative"}, noEnv)
+	assert.ErrorContains(t, err, `-group-protocol "cooperative": want classic or consumer`)
 }
