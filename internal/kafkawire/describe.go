@@ -24,6 +24,8 @@ type MemberDescription struct {
 	// Assigned is how many partitions the member owns now, Target how many
 	// its target assignment gives it.
 	Assigned, Target int
+	// AssignedByTopic is Assigned by topic name.
+	AssignedByTopic map[string]int
 }
 
 // Describe asks the coordinator for the group (ConsumerGroupDescribe v0).
@@ -83,8 +85,9 @@ func parseDescribeResponse(b []byte) (GroupDescription, error) {
 				r.compactString() // subscribed topic
 			}
 			r.compactString() // subscribed regex
-			m.Assigned = describedPartitions(r)
-			m.Target = describedPartitions(r)
+			m.AssignedByTopic = map[string]int{}
+			m.Assigned = describedPartitions(r, m.AssignedByTopic)
+			m.Target = describedPartitions(r, nil)
 			r.tags()
 			d.Members = append(d.Members, m)
 		}
@@ -99,13 +102,17 @@ func parseDescribeResponse(b []byte) (GroupDescription, error) {
 }
 
 // describedPartitions reads an Assignment struct and returns how many
-// partitions it holds.
-func describedPartitions(r *flexReader) int {
+// partitions it holds; byTopic, if not nil, gets them by topic name.
+func describedPartitions(r *flexReader, byTopic map[string]int) int {
 	n := 0
 	for range max(r.length(18), 0) {
 		r.uuid()
-		r.compactString() // topic name
-		n += len(r.int32s())
+		topic := r.compactString()
+		k := len(r.int32s())
+		n += k
+		if byTopic != nil {
+			byTopic[topic] += k
+		}
 		r.tags()
 	}
 	r.tags()

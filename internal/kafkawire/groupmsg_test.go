@@ -150,7 +150,8 @@ func TestDescribeBytes(t *testing.T) {
 	d, err := parseDescribeResponse(b)
 	require.NoError(t, err)
 	assert.Equal(t, GroupDescription{State: "Stable", GroupEpoch: 4, AssignmentEpoch: 4, Members: []MemberDescription{
-		{MemberID: "a", MemberEpoch: 4, Assigned: 2, Target: 2}, {MemberID: "b", MemberEpoch: 4}}}, d)
+		{MemberID: "a", MemberEpoch: 4, Assigned: 2, Target: 2, AssignedByTopic: map[string]int{"t": 2}},
+		{MemberID: "b", MemberEpoch: 4, AssignedByTopic: map[string]int{}}}}, d)
 
 	_, err = parseDescribeResponse(b[:len(b)-3])
 	require.ErrorIs(t, err, ErrMalformed, "a truncated response")
