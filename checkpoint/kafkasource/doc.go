@@ -143,7 +143,11 @@
 // (Options.MissingTopic: MissingTopicFail returns *TopicNotFoundError
 // instead), and checks every Options.TopicPollInterval for new partitions:
 // a topic that grows ends the generation, and the next one gives the new
-// partitions their chains.
+// partitions their chains. A group subscribed with Group.TopicRegex
+// (ProtocolConsumer only) waits for no topic: the group coordinator
+// matches the regex against the cluster's topics and assigns those that
+// match, a topic created later included, and the checks below count the
+// topics the regex matches.
 //
 // Two deployment mistakes are reported, once a generation, at Warn and in a
 // metric, though neither stops Run. A group with more members than its
@@ -205,9 +209,24 @@
 // failed heartbeat; SessionTimeout and RebalanceTimeout keep their
 // meaning. The idle-member and partition-count checks run whenever the
 // member's epoch moves on (the group's assignment changed), counting the
-// members once the group is Stable (ConsumerGroupDescribe v0). Not yet
-// under this protocol: static membership (not offered under the classic
-// one either) and regular expression subscriptions.
+// members once the group is Stable (ConsumerGroupDescribe v0).
+//
+// Two features exist under this protocol only. A Group.TopicRegex is sent
+// to the coordinator (SubscribedTopicRegex, Kafka 4.0 and later), which
+// evaluates it and assigns a matching topic's partitions once the topic
+// exists. A Group.InstanceID makes the Source a static member: Run leaves
+// with epoch -2 instead of -1, and the coordinator keeps the member's
+// partitions, unread, until its session timeout, so a restart with the
+// same InstanceID (a rolling deploy, a pod rescheduled) gets them back
+// with no rebalance: no other member's chain stops or starts. A second
+// Source with an InstanceID that a member holds is refused: Run retries
+// for up to 90 seconds (a crashed predecessor's session expires meanwhile)
+// and then returns ErrUnreleasedInstanceID; a member whose InstanceID
+// another one took stops with ErrFencedInstanceID. A static member that
+// rejoins after a fence or unanswered heartbeats leaves in its own name
+// first (epoch -2), since the coordinator refuses the join of an instance
+// id it still holds. kafka-go's classic group API sends neither, so New
+// refuses both under ProtocolClassic.
 //
 // A group moves between the protocols offline: stop every instance, start
 // them under the other protocol. The group's committed offsets and the
@@ -309,6 +328,9 @@
 //   - [ErrNoConsumerProtocol] is wrapped by the error Run returns under
 //     ProtocolConsumer when the group coordinator does not offer the
 //     consumer group protocol.
+//   - [ErrUnreleasedInstanceID] is wrapped by the error Run returns when
+//     the Group.InstanceID stays held by another member of the group;
+//     [ErrFencedInstanceID] when another member joined with it.
 //   - [ErrPoison] marks a record that Process can never handle, such as a
 //     value it cannot decode: processing it again fails the same way, so
 //     retrying would stall the partition forever.
@@ -355,9 +377,11 @@
 //   - Offsets committed to the group never pass a completed checkpoint; the
 //     checkpoint, not the group offset, is where a chain restarts.
 //   - Under ProtocolConsumer a partition is given up (left out of the
-//     member's heartbeat, or the member leaves) only after its chain
-//     stopped, so no two members run a chain of it at once while their
-//     heartbeats are answered.
+//     member's heartbeat, or the member leaves, statically or not) only
+//     after its chain stopped, so no two members run a chain of it at once
+//     while their heartbeats are answered. A static member's partitions
+//     are read by no one from its leave until it is back or its session
+//     timeout ends.
 //   - A chain's Process (or ProcessBatch), Tick and its participants are
 //     called from one goroutine, records in offset order; once the chain's ownership has
 //     ended it takes no further record, tick or barrier (one already taken

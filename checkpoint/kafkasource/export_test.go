@@ -2,6 +2,7 @@ package kafkasource
 
 import (
 	"context"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -13,3 +14,7 @@ var RetryableGroupError = retryableGroupError
 func (s *Source) GenerationCurrent(ctx context.Context, gen *kafka.Generation) (bool, error) {
 	return s.generationCurrent(ctx, gen)
 }
+
+// SetInstanceWait shortens how long Run retries a join refused with
+// UNRELEASED_INSTANCE_ID.
+func (s *Source) SetInstanceWait(d time.Duration) { s.instanceWait = d }

@@ -140,7 +140,7 @@ func (s *Source) reportIdle(ctx context.Context, kind string, round int, assigne
 func (s *Source) notePartitions(ctx context.Context, meta *kafka.MetadataResponse) map[string]int {
 	counts := map[string]int{}
 	for _, t := range meta.Topics {
-		if t.Error == nil && slices.Contains(s.group.Topics, t.Name) && len(t.Partitions) > 0 {
+		if t.Error == nil && !t.Internal && s.subscribed(t.Name) && len(t.Partitions) > 0 {
 			counts[t.Name] = len(t.Partitions)
 		}
 	}

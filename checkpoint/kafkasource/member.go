@@ -57,6 +57,9 @@ type member struct {
 	oc    *kafkawire.GroupConn // offset commits, so that a slow one never delays a heartbeat
 	id    string
 	epoch atomic.Int32
+	// joined: the coordinator took the member once (a join of it is a
+	// rejoin).
+	joined bool
 
 	interval time.Duration
 	target   []kafkawire.TopicPartitions
@@ -134,8 +137,13 @@ func (m *member) request() *kafkawire.Heartbeat {
 		owned[id] = append(owned[id], int32(p.Partition))
 	}
 	h := &kafkawire.Heartbeat{GroupID: m.s.group.ID, MemberID: m.id, MemberEpoch: m.epoch.Load(),
-		RebalanceTimeout: m.s.opts.RebalanceTimeout, SubscribedTopics: m.s.group.Topics,
+		InstanceID: m.instanceID(), RebalanceTimeout: m.s.opts.RebalanceTimeout,
 		Owned: []kafkawire.TopicPartitions{}, OwnedSet: true}
+	if m.s.group.TopicRegex != "" {
+		h.SubscribedRegex = &m.s.group.TopicRegex
+	} else {
+		h.SubscribedTopics = m.s.group.Topics
+	}
 	for id, ps := range owned {
 		h.Owned = append(h.Owned, kafkawire.TopicPartitions{TopicID: id, Partitions: ps})
 	}
@@ -147,6 +155,7 @@ func (m *member) request() *kafkawire.Heartbeat {
 func (m *member) loop(ctx context.Context) error {
 	s := m.s
 	lastOK := time.Now()
+	var unreleasedSince time.Time // the first join refused with UNRELEASED_INSTANCE_ID, in a row
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -160,16 +169,29 @@ func (m *member) loop(ctx context.Context) error {
 			return nil
 		case errors.Is(err, kafkawire.ErrNoConsumerProtocol):
 			return fmt.Errorf("%w: group %q: %w", ErrNoConsumerProtocol, s.group.ID, err)
+		case errors.Is(err, kafkawire.ErrNoTopicRegex):
+			return fmt.Errorf("kafkasource: group %q: Group.TopicRegex: %w", s.group.ID, err)
 		case err != nil:
 			s.log.Warn("kafkasource: consumer group heartbeat failed; retrying", "err", err)
 			wait = s.opts.HeartbeatInterval
 		case res.ErrorCode == 0:
-			lastOK = time.Now()
+			lastOK, unreleasedSince = time.Now(), time.Time{}
 			m.accept(ctx, res)
 			wait = m.interval
 		default:
 			code := kafka.Error(res.ErrorCode)
 			switch {
+			case code == kafkawire.UnreleasedInstanceID:
+				if err := m.unreleased(ctx, res, &unreleasedSince); err != nil {
+					return err
+				}
+				wait = s.opts.HeartbeatInterval
+			case code == kafka.FencedInstanceID:
+				return fmt.Errorf("%w: group %q, instance id %q: %s", ErrFencedInstanceID, s.group.ID,
+					s.group.InstanceID, res.ErrorMessage)
+			case code == kafkawire.InvalidRegularExpression:
+				return fmt.Errorf("kafkasource: group %q: the broker refused Group.TopicRegex %q: %w (code %d): %s",
+					s.group.ID, s.group.TopicRegex, code, res.ErrorCode, res.ErrorMessage)
 			case code == kafkawire.FencedMemberEpoch || code == kafka.UnknownMemberId:
 				s.log.Warn("kafkasource: fenced by the group coordinator: releasing every partition and joining again",
 					"member", m.id, "epoch", m.epoch.Load(), "code", res.ErrorCode, "message", res.ErrorMessage)
@@ -236,6 +258,7 @@ func (m *member) sweep() {
 // and the target assignment if it changed, which it reconciles.
 func (m *member) accept(ctx context.Context, res kafkawire.HeartbeatResponse) {
 	moved := m.epoch.Swap(res.MemberEpoch) != res.MemberEpoch
+	m.joined = true
 	if res.HeartbeatInterval > 0 {
 		m.interval = res.HeartbeatInterval
 	}
@@ -360,21 +383,6 @@ func (m *member) rejoin() {
 	m.epoch.Store(kafkawire.EpochJoin)
 }
 
-// leave tells the coordinator the member left (epoch -1), so that its
-// partitions move at once rather than after the session timeout. Best
-// effort: the session timeout covers a failure.
-func (m *member) leave(ctx context.Context) {
-	if m.epoch.Load() <= 0 {
-		return
-	}
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	h := &kafkawire.Heartbeat{GroupID: m.s.group.ID, MemberID: m.id, MemberEpoch: kafkawire.EpochLeave}
-	if res, err := m.hb.Heartbeat(lctx, h); err != nil || res.ErrorCode != 0 {
-		m.s.log.Debug("kafkasource: leaving the group", "err", err, "code", res.ErrorCode)
-	}
-}
-
 // commit commits p's offset with the member's current epoch. An epoch
 // that moved on meanwhile (STALE_MEMBER_EPOCH) is retried once with the
 // new one.
@@ -382,7 +390,7 @@ func (m *member) commit(ctx context.Context, p checkpoint.TopicPartition, next i
 	for attempt := 0; ; attempt++ {
 		epoch := m.epoch.Load()
 		errs, err := m.oc.CommitOffsets(ctx, &kafkawire.OffsetCommit{GroupID: m.s.group.ID, MemberID: m.id,
-			MemberEpoch: epoch, Offsets: map[string]map[int32]int64{p.Topic: {int32(p.Partition): next}}})
+			MemberEpoch: epoch, InstanceID: m.instanceID(), Offsets: map[string]map[int32]int64{p.Topic: {int32(p.Partition): next}}})
 		if err != nil {
 			return err
 		}

@@ -123,6 +123,12 @@ func (c *chainCounts) get() (built, stopped map[int]int) {
 func startMember(t *testing.T, brokers []string, group, topic, dir string, proto kafkasource.GroupProtocol,
 	live *liveChains) (*instance, *chainCounts) {
 	t.Helper()
+	return startGroup(t, kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}, Protocol: proto}, dir, live)
+}
+
+// startGroup is startMember for any Group.
+func startGroup(t *testing.T, g kafkasource.Group, dir string, live *liveChains) (*instance, *chainCounts) {
+	t.Helper()
 	storage, err := checkpoint.NewFSStorage(dir)
 	require.NoError(t, err)
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{Logger: testLogger(t)})
@@ -133,8 +139,7 @@ func startMember(t *testing.T, brokers []string, group, topic, dir string, proto
 	cc := &chainCounts{live: live}
 	opts := fastGroup
 	opts.Logger = testLogger(t)
-	in.src, err = kafkasource.New(kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}, Protocol: proto},
-		coord, cc.wrap(in.cs.newProcessor), opts)
+	in.src, err = kafkasource.New(g, coord, cc.wrap(in.cs.newProcessor), opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	in.cancel = cancel

@@ -30,6 +30,19 @@ func TestNewInvalidOptions(t *testing.T) {
 		{name: "no brokers", group: func(g *kafkasource.Group) { g.Brokers = nil }, coord: coord, proc: newProc},
 		{name: "no group ID", group: func(g *kafkasource.Group) { g.ID = "" }, coord: coord, proc: newProc},
 		{name: "no topics", group: func(g *kafkasource.Group) { g.Topics = nil }, coord: coord, proc: newProc},
+		{name: "Topics and TopicRegex", group: func(g *kafkasource.Group) {
+			g.TopicRegex, g.Protocol = "t.*", kafkasource.ProtocolConsumer
+		}, coord: coord, proc: newProc},
+		{name: "TopicRegex under ProtocolClassic", group: func(g *kafkasource.Group) {
+			g.Topics, g.TopicRegex = nil, "t.*"
+		}, coord: coord, proc: newProc},
+		{name: "invalid TopicRegex", group: func(g *kafkasource.Group) {
+			g.Topics, g.TopicRegex, g.Protocol = nil, "t[", kafkasource.ProtocolConsumer
+		}, coord: coord, proc: newProc},
+		{name: "InstanceID under ProtocolClassic", group: func(g *kafkasource.Group) { g.InstanceID = "a" }, coord: coord, proc: newProc},
+		{name: "InstanceID with a space", group: func(g *kafkasource.Group) {
+			g.InstanceID, g.Protocol = "a b", kafkasource.ProtocolConsumer
+		}, coord: coord, proc: newProc},
 		{name: "nil coordinator", proc: newProc},
 		{name: "nil ProcessorFunc", coord: coord},
 		{name: "unknown OutOfRange", opts: kafkasource.Options{OutOfRange: 99}, coord: coord, proc: newProc},
@@ -48,4 +61,7 @@ func TestNewInvalidOptions(t *testing.T) {
 	}
 	_, err = kafkasource.New(group, coord, newProc, kafkasource.Options{})
 	assert.NoError(t, err, "the zero Options are valid")
+	_, err = kafkasource.New(kafkasource.Group{Brokers: group.Brokers, ID: "g", TopicRegex: "t-.*", InstanceID: "pod-0",
+		Protocol: kafkasource.ProtocolConsumer}, coord, newProc, kafkasource.Options{})
+	assert.NoError(t, err, "a static member of a regex subscription under ProtocolConsumer")
 }

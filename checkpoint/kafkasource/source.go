@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,15 +84,6 @@ const (
 	StartLatest
 )
 
-// Group names the consumer group and what it reads.
-type Group struct {
-	Brokers []string
-	ID      string
-	Topics  []string
-	// Protocol the group is joined with. Default: ProtocolClassic.
-	Protocol GroupProtocol
-}
-
 // Options configures a Source. The zero value is valid.
 type Options struct {
 	// OutOfRange policy. Default: OutOfRangeFail.
@@ -135,7 +127,8 @@ type Options struct {
 	// docs/metrics.md). Default: no-op.
 	MeterProvider metric.MeterProvider
 	// MissingTopic says what Run does when a subscribed topic does not
-	// exist. Default: MissingTopicWait.
+	// exist; not used with Group.TopicRegex, which waits for no topic.
+	// Default: MissingTopicWait.
 	MissingTopic MissingTopic
 	// TopicPollInterval is how often Run checks for a missing topic, and
 	// for new partitions of its topics (a new partition makes the group
@@ -268,25 +261,27 @@ type Source struct {
 	watch   *groupWatch
 
 	restarts metric.Int64Counter
+	// topicRegex is Group.TopicRegex compiled, anchored as the broker
+	// matches it (the whole name), or nil.
+	topicRegex *regexp.Regexp
+	// instanceWait bounds how long a join refused with
+	// UNRELEASED_INSTANCE_ID is retried: defaultInstanceWait, shorter in
+	// tests.
+	instanceWait time.Duration
 
 	commitMu sync.Mutex // serialises commits on the generation's connection
 }
 
 // New returns a Source. Run starts it.
 func New(group Group, coord *checkpoint.Coordinator, newProcessor ProcessorFunc, opts Options) (*Source, error) {
+	if err := group.validate(); err != nil {
+		return nil, err
+	}
 	switch {
-	case len(group.Brokers) == 0:
-		return nil, fmt.Errorf("%w: no brokers", ErrInvalidOptions)
-	case group.ID == "":
-		return nil, fmt.Errorf("%w: empty group ID", ErrInvalidOptions)
-	case len(group.Topics) == 0:
-		return nil, fmt.Errorf("%w: no topics", ErrInvalidOptions)
 	case coord == nil:
 		return nil, fmt.Errorf("%w: nil Coordinator", ErrInvalidOptions)
 	case newProcessor == nil:
 		return nil, fmt.Errorf("%w: nil ProcessorFunc", ErrInvalidOptions)
-	case group.Protocol < ProtocolClassic || group.Protocol > ProtocolConsumer:
-		return nil, fmt.Errorf("%w: unknown Protocol %d", ErrInvalidOptions, group.Protocol)
 	case opts.OutOfRange < OutOfRangeFail || opts.OutOfRange > OutOfRangeLatest:
 		return nil, fmt.Errorf("%w: unknown OutOfRange policy %d", ErrInvalidOptions, opts.OutOfRange)
 	case opts.MissingTopic < MissingTopicWait || opts.MissingTopic > MissingTopicFail:
@@ -328,8 +323,12 @@ func New(group Group, coord *checkpoint.Coordinator, newProcessor ProcessorFunc,
 	if err != nil {
 		return nil, fmt.Errorf("kafkasource: New: %w", err)
 	}
-	return &Source{group: group, coord: coord, newProc: newProcessor, opts: opts, log: opts.Logger,
-		restarts: restarts, poison: pm, watch: watch}, nil
+	s := &Source{group: group, coord: coord, newProc: newProcessor, opts: opts, log: opts.Logger,
+		restarts: restarts, poison: pm, watch: watch, instanceWait: defaultInstanceWait}
+	if group.TopicRegex != "" {
+		s.topicRegex = topicRegex(group.TopicRegex)
+	}
+	return s, nil
 }
 
 func setDefault[T comparable](v *T, d T) {

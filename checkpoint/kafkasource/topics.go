@@ -52,8 +52,14 @@ const (
 const missingLogEvery = time.Minute
 
 // awaitTopics returns once every subscribed topic exists with at least one
-// partition, or the error that ends Run.
+// partition, or the error that ends Run. A TopicRegex names no topic to
+// wait for: the coordinator assigns the matching topics as they appear,
+// and a member of a regex that matches none yet owns nothing until one
+// does.
 func (s *Source) awaitTopics(ctx context.Context) error {
+	if s.topicRegex != nil {
+		return nil
+	}
 	var since, logged time.Time
 	for {
 		missing, err := s.missingTopic(ctx)

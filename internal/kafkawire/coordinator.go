@@ -28,12 +28,20 @@ const (
 	UnreleasedInstanceID kafka.Error = 111
 	UnsupportedAssignor  kafka.Error = 112
 	StaleMemberEpoch     kafka.Error = 113
+	// InvalidRegularExpression: a SubscribedRegex the coordinator cannot
+	// compile (RE2J).
+	InvalidRegularExpression kafka.Error = 128
 )
 
 // ErrNoConsumerProtocol is returned when the group coordinator does not
 // offer ConsumerGroupHeartbeat: a broker older than Kafka 3.7, or one whose
 // group.coordinator.rebalance.protocols leaves out "consumer".
 var ErrNoConsumerProtocol = errors.New("kafkawire: the group coordinator does not speak the consumer group protocol (KIP-848)")
+
+// ErrNoTopicRegex is returned by GroupConn.Heartbeat for a heartbeat
+// with a SubscribedRegex when the coordinator speaks ConsumerGroupHeartbeat
+// v0 only (Kafka 3.7 to 3.9), which has no field for it.
+var ErrNoTopicRegex = errors.New("kafkawire: the group coordinator takes no subscribed topic regex (ConsumerGroupHeartbeat v1, Kafka 4.0 and later)")
 
 // GroupConn is a connection to a group's coordinator for the requests of
 // a consumer-protocol member: ConsumerGroupHeartbeat, OffsetCommit v9,
@@ -68,12 +76,16 @@ func (c *GroupConn) clientID() string {
 // Heartbeat sends h and returns the coordinator's answer, whose ErrorCode
 // the caller reads. A coordinator that moved (NOT_COORDINATOR,
 // COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) closes the
-// connection too.
+// connection too. A SubscribedRegex the coordinator's version cannot carry
+// is not sent: Heartbeat returns ErrNoTopicRegex.
 func (c *GroupConn) Heartbeat(ctx context.Context, h *Heartbeat) (HeartbeatResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.connect(ctx); err != nil {
 		return HeartbeatResponse{}, err
+	}
+	if h.SubscribedRegex != nil && c.hbVersion < 1 {
+		return HeartbeatResponse{}, ErrNoTopicRegex
 	}
 	c.corr++
 	c.req = appendHeartbeatRequest(c.req[:0], c.hbVersion, c.corr, c.clientID(), h)

@@ -36,6 +36,16 @@ func TestHeartbeatRequestBytes(t *testing.T) {
 	v0 := appendHeartbeatRequest(nil, 0, 9, "c", &Heartbeat{GroupID: "g", MemberID: "m", MemberEpoch: EpochLeave})
 	assert.Equal(t, "0000001e"+"0044"+"0000"+"00000009"+"0001"+"63"+"00"+"0267"+"026d"+"ffffffff"+"00"+"00"+"ffffffff"+"00"+"00"+"00"+"00",
 		hex.EncodeToString(v0), "a leave: nulls, no regex field in v0, owned null")
+
+	instance, regex := "i", "r.*"
+	static := appendHeartbeatRequest(nil, 1, 9, "c", &Heartbeat{GroupID: "g", MemberID: "m", MemberEpoch: EpochStaticLeave,
+		InstanceID: &instance, SubscribedRegex: &regex})
+	assert.Equal(t, "00000023"+"0044"+"0001"+"00000009"+"0001"+"63"+"00"+"0267"+"026d"+"fffffffe"+
+		"02"+"69"+ // instance id "i"
+		"00"+"ffffffff"+"00"+ // rack null, rebalance timeout unchanged, topic names null
+		"04"+"722e2a"+ // regex "r.*"
+		"00"+"00"+"00", // assignor, owned: null; tags
+		hex.EncodeToString(static), "a static member's leave (epoch -2) with its instance id, subscribed by regex")
 }
 
 func TestParseHeartbeatResponse(t *testing.T) {
