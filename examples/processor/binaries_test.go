@@ -73,10 +73,11 @@ func TestBinaries(t *testing.T) {
 	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.TLS(serverTLS), kfake.SeedTopics(3, "webhooks")}
 	var groupFlags []string
 	if testkit.ConsumerGroupProtocol(t) {
-		// The killed processor's member expires after the consumer
-		// protocol's session timeout, a broker setting (45 s by default).
+		// The killed processor's member (a static one: its restart waits
+		// for the hold to end) expires after the consumer protocol's
+		// session timeout, a broker setting (45 s by default).
 		kopts = append(kopts, kfake.BrokerConfigs(map[string]string{"group.consumer.session.timeout.ms": "6000"}))
-		groupFlags = []string{"-group-protocol", "consumer"}
+		groupFlags = []string{"-group-protocol", "consumer", "-group-instance-id", "processor-0"}
 	}
 	kc, err := kfake.NewCluster(kopts...)
 	require.NoError(t, err)

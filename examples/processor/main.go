@@ -87,6 +87,7 @@ type config struct {
 	sinkMaxDelay           time.Duration
 	listen, topic, groupID string
 	groupProtocol          kafkasource.GroupProtocol
+	groupInstanceID        string
 	brokers                []string
 	stateDir               string
 	s3                     s3State
@@ -133,6 +134,8 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	var protocol string
 	fs.StringVar(&protocol, "group-protocol", env("KAFKA_GROUP_PROTOCOL", "classic"),
 		"consumer group protocol: classic, or consumer (Kafka 4's KIP-848: a rebalance stops only the partitions that move; every instance of the group must run the same) (KAFKA_GROUP_PROTOCOL)")
+	fs.StringVar(&c.groupInstanceID, "group-instance-id", env("KAFKA_GROUP_INSTANCE_ID", ""),
+		"static membership under -group-protocol consumer: an id of this instance's own, stable across restarts (a StatefulSet pod's name), so that a restart within the broker's session timeout gets the same partitions back and moves nothing (KAFKA_GROUP_INSTANCE_ID)")
 	fs.StringVar(&c.stateDir, "state-dir", env("PROCESSOR_STATE_DIR", "./state"), "checkpoints and sink journals, shared by every instance (PROCESSOR_STATE_DIR)")
 	fs.StringVar(&c.s3.bucket, "s3-bucket", env("S3_BUCKET", ""), "keep checkpoints and sink journals in this S3 bucket instead of -state-dir: what processors on several machines share (S3_BUCKET)")
 	fs.StringVar(&c.s3.prefix, "s3-prefix", env("S3_PREFIX", ""), "object name prefix in -s3-bucket (S3_PREFIX)")
@@ -166,6 +169,9 @@ func parse(args []string, getenv func(string) string) (config, error) {
 		c.groupProtocol = kafkasource.ProtocolConsumer
 	default:
 		return c, fmt.Errorf("-group-protocol %q: want classic or consumer", protocol)
+	}
+	if c.groupInstanceID != "" && c.groupProtocol != kafkasource.ProtocolConsumer {
+		return c, errors.New("-group-instance-id: static membership needs -group-protocol consumer")
 	}
 	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
 		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)
@@ -288,7 +294,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	chain = cfg.demo.withOutput(chain, cfg.topic, cfg.brokers, cfg.interval) // the chaos run's build only
 	srcOpts := cfg.group
 	srcOpts.Dialer, srcOpts.Logger, srcOpts.MeterProvider = dialer, log, mp
-	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.groupID, Topics: auditTopics(cfg), Protocol: cfg.groupProtocol},
+	src, err := kafkasource.New(kafkasource.Group{Brokers: cfg.brokers, ID: cfg.groupID, Topics: auditTopics(cfg), Protocol: cfg.groupProtocol,
+		InstanceID: cfg.groupInstanceID},
 		coord, kafkasource.Chains(store, chain), srcOpts)
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@ func TestDeployedProcessorHasNoDemoFlags(t *testing.T) {
 // TestGroupProtocolFlag: -group-protocol (or KAFKA_GROUP_PROTOCOL) chooses
 // the protocol the processor joins its group with; the default stays the
 // classic one, which every Kafka offers; a typo is refused, not taken for
-// the default.
+// the default. -group-instance-id needs the consumer protocol.
 func TestGroupProtocolFlag(t *testing.T) {
 	noEnv := func(string) string { return "" }
 	c, err := parse(nil, noEnv)
@@ -41,4 +41,10 @@ func TestGroupProtocolFlag(t *testing.T) {
 
 	_, err = parse([]string{"-group-protocol", "cooperative"}, noEnv)
 	assert.ErrorContains(t, err, `-group-protocol "cooperative": want classic or consumer`)
+
+	c, err = parse([]string{"-group-protocol", "consumer", "-group-instance-id", "processor-0"}, noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, "processor-0", c.groupInstanceID)
+	_, err = parse([]string{"-group-instance-id", "processor-0"}, noEnv)
+	assert.ErrorContains(t, err, "static membership needs -group-protocol consumer")
 }

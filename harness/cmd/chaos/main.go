@@ -59,6 +59,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Partitions, "partitions", 4, "partitions of the Kafka topic")
 	fs.StringVar(&cfg.Checkpoints, "checkpoints", "fs", "where processors keep checkpoints: fs or s3 (an embedded versitygw; adds the s3-kill fault)")
 	fs.StringVar(&cfg.Kafka, "kafka", demo.KafkaFake, "the embedded broker, unless KAFKA_BROKERS names yours: kfake (with its wire-level fault kinds), apache (Apache Kafka 4.4), apache-3.9 or cluster (three Apache Kafka brokers and a controller, with the kafka-broker-kill, kafka-isr-down and kafka-rolling-restart kinds)")
+	fs.StringVar(&cfg.GroupProtocol, "group-protocol", "classic", "consumer group protocol of the processors: classic, or consumer (KIP-848; Apache Kafka 4: -kafka apache or cluster, or KAFKA_BROKERS)")
 	fs.StringVar(&cfg.JSON, "json", "", "write the result as JSON to this file")
 	fs.BoolVar(&cfg.KafkaSink, "kafkasink", false, "add a transactional leg to the processors: every record they process written again to <topic>_out through a kafkasink.Sink, checked exactly once by the history; processor-pause-checkpoint then pauses past its transaction timeout (Apache Kafka only: -kafka apache, apache-3.9 or cluster)")
 	fs.StringVar(&cfg.History, "history", "", "write the run's history (sends, transactions, polls, commits, final reads; one JSON operation a line) to this file as the run goes (default: none; a failing run writes it to the temporary directory and names it)")

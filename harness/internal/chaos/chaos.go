@@ -69,6 +69,10 @@ type Config struct {
 	// (the default; the only one with the wire-level fault kinds),
 	// demo.KafkaApache or demo.KafkaApache39.
 	Kafka string
+	// GroupProtocol the processors join their group with: "classic" (the
+	// default) or "consumer" (KIP-848; Apache Kafka 4 only, see
+	// demo.StartServers for the embedded broker's consumer-group timing).
+	GroupProtocol string
 	// Dir is the state directory. Default: a new temporary one.
 	Dir string
 	// LogDir keeps each binary's log at level info, one file per process
@@ -178,6 +182,17 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.KafkaSink && cfg.Kafka == demo.KafkaFake && os.Getenv("KAFKA_BROKERS") == "" {
 		return fmt.Errorf("chaos: -kafkasink needs Apache Kafka (-kafka %s, %s or %s, or KAFKA_BROKERS): kfake, killed with a transaction open, later counts its records into the same producer's next committed transaction", demo.KafkaApache, demo.KafkaApache39, demo.KafkaCluster)
+	}
+	switch cfg.GroupProtocol {
+	case "":
+		cfg.GroupProtocol = "classic"
+	case "classic":
+	case "consumer":
+		if (cfg.Kafka == demo.KafkaFake || cfg.Kafka == demo.KafkaApache39) && os.Getenv("KAFKA_BROKERS") == "" {
+			return fmt.Errorf("chaos: -group-protocol consumer needs Apache Kafka 4 (-kafka %s or %s, or KAFKA_BROKERS): 3.9 lacks the protocol, and the kfake process cannot be given a consumer-group session timeout short enough to notice a killed processor in time", demo.KafkaApache, demo.KafkaCluster)
+		}
+	default:
+		return fmt.Errorf("chaos: -group-protocol %q: want classic or consumer", cfg.GroupProtocol)
 	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout

@@ -100,6 +100,18 @@ func TestChaos(t *testing.T) {
 			minKills: 1,
 			killed:   []string{"processor"},
 		},
+		{
+			// The same under Kafka's consumer group protocol (KIP-848),
+			// with kills and a pause past the session timeout: a
+			// rebalance moves only some partitions, and each record still
+			// counts once. A broker of its own, whose consumer-group
+			// session timeout is 2 s (see demo.StartServers).
+			name: "consumer protocol",
+			cfg: Config{Events: 1000, FaultsPerKind: 1, Instances: 3, Partitions: 6, Kafka: demo.KafkaApache, GroupProtocol: "consumer",
+				Kinds: []string{KindProcessorRollingRestart, KindProcessorKill, KindProcessorPause}},
+			minKills: 2,
+			killed:   []string{"processor"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/ClickHouse/ch-go"
 	"github.com/ClickHouse/ch-go/proto"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/exactlyonce/exactlyonce/harness/internal/demo"
 	"github.com/exactlyonce/exactlyonce/internal/embedded/kafkafault"
@@ -120,19 +119,15 @@ func (c *chaos) killInRebalance(ctx context.Context) (bool, string) {
 	sup := c.d.Supervisor
 	first, ok := sup.KillOne(c.rng, -1)
 	c.kill("processor", ok)
-	client, closeClient := demo.KafkaClient(sup.Brokers, 2*time.Second)
-	defer closeClient()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
-		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{sup.Group}})
-		if err == nil && len(resp.Groups) == 1 {
-			// Another process than the one just killed (which the
-			// supervisor may not have replaced yet).
-			if state := resp.Groups[0].GroupState; state == "PreparingRebalance" || state == "CompletingRebalance" {
-				if i, pid := sup.Pick(c.rng); i >= 0 && pid != first {
-					sup.KillOne(c.rng, i)
-					c.kill("processor", true)
-					return true, fmt.Sprintf("processor pid %d killed, then pid %d while the group was %s", first, pid, state)
-				}
+		g, err := demo.DescribeGroup(ctx, sup.Brokers, sup.Group, sup.ConsumerProtocol)
+		// Another process than the one just killed (which the supervisor
+		// may not have replaced yet).
+		if err == nil && g.Rebalancing() {
+			if i, pid := sup.Pick(c.rng); i >= 0 && pid != first {
+				sup.KillOne(c.rng, i)
+				c.kill("processor", true)
+				return true, fmt.Sprintf("processor pid %d killed, then pid %d while the group was %s", first, pid, g.State)
 			}
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -88,14 +87,12 @@ func (c *chaos) sessionTimeoutDuration() time.Duration {
 
 // groupMembers returns the consumer group's member ids, nil on an error.
 func (c *chaos) groupMembers(ctx context.Context) []string {
-	client, closeClient := demo.KafkaClient(c.d.Servers.Brokers, 2*time.Second)
-	defer closeClient()
-	resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{c.d.Supervisor.Group}})
-	if err != nil || len(resp.Groups) != 1 {
+	sup := c.d.Supervisor
+	g, err := demo.DescribeGroup(ctx, c.d.Servers.Brokers, sup.Group, sup.ConsumerProtocol)
+	if err != nil {
 		return nil
 	}
-	ids, _ := members(resp.Groups[0], c.d.Topic)
-	return ids
+	return g.IDs()
 }
 
 // holdFrozen keeps a frozen processor stopped for hold, watching the

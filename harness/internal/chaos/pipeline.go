@@ -77,6 +77,7 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 		clockArgs = append(clockArgs, "-output-topic="+c.outTopic(), "-output-transaction-timeout="+outTxnTimeout.String())
 	}
 	d.Supervisor = &demo.Supervisor{Say: d.Say, Instances: c.cfg.Instances, SharedGroup: true,
+		ConsumerProtocol: c.cfg.GroupProtocol == "consumer",
 		Output: d.ProcessorOutput,
 		Group:  "aggregator-" + d.DB, Brokers: d.Servers.Brokers,
 		Command: []string{d.Binaries.Processor, "-pipeline=devmetrics", "-listen=127.0.0.1:0",
@@ -87,7 +88,8 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 			// it, see StartServers), checkpoints are frequent so that
 			// kills land in them.
 			"-session-timeout=" + c.sessionTimeout(), "-rebalance-timeout=2s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
-			"-sink-max-delay=200ms", "-checkpoint-interval=300ms", d.LogLevel(), "-audit", "-audit-topic=" + d.AuditTopic()}}
+			"-sink-max-delay=200ms", "-checkpoint-interval=300ms", d.LogLevel(), "-audit", "-audit-topic=" + d.AuditTopic(),
+			"-group-protocol=" + c.cfg.GroupProtocol}}
 	s3Args, s3Env, err := d.StartCheckpointStore(ctx)
 	if err != nil {
 		return err

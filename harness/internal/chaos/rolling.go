@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/exactlyonce/exactlyonce/harness/internal/demo"
 )
 
@@ -61,20 +59,17 @@ func (c *chaos) rollingRestart(ctx context.Context) (bool, string) {
 func awaitAssigned(ctx context.Context, sup *demo.Supervisor, topic string, partitions int, before []string, timeout time.Duration) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client, closeClient := demo.KafkaClient(sup.Brokers, 2*time.Second)
-	defer closeClient()
 	last := "no answer"
 	for {
-		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{sup.Group}})
-		if err == nil && len(resp.Groups) == 1 {
-			g := resp.Groups[0]
-			ids, assigned := members(g, topic)
-			last = fmt.Sprintf("group %s, %d members, %d of %d partitions assigned", g.GroupState, len(ids), assigned, partitions)
-			if g.GroupState == "Stable" && len(ids) == sup.Instances && assigned == partitions &&
+		g, err := demo.DescribeGroup(ctx, sup.Brokers, sup.Group, sup.ConsumerProtocol)
+		if err == nil {
+			ids, assigned := g.IDs(), g.AssignedOf(topic)
+			last = fmt.Sprintf("group %s, %d members, %d of %d partitions assigned", g.State, len(ids), assigned, partitions)
+			if g.State == "Stable" && len(ids) == sup.Instances && assigned == partitions &&
 				(before == nil || !slices.Equal(ids, before)) {
 				return ids, nil
 			}
-		} else if err != nil {
+		} else {
 			last = err.Error()
 		}
 		select {
@@ -83,23 +78,6 @@ func awaitAssigned(ctx context.Context, sup *demo.Supervisor, topic string, part
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// members returns the group's member ids, sorted, and how many partitions
-// of topic are assigned among them.
-func members(g kafka.DescribeGroupsResponseGroup, topic string) ([]string, int) {
-	ids := make([]string, 0, len(g.Members))
-	assigned := 0
-	for _, m := range g.Members {
-		ids = append(ids, m.MemberID)
-		for _, t := range m.MemberAssignments.Topics {
-			if t.Topic == topic {
-				assigned += len(t.Partitions)
-			}
-		}
-	}
-	slices.Sort(ids)
-	return ids, assigned
 }
 
 // durations formats restart times for the fault log.

@@ -94,12 +94,10 @@ func (c *chaos) diagnose(ctx context.Context) []string {
 		}
 		out = append(out, fmt.Sprintf("partition %d: end offset %d, committed %d", p, end, committed[p]))
 	}
-	if resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{d.Supervisor.Group}}); err == nil {
-		for _, g := range resp.Groups {
-			out = append(out, fmt.Sprintf("group %s: %s, %d members", g.GroupID, g.GroupState, len(g.Members)))
-			for _, m := range g.Members {
-				out = append(out, fmt.Sprintf("  member %s (%s): %+v", m.MemberID, m.ClientHost, m.MemberAssignments.Topics))
-			}
+	if g, err := demo.DescribeGroup(ctx, d.Servers.Brokers, d.Supervisor.Group, d.Supervisor.ConsumerProtocol); err == nil {
+		out = append(out, fmt.Sprintf("group %s: %s, %d members", d.Supervisor.Group, g.State, len(g.Members)))
+		for _, m := range g.Members {
+			out = append(out, fmt.Sprintf("  member %s: partitions by topic %v", m.ID, m.Assigned))
 		}
 	} else {
 		out = append(out, "describe group: "+err.Error())

@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // Supervisor keeps Instances processor processes running, as a container
@@ -42,8 +40,12 @@ type Supervisor struct {
 	// partition resumes comes from its checkpoint either way.
 	SharedGroup bool
 	Group       string
-	Brokers     []string // where the group lives
-	Say         func(string, ...any)
+	// ConsumerProtocol says the processes join Group under the consumer
+	// group protocol (their -group-protocol=consumer), which the
+	// supervisor's look at the group must speak.
+	ConsumerProtocol bool
+	Brokers          []string // where the group lives
+	Say              func(string, ...any)
 
 	mu                      sync.Mutex
 	cmds                    []*exec.Cmd  // by instance; nil while restarting
@@ -213,7 +215,7 @@ func (s *Supervisor) Signal(sig syscall.Signal) {
 // unread; a kill between rebalances is expired as on Kafka.
 func (s *Supervisor) Kill(ctx context.Context, rng *rand.Rand, say func(string, ...any)) {
 	if s.SharedGroup {
-		awaitStableGroup(ctx, s.Brokers, s.Group, 15*time.Second)
+		awaitStableGroup(ctx, s.Brokers, s.Group, s.ConsumerProtocol, 15*time.Second)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -236,16 +238,13 @@ func (s *Supervisor) Kill(ctx context.Context, rng *rand.Rand, say func(string, 
 	s.kills.Add(1)
 }
 
-// awaitStableGroup waits until group is Stable (no join or sync in
+// awaitStableGroup waits until group is Stable (no rebalance in
 // progress), ctx ends or timeout passes.
-func awaitStableGroup(ctx context.Context, brokers []string, group string, timeout time.Duration) {
+func awaitStableGroup(ctx context.Context, brokers []string, group string, consumer bool, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client, closeClient := KafkaClient(brokers, 2*time.Second)
-	defer closeClient()
 	for ctx.Err() == nil {
-		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
-		if err == nil && len(resp.Groups) == 1 && resp.Groups[0].GroupState == "Stable" {
+		if g, err := DescribeGroup(ctx, brokers, group, consumer); err == nil && g.State == "Stable" {
 			return
 		}
 		select {
