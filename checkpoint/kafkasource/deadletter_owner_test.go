@@ -107,14 +107,27 @@ func highWatermark(t *testing.T, brokers []string, topic string) int64 {
 	return resp.Topics[topic][0].LastOffset
 }
 
-// TestDeadLetterTransportMustBeKafkaGos: the dead-letter writer dials
-// through a *kafka.Transport's settings; another RoundTripper is refused
-// with ErrInvalidOptions instead of being ignored.
-func TestDeadLetterTransportMustBeKafkaGos(t *testing.T) {
+// TestDeadLetterOptions: the dead-letter writer dials through a
+// *kafka.Transport's settings, so another RoundTripper is refused with
+// ErrInvalidOptions instead of being ignored; and a chain of the
+// dead-letter topic itself (a Group.TopicRegex matching it) is refused
+// rather than feed its dead letters back to itself.
+func TestDeadLetterOptions(t *testing.T) {
 	_, err := newDeadLetters(DeadLetter{Topic: "dlq", Transport: roundTripperFunc(nil)}, "g", []string{"localhost:9092"},
 		kafka.DefaultDialer, checkpoint.TopicPartition{Topic: "t"})
 	require.ErrorIs(t, err, ErrInvalidOptions)
 	assert.Contains(t, err.Error(), "*kafka.Transport")
+
+	_, err = newDeadLetters(DeadLetter{Topic: "dlq"}, "g", []string{"localhost:9092"},
+		kafka.DefaultDialer, checkpoint.TopicPartition{Topic: "dlq", Partition: 1})
+	require.ErrorIs(t, err, ErrInvalidOptions)
+	assert.Contains(t, err.Error(), "a topic the chain reads")
+
+	d, err := newDeadLetters(DeadLetter{Topic: "dlq"}, "g", []string{"localhost:9092"},
+		kafka.DefaultDialer, checkpoint.TopicPartition{Topic: "t", Partition: 1})
+	require.NoError(t, err)
+	assert.Equal(t, "g-deadletter-t-1", d.txid, "the documented default transactional id")
+	require.NoError(t, d.Close())
 }
 
 type roundTripperFunc func(context.Context, net.Addr, kafka.Request) (kafka.Response, error)

@@ -67,6 +67,11 @@ func newDeadLetters(cfg DeadLetter, group string, brokers []string, d *kafka.Dia
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: negative DeadLetter.Timeout", ErrInvalidOptions)
 	}
+	if cfg.Topic == source.Topic {
+		// A Group.TopicRegex can match the dead-letter topic.
+		return nil, fmt.Errorf("%w: DeadLetter.Topic %s is a topic the chain reads: its dead letters would come back as poison, without end",
+			ErrInvalidOptions, cfg.Topic)
+	}
 	if len(cfg.Brokers) == 0 {
 		cfg.Brokers = brokers
 	}

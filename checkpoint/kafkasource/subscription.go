@@ -19,8 +19,9 @@ type Group struct {
 	// created, without a restart. ProtocolConsumer only, on Kafka 4.0 and
 	// later (ConsumerGroupHeartbeat v1); New refuses it under
 	// ProtocolClassic, whose kafka-go group takes a fixed topic list. Keep
-	// the dead-letter topic out of its matches, or the chains read their
-	// own dead letters. Default: none.
+	// the dead-letter topic out of its matches: a chain of the dead-letter
+	// topic with a DeadLetter of its own fails with ErrInvalidOptions,
+	// rather than read its own dead letters. Default: none.
 	TopicRegex string
 	// InstanceID makes the Source a static member of the group (Kafka's
 	// group.instance.id): one that leaves on a clean stop (Run's context
