@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -307,16 +306,6 @@ func poisonCounts(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64
 		}
 	}
 	return out
-}
-
-func readAll(t testing.TB, b kafka.Bytes) string {
-	t.Helper()
-	if b == nil {
-		return ""
-	}
-	data, err := io.ReadAll(b)
-	require.NoError(t, err)
-	return string(data)
 }
 
 // readCommitted returns the records of topic's partition 0 up to its high
