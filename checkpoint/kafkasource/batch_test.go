@@ -198,14 +198,8 @@ func TestProcessBatchDeadLetter(t *testing.T) {
 	assert.Equal(t, int64(poisonRecords-len(poisonOffsets)), count)
 	assert.Equal(t, wantSum, sum)
 
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: dlq, Partition: 0, MaxWait: 50 * time.Millisecond})
-	defer r.Close()
 	var got []int
-	for range poisonOffsets {
-		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		m, err := r.FetchMessage(rctx)
-		rcancel()
-		require.NoError(t, err)
+	for _, m := range testkit.ReadTopic(t, brokers, dlq, 0) {
 		o, err := kafkasource.ParseDeadLetter(m)
 		require.NoError(t, err)
 		got = append(got, int(o.Offset))
