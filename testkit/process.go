@@ -204,6 +204,18 @@ func (p *Process) Err() error {
 	return p.err
 }
 
+// PID returns the process id of the current (or last) run, 0 before the
+// first start: for a test that watches the process itself (its state in
+// /proc, its open files).
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Running reports whether the process runs (or is stopped by SIGSTOP).
 func (p *Process) Running() bool {
 	select {
