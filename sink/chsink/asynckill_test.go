@@ -76,7 +76,7 @@ func (k killAtInserted) SnapshotAsync(ctx context.Context, id checkpoint.ID) (ch
 	}, nil
 }
 
-// TestAsyncKillChild is the processor process of TestAsyncKilled.
+// runAsyncKillChild is the processor process of TestAsyncKilled (its Func).
 func runAsyncKillChild(cfg asyncKillConfig) error {
 	ctx := context.Background()
 	storage, err := checkpoint.NewFSStorage(filepath.Join(cfg.Dir, "storage"))
