@@ -201,7 +201,16 @@ func TestAsyncKilled(t *testing.T) {
 	setRound := func(dir string, r round) {
 		b, err := json.Marshal(r)
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "round.json"), b, 0o644))
+		name := filepath.Join(dir, "round.json")
+		require.NoError(t, os.WriteFile(name+".tmp", b, 0o644))
+		require.NoError(t, os.Rename(name+".tmp", name)) // whole, whenever a child reads it
+	}
+	schedule := []struct {
+		at string
+		n  int64
+	}{
+		{"intent", 2}, {"insert", 3}, {"inserted", 2}, {"saved", 2}, {"cut", 2}, {"queued", 5},
+		{"intent", 1}, {"insert", 1}, {"inserted", 3}, {"saved", 1}, {"cut", 1}, {"queued", 9},
 	}
 	var srv *supervisedClickHouse
 	var env chEnv
@@ -211,7 +220,7 @@ func TestAsyncKilled(t *testing.T) {
 		env = srv.env(t, db)
 		env.exec(t, fmt.Sprintf(eventsDDL, db))
 		c := asyncKillConfig{Addr: srv.Addr(), Database: db, Dir: t.TempDir(), End: 6000}
-		setRound(c.Dir, round{KillAt: "intent", N: 2}) // the schedule's first
+		setRound(c.Dir, round{KillAt: schedule[0].at, N: schedule[0].n}) // the first child's
 		return c
 	})
 	// The processor: it says "done" when it reached End.
@@ -230,7 +239,9 @@ func TestAsyncKilled(t *testing.T) {
 	})
 	started := true // the first round's processor runs
 	run := func(killAt string, n int64) (killed bool, out string) {
-		setRound(cfg.Dir, round{KillAt: killAt, N: n})
+		if !started {
+			setRound(cfg.Dir, round{KillAt: killAt, N: n})
+		}
 		for attempt := 0; ; attempt++ {
 			restarts := srv.restarts.Load()
 			from := len(proc.Logs())
@@ -258,13 +269,6 @@ func TestAsyncKilled(t *testing.T) {
 			require.Contains(t, b, "done")
 			return false, b
 		}
-	}
-	schedule := []struct {
-		at string
-		n  int64
-	}{
-		{"intent", 2}, {"insert", 3}, {"inserted", 2}, {"saved", 2}, {"cut", 2}, {"queued", 5},
-		{"intent", 1}, {"insert", 1}, {"inserted", 3}, {"saved", 1}, {"cut", 1}, {"queued", 9},
 	}
 	killed := 0
 	for i, k := range schedule {
