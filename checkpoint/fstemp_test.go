@@ -1,13 +1,11 @@
 package checkpoint_test
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,21 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
-
-// envTempWriter makes the test binary a writer that stops in the middle of
-// a PutStream into the directory it names, to be killed there.
-const envTempWriter = "EXACTLYONCE_CHECKPOINT_TEMP_WRITER"
 
 // A writer killed with SIGKILL between creating its temporary file and
 // renaming it leaves the file behind. While the writer lives, neither
 // another process's open nor its List touch the file; once it is dead, the
 // next open (or a List of its directory) removes it, and nothing else.
 func TestFSStorageRemovesKilledWritersTemp(t *testing.T) {
-	if dir := os.Getenv(envTempWriter); dir != "" {
-		tempWriter(dir)
-		return
-	}
 	tests := []struct {
 		name  string
 		clean func(t *testing.T, s *checkpoint.FSStorage)
@@ -47,19 +38,25 @@ func TestFSStorageRemovesKilledWritersTemp(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := t.TempDir()
+			dir := testkit.Setup(t, "dir", func() string {
+				dir := t.TempDir()
+				s, err := checkpoint.NewFSStorage(dir)
+				require.NoError(t, err)
+				require.NoError(t, s.Put(ctx, "cp/kept", []byte("kept")))
+				return dir
+			})
+			writer := testkit.Func(t, "writer", func(context.Context) error {
+				tempWriter(dir)
+				return nil
+			})
 			s, err := checkpoint.NewFSStorage(dir)
 			require.NoError(t, err)
-			require.NoError(t, s.Put(ctx, "cp/kept", []byte("kept")))
-
-			cmd := exec.Command(os.Args[0], "-test.run=^TestFSStorageRemovesKilledWritersTemp$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envTempWriter+"="+dir)
-			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			require.NoError(t, cmd.Start())
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			require.True(t, scanFor(out, "WRITING"), "the writer never started")
+			deadline := time.Now().Add(time.Minute)
+			for !strings.Contains(writer.Logs(), "\nWRITING\n") {
+				require.True(t, writer.Running(), "the writer exited: %v", writer.Err())
+				require.True(t, time.Now().Before(deadline), "the writer never started")
+				time.Sleep(time.Millisecond)
+			}
 			temps := tempFiles(t, checkpoint.OSFS{}, dir)
 			require.Len(t, temps, 1, "the writer's temporary file")
 
@@ -67,8 +64,7 @@ func TestFSStorageRemovesKilledWritersTemp(t *testing.T) {
 			tt.clean(t, s)
 			assert.Equal(t, temps, tempFiles(t, checkpoint.OSFS{}, dir), "a live writer's file was removed")
 
-			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-			_ = cmd.Wait()
+			writer.Kill()
 			assert.Equal(t, temps, tempFiles(t, checkpoint.OSFS{}, dir), "the killed writer left its file")
 
 			tt.clean(t, s)
@@ -99,16 +95,6 @@ func tempWriter(dir string) {
 		return nil
 	})
 	os.Exit(2) // never reached unless the parent failed to kill
-}
-
-func scanFor(r io.Reader, line string) bool {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if sc.Text() == line {
-			return true
-		}
-	}
-	return false
 }
 
 // A writer in this process: List on another goroutine, and another

@@ -1,11 +1,9 @@
 package dedup_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,9 +14,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/dedup"
+	"github.com/exactlyonce/exactlyonce/testkit"
 )
-
-const envKillDir = "EXACTLYONCE_DEDUP_KILL_DIR"
 
 var pKill = checkpoint.TopicPartition{Topic: "kill", Partition: 0}
 
@@ -47,11 +44,13 @@ func killOptions(incremental bool) dedup.Options {
 // no key lost, no expired key back. Garbage left by the kills is deleted by
 // the next run's checkpoints.
 func TestIncrementalKill9(t *testing.T) {
-	if dir := os.Getenv(envKillDir); dir != "" {
+	dir := testkit.Setup(t, "dir", func() string { return t.TempDir() })
+	// The writer: it says "running" once it restored, then checkpoints
+	// until killed.
+	child := testkit.Func(t, "writer", func(context.Context) error {
 		runKillChild(dir)
-		return
-	}
-	dir := t.TempDir()
+		return nil
+	})
 	storage, err := checkpoint.NewFSStorage(dir)
 	require.NoError(t, err)
 	objDir := filepath.Join(dir, "checkpoints", "kill", "0", "objects", "dedup")
@@ -60,15 +59,15 @@ func TestIncrementalKill9(t *testing.T) {
 	targets := []string{"#delta-", "#base-", "", "#delta-", "#base-", ""}
 	hits := map[string]int{}
 	for round, target := range targets {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestIncrementalKill9$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envKillDir+"="+dir)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		sc := bufio.NewScanner(out)
-		require.True(t, sc.Scan(), "child did not start")
-		require.Equal(t, "running", sc.Text())
+		if round > 0 {
+			child.Start()
+		}
+		running := time.Now().Add(2 * time.Minute)
+		for strings.Count(child.Logs(), "running\n") < round+1 {
+			require.True(t, child.Running(), "round %d: the child exited before it ran: %v", round, child.Err())
+			require.True(t, time.Now().Before(running), "round %d: the child did not start", round)
+			time.Sleep(time.Millisecond)
+		}
 		// Let the state grow for a while, then watch for the target.
 		time.Sleep(time.Duration(20+round*25) * time.Millisecond)
 		deadline := time.Now().Add(5 * time.Second)
@@ -88,8 +87,7 @@ func TestIncrementalKill9(t *testing.T) {
 			}
 			time.Sleep(200 * time.Microsecond)
 		}
-		require.NoError(t, cmd.Process.Kill())
-		_ = cmd.Wait()
+		child.Kill()
 
 		offset, got := killRestored(t, storage)
 		want := killModel(t, offset)

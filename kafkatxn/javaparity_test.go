@@ -32,24 +32,6 @@ func createTopic(t *testing.T, brokers []string, topic string, configs map[strin
 	require.NoError(t, res.Errors[topic])
 }
 
-// readMessages reads partition 0 of topic from offset 0 to its end.
-func readMessages(t *testing.T, brokers []string, topic string) []kafka.Message {
-	t.Helper()
-	end := endOffset(t, brokers, topic, 0)
-	r, err := kafkatxn.NewReader(brokers, topic, 0, 0, kafkatxn.ReaderOptions{MaxWait: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer r.Close()
-	var out []kafka.Message
-	for r.Offset() < end {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		ms, err := r.Fetch(ctx)
-		cancel()
-		require.NoError(t, err)
-		out = append(out, ms...)
-	}
-	return out
-}
-
 // TestReaderLogAppendTime: on a topic with
 // message.timestamp.type=LogAppendTime the broker stamps each batch with
 // its append time, and a Reader reports that time for every record, as the
@@ -77,7 +59,7 @@ func TestReaderLogAppendTime(t *testing.T) {
 	}
 	after := time.Now().Add(time.Second)
 
-	ms := readMessages(t, brokers, appendTopic)
+	ms := testkit.ReadTopic(t, brokers, appendTopic, 0)
 	require.Len(t, ms, 2)
 	for _, m := range ms {
 		assert.True(t, m.Time.After(before) && m.Time.Before(after),
@@ -85,7 +67,7 @@ func TestReaderLogAppendTime(t *testing.T) {
 	}
 	assert.Equal(t, ms[0].Time, ms[1].Time, "one batch, one append time")
 
-	ms = readMessages(t, brokers, createTopicName)
+	ms = testkit.ReadTopic(t, brokers, createTopicName, 0)
 	require.Len(t, ms, 2)
 	assert.Equal(t, created, ms[0].Time)
 	assert.Equal(t, created.Add(time.Second), ms[1].Time)
@@ -109,7 +91,7 @@ func TestReaderNullAndEmpty(t *testing.T) {
 		kafkatxn.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kafkatxn.Header{{Key: "h", Value: []byte("x")}}})
 	require.NoError(t, err)
 
-	ms := readMessages(t, brokers, topic)
+	ms := testkit.ReadTopic(t, brokers, topic, 0)
 	require.Len(t, ms, 3)
 	tests := []struct {
 		name      string

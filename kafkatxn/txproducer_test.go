@@ -21,28 +21,15 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// readCommitted reads topic's partitions to their end with a Reader
-// (read_committed, aborted transactions skipped) and counts the values.
+// readCommitted reads topic's partitions to their end, read_committed
+// (testkit.ReadTopic, through a Reader), and counts the values.
 func readCommitted(t testing.TB, brokers []string, topic string, partitions int) map[string]int {
 	t.Helper()
 	got := map[string]int{}
 	for p := range partitions {
-		r, err := kafkatxn.NewReader(brokers, topic, p, 0, kafkatxn.ReaderOptions{MaxWait: 50 * time.Millisecond})
-		require.NoError(t, err)
-		end := endOffset(t, brokers, topic, p)
-		for r.Offset() < end {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			ms, err := r.Fetch(ctx)
-			cancel()
-			if err != nil && ctx.Err() != nil {
-				break // only markers or records of an open transaction are left
-			}
-			require.NoError(t, err)
-			for _, m := range ms {
-				got[string(m.Value)]++
-			}
+		for _, m := range testkit.ReadTopic(t, brokers, topic, p) {
+			got[string(m.Value)]++
 		}
-		require.NoError(t, r.Close())
 	}
 	return got
 }

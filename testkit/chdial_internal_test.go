@@ -1,16 +1,16 @@
 package testkit
 
 import (
-	"io"
 	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
 // TestDialClickHouseRetriesUnanswered puts a listener in front of the
@@ -20,41 +20,22 @@ import (
 // at once.
 func TestDialClickHouseRetriesUnanswered(t *testing.T) {
 	addr, db := ClickHouse(t)
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait) // after the listener's Close below (cleanups run last first)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
 	var accepted atomic.Int32
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if accepted.Add(1) <= 2 {
-				_ = c.Close() // cut before the server's hello
-				continue
-			}
-			s, err := net.Dial("tcp", addr)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			wg.Go(func() { _, _ = io.Copy(s, c); _ = s.Close() })
-			wg.Go(func() { _, _ = io.Copy(c, s); _ = c.Close() })
-		}
-	})
+	p, err := netfail.NewProxy(addr, netfail.ProxyOptions{Accept: func(net.Conn) bool {
+		return accepted.Add(1) > 2 // cut the first two before the server's hello
+	}})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
 
 	ctx := t.Context()
-	c, err := dialClickHouse(ctx, ln.Addr().String(), db)
+	c, err := dialClickHouse(ctx, p.Addr(), db)
 	require.NoError(t, err, "the third connection reaches the server")
 	require.NoError(t, c.Close())
 
-	_, err = dialClickHouse(ctx, ln.Addr().String(), "no_such_database_here")
+	_, err = dialClickHouse(ctx, p.Addr(), "no_such_database_here")
 	require.Error(t, err, "the server's answer is not retried into a success")
 	require.False(t, unanswered(err), "a missing database is an answer: %v", err)
-	_ = ln.Close()
+	p.Close()
 	require.GreaterOrEqual(t, accepted.Load(), int32(4))
 }
 

@@ -98,3 +98,20 @@ func TestFuncTwo(t *testing.T) {
 		assert.Equal(t, name, string(got))
 	}
 }
+
+// TestFuncInSubtest: a subtest whose name holds regexp characters runs its
+// func (the child's -test.run pattern quotes the name), and only its own.
+func TestFuncInSubtest(t *testing.T) {
+	for _, name := range []string{"kill after step 3 (a2)", "a+b [x]"} {
+		t.Run(name, func(t *testing.T) {
+			dir := testkit.Setup(t, "dir", func() string { return t.TempDir() })
+			p := testkit.Func(t, "f", func(context.Context) error {
+				return os.WriteFile(filepath.Join(dir, "ran"), []byte(t.Name()), 0o644)
+			})
+			require.NoError(t, p.Wait(time.Minute), "%s", p.Logs())
+			got, err := os.ReadFile(filepath.Join(dir, "ran"))
+			require.NoError(t, err, "the func did not run: %s", p.Logs())
+			assert.Equal(t, t.Name(), string(got))
+		})
+	}
+}

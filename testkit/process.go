@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -102,10 +104,21 @@ func Func(t *testing.T, name string, fn func(ctx context.Context) error) *Proces
 	if os.Getenv(EnvFunc) != "" {
 		t.Skipf("testkit: a child running %s", os.Getenv(EnvFunc))
 	}
-	p := &Process{t: t, name: name, argv: []string{os.Args[0], "-test.run=^" + t.Name() + "$", "-test.count=1"},
+	p := &Process{t: t, name: name, argv: []string{os.Args[0], "-test.run=" + runPattern(t.Name()), "-test.count=1"},
 		env: []string{EnvFunc + "=" + t.Name() + "/" + name}, handshake: true}
 	p.Start()
 	return p
+}
+
+// runPattern is the -test.run pattern of test name and no other: each
+// level of a subtest's name quoted (a name such as "kill after step 3
+// (a2)" holds regexp characters) and anchored.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
 }
 
 // Start starts the process; it must not be running. For a Func it returns
@@ -202,6 +215,18 @@ func (p *Process) Err() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.err
+}
+
+// PID returns the process id of the current (or last) run, 0 before the
+// first start: for a test that watches the process itself (its state in
+// /proc, its open files).
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // Running reports whether the process runs (or is stopped by SIGSTOP).

@@ -5,9 +5,10 @@ import (
 	"sync"
 )
 
-// proxyConns is what the kit's proxies (TLSProxy, LatencyProxy) share: the
-// connections open on either side, so that closing the proxy cuts them
-// all, and no connection is taken on after that.
+// proxyConns are chGuard's connections open on either side, so that
+// closing the guard cuts them all, and no connection is taken on after
+// that. (The kit's other proxies are internal/netfail's Proxy; the guard's
+// half-close and drain are its own.)
 type proxyConns struct {
 	mu     sync.Mutex
 	closed bool

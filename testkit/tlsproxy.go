@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/pem"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
 // TLSProxy puts a TLS terminator in front of a plaintext server, as a load
@@ -33,10 +33,12 @@ func TLSProxy(t testing.TB, backend string, server *tls.Config) (addr string) {
 	if err != nil {
 		t.Fatalf("testkit: tls proxy: %v", err)
 	}
-	p := &tlsProxy{ln: ln, backend: backend}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.close)
-	return ln.Addr().String()
+	p, err := netfail.NewProxy(backend, netfail.ProxyOptions{Listener: ln, Accept: handshake})
+	if err != nil {
+		t.Fatalf("testkit: tls proxy: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p.Addr()
 }
 
 // WriteCA writes the certificate of server (as TLS returns it, its own CA)
@@ -58,65 +60,11 @@ func WriteCA(t testing.TB, server *tls.Config) string {
 // handshakeTimeout bounds a client's TLS handshake with the proxy.
 const handshakeTimeout = 10 * time.Second
 
-type tlsProxy struct {
-	ln      net.Listener
-	backend string
-	wg      sync.WaitGroup
-	proxyConns
-}
-
-func (p *tlsProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		if !p.track(c) {
-			_ = c.Close()
-			return
-		}
-		p.wg.Go(func() { p.serve(c.(*tls.Conn)) })
-	}
-}
-
-// serve completes the handshake first, so a client the proxy's
-// certificate does not satisfy gets no connection to the backend.
-func (p *tlsProxy) serve(c *tls.Conn) {
-	defer p.untrack(c)
-	defer c.Close()
+// handshake completes the client's handshake before the backend is dialled,
+// so a client the proxy's certificate does not satisfy gets no connection
+// to the backend.
+func handshake(c net.Conn) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
-	err := c.HandshakeContext(ctx)
-	cancel()
-	if err != nil {
-		return
-	}
-	var d net.Dialer
-	b, err := d.Dial("tcp", p.backend)
-	if err != nil {
-		return
-	}
-	if !p.track(b) {
-		_ = b.Close()
-		return
-	}
-	defer p.untrack(b)
-	defer b.Close()
-	// Either side ending ends both, as a terminator does: the other copy
-	// then returns on its closed connection.
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		done <- struct{}{}
-	}
-	go pipe(b, c)
-	go pipe(c, b)
-	<-done
-	_ = c.Close()
-	_ = b.Close()
-	<-done
-}
-
-func (p *tlsProxy) close() {
-	p.closeAll(p.ln)
-	p.wg.Wait()
+	defer cancel()
+	return c.(*tls.Conn).HandshakeContext(ctx) == nil
 }

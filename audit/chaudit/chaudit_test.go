@@ -83,7 +83,7 @@ func runChains(t *testing.T, brokers []string, topic string, storage checkpoint.
 		return stop()
 	}, 60*time.Second, 50*time.Millisecond)
 	if last {
-		require.NoError(t, src.Checkpoint(ctx))
+		testkit.Checkpoint(t, src.Checkpoint)
 	}
 	cancel()
 	require.NoError(t, <-done)

@@ -199,7 +199,7 @@ func TestProcessBatchDeadLetter(t *testing.T) {
 	assert.Equal(t, wantSum, sum)
 
 	var got []int
-	for _, m := range readCommitted(t, brokers, dlq) {
+	for _, m := range testkit.ReadTopic(t, brokers, dlq, 0) {
 		o, err := kafkasource.ParseDeadLetter(m)
 		require.NoError(t, err)
 		got = append(got, int(o.Offset))

@@ -79,32 +79,14 @@ func TestDeadLetterTwoOwners(t *testing.T) {
 	})
 
 	// What a read_committed consumer of the dead-letter topic sees.
-	r, err := kafkatxn.NewReader(brokers, dlq, 0, 0, kafkatxn.ReaderOptions{MaxWait: 100 * time.Millisecond})
-	require.NoError(t, err)
-	defer r.Close()
 	seen := map[string]int{}
-	for len(seen) < 2 || r.Offset() < highWatermark(t, brokers, dlq) {
-		ms, err := r.Fetch(ctx)
+	for _, m := range testkit.ReadTopic(t, brokers, dlq, 0) {
+		o, err := ParseDeadLetter(m)
 		require.NoError(t, err)
-		for _, m := range ms {
-			o, err := ParseDeadLetter(m)
-			require.NoError(t, err)
-			assert.Equal(t, "invalid syntax", o.Err)
-			seen[o.Topic+"/"+strconv.FormatInt(o.Offset, 10)]++
-		}
+		assert.Equal(t, "invalid syntax", o.Err)
+		seen[o.Topic+"/"+strconv.FormatInt(o.Offset, 10)]++
 	}
 	assert.Equal(t, map[string]int{"looked/7": 1, "inflight/9": 1}, seen)
-}
-
-func highWatermark(t *testing.T, brokers []string, topic string) int64 {
-	t.Helper()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	resp, err := cl.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{
-		Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0)}}})
-	require.NoError(t, err)
-	require.Len(t, resp.Topics[topic], 1)
-	require.NoError(t, resp.Topics[topic][0].Error)
-	return resp.Topics[topic][0].LastOffset
 }
 
 // TestDeadLetterOptions: the dead-letter writer dials through a

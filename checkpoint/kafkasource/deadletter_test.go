@@ -23,7 +23,6 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
-	"github.com/exactlyonce/exactlyonce/kafkatxn"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -213,7 +212,7 @@ func TestDeadLetterKill9(t *testing.T) {
 	// Every poison record exactly once in the dead-letter topic, as a
 	// read_committed consumer sees it.
 	seen := map[string]int{}
-	for _, m := range readCommitted(t, brokers, poisonDLQ) {
+	for _, m := range testkit.ReadTopic(t, brokers, poisonDLQ, 0) {
 		o, err := kafkasource.ParseDeadLetter(m)
 		require.NoError(t, err)
 		assert.Equal(t, poisonTopic, o.Topic)
@@ -302,47 +301,6 @@ func poisonCounts(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
 				v, _ := dp.Attributes.Value("outcome")
 				out[v.AsString()] += dp.Value
-			}
-		}
-	}
-	return out
-}
-
-// readCommitted returns the records of topic's partition 0 up to its high
-// watermark as a read_committed consumer gets them (kafkatxn.Reader: no
-// record of an aborted transaction, no marker).
-func readCommitted(t testing.TB, brokers []string, topic string) []kafka.Message {
-	t.Helper()
-	// A transport of its own: kafka-go's default one is shared by the test
-	// binary and answers from metadata cached before the topic was created
-	// (a shared broker lives across tests).
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0)}}})
-	require.NoError(t, err)
-	require.Len(t, resp.Topics[topic], 1)
-	require.NoError(t, resp.Topics[topic][0].Error)
-	end := resp.Topics[topic][0].LastOffset
-
-	r, err := kafkatxn.NewReader(brokers, topic, 0, 0, kafkatxn.ReaderOptions{MaxWait: 100 * time.Millisecond})
-	require.NoError(t, err)
-	defer r.Close()
-	var out []kafka.Message
-	for r.Offset() < end {
-		// Fetch waits for a record; only markers may be left before end.
-		fctx, fcancel := context.WithTimeout(ctx, time.Second)
-		ms, err := r.Fetch(fctx)
-		fcancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			continue
-		}
-		require.NoError(t, err)
-		for _, m := range ms {
-			if m.Offset < end {
-				out = append(out, m)
 			}
 		}
 	}

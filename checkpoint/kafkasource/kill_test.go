@@ -3,15 +3,14 @@ package kafkasource_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,12 +24,10 @@ import (
 )
 
 const (
-	envChild   = "KAFKASOURCE_KILL_CHILD" // "run" or "finish"
 	envBrokers = "KAFKASOURCE_KILL_BROKERS"
 	envDir     = "KAFKASOURCE_KILL_DIR"
 	envGroup   = "KAFKASOURCE_KILL_GROUP"
 
-	killTopic      = "kill"
 	killPartitions = 4
 	killRounds     = 15
 	killPerRound   = 400 // records added to each partition before every round
@@ -61,14 +58,10 @@ func (p logParticipant) Snapshot(context.Context, checkpoint.ID) ([]byte, error)
 func (logParticipant) Restore(context.Context, []byte) error                    { return nil }
 func (logParticipant) CheckpointCompleted(context.Context, checkpoint.ID) error { return nil }
 
-// TestKillChild is the pipeline that TestKill9 runs in a child process.
-func TestKillChild(t *testing.T) {
-	mode := os.Getenv(envChild)
-	if mode == "" {
-		t.Skip("helper process for TestKill9")
-	}
-	brokers := strings.Split(os.Getenv(envBrokers), ",")
-	dir := os.Getenv(envDir)
+// killPipeline is the pipeline that TestKill9 runs in a child process,
+// reading topic as group: mode "run" until killed, "finish" until every
+// record is checkpointed.
+func killPipeline(t *testing.T, brokers []string, topic, dir, group, mode string) error {
 	f, err := os.OpenFile(filepath.Join(dir, "processed.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(t, err)
 	defer f.Close()
@@ -93,7 +86,7 @@ func TestKillChild(t *testing.T) {
 			},
 		}, nil
 	}
-	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: os.Getenv(envGroup), Topics: []string{killTopic}}),
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{topic}}),
 		coord, newProc, fastGroup)
 	require.NoError(t, err)
 
@@ -102,8 +95,7 @@ func TestKillChild(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
 	if mode != "finish" {
-		require.NoError(t, <-done) // until killed
-		return
+		return <-done // until killed
 	}
 	for {
 		select {
@@ -113,13 +105,12 @@ func TestKillChild(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 		all := true
-		for _, cp := range latest(t, store, killTopic, killPartitions) {
+		for _, cp := range latest(t, store, topic, killPartitions) {
 			all = all && cp != nil && cp.NextOffset == killRecords
 		}
 		if all {
 			cancel()
-			require.NoError(t, <-done)
-			return
+			return <-done
 		}
 	}
 }
@@ -137,33 +128,52 @@ func TestKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes for ~20s")
 	}
-	brokers := testkit.Kafka(t)
-	testkit.CreateTopic(t, brokers, killTopic, killPartitions)
-	dir := t.TempDir()
+	// What the child runs: the test writes it to cfg.Dir before each
+	// start.
+	type roundFile struct{ Mode, Group string } // Mode "run" or "finish"
+	setRound := func(dir string, r roundFile) {
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "round.json"), b, 0o644))
+	}
+	type config struct {
+		Brokers           []string
+		Topic, Dir, Group string // Group: the first child's
+	}
+	cfg := testkit.Setup(t, "kill9", func() config {
+		c := config{Brokers: testkit.Kafka(t), Topic: testkit.Name(t, "kill"), Dir: t.TempDir(), Group: testkit.Name(t, "kill0")}
+		testkit.CreateTopic(t, c.Brokers, c.Topic, killPartitions)
+		// New input every round, so that late kills still land mid-stream.
+		produce(t, c.Brokers, c.Topic, killPartitions, 0, killPerRound)
+		setRound(c.Dir, roundFile{Mode: "run", Group: c.Group})
+		return c
+	})
+	child := testkit.Func(t, "pipeline", func(context.Context) error {
+		b, err := os.ReadFile(filepath.Join(cfg.Dir, "round.json"))
+		require.NoError(t, err)
+		var r roundFile
+		require.NoError(t, json.Unmarshal(b, &r))
+		return killPipeline(t, cfg.Brokers, cfg.Topic, cfg.Dir, r.Group, r.Mode)
+	})
+	brokers, killTopic, dir := cfg.Brokers, cfg.Topic, cfg.Dir
 	storage, err := checkpoint.NewFSStorage(filepath.Join(dir, "store"))
 	require.NoError(t, err)
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
 
-	child := func(mode, group string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envChild+"="+mode, envBrokers+"="+strings.Join(brokers, ","),
-			envDir+"="+dir, envGroup+"="+group)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		return cmd
-	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	prev := make([]int64, killPartitions)
 	kept := make([]int, killPartitions) // checkpoints retained after the last round
+	group := cfg.Group
 	for round := range killRounds {
-		// New input every round, so that late kills still land mid-stream.
-		produce(t, brokers, killTopic, killPartitions, round*killPerRound, killPerRound)
-		group := fmt.Sprintf("kill-%d", round)
-		cmd := child("run", group)
-		require.NoError(t, cmd.Start())
+		if round > 0 {
+			produce(t, brokers, killTopic, killPartitions, round*killPerRound, killPerRound)
+			group = testkit.Name(t, fmt.Sprintf("kill%d", round))
+			setRound(dir, roundFile{Mode: "run", Group: group})
+			child.Start()
+		}
 		time.Sleep(time.Duration(150+rng.IntN(600)) * time.Millisecond)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		_ = cmd.Wait()
+		child.Kill()
 
 		cps := latest(t, store, killTopic, killPartitions)
 		com := committed(t, brokers, group, killTopic, killPartitions)
@@ -201,8 +211,9 @@ func TestKill9(t *testing.T) {
 		t.Logf("round %d: checkpointed offsets %v, committed %v", round, prev, com)
 	}
 
-	cmd := child("finish", "kill-final")
-	require.NoError(t, cmd.Run(), "the final child finishes")
+	setRound(dir, roundFile{Mode: "finish", Group: testkit.Name(t, "killfinal")})
+	child.Start()
+	require.NoError(t, child.Wait(5*time.Minute), "the final child finishes")
 	for _, cp := range latest(t, store, killTopic, killPartitions) {
 		require.NotNil(t, cp)
 		assert.Equal(t, int64(killRecords), cp.NextOffset)

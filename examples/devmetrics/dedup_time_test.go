@@ -91,7 +91,7 @@ func TestDedupByRecordTime(t *testing.T) {
 		return out
 	}
 	require.Eventually(t, func() bool { return stages()[audit.StageRead] == "3" }, 30*time.Second, 100*time.Millisecond, "the counts are flushed")
-	require.NoError(t, src.Checkpoint(ctx))
+	testkit.Checkpoint(t, src.Checkpoint)
 	cancel()
 	require.NoError(t, <-done)
 	got := stages()

@@ -180,7 +180,7 @@ func TestUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 		default:
 		}
 		if last {
-			require.NoError(t, src.Checkpoint(runCtx))
+			testkit.Checkpoint(t, src.Checkpoint)
 		}
 		cancel()
 		require.NoError(t, <-done)

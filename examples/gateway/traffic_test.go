@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -248,28 +247,11 @@ func eventIDs(t *testing.T, brokers []string, topic string, partitions int) map[
 	t.Helper()
 	ids := map[string]int{}
 	for p := range partitions {
-		conn, err := kafka.DialLeader(context.Background(), "tcp", brokers[0], topic, p)
-		require.NoError(t, err)
-		last, err := conn.ReadLastOffset()
-		require.NoError(t, err)
-		require.NoError(t, conn.Close())
-		if last == 0 {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		for {
-			m, err := r.ReadMessage(ctx)
-			require.NoError(t, err)
+		for _, m := range testkit.ReadTopic(t, brokers, topic, p) {
 			md, err := kafkapub.ReadMetadata(m)
 			require.NoError(t, err)
 			ids[md.EventID]++
-			if m.Offset >= last-1 {
-				break
-			}
 		}
-		cancel()
-		require.NoError(t, r.Close())
 	}
 	return ids
 }

@@ -104,7 +104,7 @@ func TestBatchEqualsPerRecord(t *testing.T) {
 			return seen.Load() == int64(partitions*spec.perPart)
 		}, 60*time.Second, 5*time.Millisecond, "records processed")
 		require.NoError(t, early, "Run returned early")
-		require.NoError(t, src.Checkpoint(ctx))
+		testkit.Checkpoint(t, src.Checkpoint)
 		var res result
 		for p := range partitions {
 			cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: topic, Partition: p})

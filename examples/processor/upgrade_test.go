@@ -152,7 +152,7 @@ func TestUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 		default:
 		}
 		if lastCheckpoint {
-			require.NoError(t, src.Checkpoint(runCtx))
+			testkit.Checkpoint(t, src.Checkpoint)
 		}
 		cancel()
 		require.NoError(t, <-done)

@@ -59,18 +59,8 @@ func TestIdempotentPublisherLostAcks(t *testing.T) {
 	require.Positive(t, faults)
 
 	seen := map[string]int{}
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
 	for p := range 3 {
-		res, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(p)}}})
-		require.NoError(t, err)
-		end := res.Topics[topic][0].LastOffset
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxWait: 50 * time.Millisecond})
-		for off := int64(0); off < end; {
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			m, err := r.ReadMessage(rctx)
-			cancel()
-			require.NoError(t, err)
-			off = m.Offset + 1
+		for _, m := range testkit.ReadTopic(t, brokers, topic, p) {
 			want := (kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: m.Key}, 0, 1, 2)
 			assert.Equal(t, want, p, "key %s on its partition", m.Key)
 			md, err := kafkapub.ReadMetadata(m)
@@ -78,7 +68,6 @@ func TestIdempotentPublisherLostAcks(t *testing.T) {
 			assert.Equal(t, "github", md.Source)
 			seen[md.EventID]++
 		}
-		require.NoError(t, r.Close())
 	}
 	assert.Len(t, seen, n)
 	for k, c := range seen {

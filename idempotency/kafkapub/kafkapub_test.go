@@ -22,18 +22,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// partitionEnd returns the end offset of one partition.
-func partitionEnd(t *testing.T, brokers []string, topic string, part int) int64 {
-	t.Helper()
-	c := &kafka.Client{Addr: kafka.TCP(brokers...)}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(part)}}})
-	require.NoError(t, err)
-	require.NoError(t, res.Topics[topic][0].Error)
-	return res.Topics[topic][0].LastOffset
-}
-
 // messageCount returns how many messages the topic's partitions hold.
 func messageCount(t *testing.T, brokers []string, topic string, partitions int) int64 {
 	t.Helper()
@@ -90,12 +78,7 @@ func TestPublishWritesKeyedMessageWithEventID(t *testing.T) {
 	// One key, one partition, publish order.
 	var got []string
 	for part := range 4 {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: part, MaxWait: 50 * time.Millisecond})
-		for range partitionEnd(t, brokers, topic, part) {
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			m, err := r.ReadMessage(rctx)
-			cancel()
-			require.NoError(t, err)
+		for _, m := range testkit.ReadTopic(t, brokers, topic, part) {
 			assert.Equal(t, "org-7", string(m.Key))
 			assert.Equal(t, []kafka.Header{
 				{Key: kafkapub.HeaderEventID, Value: []byte(eventID(m))},
@@ -104,7 +87,6 @@ func TestPublishWritesKeyedMessageWithEventID(t *testing.T) {
 			assert.Equal(t, `{"k":"`+eventID(m)+`"}`, string(m.Value))
 			got = append(got, eventID(m))
 		}
-		require.NoError(t, r.Close())
 	}
 	assert.Equal(t, []string{"d1", "d2", "d3"}, got)
 }

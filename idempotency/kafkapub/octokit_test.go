@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
@@ -157,26 +156,7 @@ func readAll(t *testing.T, brokers []string, topic string, partitions, want int)
 	t.Helper()
 	var out []kafka.Message
 	for p := range partitions {
-		conn, err := kafka.DialLeader(context.Background(), "tcp", brokers[0], topic, p)
-		require.NoError(t, err)
-		last, err := conn.ReadLastOffset()
-		require.NoError(t, err)
-		require.NoError(t, conn.Close())
-		if last == 0 {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		for {
-			m, err := r.ReadMessage(ctx)
-			require.NoError(t, err)
-			out = append(out, m)
-			if m.Offset >= last-1 {
-				break
-			}
-		}
-		cancel()
-		require.NoError(t, r.Close())
+		out = append(out, testkit.ReadTopic(t, brokers, topic, p)...)
 	}
 	require.Equal(t, want, len(out), "records in the topic")
 	return out

@@ -270,27 +270,7 @@ func scanTopic(t *testing.T, brokers []string, topic string, partitions int) []k
 	t.Helper()
 	var out []kafka.Message
 	for p := range partitions {
-		conn, err := kafka.DialLeader(context.Background(), "tcp", brokers[0], topic, p)
-		require.NoError(t, err)
-		first, last, err := conn.ReadOffsets()
-		require.NoError(t, err)
-		require.NoError(t, conn.Close())
-		if last <= first {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond})
-		require.NoError(t, r.SetOffset(first))
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		for {
-			m, err := r.ReadMessage(ctx)
-			require.NoError(t, err, "partition %d up to offset %d", p, last)
-			out = append(out, m)
-			if m.Offset >= last-1 {
-				break
-			}
-		}
-		cancel()
-		require.NoError(t, r.Close())
+		out = append(out, testkit.ReadTopic(t, brokers, topic, p)...)
 	}
 	return out
 }

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -92,19 +91,8 @@ func (g *settleGateway) deliver(t *testing.T, key, body string) (int, string) {
 // records returns the event ids of every record in the topic.
 func (g *settleGateway) records(t *testing.T) []string {
 	t.Helper()
-	conn, err := kafka.DialLeader(context.Background(), "tcp", g.brokers[0], g.topic, 0)
-	require.NoError(t, err)
-	last, err := conn.ReadLastOffset()
-	require.NoError(t, err)
-	require.NoError(t, conn.Close())
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: g.brokers, Topic: g.topic, Partition: 0, MaxWait: 100 * time.Millisecond})
-	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	var ids []string
-	for range last {
-		m, err := r.ReadMessage(ctx)
-		require.NoError(t, err)
+	for _, m := range testkit.ReadTopic(t, g.brokers, g.topic, 0) {
 		for _, h := range m.Headers {
 			if h.Key == kafkapub.HeaderEventID {
 				ids = append(ids, string(h.Value))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/idempotencytest"
 	"github.com/exactlyonce/exactlyonce/idempotency/redisstore"
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -129,56 +128,30 @@ func TestNewRejectsNilClient(t *testing.T) {
 	assert.ErrorIs(t, err, idempotency.ErrInvalidOptions)
 }
 
-// dropProxy forwards TCP to a Redis server. After dropNext, it swallows the
-// server's next reply and closes that connection: the command ran but its
-// answer was lost, and go-redis replays it on a fresh connection.
+// dropProxy forwards TCP to a Redis server (internal/netfail's Proxy).
+// After drop is set, it swallows the server's next reply and closes that
+// connection: the command ran but its answer was lost, and go-redis
+// replays it on a fresh connection.
 type dropProxy struct {
-	l    net.Listener
+	*netfail.Proxy
 	drop atomic.Bool
-	wg   sync.WaitGroup
 }
 
 func newDropProxy(t *testing.T, target string) *dropProxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p := &dropProxy{}
+	np, err := netfail.NewProxy(target, netfail.ProxyOptions{
+		Forward: func(c *netfail.Conn, toBackend bool, _ []byte) bool {
+			if !toBackend && p.drop.CompareAndSwap(true, false) {
+				c.Close()
+				return false
+			}
+			return true
+		},
+	})
 	require.NoError(t, err)
-	p := &dropProxy{l: l}
-	p.wg.Go(func() {
-		for {
-			client, err := l.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = client.Close()
-				continue
-			}
-			p.wg.Go(func() { _, _ = io.Copy(server, client); _ = server.Close() })
-			p.wg.Go(func() {
-				defer client.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := server.Read(buf)
-					if err != nil {
-						return
-					}
-					if p.drop.CompareAndSwap(true, false) {
-						_ = server.Close()
-						return
-					}
-					if _, err := client.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.drop.Store(false)
-		p.wg.Wait()
-	})
+	p.Proxy = np
+	t.Cleanup(np.Close)
 	return p
 }
 
@@ -187,7 +160,7 @@ func TestReplayedScriptsAfterLostReply(t *testing.T) {
 		t.Run(fmt.Sprintf("autopipelined=%v", pipelined), func(t *testing.T) {
 			ctx := context.Background()
 			proxy := newDropProxy(t, testkit.Redis(t))
-			rdb := redis.NewClient(&redis.Options{Addr: proxy.l.Addr().String(), MaxRetries: 2, PoolSize: 1})
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 2, PoolSize: 1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			var scripter redis.Scripter = rdb
 			for _, p := range pipeliners {

@@ -272,17 +272,9 @@ func TestSDKReadsJavaWrites(t *testing.T) {
 		require.NoError(t, java.Produce(ctx, brokers, testkit.Name(t, "java-"+codec), codec, script), codec)
 	}
 
-	// kafkatxn.Reader, to the end: the last record is a plain one, after
-	// every transaction ended.
-	r, err := kafkatxn.NewReader(brokers, topic, 0, 0, kafkatxn.ReaderOptions{MaxWait: 100 * time.Millisecond})
-	require.NoError(t, err)
-	defer r.Close()
-	var got []kafka.Message
-	for len(got) < len(want) {
-		ms, err := r.Fetch(ctx)
-		require.NoError(t, err)
-		got = append(got, ms...)
-	}
+	// kafkatxn.Reader (testkit.ReadTopic), to the end: the last record is
+	// a plain one, after every transaction ended.
+	got := testkit.ReadTopic(t, brokers, topic, 0)
 	assert.Equal(t, want, fromKafkaGo(got), "kafkatxn.Reader")
 
 	// A kafkasource pipeline, checkpointed once it has seen everything.

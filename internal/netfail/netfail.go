@@ -5,6 +5,11 @@
 //
 //	if netfail.Is(err) { retry() }
 //
+// Its Proxy makes such failures for the tests and the harness: the one TCP
+// proxy of the project (testkit's LatencyProxy and TLSProxy, the chaos
+// run's slow link to ClickHouse and the tests that lose an answer or cut a
+// connection all run on it).
+//
 // # Guarantees
 //
 // Is is true for a wrapped net.Error (every timeout and *net.OpError among

@@ -23,10 +23,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// envAsyncKillChild, set to a JSON asyncKillConfig, makes
-// TestAsyncKillChild a processor process.
-const envAsyncKillChild = "EXACTLYONCE_ASYNC_KILL_CHILD"
-
 // asyncKillConfig is the processor of TestAsyncKilled: records [from the
 // checkpoint, End), a barrier every 200 records through a real Coordinator
 // and Task.Begin, and a SIGKILL of itself at the N-th passage of KillAt:
@@ -80,21 +76,7 @@ func (k killAtInserted) SnapshotAsync(ctx context.Context, id checkpoint.ID) (ch
 	}, nil
 }
 
-// TestAsyncKillChild is the processor process of TestAsyncKilled.
-func TestAsyncKillChild(t *testing.T) {
-	raw := os.Getenv(envAsyncKillChild)
-	if raw == "" {
-		t.Skip("processor process of TestAsyncKilled")
-	}
-	var cfg asyncKillConfig
-	require.NoError(t, json.Unmarshal([]byte(raw), &cfg))
-	if err := runAsyncKillChild(cfg); err != nil {
-		fmt.Printf("error %v\n", err)
-		os.Exit(3)
-	}
-	fmt.Println("done")
-}
-
+// runAsyncKillChild is the processor process of TestAsyncKilled (its Func).
 func runAsyncKillChild(cfg asyncKillConfig) error {
 	ctx := context.Background()
 	storage, err := checkpoint.NewFSStorage(filepath.Join(cfg.Dir, "storage"))
@@ -211,24 +193,67 @@ func runAsyncKillChild(cfg asyncKillConfig) error {
 // was acknowledged would lose the batch; a replay that cut batches anew
 // would duplicate rows.
 func TestAsyncKilled(t *testing.T) {
-	srv := superviseClickHouse(t)
-	db := testkit.NewDatabase(t, srv.Addr())
-	env := srv.env(t, db)
-	env.exec(t, fmt.Sprintf(eventsDDL, db))
-	cfg := asyncKillConfig{Addr: srv.Addr(), Database: db, Dir: t.TempDir(), End: 6000}
-	run := func(killAt string, n int64) (killed bool, out string) {
-		c := cfg
-		c.KillAt, c.N = killAt, n
-		raw, err := json.Marshal(c)
+	// The round's KillAt and N, which the test writes before each start.
+	type round struct {
+		KillAt string
+		N      int64
+	}
+	setRound := func(dir string, r round) {
+		b, err := json.Marshal(r)
 		require.NoError(t, err)
+		name := filepath.Join(dir, "round.json")
+		require.NoError(t, os.WriteFile(name+".tmp", b, 0o644))
+		require.NoError(t, os.Rename(name+".tmp", name)) // whole, whenever a child reads it
+	}
+	schedule := []struct {
+		at string
+		n  int64
+	}{
+		{"intent", 2}, {"insert", 3}, {"inserted", 2}, {"saved", 2}, {"cut", 2}, {"queued", 5},
+		{"intent", 1}, {"insert", 1}, {"inserted", 3}, {"saved", 1}, {"cut", 1}, {"queued", 9},
+	}
+	var srv *supervisedClickHouse
+	var env chEnv
+	cfg := testkit.Setup(t, "cfg", func() asyncKillConfig {
+		srv = superviseClickHouse(t)
+		db := testkit.NewDatabase(t, srv.Addr())
+		env = srv.env(t, db)
+		env.exec(t, fmt.Sprintf(eventsDDL, db))
+		c := asyncKillConfig{Addr: srv.Addr(), Database: db, Dir: t.TempDir(), End: 6000}
+		setRound(c.Dir, round{KillAt: schedule[0].at, N: schedule[0].n}) // the first child's
+		return c
+	})
+	// The processor: it says "done" when it reached End.
+	proc := testkit.Func(t, "processor", func(context.Context) error {
+		b, err := os.ReadFile(filepath.Join(cfg.Dir, "round.json"))
+		require.NoError(t, err)
+		var r round
+		require.NoError(t, json.Unmarshal(b, &r))
+		c := cfg
+		c.KillAt, c.N = r.KillAt, r.N
+		if err := runAsyncKillChild(c); err != nil {
+			return err
+		}
+		fmt.Println("done")
+		return nil
+	})
+	started := true // the first round's processor runs
+	run := func(killAt string, n int64) (killed bool, out string) {
+		if !started {
+			setRound(cfg.Dir, round{KillAt: killAt, N: n})
+		}
 		for attempt := 0; ; attempt++ {
 			restarts := srv.restarts.Load()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestAsyncKillChild$")
-			cmd.Env = append(os.Environ(), envAsyncKillChild+"="+string(raw))
-			b, err := cmd.CombinedOutput()
+			from := len(proc.Logs())
+			if !started {
+				proc.Start()
+			}
+			started = false
+			err := proc.Wait(5 * time.Minute)
+			b := proc.Logs()[from:]
 			if ee, ok := err.(*exec.ExitError); ok {
 				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-					return true, string(b)
+					return true, b
 				}
 			}
 			// The embedded server sometimes exits on its own under load
@@ -241,16 +266,9 @@ func TestAsyncKilled(t *testing.T) {
 				continue
 			}
 			require.NoError(t, err, "processor: %s", b)
-			require.Contains(t, string(b), "done")
-			return false, string(b)
+			require.Contains(t, b, "done")
+			return false, b
 		}
-	}
-	schedule := []struct {
-		at string
-		n  int64
-	}{
-		{"intent", 2}, {"insert", 3}, {"inserted", 2}, {"saved", 2}, {"cut", 2}, {"queued", 5},
-		{"intent", 1}, {"insert", 1}, {"inserted", 3}, {"saved", 1}, {"cut", 1}, {"queued", 9},
 	}
 	killed := 0
 	for i, k := range schedule {

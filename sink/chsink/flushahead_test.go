@@ -1,17 +1,14 @@
 package chsink_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,10 +19,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
-
-// envAheadChild, set to a JSON aheadConfig, makes TestFlushAheadChild a
-// processor process.
-const envAheadChild = "EXACTLYONCE_AHEAD_CHILD"
 
 // aheadConfig is the processor of TestFlushAheadKilled: records [from
 // checkpoint, End) at Rate records/s, a barrier every Interval.
@@ -46,27 +39,12 @@ type aheadCheckpoint struct {
 	Exists bool          `json:"-"`
 }
 
-// TestFlushAheadChild is the processor process of TestFlushAheadKilled (the
-// test binary started again); without its environment it does nothing. It
+// runAheadChild is the processor process of TestFlushAheadKilled. It
 // prints, in order as they happen: "barrier <id> <next>" when a barrier
 // reaches the chain, "checkpoint <id> <next>" once that checkpoint is
 // durable, "ahead" when the flush timer journals a batch ahead of a barrier,
-// "written <rows>" when ClickHouse acknowledged a batch, and "done" at the
-// end.
-func TestFlushAheadChild(t *testing.T) {
-	raw := os.Getenv(envAheadChild)
-	if raw == "" {
-		t.Skip("processor process of TestFlushAheadKilled")
-	}
-	var cfg aheadConfig
-	require.NoError(t, json.Unmarshal([]byte(raw), &cfg))
-	if err := runAheadChild(t, cfg); err != nil {
-		fmt.Printf("error %v\n", err)
-		os.Exit(3)
-	}
-	fmt.Println("done")
-}
-
+// "written <rows>" when ClickHouse acknowledged a batch (and the test's
+// Func prints "done" at the end).
 func runAheadChild(t *testing.T, cfg aheadConfig) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -216,50 +194,28 @@ func writeFileSync(name string, data []byte) error {
 	return d.Sync()
 }
 
-// aheadProc is one run of the processor process.
+// aheadProc is the processor process, with how far the test has read its
+// output.
 type aheadProc struct {
-	cmd   *exec.Cmd
-	lines chan string
-	done  chan struct{}
-	out   []string
-}
-
-func startAheadProc(t *testing.T, cfg aheadConfig) *aheadProc {
-	raw, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFlushAheadChild$")
-	cmd.Env = append(os.Environ(), envAheadChild+"="+string(raw))
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	p := &aheadProc{cmd: cmd, lines: make(chan string, 1<<16), done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		_ = cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+	p   *testkit.Process
+	pos int      // bytes of the logs read
+	out []string // lines read
 }
 
 // until reads lines until one satisfies ok, and returns it.
 func (p *aheadProc) until(t *testing.T, ok func(string) bool) string {
 	t.Helper()
-	timeout := time.After(60 * time.Second)
+	timeout := time.Now().Add(60 * time.Second)
 	for {
-		select {
-		case l, more := <-p.lines:
-			if !more {
-				t.Fatalf("processor exited; it printed:\n%s", strings.Join(p.out, "\n"))
+		exited := !p.p.Running()
+		logs := p.p.Logs()
+		for {
+			i := strings.IndexByte(logs[p.pos:], '\n')
+			if i < 0 {
+				break
 			}
+			l := logs[p.pos : p.pos+i]
+			p.pos += i + 1
 			p.out = append(p.out, l)
 			if strings.HasPrefix(l, "error") {
 				t.Fatalf("processor failed: %s", l)
@@ -267,17 +223,25 @@ func (p *aheadProc) until(t *testing.T, ok func(string) bool) string {
 			if ok(l) {
 				return l
 			}
-		case <-timeout:
+		}
+		if exited {
+			t.Fatalf("processor exited; it printed:\n%s", strings.Join(p.out, "\n"))
+		}
+		if time.Now().After(timeout) {
 			t.Fatalf("processor printed nothing expected in 60s:\n%s", strings.Join(p.out, "\n"))
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
-// kill9 kills the process with SIGKILL and waits for it.
-func (p *aheadProc) kill9(t *testing.T) {
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
-	<-p.done
+// start starts the processor again, reading its output from there.
+func (p *aheadProc) start() {
+	p.pos, p.out = len(p.p.Logs()), nil
+	p.p.Start()
 }
+
+// kill9 kills the process with SIGKILL and waits for it.
+func (p *aheadProc) kill9() { p.p.Kill() }
 
 // TestFlushAheadKilled kills a processor with SIGKILL at each moment a
 // flush ahead of a barrier opens: just as the flush timer journals the
@@ -292,16 +256,39 @@ func (p *aheadProc) kill9(t *testing.T) {
 // other tokens), would leave duplicates; a barrier that did not wait for
 // the batch flushed ahead would lose rows.
 func TestFlushAheadKilled(t *testing.T) {
-	srv := superviseClickHouse(t)
-	db := testkit.NewDatabase(t, srv.Addr())
-	env := srv.env(t, db)
-	env.exec(t, fmt.Sprintf(eventsDDL, db))
-	env.withRollup(t)
-	count := func(q string) uint64 { t.Helper(); return env.count(t, q) }
-	cfg := aheadConfig{
-		Addr: env.addr, Database: env.db, Dir: t.TempDir(),
-		End: 1 << 40, Rate: 10_000, Interval: 150 * time.Millisecond, // killed runs never reach End
+	// The End of the next run, which the test writes before each start.
+	setEnd := func(dir string, end int64) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "end"), []byte(strconv.FormatInt(end, 10)), 0o644))
 	}
+	var env chEnv
+	cfg := testkit.Setup(t, "cfg", func() aheadConfig {
+		srv := superviseClickHouse(t)
+		db := testkit.NewDatabase(t, srv.Addr())
+		env = srv.env(t, db)
+		env.exec(t, fmt.Sprintf(eventsDDL, db))
+		env.withRollup(t)
+		c := aheadConfig{
+			Addr: env.addr, Database: env.db, Dir: t.TempDir(),
+			End: 1 << 40, Rate: 10_000, Interval: 150 * time.Millisecond, // killed runs never reach End
+		}
+		setEnd(c.Dir, c.End)
+		return c
+	})
+	proc := &aheadProc{p: testkit.Func(t, "processor", func(context.Context) error {
+		b, err := os.ReadFile(filepath.Join(cfg.Dir, "end"))
+		require.NoError(t, err)
+		c := cfg
+		c.End, err = strconv.ParseInt(string(b), 10, 64)
+		require.NoError(t, err)
+		if err := runAheadChild(t, c); err != nil {
+			fmt.Printf("error %v\n", err)
+			return err
+		}
+		fmt.Println("done")
+		return nil
+	})}
+	db := cfg.Database
+	count := func(q string) uint64 { t.Helper(); return env.count(t, q) }
 	isAhead := func(l string) bool { return l == "ahead" }
 	kills := []struct {
 		name  string
@@ -323,14 +310,17 @@ func TestFlushAheadKilled(t *testing.T) {
 	}
 	var beyond []uint64 // rows in ClickHouse past the last checkpoint when killed
 	for round, k := range kills {
-		p := startAheadProc(t, cfg)
+		p := proc
+		if round > 0 {
+			p.start()
+		}
 		// Let the sink learn the cadence and flush ahead once or twice
 		// before the moment of the kill.
 		for range round%2 + 1 {
 			p.until(t, isAhead)
 		}
 		k.after(t, p)
-		p.kill9(t)
+		p.kill9()
 		t.Logf("round %d: killed %s", round, k.name)
 		var cp aheadCheckpoint
 		if b, err := os.ReadFile(filepath.Join(cfg.Dir, "checkpoint.json")); err == nil {
@@ -351,10 +341,10 @@ func TestFlushAheadKilled(t *testing.T) {
 	fed, err := strconv.ParseInt(string(raw), 10, 64)
 	require.NoError(t, err)
 	cfg.End = fed + int64(cfg.Rate)
-	p := startAheadProc(t, cfg)
-	p.until(t, func(l string) bool { return l == "done" })
-	<-p.done
-	assert.Equal(t, 0, p.cmd.ProcessState.ExitCode())
+	setEnd(cfg.Dir, cfg.End)
+	proc.start()
+	proc.until(t, func(l string) bool { return l == "done" })
+	assert.NoError(t, proc.p.Wait(time.Minute), "the last run exits 0")
 	want := uint64(expectedRows(0, cfg.End))
 	assert.Equal(t, want, count("SELECT count() FROM "+db+".events"), "rows")
 	assert.Equal(t, want, count("SELECT uniqExact(id) FROM "+db+".events"), "distinct rows")

@@ -3,7 +3,6 @@ package chsink_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/netfail"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
@@ -151,121 +151,58 @@ func (e chEnv) newSinkAt(t *testing.T, addr string, store checkpoint.Storage, op
 	return s
 }
 
-// proxy forwards TCP to a ClickHouse server. Armed, it cuts the first
-// connection that sends more than cutAfter bytes: it swallows the server's
-// answer and closes the connection, so the client cannot know whether the
-// insert it sent landed. With stall set, it swallows the answer but keeps
-// the connection open, so the client waits until its own timeout.
+// proxy forwards TCP to a ClickHouse server (internal/netfail's Proxy).
+// Armed, it cuts the first connection that sends more than cutAfter bytes:
+// it swallows the server's answer and closes the connection, so the client
+// cannot know whether the insert it sent landed. With stall set, it
+// swallows the answer but keeps the connection open, so the client waits
+// until its own timeout. With refuse set, it closes every new connection.
 type proxy struct {
-	ln       net.Listener
-	target   string
+	*netfail.Proxy
 	cutAfter atomic.Int64 // 0: disarmed
 	cuts     atomic.Int64
 	stall    atomic.Bool
 	refuse   atomic.Bool
-	mu       sync.Mutex
-	conns    []net.Conn
-	wg       sync.WaitGroup
+	conns    sync.Map // *netfail.Conn -> *proxyConn
+}
+
+// proxyConn is what the proxy keeps of one connection.
+type proxyConn struct {
+	sent int64 // bytes from the client; read by its reader only
+	cut  atomic.Bool
 }
 
 func newProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &proxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
+	p := &proxy{}
+	np, err := netfail.NewProxy(target, netfail.ProxyOptions{
+		Accept:  func(net.Conn) bool { return !p.refuse.Load() },
+		Forward: p.forward,
 	})
+	require.NoError(t, err)
+	p.Proxy = np
+	t.Cleanup(np.Close)
 	return p
 }
 
-func (p *proxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.refuse.Load() {
-			_ = c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		var cut atomic.Bool
-		p.wg.Add(2)
-		go func() { // client -> server
-			defer p.wg.Done()
-			buf := make([]byte, 32<<10)
-			var sent int64
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					if _, werr := s.Write(buf[:n]); werr != nil {
-						break
-					}
-					sent += int64(n)
-					if lim := p.cutAfter.Load(); lim > 0 && sent > lim && p.cutAfter.CompareAndSwap(lim, 0) {
-						cut.Store(true)
-						p.cuts.Add(1)
-						if p.stall.Load() {
-							continue // answer swallowed, connection kept: the client times out
-						}
-						go func() { // let the server finish the insert, then cut
-							time.Sleep(300 * time.Millisecond)
-							_ = c.Close()
-							_ = s.Close()
-						}()
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			_ = s.Close()
-		}()
-		go func() { // server -> client
-			defer p.wg.Done()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := s.Read(buf)
-				if n > 0 && !cut.Load() {
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						break
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			_ = c.Close()
-		}()
+func (p *proxy) forward(c *netfail.Conn, toBackend bool, b []byte) bool {
+	v, _ := p.conns.LoadOrStore(c, new(proxyConn))
+	pc := v.(*proxyConn)
+	if !toBackend {
+		return !pc.cut.Load()
 	}
+	pc.sent += int64(len(b))
+	if lim := p.cutAfter.Load(); lim > 0 && pc.sent > lim && p.cutAfter.CompareAndSwap(lim, 0) {
+		pc.cut.Store(true)
+		p.cuts.Add(1)
+		if !p.stall.Load() { // stalled: answer swallowed, connection kept, the client times out
+			go func() { // let the server finish the insert, then cut
+				time.Sleep(300 * time.Millisecond)
+				c.Close()
+			}()
+		}
+	}
+	return true
 }
 
 // closeAll drops every open connection.
-func (p *proxy) closeAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
-var _ = io.EOF
+func (p *proxy) closeAll() { p.Cut() }

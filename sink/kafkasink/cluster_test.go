@@ -23,11 +23,10 @@ func TestRollingRestart(t *testing.T) {
 	testkit.SkipUnlessKafkaCluster(t)
 	kb := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{Nodes: 3})
 	brokers := kb.Brokers()
-	testkit.CreateTopic(t, brokers, inTopic, partitions)
-	testkit.CreateTopic(t, brokers, outTopic, partitions)
+	nm := newNames(t, brokers)
 	const nodes = 3
-	produceRound(t, brokers, 0)
-	store, run := pipeline(t, brokers, t.TempDir(), "rolling", "", 0)
+	produceRound(t, brokers, nm.In, 0)
+	store, run := pipeline(t, brokers, nm, t.TempDir(), "rolling", "", 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -41,13 +40,13 @@ func TestRollingRestart(t *testing.T) {
 		} else {
 			kb.StopNode(id)
 		}
-		produceRound(t, brokers, id) // input while the node is down
+		produceRound(t, brokers, nm.In, id) // input while the node is down
 		kb.StartNode(id)
 		t.Logf("broker %d: %s, a round of input, back after %v", id, how, time.Since(t0).Round(time.Millisecond))
 	}
-	waitFinished(t, store, (nodes+1)*perRound*2, done, cancel)
+	waitFinished(t, store, nm.In, (nodes+1)*perRound*2, done, cancel)
 	want := readWant(nodes + 1)
-	got := readCommitted(t, brokers, outTopic, partitions)
+	got := readCommitted(t, brokers, nm.Out, partitions)
 	for v := range want {
 		assert.Equal(t, 1, got[v], "record %s", v)
 	}

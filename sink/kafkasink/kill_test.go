@@ -3,6 +3,7 @@ package kafkasink_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -28,20 +29,24 @@ import (
 )
 
 const (
-	envChild   = "KAFKASINK_KILL_CHILD" // "run" or "finish"
-	envKillAt  = "KAFKASINK_KILL_AT"    // "process:N", "snapshot:N", "completed:N" or ""
-	envBrokers = "KAFKASINK_KILL_BROKERS"
-	envDir     = "KAFKASINK_KILL_DIR"
-	envGroup   = "KAFKASINK_KILL_GROUP"
-	envTotal   = "KAFKASINK_KILL_TOTAL"
-
-	inTopic    = "in"
-	outTopic   = "out"
 	partitions = 2
 	// perRound unique ids per partition are added before each round, each
 	// twice (a redelivery the dedup drops).
 	perRound = 150
 )
+
+// names are a run's topics and transactional id prefix, each its own
+// (testkit.Name), so that a test runs again (-count=2) on a shared broker.
+type names struct{ In, Out, TxID string }
+
+// newNames returns names of t's own and creates the topics.
+func newNames(t *testing.T, brokers []string) names {
+	t.Helper()
+	n := names{In: testkit.Name(t, "in"), Out: testkit.Name(t, "out"), TxID: testkit.Name(t, "tx")}
+	testkit.CreateTopic(t, brokers, n.In, partitions)
+	testkit.CreateTopic(t, brokers, n.Out, partitions)
+	return n
+}
 
 // The kill schedule: where each child dies. "process" dies after handing
 // that many new records to the sink (records written, transaction open);
@@ -119,37 +124,11 @@ func (d decliner) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
 func (decliner) Restore(context.Context, []byte) error                    { return nil }
 func (decliner) CheckpointCompleted(context.Context, checkpoint.ID) error { return nil }
 
-// TestKillChild is the pipeline TestKill9 runs in a child process:
-// kafkasource -> dedup -> kafkasink, reading "in" and writing each first
-// sighting of an id to "out", in the source partition's number.
-func TestKillChild(t *testing.T) {
-	mode := os.Getenv(envChild)
-	if mode == "" {
-		t.Skip("helper process for TestKill9")
-	}
-	brokers := strings.Split(os.Getenv(envBrokers), ",")
-	dir := os.Getenv(envDir)
-	total, _ := strconv.ParseInt(os.Getenv(envTotal), 10, 64)
-	at, nstr, _ := strings.Cut(os.Getenv(envKillAt), ":")
-	n, _ := strconv.Atoi(nstr)
-
-	store, run := pipeline(t, brokers, dir, os.Getenv(envGroup), at, n)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	if mode != "finish" {
-		require.NoError(t, <-done) // until killed
-		return
-	}
-	waitFinished(t, store, total, done, cancel)
-}
-
 // pipeline builds the test's pipeline, kafkasource -> dedup -> kafkasink,
 // with a participant that declines some barriers (decliner), checkpointing
 // to dir every 30 ms; at and n say where it kills its own
 // process (see schedule), "" never.
-func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*checkpoint.Store, func(context.Context) error) {
+func pipeline(t *testing.T, brokers []string, nm names, dir, group, at string, n int) (*checkpoint.Store, func(context.Context) error) {
 	t.Helper()
 	storage, err := checkpoint.NewFSStorage(filepath.Join(dir, "store"))
 	require.NoError(t, err)
@@ -164,7 +143,7 @@ func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*ch
 		if err != nil {
 			return nil, err
 		}
-		s, err := kafkasink.New(brokers, "killtest", p, kafkasink.Options{BatchSize: 50})
+		s, err := kafkasink.New(brokers, nm.TxID, p, kafkasink.Options{BatchSize: 50})
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +159,7 @@ func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*ch
 				if err != nil || !first {
 					return err
 				}
-				if err := s.Add(ctx, outTopic, m.Partition, kafkatxn.Record{Key: m.Value, Value: m.Value}); err != nil {
+				if err := s.Add(ctx, nm.Out, m.Partition, kafkatxn.Record{Key: m.Value, Value: m.Value}); err != nil {
 					return err
 				}
 				w := written.Add(1)
@@ -194,7 +173,7 @@ func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*ch
 			},
 		}, nil
 	}
-	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{inTopic}}),
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: group, Topics: []string{nm.In}}),
 		coord, newProc, kafkasource.Options{SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
 			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond,
 			// A short MaxBackoff: the decliner fails a chain every fourth
@@ -213,7 +192,7 @@ func pipeline(t *testing.T, brokers []string, dir, group, at string, n int) (*ch
 // records per partition), then for a later one, whose barrier comes after
 // the completion (and so the commit) of the first; then it stops the
 // pipeline.
-func waitFinished(t *testing.T, store *checkpoint.Store, total int64, done <-chan error, cancel func()) {
+func waitFinished(t *testing.T, store *checkpoint.Store, in string, total int64, done <-chan error, cancel func()) {
 	t.Helper()
 	ctx := context.Background()
 	firstAtEnd := make([]checkpoint.ID, partitions)
@@ -231,7 +210,7 @@ func waitFinished(t *testing.T, store *checkpoint.Store, total int64, done <-cha
 		require.True(t, time.Now().Before(deadline), "the pipeline did not finish: want %d records per partition, latest checkpoints %v", total, stand)
 		all := true
 		for p := range partitions {
-			cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: inTopic, Partition: p})
+			cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: in, Partition: p})
 			if err != nil { // none yet
 				stand[p] = fmt.Sprintf("p%d: %v", p, err)
 				all = false
@@ -255,8 +234,8 @@ func waitFinished(t *testing.T, store *checkpoint.Store, total int64, done <-cha
 	}
 }
 
-// produceRound adds perRound new ids to each partition of "in", each twice.
-func produceRound(t *testing.T, brokers []string, round int) {
+// produceRound adds perRound new ids to each partition of in, each twice.
+func produceRound(t *testing.T, brokers []string, in string, round int) {
 	t.Helper()
 	ctx := context.Background()
 	p, err := kafkatxn.NewProducer(ctx, brokers, kafkatxn.ProducerOptions{})
@@ -270,7 +249,7 @@ func produceRound(t *testing.T, brokers []string, round int) {
 		// The second copy of each id arrives after the first copies of
 		// later ones, as a redelivery does.
 		recs = append(recs, recs...)
-		_, err := p.Produce(ctx, inTopic, part, recs...)
+		_, err := p.Produce(ctx, in, part, recs...)
 		require.NoError(t, err)
 	}
 }
@@ -287,47 +266,79 @@ func TestKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
 	}
-	brokers := testkit.Kafka(t)
-	testkit.CreateTopic(t, brokers, inTopic, partitions)
-	testkit.CreateTopic(t, brokers, outTopic, partitions)
-	dir := t.TempDir()
 	rounds := len(schedule)
 	total := int64(rounds * perRound * 2)
-
-	child := func(mode, killAt, group string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envChild+"="+mode, envKillAt+"="+killAt, envBrokers+"="+strings.Join(brokers, ","),
-			envDir+"="+dir, envGroup+"="+group, envTotal+"="+strconv.FormatInt(total, 10))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		return cmd
+	// What round the child runs: the parent writes it to cfg.Dir before
+	// each start.
+	type roundFile struct{ Mode, KillAt, Group string } // Mode "run" or "finish"
+	setRound := func(dir string, r roundFile) {
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "round.json"), b, 0o644))
 	}
+	type config struct {
+		Brokers []string
+		Names   names
+		Dir     string
+	}
+	cfg := testkit.Setup(t, "kill9", func() config {
+		brokers := testkit.Kafka(t)
+		c := config{Brokers: brokers, Names: newNames(t, brokers), Dir: t.TempDir()}
+		setRound(c.Dir, roundFile{Mode: "run", KillAt: schedule[0], Group: testkit.Name(t, "kill0")})
+		produceRound(t, brokers, c.Names.In, 0)
+		return c
+	})
+	// The child: the pipeline, killed (by itself at a planned point, or by
+	// the test), or, in the last round, run until it finished the input.
+	child := testkit.Func(t, "pipeline", func(ctx context.Context) error {
+		b, err := os.ReadFile(filepath.Join(cfg.Dir, "round.json"))
+		require.NoError(t, err)
+		var r roundFile
+		require.NoError(t, json.Unmarshal(b, &r))
+		at, nstr, _ := strings.Cut(r.KillAt, ":")
+		n, _ := strconv.Atoi(nstr)
+		store, run := pipeline(t, cfg.Brokers, cfg.Names, cfg.Dir, r.Group, at, n)
+		if r.Mode != "finish" {
+			return run(ctx) // until killed
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- run(ctx) }()
+		waitFinished(t, store, cfg.Names.In, total, done, cancel)
+		return nil
+	})
+
+	brokers := cfg.Brokers
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
 	selfKilled := 0
 	for round, killAt := range schedule {
-		produceRound(t, brokers, round)
-		cmd := child("run", killAt, fmt.Sprintf("kill-%d", round))
-		require.NoError(t, cmd.Start())
-		wait := make(chan error, 1)
-		go func() { wait <- cmd.Wait() }()
+		if round > 0 {
+			setRound(cfg.Dir, roundFile{Mode: "run", KillAt: killAt, Group: testkit.Name(t, fmt.Sprintf("kill%d", round))})
+			produceRound(t, brokers, cfg.Names.In, round)
+			child.Start()
+		}
 		limit := 5 * time.Second // a planned kill point that never came
 		if killAt == "" {
 			limit = time.Duration(200+rng.IntN(600)) * time.Millisecond
 		}
 		select {
-		case err := <-wait:
+		case <-child.Exited():
+			err := child.Err()
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee, "round %d: the child exited by itself", round)
 			ws, ok := ee.Sys().(syscall.WaitStatus)
 			require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "round %d: the child failed: %v", round, err)
 			selfKilled++
 		case <-time.After(limit):
-			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-			<-wait
+			child.Kill()
 		}
 		t.Logf("round %d: killed at %q", round, killAt)
 	}
 	assert.GreaterOrEqual(t, selfKilled, 4, "most planned kill points must be reached")
-	require.NoError(t, child("finish", "", "kill-final").Run(), "the final child finishes")
+	setRound(cfg.Dir, roundFile{Mode: "finish", Group: testkit.Name(t, "killfinal")})
+	child.Start()
+	require.NoError(t, child.Wait(5*time.Minute), "the final child finishes")
 
 	want := map[string]bool{}
 	for round := range rounds {
@@ -337,7 +348,7 @@ func TestKill9(t *testing.T) {
 			}
 		}
 	}
-	got := readCommitted(t, brokers, outTopic, partitions)
+	got := readCommitted(t, brokers, cfg.Names.Out, partitions)
 	dups, missing := 0, 0
 	for v := range want {
 		switch n := got[v]; {
@@ -385,13 +396,12 @@ func TestBrokerRestart(t *testing.T) {
 	}
 	srv := testkit.StartApacheKafka(t)
 	brokers := srv.Brokers()
-	testkit.CreateTopic(t, brokers, inTopic, partitions)
-	testkit.CreateTopic(t, brokers, outTopic, partitions)
+	nm := newNames(t, brokers)
 	const rounds = 4
 	for round := range rounds {
-		produceRound(t, brokers, round)
+		produceRound(t, brokers, nm.In, round)
 	}
-	store, run := pipeline(t, brokers, t.TempDir(), "restart", "", 0)
+	store, run := pipeline(t, brokers, nm, t.TempDir(), "restart", "", 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -402,9 +412,9 @@ func TestBrokerRestart(t *testing.T) {
 	t0 := time.Now()
 	srv.Start()
 	t.Logf("broker back after %v", time.Since(t0).Round(time.Millisecond))
-	waitFinished(t, store, rounds*perRound*2, done, cancel)
+	waitFinished(t, store, nm.In, rounds*perRound*2, done, cancel)
 	want := readWant(rounds)
-	got := readCommitted(t, brokers, outTopic, partitions)
+	got := readCommitted(t, brokers, nm.Out, partitions)
 	for v := range want {
 		assert.Equal(t, 1, got[v], "record %s", v)
 	}

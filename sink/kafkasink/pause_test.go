@@ -5,10 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -25,8 +22,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/sink/kafkasink"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
-
-const envPauseChild = "KAFKASINK_PAUSE_CHILD"
 
 // pausingSink stops its own process with SIGSTOP right after its second
 // pre-commit that prepared a transaction with records: the pending part
@@ -50,17 +45,12 @@ func (p pausingSink) SnapshotAsync(ctx context.Context, id checkpoint.ID) (check
 	}, nil
 }
 
-// TestPauseChild is the pipeline TestSIGSTOPBetweenPrecommitAndSave runs in
+// pausePipeline is the pipeline TestSIGSTOPBetweenPrecommitAndSave runs in
 // a child process: kafkasource -> dedup -> kafkasink with a 4 s
 // transaction timeout and a session timeout longer than the pause, until
 // every record is covered by a checkpoint.
-func TestPauseChild(t *testing.T) {
-	if os.Getenv(envPauseChild) == "" {
-		t.Skip("helper process for TestSIGSTOPBetweenPrecommitAndSave")
-	}
-	brokers := strings.Split(os.Getenv(envBrokers), ",")
-	total, _ := strconv.ParseInt(os.Getenv(envTotal), 10, 64)
-	storage, err := checkpoint.NewFSStorage(filepath.Join(os.Getenv(envDir), "store"))
+func pausePipeline(t *testing.T, brokers []string, nm names, dir string, total int64) {
+	storage, err := checkpoint.NewFSStorage(filepath.Join(dir, "store"))
 	require.NoError(t, err)
 	store, err := checkpoint.NewStore(storage, checkpoint.StoreOptions{})
 	require.NoError(t, err)
@@ -74,7 +64,7 @@ func TestPauseChild(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := kafkasink.New(brokers, "pausetest", p, kafkasink.Options{
+		s, err := kafkasink.New(brokers, nm.TxID, p, kafkasink.Options{
 			BatchSize: 50, Tx: kafkatxn.TxOptions{TransactionTimeout: expiryTimeout}, CheckpointInterval: interval,
 		})
 		if err != nil {
@@ -93,11 +83,11 @@ func TestPauseChild(t *testing.T) {
 				if written++; written%10 == 0 {
 					time.Sleep(5 * time.Millisecond) // transactions span several checkpoints
 				}
-				return s.Add(ctx, outTopic, m.Partition, kafkatxn.Record{Key: m.Value, Value: m.Value})
+				return s.Add(ctx, nm.Out, m.Partition, kafkatxn.Record{Key: m.Value, Value: m.Value})
 			},
 		}, nil
 	}
-	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "pause", Topics: []string{inTopic}}),
+	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: "pause", Topics: []string{nm.In}}),
 		coord, newProc, kafkasource.Options{SessionTimeout: 30 * time.Second, RebalanceTimeout: 2 * time.Second,
 			HeartbeatInterval: 100 * time.Millisecond, MaxWait: 100 * time.Millisecond,
 			Restart: kafkasource.Restart{InitialBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}})
@@ -106,21 +96,21 @@ func TestPauseChild(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
-	waitFinished(t, store, total, done, cancel)
+	waitFinished(t, store, nm.In, total, done, cancel)
 }
 
-// waitStopped waits until process pid is stopped (state T in
+// waitStopped waits until the process is stopped (state T in
 // /proc/<pid>/stat), failing if it exits first.
-func waitStopped(t *testing.T, pid int, exited <-chan error) {
+func waitStopped(t *testing.T, p *testkit.Process) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		select {
-		case err := <-exited:
-			t.Fatalf("the child exited before it paused: %v", err)
+		case <-p.Exited():
+			t.Fatalf("the child exited before it paused: %v", p.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID()))
 		require.NoError(t, err)
 		// pid (comm) state ...: comm may hold spaces, the state follows
 		// its last ')'.
@@ -163,44 +153,38 @@ func TestSIGSTOPBetweenPrecommitAndSave(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses a child process")
 	}
-	brokers := expiryBroker(t, nil)
-	testkit.CreateTopic(t, brokers, inTopic, partitions)
-	testkit.CreateTopic(t, brokers, outTopic, partitions)
 	const rounds = 2
-	for round := range rounds {
-		produceRound(t, brokers, round)
-	}
 	total := int64(rounds * perRound * 2)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPauseChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envPauseChild+"=1", envBrokers+"="+strings.Join(brokers, ","),
-		envDir+"="+t.TempDir(), envTotal+"="+strconv.FormatInt(total, 10))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-exited
+	type config struct {
+		Brokers []string
+		Names   names
+		Dir     string
+	}
+	cfg := testkit.Setup(t, "pause", func() config {
+		brokers := expiryBroker(t, nil)
+		c := config{Brokers: brokers, Names: newNames(t, brokers), Dir: t.TempDir()}
+		for round := range rounds {
+			produceRound(t, brokers, c.Names.In, round)
 		}
+		return c
+	})
+	brokers := cfg.Brokers
+	child := testkit.Func(t, "pipeline", func(context.Context) error {
+		pausePipeline(t, cfg.Brokers, cfg.Names, cfg.Dir, total)
+		return nil
 	})
 
-	waitStopped(t, cmd.Process.Pid, exited)
+	waitStopped(t, child)
 	paused := time.Now()
 	for p := range partitions {
-		waitStable(t, brokers, outTopic, p) // the broker aborted what was open
+		waitStable(t, brokers, cfg.Names.Out, p) // the broker aborted what was open
 	}
 	t.Logf("continuing the child after %v paused", time.Since(paused).Round(time.Millisecond))
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-	select {
-	case err := <-exited:
-		require.NoError(t, err, "the child finishes after the pause")
-	case <-time.After(4 * time.Minute):
-		t.Fatal("the child did not finish")
-	}
+	child.Continue()
+	require.NoError(t, child.Wait(4*time.Minute), "the child finishes after the pause")
 
 	want := readWant(rounds)
-	got := readCommitted(t, brokers, outTopic, partitions)
+	got := readCommitted(t, brokers, cfg.Names.Out, partitions)
 	visible, dups := 0, 0
 	for v := range want {
 		if got[v] > 0 {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -121,15 +120,7 @@ func TestGatewayRealPayloads(t *testing.T) {
 	// The topic: one record per accepted delivery, none for the others.
 	got := map[string]devmetrics.Event{}
 	for part := range 4 {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: part, MaxWait: 100 * time.Millisecond})
-		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, part)
-		require.NoError(t, err)
-		last, err := conn.ReadLastOffset()
-		require.NoError(t, err)
-		conn.Close()
-		for i := int64(0); i < last; i++ {
-			m, err := r.ReadMessage(ctx)
-			require.NoError(t, err)
+		for _, m := range testkit.ReadTopic(t, brokers, topic, part) {
 			md, err := kafkapub.ReadMetadata(m)
 			require.NoError(t, err)
 			assert.NotEmpty(t, md.EventType, "record %d/%d has an event-type header", part, m.Offset)
@@ -140,7 +131,6 @@ func TestGatewayRealPayloads(t *testing.T) {
 			got[md.EventID] = ev
 			assert.Equal(t, []byte(ev.OrgID), m.Key, "partition key is the organisation")
 		}
-		r.Close()
 	}
 	assert.Equal(t, want, got)
 	assert.Greater(t, len(want), 20)

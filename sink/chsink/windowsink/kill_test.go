@@ -1,15 +1,13 @@
 package windowsink_test
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,14 +23,16 @@ import (
 	"github.com/exactlyonce/exactlyonce/window"
 )
 
-const envKill = "EXACTLYONCE_WINDOWSINK_KILL"
-
 // killConfig is what the parent tells a child process.
 type killConfig struct {
 	Addr, Database, Dir string
 	End                 int64 // records in all; a child with Finish stops there
 	Finish              bool
 }
+
+// finishFile, in a kill test's control directory, makes the next child
+// run with Finish.
+const finishFile = "finish"
 
 const (
 	killGap    = 500 * time.Millisecond
@@ -170,94 +170,66 @@ func lastCheckpoint(ctx context.Context, task *checkpoint.Task, at int64) error 
 // last run finish the input: the table read with FINAL holds exactly the
 // sessions of the input, each with its count, with the sink's defaults.
 func TestKillDuringEarlyFiringsAndMerges(t *testing.T) {
-	if s := os.Getenv(envKill); s != "" {
-		var cfg killConfig
-		if err := json.Unmarshal([]byte(s), &cfg); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		if err := runKillChild(cfg); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	// A server of its own: it may abort when a client dies mid-insert, and
 	// is then restarted here as a service manager would.
-	srv := testkit.StartClickHouse(t)
-	db := testkit.NewDatabase(t, srv.Addr())
-	require.NoError(t, testkit.Exec(t.Context(), srv.Addr(), db, `CREATE TABLE sessions (key String, start DateTime64(3, 'UTC'),
+	var srv *testkit.ClickHouseServer
+	type config struct {
+		Kill    killConfig
+		Control string // a directory: finishFile there makes a child finish
+	}
+	cfg := testkit.Setup(t, "cfg", func() config {
+		srv = testkit.StartClickHouse(t)
+		db := testkit.NewDatabase(t, srv.Addr())
+		require.NoError(t, testkit.Exec(t.Context(), srv.Addr(), db, `CREATE TABLE sessions (key String, start DateTime64(3, 'UTC'),
 		end DateTime64(3, 'UTC'), events UInt64, version UInt64, deleted UInt8)
 		ENGINE = ReplacingMergeTree(version, deleted) ORDER BY (key, start)
 		SETTINGS non_replicated_deduplication_window = 10000`))
-	cfg := killConfig{Addr: srv.Addr(), Database: db, Dir: t.TempDir(), End: 3000}
+		return config{Kill: killConfig{Addr: srv.Addr(), Database: db, Dir: t.TempDir(), End: 3000}, Control: t.TempDir()}
+	})
+	child := testkit.Func(t, "chain", func(context.Context) error {
+		c := cfg.Kill
+		_, err := os.Stat(filepath.Join(cfg.Control, finishFile))
+		c.Finish = err == nil
+		if err := runKillChild(c); err != nil {
+			return fmt.Errorf("child: %w", err)
+		}
+		return nil
+	})
+	db := cfg.Kill.Database
 	alive := func() {
 		if _, err := testkit.QueryStrings(t.Context(), srv.Addr(), db, "SELECT 1"); err != nil {
 			t.Logf("clickhouse is down (%v): restarting it", err)
 			srv.Restart()
 		}
 	}
-	start := func(finish bool) (*exec.Cmd, chan string) {
-		c := cfg
-		c.Finish = finish
-		b, err := json.Marshal(c)
-		require.NoError(t, err)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillDuringEarlyFiringsAndMerges$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envKill+"="+string(b))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		lines := make(chan string, 1024)
-		go func() {
-			defer close(lines)
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				select {
-				case lines <- sc.Text():
-				default:
-				}
-			}
-		}()
-		return cmd, lines
-	}
 	r := rand.New(rand.NewPCG(7, 7))
 	killed := 0
 	for round := range 5 {
-		alive()
-		cmd, lines := start(false)
-		// Kill at a random moment after the first checkpoint of the run.
-		deadline := time.After(20 * time.Second)
-	wait:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break wait // it exited on its own: the server went away
-				}
-				if strings.HasPrefix(l, "checkpoint") {
-					time.Sleep(time.Duration(r.IntN(300)) * time.Millisecond)
-					break wait
-				}
-			case <-deadline:
-				break wait
-			}
+		from := len(child.Logs())
+		if round > 0 {
+			alive()
+			child.Start()
 		}
-		require.NoError(t, cmd.Process.Kill())
-		_ = cmd.Wait()
+		// Kill at a random moment after the first checkpoint of the run.
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) && child.Running() { // it may exit on its own: the server went away
+			if strings.Contains("\n"+child.Logs()[from:], "\ncheckpoint") {
+				time.Sleep(time.Duration(r.IntN(300)) * time.Millisecond)
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		child.Kill()
 		killed++
 		t.Logf("round %d: killed", round)
 	}
 	require.Equal(t, 5, killed)
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.Control, finishFile), nil, 0o644))
 	var err error
 	for attempt := range 3 {
 		alive()
-		cmd, lines := start(true)
-		go func() {
-			for range lines {
-			}
-		}()
-		if err = cmd.Wait(); err == nil {
+		child.Start()
+		if err = child.Wait(5 * time.Minute); err == nil {
 			break
 		}
 		t.Logf("finishing run %d: %v", attempt, err)
@@ -266,7 +238,7 @@ func TestKillDuringEarlyFiringsAndMerges(t *testing.T) {
 	alive()
 
 	got := testkit.Rows(t, srv.Addr(), db, "SELECT key, toString(start), toString(end), toString(events), toString(version) FROM sessions FINAL ORDER BY key, start")
-	require.Equal(t, killModel(cfg.End), got)
+	require.Equal(t, killModel(cfg.Kill.End), got)
 	deleted := testkit.Count(t, srv.Addr(), db, "SELECT count() FROM sessions WHERE deleted = 1")
 	require.NotZero(t, deleted, "merges retracted sessions already written")
 }

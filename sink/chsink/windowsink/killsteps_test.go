@@ -1,14 +1,13 @@
 package windowsink_test
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,8 +21,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 	"github.com/exactlyonce/exactlyonce/window"
 )
-
-const envSteps = "EXACTLYONCE_WINDOWSINK_STEPS"
 
 // stepsConfig is what TestKillAtEveryStep tells its child.
 type stepsConfig struct {
@@ -221,22 +218,14 @@ func playScript(ctx context.Context, ws *windowsink.Sink[int, uint64, uint64], t
 // the accepted events, for tumbling, hopping and session windows. With
 // -short, only the flushed kills after every other step.
 func TestKillAtEveryStep(t *testing.T) {
-	if s := os.Getenv(envSteps); s != "" {
-		var cfg stepsConfig
-		if err := json.Unmarshal([]byte(s), &cfg); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		if err := runStepsChild(cfg); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
 	// A server of its own: it may abort when a client dies, and is then
 	// restarted here as a service manager would.
-	srv := testkit.StartClickHouse(t)
-	db := testkit.NewDatabase(t, srv.Addr())
+	var srv *testkit.ClickHouseServer
+	type server struct{ Addr, Database string }
+	sv := testkit.Setup(t, "server", func() server {
+		srv = testkit.StartClickHouse(t)
+		return server{Addr: srv.Addr(), Database: testkit.NewDatabase(t, srv.Addr())}
+	})
 	n := 0
 	for _, kind := range []string{"tumbling", "hopping", "session"} {
 		want := stepModel(t, kind)
@@ -253,7 +242,7 @@ func TestKillAtEveryStep(t *testing.T) {
 					n++
 					table := fmt.Sprintf("w%d", n)
 					t.Run(name, func(t *testing.T) {
-						killAtSteps(t, srv, stepsConfig{Addr: srv.Addr(), Database: db, Table: table, Dir: t.TempDir(), Kind: kind},
+						killAtSteps(t, srv, stepsConfig{Addr: sv.Addr, Database: sv.Database, Table: table, Kind: kind},
 							[]stepsConfig{{KillAt: killAt, Landed: landed, Ticks: "script"}}, want)
 					})
 				}
@@ -265,7 +254,7 @@ func TestKillAtEveryStep(t *testing.T) {
 				n++
 				table := fmt.Sprintf("w%d", n)
 				t.Run(fmt.Sprintf("kill after step %d, then %d, flushed", killAt, killAt+3), func(t *testing.T) {
-					killAtSteps(t, srv, stepsConfig{Addr: srv.Addr(), Database: db, Table: table, Dir: t.TempDir(), Kind: kind},
+					killAtSteps(t, srv, stepsConfig{Addr: sv.Addr, Database: sv.Database, Table: table, Kind: kind},
 						[]stepsConfig{{KillAt: killAt, Landed: true, Ticks: "script"}, {KillAt: killAt + 3, Landed: true, Ticks: "every"}}, want)
 				})
 			}
@@ -275,7 +264,7 @@ func TestKillAtEveryStep(t *testing.T) {
 
 // killAtSteps runs one case: a child process per kill, each restoring
 // the last checkpoint and killed (SIGKILL) after its step, then the last
-// replay in this process, without Ticks.
+// replay in this process, without Ticks. (srv is nil in the child.)
 func killAtSteps(t *testing.T, srv *testkit.ClickHouseServer, base stepsConfig, kills []stepsConfig, want [][]string) {
 	alive := func() {
 		if _, err := testkit.QueryStrings(t.Context(), srv.Addr(), base.Database, "SELECT 1"); err != nil {
@@ -283,33 +272,53 @@ func killAtSteps(t *testing.T, srv *testkit.ClickHouseServer, base stepsConfig, 
 			srv.Restart()
 		}
 	}
-	alive()
-	require.NoError(t, testkit.Exec(t.Context(), srv.Addr(), base.Database, fmt.Sprintf(sessionTable, base.Table)))
-	for _, k := range kills {
+	// The child's stepsConfig, which the test writes to Control before
+	// each start.
+	setKill := func(control string, k stepsConfig) {
 		cfg := base
 		cfg.KillAt, cfg.Landed, cfg.Ticks = k.KillAt, k.Landed, k.Ticks
 		b, err := json.Marshal(cfg)
 		require.NoError(t, err)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillAtEveryStep$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envSteps+"="+string(b))
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
+		require.NoError(t, os.WriteFile(filepath.Join(control, "kill.json"), b, 0o644))
+	}
+	type dirs struct{ Dir, Control string }
+	d := testkit.Setup(t, "dirs", func() dirs {
+		alive()
+		require.NoError(t, testkit.Exec(t.Context(), srv.Addr(), base.Database, fmt.Sprintf(sessionTable, base.Table)))
+		d := dirs{Dir: t.TempDir(), Control: t.TempDir()}
+		base.Dir = d.Dir
+		setKill(d.Control, kills[0])
+		return d
+	})
+	base.Dir = d.Dir
+	child := testkit.Func(t, "chain", func(context.Context) error {
+		b, err := os.ReadFile(filepath.Join(d.Control, "kill.json"))
 		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
+		var cfg stepsConfig
+		require.NoError(t, json.Unmarshal(b, &cfg))
+		if err := runStepsChild(cfg); err != nil {
+			return fmt.Errorf("child: %w", err)
+		}
+		return nil
+	})
+	for i, k := range kills {
+		from := len(child.Logs())
+		if i > 0 {
+			setKill(d.Control, k)
+			child.Start()
+		}
 		// A child stuck before its step is killed too, and the case fails.
-		stuck := time.AfterFunc(2*time.Minute, func() { _ = cmd.Process.Kill() })
-		sc := bufio.NewScanner(out)
+		stuck := time.Now().Add(2 * time.Minute)
 		asked := false
-		for !asked && sc.Scan() {
-			asked = sc.Text() == "kill me"
+		for !asked && child.Running() && time.Now().Before(stuck) {
+			asked = strings.Contains("\n"+child.Logs()[from:], "\nkill me\n")
+			if !asked {
+				time.Sleep(time.Millisecond)
+			}
 		}
-		stuck.Stop()
-		if err := cmd.Process.Kill(); !errors.Is(err, os.ErrProcessDone) {
-			require.NoError(t, err)
-		}
-		_ = cmd.Wait()
-		require.True(t, asked, "the child reached step %d: %s", k.KillAt, stderr.String())
+		asked = asked || strings.Contains("\n"+child.Logs()[from:], "\nkill me\n")
+		child.Kill()
+		require.True(t, asked, "the child reached step %d: %s", k.KillAt, child.Logs()[from:])
 		alive()
 	}
 	// The replay: a new process restores the last checkpoint and goes on
