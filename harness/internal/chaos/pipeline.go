@@ -78,8 +78,8 @@ func (c *chaos) startPipeline(ctx context.Context) error {
 	}
 	d.Supervisor = &demo.Supervisor{Say: d.Say, Instances: c.cfg.Instances, SharedGroup: true,
 		ConsumerProtocol: c.cfg.GroupProtocol == "consumer",
-		Output: d.ProcessorOutput,
-		Group:  "aggregator-" + d.DB, Brokers: d.Servers.Brokers,
+		Output:           d.ProcessorOutput,
+		Group:            "aggregator-" + d.DB, Brokers: d.Servers.Brokers,
 		Command: []string{d.Binaries.Processor, "-pipeline=devmetrics", "-listen=127.0.0.1:0",
 			"-brokers=" + strings.Join(d.Servers.Brokers, ","), "-topic=" + d.Topic,
 			"-clickhouse=" + chAddr, "-database=" + d.DB, "-create-tables=false", "-dlq=" + d.DLQ,
