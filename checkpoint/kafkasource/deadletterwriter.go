@@ -247,14 +247,17 @@ func (d *deadLetters) choosePartition(ctx context.Context) error {
 // every earlier writer, and notes the records of this source partition.
 // Another source partition's transaction still open on the shared
 // partition holds the read back at its first record until it ends: the
-// wait is bounded by that writer's transaction timeout.
+// wait is bounded by that writer's transaction timeout, after which the
+// broker aborts it at its next check (transaction.abort.timed.out.
+// transaction.cleanup.interval.ms, 10 s by default). Past twice the
+// timeout the scan fails, and the chain restarts.
 func (d *deadLetters) scan(ctx context.Context) error {
 	first, end, err := d.bounds(ctx)
 	if err != nil {
 		return err
 	}
 	from := max(d.from, first)
-	ctx, cancel := context.WithTimeout(ctx, deadLetterTxnTimeout(d.cfg.Timeout)+d.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, 2*deadLetterTxnTimeout(d.cfg.Timeout)+d.cfg.Timeout)
 	defer cancel()
 	f := kafkawire.Fetcher{Dialer: d.dialer, Brokers: d.cfg.Brokers, Topic: d.cfg.Topic, Partition: d.partition,
 		Next: from, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond}
