@@ -2,7 +2,6 @@ package testkit_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/exactlyonce/exactlyonce/checkpoint"
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
@@ -49,17 +47,4 @@ func TestKafkaAndRedis(t *testing.T) {
 	defer rdb.Close()
 	require.NoError(t, rdb.Set(context.Background(), "k", "v", 0).Err())
 	assert.Equal(t, "v", rdb.Get(context.Background(), "k").Val())
-}
-
-// TestCheckpointWhileDeclined: Checkpoint tries again while the checkpoint
-// is declined, and returns once one is taken.
-func TestCheckpointWhileDeclined(t *testing.T) {
-	calls := 0
-	testkit.Checkpoint(t, func(context.Context) error {
-		if calls++; calls < 3 {
-			return fmt.Errorf("chain events/0: %w", checkpoint.ErrDeclined)
-		}
-		return nil
-	})
-	assert.Equal(t, 3, calls)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/audit/chaudit"
 	"github.com/exactlyonce/exactlyonce/audit/kafkaaudit"
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
@@ -83,7 +84,7 @@ func runChains(t *testing.T, brokers []string, topic string, storage checkpoint.
 		return stop()
 	}, 60*time.Second, 50*time.Millisecond)
 	if last {
-		testkit.Checkpoint(t, src.Checkpoint)
+		checkpointtest.Checkpoint(t, src.Checkpoint)
 	}
 	cancel()
 	require.NoError(t, <-done)

@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/audit"
 	"github.com/exactlyonce/exactlyonce/audit/chaudit"
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/idempotency"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
@@ -91,7 +92,7 @@ func TestDedupByRecordTime(t *testing.T) {
 		return out
 	}
 	require.Eventually(t, func() bool { return stages()[audit.StageRead] == "3" }, 30*time.Second, 100*time.Millisecond, "the counts are flushed")
-	testkit.Checkpoint(t, src.Checkpoint)
+	checkpointtest.Checkpoint(t, src.Checkpoint)
 	cancel()
 	require.NoError(t, <-done)
 	got := stages()

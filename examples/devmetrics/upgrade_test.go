@@ -19,6 +19,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/audit"
 	"github.com/exactlyonce/exactlyonce/audit/chaudit"
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/dedup"
 	"github.com/exactlyonce/exactlyonce/idempotency"
@@ -180,7 +181,7 @@ func TestUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 		default:
 		}
 		if last {
-			testkit.Checkpoint(t, src.Checkpoint)
+			checkpointtest.Checkpoint(t, src.Checkpoint)
 		}
 		cancel()
 		require.NoError(t, <-done)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 	"github.com/exactlyonce/exactlyonce/testkit"
@@ -104,7 +105,7 @@ func TestBatchEqualsPerRecord(t *testing.T) {
 			return seen.Load() == int64(partitions*spec.perPart)
 		}, 60*time.Second, 5*time.Millisecond, "records processed")
 		require.NoError(t, early, "Run returned early")
-		testkit.Checkpoint(t, src.Checkpoint)
+		checkpointtest.Checkpoint(t, src.Checkpoint)
 		var res result
 		for p := range partitions {
 			cp, err := store.Latest(ctx, checkpoint.TopicPartition{Topic: topic, Partition: p})

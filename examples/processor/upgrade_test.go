@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/checkpoint/checkpointtest"
 	"github.com/exactlyonce/exactlyonce/checkpoint/kafkasource"
 	"github.com/exactlyonce/exactlyonce/dedup"
 	"github.com/exactlyonce/exactlyonce/idempotency/kafkapub"
@@ -152,7 +153,7 @@ func TestUpgradeRestoresHandWiredCheckpoint(t *testing.T) {
 		default:
 		}
 		if lastCheckpoint {
-			testkit.Checkpoint(t, src.Checkpoint)
+			checkpointtest.Checkpoint(t, src.Checkpoint)
 		}
 		cancel()
 		require.NoError(t, <-done)

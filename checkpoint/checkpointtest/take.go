@@ -1,4 +1,4 @@
-package testkit
+package checkpointtest
 
 import (
 	"context"
@@ -21,10 +21,10 @@ const declinedFor = time.Minute
 // that a test which wants a checkpoint gets one without treating a decline
 // as a failure.
 //
-//	testkit.Checkpoint(t, src.Checkpoint)
+//	checkpointtest.Checkpoint(t, src.Checkpoint)
 func Checkpoint(t testing.TB, take func(context.Context) error) {
 	t.Helper()
-	ctx, cancel := setupContext(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*declinedFor)
 	defer cancel()
 	deadline := time.Now().Add(declinedFor)
 	for {
@@ -33,11 +33,11 @@ func Checkpoint(t testing.TB, take func(context.Context) error) {
 			return
 		}
 		if !errors.Is(err, checkpoint.ErrDeclined) || time.Now().After(deadline) {
-			t.Fatalf("testkit: Checkpoint: %v", err)
+			t.Fatalf("checkpointtest: Checkpoint: %v", err)
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("testkit: Checkpoint: %v (last: %v)", ctx.Err(), err)
+			t.Fatalf("checkpointtest: Checkpoint: %v (last: %v)", ctx.Err(), err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
