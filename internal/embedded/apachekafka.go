@@ -235,13 +235,9 @@ func StartApacheKafka(ctx context.Context, opts ApacheKafkaOptions) (*ApacheKafk
 // startFresh picks ports for every node, writes and formats their
 // directories, and starts them all.
 func (k *ApacheKafka) startFresh(ctx context.Context) error {
-	ports := make([]int, k.portsPerNode()*k.size())
-	for i := range ports {
-		p, err := FreePort()
-		if err != nil {
-			return fmt.Errorf("embedded: apache kafka: %w", err)
-		}
-		ports[i] = p
+	ports, err := FreePorts(k.portsPerNode() * k.size())
+	if err != nil {
+		return fmt.Errorf("embedded: apache kafka: %w", err)
 	}
 	k.makeNodes(ports)
 	return k.formatAndStart(ctx, true)

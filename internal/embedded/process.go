@@ -207,6 +207,23 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago. Each is held until all are picked: FreePort called n times
+// can return a port twice, the kernel handing out a port just released
+// again (an Apache Kafka node then refused two listeners on one port).
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
 // dialOK reports whether a TCP connection to addr succeeds.
 func dialOK(ctx context.Context, addr string) error {
 	var d net.Dialer
