@@ -71,10 +71,18 @@ func producePoison(t testing.TB, brokers []string) {
 	}
 }
 
-// snapFlag is a participant that notes that a snapshot was taken.
-type snapFlag struct{ taken *bool }
+// snapFlag is a participant that notes that a snapshot was taken. While
+// hold says so it declines the barrier (checkpoint.ErrDeclined), which the
+// chain skips.
+type snapFlag struct {
+	taken *bool
+	hold  func() bool
+}
 
 func (s snapFlag) Snapshot(context.Context, checkpoint.ID) ([]byte, error) {
+	if s.hold != nil && s.hold() {
+		return nil, fmt.Errorf("a poison record waits for its kill: %w", checkpoint.ErrDeclined)
+	}
 	*s.taken = true
 	return []byte{}, nil
 }
@@ -105,11 +113,24 @@ func TestPoisonChild(t *testing.T) {
 		c := &counter{}
 		var snapped bool
 		poisonAt := int64(-1)
+		marker := func() string { return filepath.Join(dir, fmt.Sprintf("killed-%d-%d", p.Partition, poisonAt)) }
+		// A checkpoint between the dead-letter write and the next record
+		// would cover the poison record, and the kill would replay
+		// nothing: the barrier is declined until the kill (a
+		// transactional dead-letter write takes longer than the 20 ms
+		// between barriers on Kafka 3.9).
+		unkilled := func() bool {
+			if poisonAt < 0 || poisonAt == poisonRecords-1 {
+				return false // no record follows the last one to kill at
+			}
+			_, err := os.Stat(marker())
+			return errors.Is(err, os.ErrNotExist)
+		}
 		return &kafkasource.Processor{
-			Participants: map[string]checkpoint.Participant{"counter": c, "snapped": snapFlag{&snapped}},
+			Participants: map[string]checkpoint.Participant{"counter": c, "snapped": snapFlag{taken: &snapped, hold: unkilled}},
 			Process: func(_ context.Context, m kafka.Message) error {
 				if poisonAt >= 0 && !snapped {
-					marker := filepath.Join(dir, fmt.Sprintf("killed-%d-%d", p.Partition, poisonAt))
+					marker := marker()
 					if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
 						require.NoError(t, os.WriteFile(marker, nil, 0o644))
 						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
