@@ -100,29 +100,38 @@ func KafkaTransactionVersion(t testing.TB) int {
 	}
 }
 
-// EnvGroupProtocol set to "consumer" runs the Kafka packages' suites with
-// every consumer group they build joined under Kafka's consumer group
-// protocol (KIP-848) instead of the classic one: a switch of the tests
-// only (make test-consumer-protocol), which the library never reads.
+// EnvGroupProtocol runs the Kafka packages' suites with every consumer
+// group they build joined under another protocol than the one each test
+// names: "consumer" for Kafka's consumer group protocol (KIP-848, make
+// test-consumer-protocol), "auto" for kafkasource.ProtocolAuto, "classic"
+// or unset for the classic one. A switch of the tests only, which the
+// library never reads.
 const EnvGroupProtocol = "EXACTLYONCE_GROUP_PROTOCOL"
 
-// ConsumerGroupProtocol reports whether the suite runs under the consumer
-// group protocol ($EXACTLYONCE_GROUP_PROTOCOL, see EnvGroupProtocol). It
-// fails the test on a value other than "", "classic" or "consumer", so that
-// a typo does not silently run the classic protocol, and under "consumer"
-// skips it on Apache Kafka 3.9, which lacks the protocol (Apache Kafka 4
-// and kfake offer it).
-func ConsumerGroupProtocol(t testing.TB) bool {
+// GroupProtocol returns $EXACTLYONCE_GROUP_PROTOCOL (see EnvGroupProtocol):
+// "classic" (also when unset), "consumer" or "auto". It fails the test on
+// another value, so that a typo does not silently run the classic
+// protocol, and under "consumer" skips it on Apache Kafka 3.9, which lacks
+// the protocol (Apache Kafka 4 and kfake offer it).
+func GroupProtocol(t testing.TB) string {
 	t.Helper()
 	switch v := os.Getenv(EnvGroupProtocol); v {
 	case "", "classic":
-		return false
+		return "classic"
+	case "auto":
+		return v
 	case "consumer":
 	default:
-		t.Fatalf("testkit: %s=%q: want classic or consumer", EnvGroupProtocol, v)
+		t.Fatalf("testkit: %s=%q: want classic, consumer or auto", EnvGroupProtocol, v)
 	}
 	if impl := KafkaImplementation(t); impl == KafkaApache39 {
 		t.Skipf("testkit: %s=consumer needs Apache Kafka 4 or kfake (%s=%s)", EnvGroupProtocol, EnvKafka, impl)
 	}
-	return true
+	return "consumer"
+}
+
+// ConsumerGroupProtocol reports whether GroupProtocol is "consumer".
+func ConsumerGroupProtocol(t testing.TB) bool {
+	t.Helper()
+	return GroupProtocol(t) == "consumer"
 }

@@ -197,6 +197,14 @@
 //     next owner;
 //   - a partition that arrives gets a chain that restores its checkpoint.
 //
+// Group.Protocol = ProtocolAuto decides when Run joins: the consumer
+// protocol where the coordinator takes a member of it, the classic one on
+// Kafka 3.x, on brokers without "consumer" in
+// group.coordinator.rebalance.protocols, and in a classic group the
+// coordinator will not convert (below). Mind what changes with the
+// protocol: the session timeout becomes the broker's (45 s by default, so
+// a killed instance's partitions wait that long for their next owner).
+//
 // A member the coordinator fences (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)
 // stops every chain and joins again with epoch 0; one that hears nothing
 // from the coordinator for Options.SessionTimeout (at least three
@@ -228,22 +236,26 @@
 // id it still holds. kafka-go's classic group API sends neither, so New
 // refuses both under ProtocolClassic.
 //
-// A group moves between the protocols offline: stop every instance, start
-// them under the other protocol. The group's committed offsets and the
-// checkpoints carry every partition over, both ways. Not online (a rolling
-// restart from one protocol to the other): Kafka 4.4 converts a group
-// between the protocols only by parsing each member's embedded consumer
-// protocol (ConsumerProtocolSubscription), and kafka-go's ConsumerGroup,
-// which the classic protocol runs on, sends one that says version 1 but
-// ends before that version's owned partitions. So a ProtocolConsumer
-// member joining a group with classic members is refused with
-// GROUP_ID_NOT_FOUND (the broker logs "the embedded consumer protocol is
-// malformed"), and a ProtocolClassic member joining a group with consumer
-// members with INCONSISTENT_GROUP_PROTOCOL; Run returns the error
-// (wrapping kafka.GroupIdNotFound or kafka.InconsistentGroupProtocol), and
-// the instances still running keep the group, untouched. A deployment
-// that mixes the protocols by mistake therefore fails loudly, never
-// silently.
+// A group moves between the protocols online, in a rolling restart: the
+// coordinator (Kafka 4.x with group.consumer.migration.policy
+// "bidirectional", its default) converts a classic group when the first
+// consumer-protocol member joins, keeps the classic members in it until
+// they are replaced, and converts it back when the last consumer-protocol
+// member leaves a group of classic members. The group's committed offsets
+// and the checkpoints carry every partition over, both ways, and a
+// partition is still never processed by two chains at once. The
+// conversion parses each classic member's embedded consumer protocol
+// (ConsumerProtocolSubscription): kafka-go's ConsumerGroup writes one that
+// says version 1 but ends before that version's owned partitions, so the
+// Source's classic connections send it as what it is, version 0. Members
+// of releases before that are refused: a consumer-protocol member joining
+// a group with one gets GROUP_ID_NOT_FOUND, a classic member of such a
+// release joining a consumer group INCONSISTENT_GROUP_PROTOCOL; Run
+// returns the error (wrapping kafka.GroupIdNotFound or
+// kafka.InconsistentGroupProtocol) and the running instances keep the
+// group. ProtocolAuto joins as a classic member instead in the first case,
+// so a rolling upgrade from such a release passes, and the next rolling
+// restart moves the group to the consumer protocol.
 //
 // # Offsets out of range
 //

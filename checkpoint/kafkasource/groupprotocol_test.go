@@ -8,20 +8,24 @@ import (
 )
 
 // testGroup is g under the protocol the suite runs with: g itself, or g
-// with Protocol = ProtocolConsumer under testkit.EnvGroupProtocol.
+// with the Protocol testkit.EnvGroupProtocol names.
 func testGroup(t testing.TB, g kafkasource.Group) kafkasource.Group {
 	t.Helper()
-	if testkit.ConsumerGroupProtocol(t) {
+	switch testkit.GroupProtocol(t) {
+	case "consumer":
 		g.Protocol = kafkasource.ProtocolConsumer
+	case "auto":
+		g.Protocol = kafkasource.ProtocolAuto
 	}
 	return g
 }
 
 // skipUnderConsumerProtocol skips a test that is about the classic
-// protocol only when the suite runs under the consumer one.
+// protocol only when the suite runs under another (consumer, or auto,
+// which is the consumer protocol where the broker offers it).
 func skipUnderConsumerProtocol(t testing.TB, why string) {
 	t.Helper()
-	if testkit.ConsumerGroupProtocol(t) {
-		t.Skipf("%s=consumer: %s", testkit.EnvGroupProtocol, why)
+	if p := testkit.GroupProtocol(t); p != "classic" {
+		t.Skipf("%s=%s: %s", testkit.EnvGroupProtocol, p, why)
 	}
 }

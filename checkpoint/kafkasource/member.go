@@ -36,7 +36,26 @@ const (
 	// default on 4.x); Run fails with an error wrapping
 	// ErrNoConsumerProtocol otherwise.
 	ProtocolConsumer
+	// ProtocolAuto joins under ProtocolConsumer where it can and under
+	// ProtocolClassic where it cannot: on Kafka 3.x, on 4.x brokers that
+	// leave "consumer" out of group.coordinator.rebalance.protocols, and
+	// in a classic group the coordinator will not convert (the brokers'
+	// group.consumer.migration.policy forbids it, or a member of a
+	// release before this one is in it, whose kafka-go subscription
+	// Kafka cannot parse). It decides when Run joins and keeps the choice
+	// until Run returns, so a rolling restart of a classic group moves it
+	// to the consumer protocol online once every member runs this
+	// release (see the package doc's "The consumer group protocol"). A
+	// Group with an InstanceID or a TopicRegex, which only the consumer
+	// protocol carries, never falls back: Run fails with
+	// ErrNoConsumerProtocol instead.
+	ProtocolAuto
 )
+
+// errClassicGroup is runMember's answer under ProtocolAuto when the
+// coordinator will not take the Source as a consumer-protocol member, so
+// Run joins under the classic protocol instead.
+var errClassicGroup = errors.New("kafkasource: joining under the classic protocol")
 
 // ErrNoConsumerProtocol is wrapped by the error Run returns under
 // ProtocolConsumer when the group coordinator does not offer the consumer
@@ -60,6 +79,9 @@ type member struct {
 	// joined: the coordinator took the member once (a join of it is a
 	// rejoin).
 	joined bool
+	// mayFallBack: under ProtocolAuto, a first join refused for want of
+	// the consumer protocol ends runMember with errClassicGroup.
+	mayFallBack bool
 
 	interval time.Duration
 	target   []kafkawire.TopicPartitions
@@ -89,8 +111,10 @@ func newMemberID() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// runMember is Run under ProtocolConsumer.
-func (s *Source) runMember(ctx context.Context) error {
+// runMember is Run under ProtocolConsumer, and under ProtocolAuto (auto)
+// until the coordinator refuses the first join: then it returns an error
+// wrapping errClassicGroup.
+func (s *Source) runMember(ctx context.Context, auto bool) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -108,6 +132,7 @@ func (s *Source) runMember(ctx context.Context) error {
 			errOnce.Do(func() { chainErr = err })
 			cancel(err)
 		}}
+	m.mayFallBack = auto && s.group.InstanceID == "" && s.group.TopicRegex == ""
 	defer m.hb.Close()
 	defer m.oc.Close()
 	cwg.Go(func() { _ = s.coord.Run(runCtx) })
@@ -168,6 +193,9 @@ func (m *member) loop(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, kafkawire.ErrNoConsumerProtocol):
+			if m.mayFallBack && !m.joined {
+				return fmt.Errorf("%w: %w", errClassicGroup, err)
+			}
 			return fmt.Errorf("%w: group %q: %w", ErrNoConsumerProtocol, s.group.ID, err)
 		case errors.Is(err, kafkawire.ErrNoTopicRegex):
 			return fmt.Errorf("kafkasource: group %q: Group.TopicRegex: %w", s.group.ID, err)
@@ -181,6 +209,11 @@ func (m *member) loop(ctx context.Context) error {
 		default:
 			code := kafka.Error(res.ErrorCode)
 			switch {
+			case m.mayFallBack && !m.joined && (code == kafka.UnsupportedVersion || code == kafka.GroupIdNotFound):
+				// GROUP_ID_NOT_FOUND to a first join: a classic group the
+				// coordinator does not convert (its log says why).
+				return fmt.Errorf("%w: group %q: the coordinator refused a consumer-protocol member: %w (code %d): %s",
+					errClassicGroup, s.group.ID, code, res.ErrorCode, res.ErrorMessage)
 			case code == kafkawire.UnreleasedInstanceID:
 				if err := m.unreleased(ctx, res, &unreleasedSince); err != nil {
 					return err

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/kafkawire"
 	"github.com/exactlyonce/exactlyonce/internal/meter"
 	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
@@ -364,13 +365,23 @@ func (s *Source) Run(ctx context.Context) error {
 	if err := s.awaitTopics(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
-	if s.group.Protocol == ProtocolConsumer {
-		return s.runMember(ctx)
+	switch s.group.Protocol {
+	case ProtocolConsumer:
+		return s.runMember(ctx, false)
+	case ProtocolAuto:
+		err := s.runMember(ctx, true)
+		if !errors.Is(err, errClassicGroup) {
+			return err
+		}
+		s.log.Info("kafkasource: ProtocolAuto: joining under the classic protocol", "group", s.group.ID, "why", err)
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	cfg := kafka.ConsumerGroupConfig{
-		ID: s.group.ID, Brokers: s.group.Brokers, Topics: s.group.Topics, Dialer: s.opts.Dialer,
+		ID: s.group.ID, Brokers: s.group.Brokers, Topics: s.group.Topics,
+		// kafka-go's subscriptions, made parseable: the group can move
+		// to and from the consumer protocol online.
+		Dialer:         kafkawire.ClassicGroupDialer(s.opts.Dialer),
 		SessionTimeout: s.opts.SessionTimeout, RebalanceTimeout: s.opts.RebalanceTimeout,
 		HeartbeatInterval: s.opts.HeartbeatInterval,
 		JoinGroupBackoff:  s.opts.HeartbeatInterval,

@@ -17,8 +17,8 @@ type Group struct {
 	// evaluates it (RE2J syntax, Kafka's SubscribedTopicRegex) and
 	// assigns a new matching topic's partitions a few seconds after it is
 	// created, without a restart. ProtocolConsumer only, on Kafka 4.0 and
-	// later (ConsumerGroupHeartbeat v1); New refuses it under
-	// ProtocolClassic, whose kafka-go group takes a fixed topic list. Keep
+	// later (ConsumerGroupHeartbeat v1), or ProtocolAuto where that
+	// protocol is offered; New refuses it under ProtocolClassic, whose kafka-go group takes a fixed topic list. Keep
 	// the dead-letter topic out of its matches: a chain of the dead-letter
 	// topic with a DeadLetter of its own fails with ErrInvalidOptions,
 	// rather than read its own dead letters. Default: none.
@@ -33,12 +33,15 @@ type Group struct {
 	// those partitions are not read. Every instance of a group needs its
 	// own, kept across restarts (a pod name of a StatefulSet). A second
 	// Source with an InstanceID that a running one holds is refused; see
-	// ErrUnreleasedInstanceID. ProtocolConsumer only: kafka-go's classic
+	// ErrUnreleasedInstanceID. ProtocolConsumer (or ProtocolAuto where
+	// that protocol is offered) only: kafka-go's classic
 	// group API cannot send an instance id, so New refuses it under
 	// ProtocolClassic. Default: none, a dynamic member, whose partitions
 	// move to the other members as soon as it stops.
 	InstanceID string
-	// Protocol the group is joined with. Default: ProtocolClassic.
+	// Protocol the group is joined with: ProtocolClassic (the default),
+	// ProtocolConsumer, or ProtocolAuto, the consumer protocol where the
+	// coordinator takes it and the classic one elsewhere.
 	Protocol GroupProtocol
 }
 
@@ -54,12 +57,12 @@ func (g Group) validate() error {
 		return fmt.Errorf("%w: no topics", ErrInvalidOptions)
 	case len(g.Topics) > 0 && g.TopicRegex != "":
 		return fmt.Errorf("%w: both Topics and TopicRegex: set one", ErrInvalidOptions)
-	case g.Protocol < ProtocolClassic || g.Protocol > ProtocolConsumer:
+	case g.Protocol < ProtocolClassic || g.Protocol > ProtocolAuto:
 		return fmt.Errorf("%w: unknown Protocol %d", ErrInvalidOptions, g.Protocol)
-	case g.TopicRegex != "" && g.Protocol != ProtocolConsumer:
+	case g.TopicRegex != "" && g.Protocol == ProtocolClassic:
 		return fmt.Errorf("%w: TopicRegex needs ProtocolConsumer (the broker evaluates it); kafka-go's classic group takes a topic list",
 			ErrInvalidOptions)
-	case g.InstanceID != "" && g.Protocol != ProtocolConsumer:
+	case g.InstanceID != "" && g.Protocol == ProtocolClassic:
 		return fmt.Errorf("%w: InstanceID needs ProtocolConsumer: kafka-go's classic ConsumerGroup cannot send a group instance id",
 			ErrInvalidOptions)
 	case g.InstanceID != "" && !validInstanceID(g.InstanceID):

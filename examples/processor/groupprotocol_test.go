@@ -8,11 +8,14 @@ import (
 )
 
 // testGroup is g under the protocol the suite runs with: g itself, or g
-// with Protocol = ProtocolConsumer under testkit.EnvGroupProtocol.
+// with the Protocol testkit.EnvGroupProtocol names.
 func testGroup(t testing.TB, g kafkasource.Group) kafkasource.Group {
 	t.Helper()
-	if testkit.ConsumerGroupProtocol(t) {
+	switch testkit.GroupProtocol(t) {
+	case "consumer":
 		g.Protocol = kafkasource.ProtocolConsumer
+	case "auto":
+		g.Protocol = kafkasource.ProtocolAuto
 	}
 	return g
 }

@@ -133,9 +133,9 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.groupID, "group", env("KAFKA_GROUP", "processor"), "consumer group (KAFKA_GROUP)")
 	var protocol string
 	fs.StringVar(&protocol, "group-protocol", env("KAFKA_GROUP_PROTOCOL", "classic"),
-		"consumer group protocol: classic, or consumer (Kafka 4's KIP-848: a rebalance stops only the partitions that move; every instance of the group must run the same) (KAFKA_GROUP_PROTOCOL)")
+		"consumer group protocol: classic; consumer (Kafka 4's KIP-848: a rebalance stops only the partitions that move); or auto (consumer where the brokers offer it and the group can take it, else classic). A rolling restart moves a running group from one to the other (KAFKA_GROUP_PROTOCOL)")
 	fs.StringVar(&c.groupInstanceID, "group-instance-id", env("KAFKA_GROUP_INSTANCE_ID", ""),
-		"static membership under -group-protocol consumer: an id of this instance's own, stable across restarts (a StatefulSet pod's name), so that a restart within the broker's session timeout gets the same partitions back and moves nothing (KAFKA_GROUP_INSTANCE_ID)")
+		"static membership under -group-protocol consumer or auto: an id of this instance's own, stable across restarts (a StatefulSet pod's name), so that a restart within the broker's session timeout gets the same partitions back and moves nothing (KAFKA_GROUP_INSTANCE_ID)")
 	fs.StringVar(&c.stateDir, "state-dir", env("PROCESSOR_STATE_DIR", "./state"), "checkpoints and sink journals, shared by every instance (PROCESSOR_STATE_DIR)")
 	fs.StringVar(&c.s3.bucket, "s3-bucket", env("S3_BUCKET", ""), "keep checkpoints and sink journals in this S3 bucket instead of -state-dir: what processors on several machines share (S3_BUCKET)")
 	fs.StringVar(&c.s3.prefix, "s3-prefix", env("S3_PREFIX", ""), "object name prefix in -s3-bucket (S3_PREFIX)")
@@ -167,11 +167,13 @@ func parse(args []string, getenv func(string) string) (config, error) {
 		c.groupProtocol = kafkasource.ProtocolClassic
 	case "consumer":
 		c.groupProtocol = kafkasource.ProtocolConsumer
+	case "auto":
+		c.groupProtocol = kafkasource.ProtocolAuto
 	default:
-		return c, fmt.Errorf("-group-protocol %q: want classic or consumer", protocol)
+		return c, fmt.Errorf("-group-protocol %q: want classic, consumer or auto", protocol)
 	}
-	if c.groupInstanceID != "" && c.groupProtocol != kafkasource.ProtocolConsumer {
-		return c, errors.New("-group-instance-id: static membership needs -group-protocol consumer")
+	if c.groupInstanceID != "" && c.groupProtocol == kafkasource.ProtocolClassic {
+		return c, errors.New("-group-instance-id: static membership needs -group-protocol consumer (or auto)")
 	}
 	if c.pipeline != "tenant-minute" && c.pipeline != "devmetrics" {
 		return c, fmt.Errorf("-pipeline %q: want tenant-minute or devmetrics", c.pipeline)

@@ -24,7 +24,7 @@ func TestDeployedProcessorHasNoDemoFlags(t *testing.T) {
 // TestGroupProtocolFlag: -group-protocol (or KAFKA_GROUP_PROTOCOL) chooses
 // the protocol the processor joins its group with; the default stays the
 // classic one, which every Kafka offers; a typo is refused, not taken for
-// the default. -group-instance-id needs the consumer protocol.
+// the default. -group-instance-id needs the consumer protocol (or auto).
 func TestGroupProtocolFlag(t *testing.T) {
 	noEnv := func(string) string { return "" }
 	c, err := parse(nil, noEnv)
@@ -39,12 +39,16 @@ func TestGroupProtocolFlag(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, kafkasource.ProtocolConsumer, c.groupProtocol)
 
+	c, err = parse([]string{"-group-protocol", "auto", "-group-instance-id", "processor-0"}, noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, kafkasource.ProtocolAuto, c.groupProtocol)
+
 	_, err = parse([]string{"-group-protocol", "cooperative"}, noEnv)
-	assert.ErrorContains(t, err, `-group-protocol "cooperative": want classic or consumer`)
+	assert.ErrorContains(t, err, `-group-protocol "cooperative": want classic, consumer or auto`)
 
 	c, err = parse([]string{"-group-protocol", "consumer", "-group-instance-id", "processor-0"}, noEnv)
 	require.NoError(t, err)
 	assert.Equal(t, "processor-0", c.groupInstanceID)
 	_, err = parse([]string{"-group-instance-id", "processor-0"}, noEnv)
-	assert.ErrorContains(t, err, "static membership needs -group-protocol consumer")
+	assert.ErrorContains(t, err, "static membership needs -group-protocol consumer (or auto)")
 }

@@ -43,6 +43,12 @@
 // and checks the versions with ApiVersions, both over kafka-go's protocol
 // package.
 //
+// For the classic protocol, which kafkasource runs on kafka-go's
+// ConsumerGroup, ClassicGroupDialer wraps the group's connections so that
+// its JoinGroup requests carry a subscription Kafka can parse (kafka-go
+// labels its version-0 ConsumerProtocolSubscription version 1), which
+// Kafka needs to move a group between the protocols online.
+//
 // # Transactions v2
 //
 // For kafkatxn's transactions v2 (KIP-890 part 2) it writes the requests

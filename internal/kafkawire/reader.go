@@ -51,6 +51,22 @@ func (r *wireReader) int64() int64 {
 	return int64(binary.BigEndian.Uint64(v))
 }
 
+// skipString reads past a (nullable) string: an int16 length, -1 for null.
+func (r *wireReader) skipString() {
+	if n := r.int16(); n > 0 {
+		r.take(int(n))
+	}
+}
+
+// int32Bytes reads (nullable) bytes with an int32 length, -1 for null:
+// nil for null or empty.
+func (r *wireReader) int32Bytes() []byte {
+	if n := r.int32(); n > 0 {
+		return r.take(int(n))
+	}
+	return nil
+}
+
 func (r *wireReader) varint() int64 {
 	if r.bad {
 		return 0
