@@ -403,7 +403,10 @@ func must[T any](v T, err error) T {
 }
 
 // TestConsumerProtocolRefused: a broker that does not offer the consumer
-// group protocol makes Run return ErrNoConsumerProtocol, at once.
+// group protocol makes Run return ErrNoConsumerProtocol, at once. There a
+// ProtocolAuto Source runs as a classic member, unless it has an
+// InstanceID, which only the consumer protocol carries: then it fails the
+// same way.
 func TestConsumerProtocolRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts its own broker")
@@ -427,6 +430,19 @@ func TestConsumerProtocolRefused(t *testing.T) {
 	require.ErrorIs(t, err, kafkasource.ErrNoConsumerProtocol)
 	require.NoError(t, ctx.Err(), "Run returned before its context ended")
 	t.Logf("%v", err)
+
+	static, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: topic, Topics: []string{topic},
+		Protocol: kafkasource.ProtocolAuto, InstanceID: "static-0"}, coord, cs.newProcessor, fastGroup)
+	require.NoError(t, err)
+	require.ErrorIs(t, static.Run(ctx), kafkasource.ErrNoConsumerProtocol, "ProtocolAuto with an InstanceID")
+	require.NoError(t, ctx.Err(), "Run returned before its context ended")
+
+	const n = 20
+	produce(t, brokers, topic, 1, 0, n)
+	auto, _ := startGroup(t, kafkasource.Group{Brokers: brokers, ID: topic, Topics: []string{topic},
+		Protocol: kafkasource.ProtocolAuto}, filepath.Join(t.TempDir(), "auto"), &liveChains{})
+	waitAll(t, auto, topic, 1, n, 1)
+	require.NoError(t, auto.stop(t))
 }
 
 // TestProtocolSwitch moves a group between the protocols online, as a
