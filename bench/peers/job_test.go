@@ -111,6 +111,12 @@ func (p progress) complete(in input) bool {
 	return p.ids >= in.unique && p.windows >= len(in.windows) && p.sum >= in.realSum
 }
 
+// of describes a poll beside the truth.
+func (p progress) of(in input) string {
+	return fmt.Sprintf("events: %d rows, %d ids of %d; windows: %d of %d, counts summing to %d of %d",
+		p.rows, p.ids, in.unique, p.windows, len(in.windows), p.sum, in.realSum)
+}
+
 // poll reads the output every 200 ms and hands each reading to each until
 // it returns true. distinct counts the distinct ids (uniqExact, dearer):
 // needed once the output may hold duplicates. It fails when the process
@@ -118,6 +124,7 @@ func (p progress) complete(in input) bool {
 func (j *job) poll(t *testing.T, e *env, db string, distinct bool, each func(progress) bool) error {
 	t.Helper()
 	var pollErr error
+	var last progress
 	deadline := time.Now().Add(10*time.Minute + time.Duration(e.in.events)*50*time.Microsecond)
 	ids := "count()"
 	if distinct {
@@ -129,11 +136,11 @@ func (j *job) poll(t *testing.T, e *env, db string, distinct bool, each func(pro
 	for {
 		select {
 		case <-j.exited:
-			return fmt.Errorf("the job exited before its output was complete")
+			return fmt.Errorf("the job exited before its output was complete (%v)", last.of(e.in))
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("output incomplete after %v", time.Since(j.start).Round(time.Second))
+			return fmt.Errorf("output incomplete after %v (%v)", time.Since(j.start).Round(time.Second), last.of(e.in))
 		}
 		rows, err := testkit.QueryStrings(context.Background(), e.chAddr, "", q)
 		if err == nil && len(rows) != 1 {
@@ -151,7 +158,7 @@ func (j *job) poll(t *testing.T, e *env, db string, distinct bool, each func(pro
 		p.ids, _ = strconv.Atoi(rows[0][1])
 		p.windows, _ = strconv.Atoi(rows[0][2])
 		p.sum, _ = strconv.ParseInt(rows[0][3], 10, 64)
-		if each(p) {
+		if last = p; each(p) {
 			return nil
 		}
 	}

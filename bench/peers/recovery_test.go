@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -32,6 +33,10 @@ func runRecovery(t *testing.T, e *env, s system) (result, bool) {
 	}
 	killed := time.Now()
 	j.kill()
+	if r.killedAt >= e.in.unique {
+		t.Logf("%s recovery: the output was complete before the kill (the input is too small for this system): no figure", s.name)
+		return r, false
+	}
 	if err := j.restart(); err != nil {
 		return fail("restart", err)
 	}
@@ -52,6 +57,14 @@ func runRecovery(t *testing.T, e *env, s system) (result, bool) {
 		return auditErr == nil || time.Since(looked) > 30*time.Second
 	}); err != nil {
 		return fail("after the restart", err)
+	}
+	// What the restarted job said of its restore (the Flink sinks' writers
+	// name the checkpoint they resumed from).
+	_, after, _ := strings.Cut(j.logs(), "--- restarted")
+	for _, line := range strings.Split(after, "\n") {
+		if strings.HasPrefix(line, "peers: ") {
+			t.Logf("%s after the restart: %s", s.name, line)
+		}
 	}
 	if auditErr != nil {
 		t.Errorf("%s recovery: wrong output, no figure: %v", s.name, auditErr)

@@ -45,6 +45,9 @@ public final class ClickHouseSink<T> implements Sink<T> {
 
     @Override
     public SinkWriter<T> createWriter(WriterInitContext context) {
+        // The driver's log shows that a restart resumed (and from where).
+        context.getRestoredCheckpointId().ifPresent(id -> System.err.printf("peers: %s writer %d restored from checkpoint %d%n",
+                table, context.getTaskInfo().getIndexOfThisSubtask(), id));
         return new Writer<>(url, table, row, flushMs, context.getProcessingTimeService());
     }
 
