@@ -111,6 +111,11 @@ func (p progress) complete(in input) bool {
 	return p.ids >= in.unique && p.windows >= len(in.windows) && p.sum >= in.realSum
 }
 
+// stalled is how long an output that has begun may stay the same before
+// poll gives up: far longer than any system's pause (a JVM's start, a
+// rebalance after a 10 s session timeout), far shorter than the deadline.
+const stalled = 2 * time.Minute
+
 // of describes a poll beside the truth.
 func (p progress) of(in input) string {
 	return fmt.Sprintf("events: %d rows, %d ids of %d; windows: %d of %d, counts summing to %d of %d",
@@ -125,6 +130,7 @@ func (j *job) poll(t *testing.T, e *env, db string, distinct bool, each func(pro
 	t.Helper()
 	var pollErr error
 	var last progress
+	changed := time.Now()
 	deadline := time.Now().Add(10*time.Minute + time.Duration(e.in.events)*50*time.Microsecond)
 	ids := "count()"
 	if distinct {
@@ -158,6 +164,11 @@ func (j *job) poll(t *testing.T, e *env, db string, distinct bool, each func(pro
 		p.ids, _ = strconv.Atoi(rows[0][1])
 		p.windows, _ = strconv.Atoi(rows[0][2])
 		p.sum, _ = strconv.ParseInt(rows[0][3], 10, 64)
+		if p != last {
+			changed = time.Now()
+		} else if p.rows > 0 && time.Since(changed) > stalled {
+			return fmt.Errorf("the output stayed as it was for %v (%v)", stalled, p.of(e.in))
+		}
 		if last = p; each(p) {
 			return nil
 		}

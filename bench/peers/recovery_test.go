@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,9 @@ func runRecovery(t *testing.T, e *env, s system) (result, bool) {
 		r.dupes, auditErr = audit(t, e, db)
 		return auditErr == nil || time.Since(looked) > 30*time.Second
 	}); err != nil {
+		if _, aerr := audit(t, e, db); aerr != nil {
+			err = fmt.Errorf("%w; %v", err, aerr)
+		}
 		return fail("after the restart", err)
 	}
 	// What the restarted job said of its restore (the Flink sinks' writers
