@@ -53,7 +53,11 @@
 // JobManager's memory refuses state over 5 MB), restarts disabled (a
 // failure ends the run instead of looping), a ClickHouse sink batching
 // 50,000 rows over HTTP (a bridge in the test process forwards to the kit's
-// ClickHouse, its CPU not the job's). Kafka Streams: two stream threads,
+// ClickHouse, its CPU not the job's), watermarks that skip a partition
+// idle for 10 s (watermarks are not in a checkpoint: after a restore, a
+// partition read to its end before it would hold every window back for
+// good; the SDK's windows, one per partition, have no such wait). Kafka
+// Streams: two stream threads,
 // 64 MB of record cache, max.poll.records 2000, one in-flight request per
 // producer connection (five left exactly_once_v2 stuck on
 // OUT_OF_ORDER_SEQUENCE_NUMBER on the kit's broker), and a 10 s session
