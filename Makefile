@@ -220,22 +220,32 @@ bench: deps
 		s=$${PIPESTATUS[0]}; [ $$s = 0 ] || status=$$s; \
 		echo "# after bench/ ($$(date -u '+%H:%M UTC')): $(LOADAVG)" >> $(BENCH_TXT); \
 	fi; \
-	go run ./harness/cmd/benchreport -o $(BENCH_OUT) $(BENCH_OUT)/bench.txt || status=1; \
+	go run ./harness/cmd/benchreport -o $(BENCH_OUT) -peers $(BENCH_OUT)/peers.txt $(BENCH_OUT)/bench.txt || status=1; \
 	echo "make bench: $(BENCH_OUT)/REPORT.md"; \
 	exit $$status
 
 # bench-peers runs one job on the SDK, Flink 2.2.1 and Kafka Streams 4.4,
 # side by side on the kit's Apache Kafka 4.4 and ClickHouse 26.7, from one
 # generated input whose ground truth every output is checked against
-# (bench/peers/doc.go). Maven builds the Java jobs from Maven Central into
-# $(PEERS_DIR) (its own local repository there, about 200 MB the first
-# time), never into the tree. PEERS_EVENTS (default 200000), PEERS_MINUTES
-# (30), PEERS_ROUNDS (1; the order is reversed every other round) and
-# PEERS_SYSTEMS (sdk,flink,kstreams) size and narrow the run.
+# (bench/peers/doc.go): with checkpoints every second, without, and killed
+# -9 at half the output and restarted. Maven builds the Java jobs from
+# Maven Central into $(PEERS_DIR) (its own local repository there, about
+# 200 MB the first time), never into the tree. PEERS_EVENTS (default
+# 200000), PEERS_MINUTES (30), PEERS_ROUNDS (1; the order is reversed
+# every other round), PEERS_SYSTEMS (sdk,flink,kstreams) and PEERS_MODES
+# (ckpt,nockpt,recovery) size and narrow the run. The results go to
+# $(BENCH_OUT)/peers.txt and REPORT.md's side-by-side section, the rest of
+# the report rewritten from the last make bench's bench.txt as it was.
 PEERS_DIR := $(CACHE_DIR)/peers
 bench-peers: deps
 	@for job in flink kstreams; do \
 		echo "bench-peers: mvn package bench/peers/$$job into $(PEERS_DIR)/$$job"; \
 		mvn -B -q -Dmaven.repo.local=$(PEERS_DIR)/m2 -Dpeers.out=$(PEERS_DIR)/$$job -f bench/peers/$$job/pom.xml package || exit 1; \
 	done
-	cd bench && PEERS=1 PEERS_CACHE=$(PEERS_DIR) go test -count=1 -run '^TestPeers$$' -v -timeout 300m ./peers/
+	@mkdir -p $(BENCH_OUT) && rm -f $(BENCH_OUT)/peers.txt
+	@status=0; \
+	(cd bench && PEERS=1 PEERS_CACHE=$(PEERS_DIR) PEERS_OUT=$(abspath $(BENCH_OUT))/peers.txt go test -count=1 -run '^TestPeers$$' -v -timeout 300m ./peers/) || status=1; \
+	bench=; [ -f $(BENCH_OUT)/bench.txt ] && bench=$(BENCH_OUT)/bench.txt; \
+	go run ./harness/cmd/benchreport -o $(BENCH_OUT) -peers $(BENCH_OUT)/peers.txt $$bench || status=1; \
+	echo "make bench-peers: $(BENCH_OUT)/REPORT.md"; \
+	exit $$status

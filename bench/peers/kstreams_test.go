@@ -16,23 +16,30 @@ import (
 	"github.com/exactlyonce/exactlyonce/testkit"
 )
 
-// kstreams runs the Kafka Streams app (exactly_once_v2, stores rocksdb or
-// memory, two stream threads, commits every second, as the other systems'
-// checkpoints) and, beside it in this process, the plain consumer that
-// loads its output topics into ClickHouse.
-func kstreams(stores string) func(t *testing.T, e *env, db string) *job {
-	return func(t *testing.T, e *env, db string) *job {
+// kstreams runs the Kafka Streams app (stores rocksdb or memory, two
+// stream threads, commits every second, as the other systems'
+// checkpoints; exactly_once_v2, or at_least_once for the run without
+// checkpoints: doc.go says why) and, beside it in this process, the plain
+// consumer that loads its output topics into ClickHouse. A restart after
+// a kill is the same command: the app resumes from its committed offsets,
+// its state directory and its changelogs.
+func kstreams(stores string) func(t *testing.T, e *env, db string, checkpoints bool) *job {
+	return func(t *testing.T, e *env, db string, checkpoints bool) *job {
 		t.Helper()
-		return startKStreams(t, e, db, stores)
+		guarantee := "exactly_once_v2"
+		if !checkpoints {
+			guarantee = "at_least_once"
+		}
+		return startKStreams(t, e, db, stores, guarantee)
 	}
 }
 
-func startKStreams(t *testing.T, e *env, db, stores string) *job {
+func startKStreams(t *testing.T, e *env, db, stores, guarantee string) *job {
 	t.Helper()
 	out := db + "-"
 	testkit.CreateTopic(t, e.brokers, out+"events", partitions)
 	testkit.CreateTopic(t, e.brokers, out+"minutes", partitions)
-	argv := javaJob(t, e, "kstreams", "peers.StreamsJob", strings.Join(e.brokers, ","), e.topic, db, out, stores, "1000")
+	argv := javaJob(t, e, "kstreams", "peers.StreamsJob", strings.Join(e.brokers, ","), e.topic, db, out, stores, "1000", guarantee)
 	// The app's state directory goes under java.io.tmpdir: the run's own.
 	argv = slices.Insert(argv, 1, "-Djava.io.tmpdir="+e.stateDir)
 	j := startProcess(t, "kstreams", argv)

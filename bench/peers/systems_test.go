@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,8 +25,9 @@ var sdkBinary struct {
 	err  error
 }
 
-// startSDK builds sdkjob once and runs it with 1 s checkpoints.
-func startSDK(t *testing.T, e *env, db string) *job {
+// startSDK builds sdkjob once and runs it with 1 s checkpoints or none
+// (-interval -1s: the sinks then insert by size and by MaxDelay, 1 s).
+func startSDK(t *testing.T, e *env, db string, checkpoints bool) *job {
 	t.Helper()
 	sdkBinary.once.Do(func() {
 		dir, err := os.MkdirTemp("", "peers-sdkjob-")
@@ -43,9 +45,13 @@ func startSDK(t *testing.T, e *env, db string) *job {
 		t.Fatal(sdkBinary.err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(sdkBinary.path)) })
+	interval := "1s"
+	if !checkpoints {
+		interval = "-1s"
+	}
 	state := filepath.Join(e.stateDir, db)
 	return startProcess(t, "sdk", []string{sdkBinary.path, "-brokers", strings.Join(e.brokers, ","), "-topic", e.topic,
-		"-clickhouse", e.chAddr, "-database", db, "-state", state, "-group", db, "-interval", "1s"})
+		"-clickhouse", e.chAddr, "-database", db, "-state", state, "-group", db, "-interval", interval})
 }
 
 // javaJob returns the java command line of a job make bench-peers built
@@ -66,14 +72,49 @@ func javaJob(t *testing.T, e *env, dir, class string, args ...string) []string {
 
 // flink runs the Flink job in a local MiniCluster with that parallelism
 // and state backend (hashmap or rocksdb), checkpoints every second to
-// the file system (the run's state directory, as the SDK's).
-func flink(parallelism int, backend string) func(t *testing.T, e *env, db string) *job {
-	return func(t *testing.T, e *env, db string) *job {
+// the file system (the run's state directory, as the SDK's) or none. A
+// restart after a kill resumes from the last completed checkpoint.
+func flink(parallelism int, backend string) func(t *testing.T, e *env, db string, checkpoints bool) *job {
+	return func(t *testing.T, e *env, db string, checkpoints bool) *job {
 		t.Helper()
-		return startProcess(t, "flink", javaJob(t, e, "flink", "peers.FlinkJob",
-			strings.Join(e.brokers, ","), e.topic, e.chHTTP, db, fmt.Sprint(parallelism), "1000", backend,
-			"file://"+filepath.Join(e.stateDir, db)))
+		interval := "1000"
+		if !checkpoints {
+			interval = "0"
+		}
+		dir := filepath.Join(e.stateDir, db)
+		j := startProcess(t, "flink", javaJob(t, e, "flink", "peers.FlinkJob",
+			strings.Join(e.brokers, ","), e.topic, e.chHTTP, db, fmt.Sprint(parallelism), interval, backend, "file://"+dir))
+		argv := j.argv
+		j.resume = func() ([]string, error) {
+			chk, err := lastCheckpoint(dir)
+			if err != nil {
+				return nil, err
+			}
+			return append(slices.Clone(argv), "file://"+chk), nil
+		}
+		return j
 	}
+}
+
+// lastCheckpoint returns the newest completed checkpoint under a Flink
+// checkpoint directory: the chk-N directory with the highest N that holds
+// its _metadata (written last).
+func lastCheckpoint(dir string) (string, error) {
+	found, err := filepath.Glob(filepath.Join(dir, "*", "chk-*", "_metadata"))
+	if err != nil {
+		return "", err
+	}
+	best, bestN := "", -1
+	for _, f := range found {
+		chk := filepath.Dir(f)
+		if n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(chk), "chk-")); err == nil && n > bestN {
+			best, bestN = chk, n
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("no completed checkpoint under %s", dir)
+	}
+	return best, nil
 }
 
 // startBridge serves ClickHouse's HTTP interface for inserts (POST
@@ -116,62 +157,4 @@ func startBridge(t *testing.T, chAddr string) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()
-}
-
-// report prints the systems' medians, with their ranges, as a Markdown
-// table.
-func report(t *testing.T, e *env, systems []system, results map[string][]result) {
-	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n%d records (%d unique, %d windows) on %d partitions; medians [min–max] of %s runs\n\n",
-		e.in.events, e.in.unique, len(e.in.windows), partitions, runsOf(systems, results))
-	b.WriteString("| system | events/s, start to end | steady events/s | job CPU-s per M events | steady CPU-s per M | peak RSS | first output after |\n|---|---|---|---|---|---|---|\n")
-	for _, s := range systems {
-		rs := results[s.name]
-		if len(rs) == 0 {
-			fmt.Fprintf(&b, "| %s | failed | | | | | |\n", s.desc)
-			continue
-		}
-		eps := stat(rs, func(r result) float64 { return float64(e.in.events) / r.wall.Seconds() })
-		cpu := stat(rs, func(r result) float64 { return r.cpu.Seconds() * 1e6 / float64(e.in.events) })
-		rss := stat(rs, func(r result) float64 { return float64(r.hwm >> 20) })
-		first := stat(rs, func(r result) float64 { return r.firstOut.Seconds() })
-		// A run whose first poll found the whole output has no steady
-		// part: the input was too small for it.
-		steady := slices.DeleteFunc(slices.Clone(rs), func(r result) bool { v, _ := r.steady(e.in); return v == 0 })
-		seps, scpu := "n/a (too small an input)", "n/a"
-		if len(steady) > 0 {
-			v := stat(steady, func(r result) float64 { v, _ := r.steady(e.in); return v })
-			c := stat(steady, func(r result) float64 { _, c := r.steady(e.in); return c })
-			seps = fmt.Sprintf("%.0f [%.0f–%.0f] (%d runs)", v[0], v[1], v[2], len(steady))
-			scpu = fmt.Sprintf("%.1f [%.1f–%.1f]", c[0], c[1], c[2])
-		}
-		fmt.Fprintf(&b, "| %s | %.0f [%.0f–%.0f] | %s | %.1f [%.1f–%.1f] | %s | %.0f MB [%.0f–%.0f] | %.1f s [%.1f–%.1f] |\n",
-			s.desc, eps[0], eps[1], eps[2], seps, cpu[0], cpu[1], cpu[2], scpu,
-			rss[0], rss[1], rss[2], first[0], first[1], first[2])
-	}
-	fmt.Print(b.String())
-	t.Log(b.String())
-}
-
-func runsOf(systems []system, results map[string][]result) string {
-	var ns []string
-	for _, s := range systems {
-		ns = append(ns, fmt.Sprint(len(results[s.name])))
-	}
-	return strings.Join(slices.Compact(ns), "/")
-}
-
-// stat returns the median, min and max of f over rs.
-func stat(rs []result, f func(result) float64) [3]float64 {
-	vs := make([]float64, len(rs))
-	for i, r := range rs {
-		vs[i] = f(r)
-	}
-	slices.Sort(vs)
-	med := vs[len(vs)/2]
-	if len(vs)%2 == 0 {
-		med = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
-	}
-	return [3]float64{med, vs[0], vs[len(vs)-1]}
 }

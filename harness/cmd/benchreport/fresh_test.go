@@ -39,9 +39,10 @@ var benchFunc = regexp.MustCompile(`(?m)^func (Benchmark\w*)\(\w+ \*testing\.B\)
 
 // TestReportCurrent fails when docs/bench/REPORT.md is older than what it
 // reports: when it (or a chart) differs from what benchreport writes from
-// the checked-in docs/bench/bench.txt (the generator or its list of
-// headline figures changed, or bench.txt was replaced, without
-// regenerating: go run ./harness/cmd/benchreport -o docs/bench
+// the checked-in docs/bench/bench.txt and docs/bench/peers.txt, if there
+// is one (the generator or its list of headline figures changed, or a
+// results file was replaced, without regenerating: go run
+// ./harness/cmd/benchreport -o docs/bench -peers docs/bench/peers.txt
 // docs/bench/bench.txt), when a headline figure or its baseline has no
 // result in bench.txt, or when a benchmark function of the tree has none
 // (the run predates it: run make bench), except for the notYetRun list.
@@ -50,7 +51,7 @@ func TestReportCurrent(t *testing.T) {
 	require.NoError(t, err)
 	t.Chdir(root)
 	out := t.TempDir()
-	require.NoError(t, run([]string{"-o", out, "docs/bench/bench.txt"}))
+	require.NoError(t, run([]string{"-o", out, "-peers", "docs/bench/peers.txt", "docs/bench/bench.txt"}))
 
 	written, err := os.ReadDir(out)
 	require.NoError(t, err)
