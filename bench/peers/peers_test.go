@@ -16,14 +16,15 @@ import (
 
 // Environment of TestPeers.
 const (
-	envRun     = "PEERS"         // 1 runs TestPeers (make bench-peers sets it)
-	envEvents  = "PEERS_EVENTS"  // records in the input; default 200,000
-	envMinutes = "PEERS_MINUTES" // event-time span of the input; default 30
-	envRounds  = "PEERS_ROUNDS"  // runs of every system and mode, the systems' order reversed every other round; default 1
-	envSystems = "PEERS_SYSTEMS" // systems to run, comma-separated; default sdk,flink,kstreams (variants: flink-rocksdb, flink-p1, kstreams-memory)
-	envModes   = "PEERS_MODES"   // modes to run, comma-separated; default ckpt,nockpt,recovery
-	envCache   = "PEERS_CACHE"   // where make bench-peers built the Java jobs; default ~/.cache/exactlyonce/peers
-	envOut     = "PEERS_OUT"     // file for the results in go test -bench lines (benchreport reads it); default none
+	envRun      = "PEERS"           // 1 runs TestPeers (make bench-peers sets it)
+	envEvents   = "PEERS_EVENTS"    // records in the input; default 200,000
+	envMinutes  = "PEERS_MINUTES"   // event-time span of the input; default 30
+	envRounds   = "PEERS_ROUNDS"    // runs of every system and mode, the systems' order reversed every other round; default 1
+	envSystems  = "PEERS_SYSTEMS"   // systems to run, comma-separated; default sdk,flink,kstreams (variants: flink-rocksdb, flink-p1, kstreams-memory)
+	envModes    = "PEERS_MODES"     // modes to run, comma-separated; default ckpt,nockpt,recovery
+	envCache    = "PEERS_CACHE"     // where make bench-peers built the Java jobs; default ~/.cache/exactlyonce/peers
+	envSDKPprof = "PEERS_SDK_PPROF" // an address: sdkjob serves net/http/pprof there, for a profile of the running job
+	envOut      = "PEERS_OUT"       // file for the results in go test -bench lines (benchreport reads it); default none
 )
 
 // mode is what a run measures (doc.go).

@@ -50,8 +50,12 @@ func startSDK(t *testing.T, e *env, db string, checkpoints bool) *job {
 		interval = "-1s"
 	}
 	state := filepath.Join(e.stateDir, db)
-	return startProcess(t, "sdk", []string{sdkBinary.path, "-brokers", strings.Join(e.brokers, ","), "-topic", e.topic,
-		"-clickhouse", e.chAddr, "-database", db, "-state", state, "-group", db, "-interval", interval})
+	argv := []string{sdkBinary.path, "-brokers", strings.Join(e.brokers, ","), "-topic", e.topic,
+		"-clickhouse", e.chAddr, "-database", db, "-state", state, "-group", db, "-interval", interval}
+	if addr := os.Getenv(envSDKPprof); addr != "" {
+		argv = append(argv, "-pprof", addr)
+	}
+	return startProcess(t, "sdk", argv)
 }
 
 // javaJob returns the java command line of a job make bench-peers built

@@ -14,6 +14,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -49,9 +51,15 @@ func run(ctx context.Context, args []string) error {
 	database := fs.String("database", "", "ClickHouse database (tables exist)")
 	state := fs.String("state", "", "checkpoint directory")
 	interval := fs.Duration("interval", time.Second, "checkpoint interval; negative: none")
+	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this address (PEERS_SDK_PPROF)")
 	group := fs.String("group", "peers-sdk", "consumer group")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *pprofAddr != "" {
+		// A profile of the running job, for where its CPU goes:
+		// go tool pprof http://ADDR/debug/pprof/profile?seconds=5
+		go func() { _ = http.ListenAndServe(*pprofAddr, nil) }()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	storage, err := checkpoint.NewFSStorage(*state)
