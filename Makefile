@@ -21,7 +21,7 @@ OCTOKIT_DIR  := $(CACHE_DIR)/octokit
 OCTOKIT_PKGS := @octokit/webhooks-examples@7.6.1 @octokit/webhooks-methods@6.0.0
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps check test-short test test-compat test-consumer-protocol test-cluster lint demo chaos sim bench bench-peers
+.PHONY: deps check test-short test test-compat test-consumer-protocol test-classic-protocol test-cluster lint demo chaos sim bench bench-peers
 
 # deps installs only what is missing: redis-server, npm, a C compiler (for
 # the cgo ClickHouse launcher), java and maven (for Apache Kafka and
@@ -145,13 +145,18 @@ test-compat: deps
 		go test -count=1 -timeout 15m $(KAFKA_MATRIX_PKGS); \
 	exit $$rc
 
-# test-consumer-protocol runs kafkasource's and kafkasink's suites (and
-# examples/processor's) with every Source of the tests joining its group
-# under Kafka's consumer group protocol (KIP-848, Group.Protocol =
-# ProtocolConsumer) on Apache Kafka 4.4; make test runs them under the
-# classic one. Not in make test: it is the suites once more (CI time).
+# test-consumer-protocol and test-classic-protocol run kafkasource's and
+# kafkasink's suites (and examples/processor's) with every Source of the
+# tests forced to one group protocol on Apache Kafka 4.4: Kafka's consumer
+# group protocol (KIP-848, ProtocolConsumer) or the classic one. make test
+# runs them under the default, ProtocolAuto (the consumer protocol on
+# 4.4), and make test-compat on 3.9.2 (the classic one). Not in make
+# test: they are the suites once more (CI time).
 test-consumer-protocol: deps
 	EXACTLYONCE_GROUP_PROTOCOL=consumer go test -count=1 -p 1 -timeout 30m ./checkpoint/kafkasource/ ./sink/kafkasink/ ./examples/processor/
+
+test-classic-protocol: deps
+	EXACTLYONCE_GROUP_PROTOCOL=classic go test -count=1 -p 1 -timeout 30m ./checkpoint/kafkasource/ ./sink/kafkasink/ ./examples/processor/
 
 # test-cluster runs the tests of a three-broker Apache Kafka cluster under
 # faults (testkit.EnvKafkaCluster): the gateway answering 503 while the ISR

@@ -266,6 +266,20 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	}
 }
 
+// SetGroupConfigs sets dynamic configs of one consumer group on Apache
+// Kafka 4 or kfake, such as consumer.session.timeout.ms: the consumer
+// group protocol's session timeout for that group, in place of the kit's
+// broker-wide 6 s. It fails the test on an error (Kafka 3.9 has no group
+// configs).
+func SetGroupConfigs(t testing.TB, brokers []string, group string, configs map[string]string) {
+	t.Helper()
+	ctx, cancel := setupContext(t)
+	defer cancel()
+	if err := embedded.SetGroupConfigs(ctx, brokers, group, configs); err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+}
+
 // String names the cluster in test logs.
 func (b *ApacheKafka) String() string {
 	return fmt.Sprintf("apache kafka %s, %d node(s), %v", b.k.Version(), len(b.k.Nodes()), b.k.Brokers())

@@ -103,26 +103,26 @@ func KafkaTransactionVersion(t testing.TB) int {
 // EnvGroupProtocol runs the Kafka packages' suites with every consumer
 // group they build joined under another protocol than the one each test
 // names: "consumer" for Kafka's consumer group protocol (KIP-848, make
-// test-consumer-protocol), "auto" for kafkasource.ProtocolAuto, "classic"
-// or unset for the classic one. A switch of the tests only, which the
-// library never reads.
+// test-consumer-protocol), "classic" for the classic one, "auto" or unset
+// for kafkasource.ProtocolAuto, the library's default. A switch of the
+// tests only, which the library never reads.
 const EnvGroupProtocol = "EXACTLYONCE_GROUP_PROTOCOL"
 
 // GroupProtocol returns $EXACTLYONCE_GROUP_PROTOCOL (see EnvGroupProtocol):
-// "classic" (also when unset), "consumer" or "auto". It fails the test on
-// another value, so that a typo does not silently run the classic
+// "auto" (also when unset), "classic" or "consumer". It fails the test on
+// another value, so that a typo does not silently run the default
 // protocol, and under "consumer" skips it on Apache Kafka 3.9, which lacks
 // the protocol (Apache Kafka 4 and kfake offer it).
 func GroupProtocol(t testing.TB) string {
 	t.Helper()
 	switch v := os.Getenv(EnvGroupProtocol); v {
-	case "", "classic":
-		return "classic"
-	case "auto":
+	case "", "auto":
+		return "auto"
+	case "classic":
 		return v
 	case "consumer":
 	default:
-		t.Fatalf("testkit: %s=%q: want classic, consumer or auto", EnvGroupProtocol, v)
+		t.Fatalf("testkit: %s=%q: want auto, classic or consumer", EnvGroupProtocol, v)
 	}
 	if impl := KafkaImplementation(t); impl == KafkaApache39 {
 		t.Skipf("testkit: %s=consumer needs Apache Kafka 4 or kfake (%s=%s)", EnvGroupProtocol, EnvKafka, impl)

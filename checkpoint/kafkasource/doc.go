@@ -163,13 +163,15 @@
 //
 // Run rides out routine consumer-group errors (a rebalance in progress, a
 // stale generation or member, a moved coordinator, a broken connection):
-// kafka-go rejoins by itself; after 20 such errors in a row, Run returns
+// it rejoins by itself; after 20 such errors in a row, Run returns
 // the last one.
 //
 // # Rebalances and fencing
 //
-// Every rebalance ends the generation, and with it the context passed to
-// ProcessorFunc and Process. The chain stops where it is and abandons the
+// Under the classic protocol (Kafka 3.x, or ProtocolClassic) every
+// rebalance ends the generation, and with it the context passed to
+// ProcessorFunc and Process; under the consumer protocol only the chains
+// of partitions that move end ("The consumer group protocol" below). The chain stops where it is and abandons the
 // work since its last checkpoint: nothing past a checkpoint is committed,
 // and the partition's next owner restores that checkpoint and replays. A
 // sink should fence on that context (stop writing once it ends), and be
@@ -181,14 +183,14 @@
 //
 // # The consumer group protocol
 //
-// The rebalances above are the classic protocol's (ProtocolClassic, the
-// default): eager, so a member joining or leaving stops every chain of
-// every instance. Group.Protocol = ProtocolConsumer joins with Kafka's
-// consumer group protocol (KIP-848, Kafka 4.0 and later) instead: the
-// coordinator computes each member's target assignment, the member
-// heartbeats at the interval the coordinator gives (the broker's
-// group.consumer.heartbeat.interval.ms; its session timeout is the
-// broker's group.consumer.session.timeout.ms), and reconciles:
+// The rebalances above are the classic protocol's (ProtocolClassic):
+// eager, so a member joining or leaving stops every chain of every
+// instance. Kafka's consumer group protocol (ProtocolConsumer; KIP-848,
+// Kafka 4.0 and later) stops only what moves: the coordinator computes
+// each member's target assignment, the member heartbeats at the interval
+// the coordinator gives (the broker's group.consumer.heartbeat.interval.ms;
+// its session timeout is the broker's group.consumer.session.timeout.ms),
+// and reconciles:
 //
 //   - a partition that stays keeps its chain, untouched;
 //   - a partition that leaves has its chain stopped (where it is, as above,
@@ -197,13 +199,16 @@
 //     next owner;
 //   - a partition that arrives gets a chain that restores its checkpoint.
 //
-// Group.Protocol = ProtocolAuto decides when Run joins: the consumer
-// protocol where the coordinator takes a member of it, the classic one on
-// Kafka 3.x, on brokers without "consumer" in
+// The default, Group.Protocol = ProtocolAuto, decides when Run joins: the
+// consumer protocol where the coordinator takes a member of it, the
+// classic one on Kafka 3.x, on brokers without "consumer" in
 // group.coordinator.rebalance.protocols, and in a classic group the
 // coordinator will not convert (below). Mind what changes with the
 // protocol: the session timeout becomes the broker's (45 s by default, so
-// a killed instance's partitions wait that long for their next owner).
+// a killed instance's partitions wait that long for their next owner;
+// Kafka 4.0 and later let it be set per group, as the group config
+// consumer.session.timeout.ms), and Options.SessionTimeout only bounds how
+// long a member that hears nothing from the coordinator keeps its chains.
 //
 // A member the coordinator fences (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)
 // stops every chain and joins again with epoch 0; one that hears nothing

@@ -34,12 +34,12 @@ func TestNewInvalidOptions(t *testing.T) {
 			g.TopicRegex, g.Protocol = "t.*", kafkasource.ProtocolConsumer
 		}, coord: coord, proc: newProc},
 		{name: "TopicRegex under ProtocolClassic", group: func(g *kafkasource.Group) {
-			g.Topics, g.TopicRegex = nil, "t.*"
+			g.Topics, g.TopicRegex, g.Protocol = nil, "t.*", kafkasource.ProtocolClassic
 		}, coord: coord, proc: newProc},
 		{name: "invalid TopicRegex", group: func(g *kafkasource.Group) {
 			g.Topics, g.TopicRegex, g.Protocol = nil, "t[", kafkasource.ProtocolConsumer
 		}, coord: coord, proc: newProc},
-		{name: "InstanceID under ProtocolClassic", group: func(g *kafkasource.Group) { g.InstanceID = "a" }, coord: coord, proc: newProc},
+		{name: "InstanceID under ProtocolClassic", group: func(g *kafkasource.Group) { g.InstanceID, g.Protocol = "a", kafkasource.ProtocolClassic }, coord: coord, proc: newProc},
 		{name: "InstanceID with a space", group: func(g *kafkasource.Group) {
 			g.InstanceID, g.Protocol = "a b", kafkasource.ProtocolConsumer
 		}, coord: coord, proc: newProc},

@@ -24,8 +24,6 @@ func TestSessionTimeoutBelowBrokerMinimum(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a broker of its own")
 	}
-	skipUnderConsumerProtocol(t, "a consumer protocol member sends no session timeout: "+
-		"the broker's group.consumer.session.timeout.ms is its session timeout")
 	k := testkit.StartApacheKafka(t, testkit.ApacheKafkaOptions{KafkaDefaults: true})
 	brokers := k.Brokers()
 	topic := testkit.Name(t, "topic")
@@ -40,7 +38,10 @@ func TestSessionTimeoutBelowBrokerMinimum(t *testing.T) {
 	opts.Logger = testLogger(t)
 	opts.SessionTimeout = 2 * time.Second
 	cs := &counters{}
-	src, err := kafkasource.New(testGroup(t, kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic}}),
+	// The classic protocol's: a consumer-protocol member sends no session
+	// timeout (the broker's group.consumer.session.timeout.ms is its own).
+	src, err := kafkasource.New(kafkasource.Group{Brokers: brokers, ID: testkit.Name(t, "group"), Topics: []string{topic},
+		Protocol: kafkasource.ProtocolClassic},
 		coord, cs.newProcessor, opts)
 	require.NoError(t, err)
 

@@ -349,6 +349,9 @@ func TestStaticMemberRejoinAfterSilence(t *testing.T) {
 	)
 	brokers := consumerProtocolKafka(t)
 	topic, group := testkit.Name(t, "silence"), testkit.Name(t, "silence")
+	// Kafka's default session timeout for this group, not the kit's 6 s,
+	// which is no longer than Options.SessionTimeout.
+	testkit.SetGroupConfigs(t, brokers, group, map[string]string{"consumer.session.timeout.ms": "45000"})
 	testkit.CreateTopic(t, brokers, topic, partitions)
 	produce(t, brokers, topic, partitions, 0, n)
 	store, err := checkpoint.NewStore(must(checkpoint.NewFSStorage(t.TempDir())), checkpoint.StoreOptions{Logger: testLogger(t)})

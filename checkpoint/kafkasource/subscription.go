@@ -39,9 +39,9 @@ type Group struct {
 	// ProtocolClassic. Default: none, a dynamic member, whose partitions
 	// move to the other members as soon as it stops.
 	InstanceID string
-	// Protocol the group is joined with: ProtocolClassic (the default),
-	// ProtocolConsumer, or ProtocolAuto, the consumer protocol where the
-	// coordinator takes it and the classic one elsewhere.
+	// Protocol the group is joined with: ProtocolAuto (the default), the
+	// consumer protocol where the coordinator takes it and the classic one
+	// elsewhere; ProtocolConsumer; or ProtocolClassic.
 	Protocol GroupProtocol
 }
 
@@ -57,7 +57,7 @@ func (g Group) validate() error {
 		return fmt.Errorf("%w: no topics", ErrInvalidOptions)
 	case len(g.Topics) > 0 && g.TopicRegex != "":
 		return fmt.Errorf("%w: both Topics and TopicRegex: set one", ErrInvalidOptions)
-	case g.Protocol < ProtocolClassic || g.Protocol > ProtocolAuto:
+	case g.Protocol < ProtocolAuto || g.Protocol > ProtocolConsumer:
 		return fmt.Errorf("%w: unknown Protocol %d", ErrInvalidOptions, g.Protocol)
 	case g.TopicRegex != "" && g.Protocol == ProtocolClassic:
 		return fmt.Errorf("%w: TopicRegex needs ProtocolConsumer (the broker evaluates it); kafka-go's classic group takes a topic list",

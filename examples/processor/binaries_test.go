@@ -70,14 +70,18 @@ func TestBinaries(t *testing.T) {
 	serverTLS, _ := testkit.TLS(t)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: serverTLS.Certificates[0].Certificate[0]}), 0o644))
-	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.TLS(serverTLS), kfake.SeedTopics(3, "webhooks")}
+	// The killed processor's member expires after its session timeout,
+	// under the consumer protocol (the processor's default, auto, on
+	// kfake) a broker setting: 45 s by default.
+	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.TLS(serverTLS), kfake.SeedTopics(3, "webhooks"),
+		kfake.BrokerConfigs(map[string]string{"group.consumer.session.timeout.ms": "6000"})}
 	var groupFlags []string
-	if testkit.ConsumerGroupProtocol(t) {
-		// The killed processor's member (a static one: its restart waits
-		// for the hold to end) expires after the consumer protocol's
-		// session timeout, a broker setting (45 s by default).
-		kopts = append(kopts, kfake.BrokerConfigs(map[string]string{"group.consumer.session.timeout.ms": "6000"}))
+	switch testkit.GroupProtocol(t) {
+	case "consumer":
+		// A static member: its restart waits for the hold to end.
 		groupFlags = []string{"-group-protocol", "consumer", "-group-instance-id", "processor-0"}
+	case "classic":
+		groupFlags = []string{"-group-protocol", "classic"}
 	}
 	kc, err := kfake.NewCluster(kopts...)
 	require.NoError(t, err)

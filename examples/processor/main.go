@@ -132,8 +132,8 @@ func parse(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.topic, "topic", env("KAFKA_TOPIC", "webhooks"), "Kafka topic (KAFKA_TOPIC)")
 	fs.StringVar(&c.groupID, "group", env("KAFKA_GROUP", "processor"), "consumer group (KAFKA_GROUP)")
 	var protocol string
-	fs.StringVar(&protocol, "group-protocol", env("KAFKA_GROUP_PROTOCOL", "classic"),
-		"consumer group protocol: classic; consumer (Kafka 4's KIP-848: a rebalance stops only the partitions that move); or auto (consumer where the brokers offer it and the group can take it, else classic). A rolling restart moves a running group from one to the other (KAFKA_GROUP_PROTOCOL)")
+	fs.StringVar(&protocol, "group-protocol", env("KAFKA_GROUP_PROTOCOL", "auto"),
+		"consumer group protocol: auto (consumer where the brokers offer it and the group can take it, else classic); consumer (Kafka 4's KIP-848: a rebalance stops only the partitions that move); or classic. A rolling restart moves a running group from one to the other (KAFKA_GROUP_PROTOCOL)")
 	fs.StringVar(&c.groupInstanceID, "group-instance-id", env("KAFKA_GROUP_INSTANCE_ID", ""),
 		"static membership under -group-protocol consumer or auto: an id of this instance's own, stable across restarts (a StatefulSet pod's name), so that a restart within the broker's session timeout gets the same partitions back and moves nothing (KAFKA_GROUP_INSTANCE_ID)")
 	fs.StringVar(&c.stateDir, "state-dir", env("PROCESSOR_STATE_DIR", "./state"), "checkpoints and sink journals, shared by every instance (PROCESSOR_STATE_DIR)")

@@ -22,14 +22,14 @@ func TestDeployedProcessorHasNoDemoFlags(t *testing.T) {
 }
 
 // TestGroupProtocolFlag: -group-protocol (or KAFKA_GROUP_PROTOCOL) chooses
-// the protocol the processor joins its group with; the default stays the
-// classic one, which every Kafka offers; a typo is refused, not taken for
-// the default. -group-instance-id needs the consumer protocol (or auto).
+// the protocol the processor joins its group with; the default is auto
+// (the consumer protocol where the brokers offer it, else the classic
+// one); a typo is refused, not taken for the default. -group-instance-id needs the consumer protocol (or auto).
 func TestGroupProtocolFlag(t *testing.T) {
 	noEnv := func(string) string { return "" }
 	c, err := parse(nil, noEnv)
 	require.NoError(t, err)
-	assert.Equal(t, kafkasource.ProtocolClassic, c.groupProtocol)
+	assert.Equal(t, kafkasource.ProtocolAuto, c.groupProtocol)
 
 	c, err = parse([]string{"-group-protocol", "consumer"}, noEnv)
 	require.NoError(t, err)

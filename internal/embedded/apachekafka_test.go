@@ -85,10 +85,12 @@ func TestApacheKafkaTestTiming(t *testing.T) {
 	}{
 		{name: "test timing", give: embedded.ApacheKafkaOptions{}, want: map[string]string{
 			"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "100",
+			"group.consumer.session.timeout.ms": "6000", "group.consumer.heartbeat.interval.ms": "500",
 			"transaction.state.log.replication.factor": "1", "min.insync.replicas": "1",
 		}},
 		{name: "kafka defaults", give: embedded.ApacheKafkaOptions{KafkaDefaults: true}, want: map[string]string{
 			"group.initial.rebalance.delay.ms": "3000", "group.min.session.timeout.ms": "6000",
+			"group.consumer.session.timeout.ms": "45000", "group.consumer.heartbeat.interval.ms": "5000",
 			"transaction.state.log.replication.factor": "1", "min.insync.replicas": "1",
 		}},
 	}

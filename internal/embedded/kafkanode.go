@@ -207,15 +207,24 @@ func (k *ApacheKafka) brokerConfig(n *KafkaNode) map[string]string {
 	}
 	if !k.opts.KafkaDefaults {
 		maps.Copy(cfg, map[string]string{
-			"group.initial.rebalance.delay.ms":     "0",
-			"group.min.session.timeout.ms":         "100",
-			"offsets.topic.num.partitions":         "4",
-			"transaction.state.log.num.partitions": "4",
-			"broker.heartbeat.interval.ms":         "500",
-			"broker.session.timeout.ms":            "3000",
-			"num.network.threads":                  "2",
-			"num.io.threads":                       "2",
-			"log.cleaner.dedupe.buffer.size":       strconv.Itoa(8 << 20),
+			"group.initial.rebalance.delay.ms": "0",
+			"group.min.session.timeout.ms":     "100",
+			// The consumer group protocol's session timeout and
+			// heartbeat interval are the broker's (45 s and 5 s by
+			// default): the classic groups' test timing (6 s sessions)
+			// instead, so that a member killed under either protocol
+			// is noticed as quickly. 3.9 ignores them.
+			"group.consumer.min.session.timeout.ms":    "1000",
+			"group.consumer.session.timeout.ms":        "6000",
+			"group.consumer.min.heartbeat.interval.ms": "100",
+			"group.consumer.heartbeat.interval.ms":     "500",
+			"offsets.topic.num.partitions":             "4",
+			"transaction.state.log.num.partitions":     "4",
+			"broker.heartbeat.interval.ms":             "500",
+			"broker.session.timeout.ms":                "3000",
+			"num.network.threads":                      "2",
+			"num.io.threads":                           "2",
+			"log.cleaner.dedupe.buffer.size":           strconv.Itoa(8 << 20),
 		})
 	}
 	maps.Copy(cfg, k.opts.Configs)

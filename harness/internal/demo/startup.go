@@ -157,7 +157,12 @@ func (d *Pipeline) startPipeline(ctx context.Context) error {
 			// Quick to notice a killed instance (kfake's smallest session
 			// timeout is 6 s) and to insert: the demo lasts seconds.
 			"-session-timeout=6s", "-rebalance-timeout=3s", "-heartbeat-interval=200ms", "-fetch-max-wait=100ms",
-			"-sink-max-delay=200ms", d.LogLevel(), "-audit", "-audit-topic=" + d.AuditTopic()}}
+			"-sink-max-delay=200ms", d.LogLevel(), "-audit", "-audit-topic=" + d.AuditTopic(),
+			// The classic protocol, whose session timeout is the flag
+			// above: under the consumer protocol (the default where the
+			// brokers offer it) it is the broker's, 45 s on kfake. make
+			// chaos runs both.
+			"-group-protocol=classic"}}
 	var procNaive []string
 	for _, n := range []devmetrics.Naive{devmetrics.NaiveSink, devmetrics.NaiveMV} {
 		if d.hasNaive(n) {
