@@ -134,7 +134,17 @@ func unquote(quoted []byte) []byte {
 // A struct whose tags fold to the same name is decoded differently there
 // (an exact match wins): give such a struct to json.Unmarshal.
 func Name(name []byte, field string) bool {
-	return string(name) == field || bytes.EqualFold(name, []byte(field))
+	if string(name) == field {
+		return true
+	}
+	// The first bytes of two names that fold together are the same ASCII
+	// letter in either case, or one is a multi-byte rune's (the Kelvin
+	// sign folds to k, ſ to s): others need no EqualFold.
+	if len(name) == 0 || len(field) == 0 ||
+		name[0]|0x20 != field[0]|0x20 && name[0] < utf8.RuneSelf && field[0] < utf8.RuneSelf {
+		return false
+	}
+	return bytes.EqualFold(name, []byte(field))
 }
 
 // String decodes the JSON value v (as Members hands it) into *dst, as
@@ -199,9 +209,15 @@ func ascii(b []byte) bool {
 		}
 	}
 	for ; i < len(b); i++ {
-		if c := b[i]; c >= utf8.RuneSelf || !plain[c] {
+		if !plainASCII[b[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// plainASCII is plain without the bytes from 0x80 on.
+var plainASCII = func() (t [256]bool) {
+	copy(t[:utf8.RuneSelf], plain[:utf8.RuneSelf])
+	return t
+}()

@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -113,4 +114,15 @@ func TestMembers(t *testing.T) {
 	var syntax *json.SyntaxError
 	require.ErrorAs(t, err, &syntax)
 	assert.Equal(t, json.Unmarshal([]byte(`{"a":1,"b":}`), new(any)), err)
+}
+
+// TestName: Name matches as bytes.EqualFold, its first-byte shortcut
+// included, over names whose first bytes fold in every way.
+func TestName(t *testing.T) {
+	names := []string{"", "k", "K", "\u212a", "kind", "KIND", "\u212aind", "s", "S", "\u017f", "ts", "tſ", "id", "iD", "@", "`", "é", "É", "x"}
+	for _, a := range names {
+		for _, b := range names {
+			assert.Equal(t, bytes.EqualFold([]byte(a), []byte(b)), Name([]byte(a), b), "Name(%q, %q)", a, b)
+		}
+	}
 }
