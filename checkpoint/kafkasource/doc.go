@@ -284,7 +284,9 @@
 // and headers plus its origin (HeaderDeadLetterTopic, ...Partition,
 // ...Offset, ...Error; ParseDeadLetter reads them back), and the chain goes
 // on with the next record. Either way exactlyonce.kafkasource.poison_records counts it;
-// nothing is skipped silently.
+// nothing is skipped silently. A faster decoder than encoding/json must
+// refuse what it refuses, or poison turns into wrong rows:
+// docs/json-events.md has the recipe and the figures.
 //
 // The dead-letter write is made idempotent by looking before writing: a
 // chain killed after the write but before its checkpoint replays the

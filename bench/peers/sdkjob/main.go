@@ -1,15 +1,15 @@
 // Command sdkjob is the SDK's side of make bench-peers (bench/peers): the
 // job of examples/processor (kafkasource, dedup, a one-minute tumbling
 // count per tenant, two chsink sinks, checkpoints every second) over the
-// peers' input, whose records are JSON values decoded with encoding/json,
-// as the Flink and Kafka Streams jobs decode theirs with Jackson.
+// peers' input, whose records are JSON values, as the Flink and Kafka
+// Streams jobs decode theirs with Jackson. It decodes them in one pass
+// (decodeEvent), accepting exactly what encoding/json does.
 //
 //	sdkjob -brokers 127.0.0.1:9092 -topic in -clickhouse 127.0.0.1:9000 -database sdk -state /tmp/ck
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -173,13 +173,14 @@ type chain struct {
 	rowAt     []int
 }
 
-// processBatch is examples/processor's, with encoding/json for the decoder.
+// processBatch is examples/processor's, with decodeEvent for the decoder:
+// a record json.Unmarshal would refuse, or one without an id, is poison.
 func (c *chain) processBatch(ctx context.Context, ms []kafka.Message) (int, error) {
 	n, stop := len(ms), error(nil)
 	c.evs, c.keys, c.keyEnds = c.evs[:0], c.keys[:0], c.keyEnds[:0]
 	for i := range ms {
 		var ev event
-		if err := json.Unmarshal(ms[i].Value, &ev); err != nil || ev.ID == "" {
+		if err := decodeEvent(ms[i].Value, &ev); err != nil || ev.ID == "" {
 			n, stop = i, kafkasource.Poison(fmt.Errorf("offset %d: not an event: %v", ms[i].Offset, err))
 			break
 		}
