@@ -3,6 +3,7 @@ package kafkasource
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -116,4 +117,31 @@ type roundTripperFunc func(context.Context, net.Addr, kafka.Request) (kafka.Resp
 
 func (f roundTripperFunc) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
 	return f(ctx, addr, req)
+}
+
+// TestDeadLetterErrorRetryable: a dead-letter write that failed on Kafka
+// or the network, its own timeouts included, restarts the chain (the
+// restarted writer fences the old transaction and finds what committed);
+// a fenced writer, a cancelled one and a refusal do not. Under load 50 a
+// produce past the 10 s delivery timeout used to end Run.
+func TestDeadLetterErrorRetryable(t *testing.T) {
+	tests := []struct {
+		name string
+		give error
+		want bool
+	}{
+		{"produce outcome unknown", fmt.Errorf("kafkatxn: produce dlq/0: %w: delivery timeout: %w", kafkatxn.ErrOutcomeUnknown, context.DeadlineExceeded), true},
+		{"scan past its bound", fmt.Errorf("read dead-letter topic: %w", context.DeadlineExceeded), true},
+		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, true},
+		{"fenced", fmt.Errorf("kafkatxn: commit: %w", kafkatxn.ErrFenced), false},
+		{"cancelled", fmt.Errorf("produce: %w", context.Canceled), false},
+		{"no such topic", errors.New("kafkasource: dead-letter topic dlq does not exist"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := fmt.Errorf("chain: %w", &deadLetterError{tt.give})
+			assert.Equal(t, tt.want, IsRetryable(err))
+			assert.ErrorIs(t, err, tt.give)
+		})
+	}
 }

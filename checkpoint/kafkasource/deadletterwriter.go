@@ -170,7 +170,7 @@ func (d *deadLetters) CheckpointCompleted(context.Context, checkpoint.ID) error 
 // chain must restart (and look again) before it goes past m.
 func (d *deadLetters) write(ctx context.Context, m kafka.Message, cause error) (already bool, err error) {
 	if err := d.ready(ctx); err != nil {
-		return false, err
+		return false, &deadLetterError{err}
 	}
 	if _, ok := d.written[m.Offset]; ok {
 		return true, nil
@@ -192,11 +192,34 @@ func (d *deadLetters) write(ctx context.Context, m kafka.Message, cause error) (
 	}
 	if err != nil {
 		// The commit may have landed all the same: the restart looks again.
-		return false, fmt.Errorf("kafkasource: %s: write offset %d to dead-letter topic %s: %w", d.source, m.Offset, d.cfg.Topic, err)
+		return false, &deadLetterError{fmt.Errorf("kafkasource: %s: write offset %d to dead-letter topic %s: %w", d.source, m.Offset, d.cfg.Topic, err)}
 	}
 	d.written[m.Offset] = off
 	d.horizon = max(d.horizon, off+1)
 	return false, nil
+}
+
+// deadLetterError is a dead-letter write that failed. It is retryable
+// (the chain restarts from its checkpoint, Restart) when Kafka or the
+// network failed, its own timeouts included: a produce or commit whose
+// outcome is unknown, a scan held back past its bound. That is safe:
+// the restarted writer's producer start fences this one and aborts its
+// open transaction, and its scan finds what did commit. A fenced writer
+// (a newer owner of the partition writes) is not retryable.
+type deadLetterError struct{ err error }
+
+func (e *deadLetterError) Error() string { return e.err.Error() }
+func (e *deadLetterError) Unwrap() error { return e.err }
+
+// Retryable is read by IsRetryable.
+func (e *deadLetterError) Retryable() bool {
+	switch {
+	case errors.Is(e.err, kafkatxn.ErrFenced) || errors.Is(e.err, context.Canceled):
+		return false
+	case kafkatxn.IsOutcomeUnknown(e.err) || errors.Is(e.err, context.DeadlineExceeded):
+		return true
+	}
+	return IsRetryable(e.err)
 }
 
 // ready starts the transactional producer, which fences every earlier

@@ -181,6 +181,12 @@ func (m *member) loop(ctx context.Context) error {
 	s := m.s
 	lastOK := time.Now()
 	var unreleasedSince time.Time // the first join refused with UNRELEASED_INSTANCE_ID, in a row
+	// Heartbeats that reached no answer, in a row, as the classic loop
+	// counts its failed joins: a broken connection or a moved coordinator
+	// is retried (up to maxGroupFailures and minGroupOutage), anything
+	// else (a certificate the Dialer does not trust, a failed SASL
+	// login) fails Run at once, as it does under the classic protocol.
+	failures, failingSince := 0, time.Time{}
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -188,6 +194,9 @@ func (m *member) loop(ctx context.Context) error {
 		res, err := m.hb.Heartbeat(ctx, m.request())
 		s.log.Debug("kafkasource: heartbeat", "member", m.id, "epoch", res.MemberEpoch, "code", res.ErrorCode,
 			"message", res.ErrorMessage, "assignment", res.HasAssignment, "err", err)
+		if err == nil {
+			failures = 0
+		}
 		var wait time.Duration
 		switch {
 		case ctx.Err() != nil:
@@ -200,7 +209,13 @@ func (m *member) loop(ctx context.Context) error {
 		case errors.Is(err, kafkawire.ErrNoTopicRegex):
 			return fmt.Errorf("kafkasource: group %q: Group.TopicRegex: %w", s.group.ID, err)
 		case err != nil:
-			s.log.Warn("kafkasource: consumer group heartbeat failed; retrying", "err", err)
+			if failures++; failures == 1 {
+				failingSince = time.Now()
+			}
+			if !retryableGroupError(err) || failures >= maxGroupFailures && time.Since(failingSince) >= minGroupOutage {
+				return fmt.Errorf("kafkasource: consumer group %q: %w", s.group.ID, err)
+			}
+			s.log.Warn("kafkasource: consumer group heartbeat failed; retrying", "err", err, "failures", failures)
 			wait = s.opts.HeartbeatInterval
 		case res.ErrorCode == 0:
 			lastOK, unreleasedSince = time.Now(), time.Time{}

@@ -97,7 +97,11 @@ func runAudit(ctx context.Context, args []string, env func(string) string, stdou
 		}
 		sources, checks = append(sources, src), append(checks, src.Check())
 	}
-	opts := ch.Options{Address: *chAddr, Database: *database, User: *user, Password: env("CLICKHOUSE_PASSWORD")}
+	// ch-go's own dial timeout is 1 s, short for a server across a WAN or
+	// a busy one (a loaded test machine met it): a command run by hand
+	// can wait longer to connect.
+	opts := ch.Options{Address: *chAddr, Database: *database, User: *user, Password: env("CLICKHOUSE_PASSWORD"),
+		DialTimeout: 10 * time.Second}
 	totals, err := chaudit.Totals(ctx, opts, *database, *auditTable, from, to)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/exactlyonce/exactlyonce/checkpoint"
+	"github.com/exactlyonce/exactlyonce/internal/kafkawire"
 	"github.com/exactlyonce/exactlyonce/sink"
 	"github.com/exactlyonce/exactlyonce/sink/chsink"
 )
@@ -108,7 +109,7 @@ func runRewind(ctx context.Context, args []string, env func(string) string, stdo
 	if err := inLog(ctx, client, tp, target.NextOffset); err != nil {
 		return err
 	}
-	if err := noMembers(ctx, client, *group, tp); err != nil {
+	if err := noMembers(ctx, client, strings.Split(*brokers, ","), *group, tp); err != nil {
 		return err
 	}
 	if *yes && len(out.Deleted) > 0 {
@@ -128,7 +129,7 @@ func runRewind(ctx context.Context, args []string, env func(string) string, stdo
 				return fmt.Errorf("delete checkpoint %d: %w (the checkpoints newer than it are gone; run rewind again)", f.ID, err)
 			}
 		}
-		if err := noMembers(ctx, client, *group, tp); err != nil {
+		if err := noMembers(ctx, client, strings.Split(*brokers, ","), *group, tp); err != nil {
 			return fmt.Errorf("%w: a processor joined while rewinding and may have restored a deleted checkpoint: stop it and run rewind again", err)
 		}
 	}
@@ -206,7 +207,7 @@ func inLog(ctx context.Context, client *kafka.Client, tp checkpoint.TopicPartiti
 // noMembers returns errLive, naming them, while group has members, and an
 // error when group never committed an offset of tp (a wrong -group would
 // make the check vacuous).
-func noMembers(ctx context.Context, client *kafka.Client, group string, tp checkpoint.TopicPartition) error {
+func noMembers(ctx context.Context, client *kafka.Client, brokers []string, group string, tp checkpoint.TopicPartition) error {
 	resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
 	if err != nil {
 		return fmt.Errorf("describe group %s in Kafka: %w", group, err)
@@ -225,6 +226,9 @@ func noMembers(ctx context.Context, client *kafka.Client, group string, tp check
 		}
 		return fmt.Errorf("%w: group %s is %s with %d member(s): %s; stop the processors first", errLive, group, g.GroupState, len(g.Members), strings.Join(who, ", "))
 	}
+	if err := noConsumerMembers(ctx, brokers, client.Timeout, group); err != nil {
+		return err
+	}
 	fetched, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{tp.Topic: {tp.Partition}}})
 	if err != nil {
 		return fmt.Errorf("committed offsets of group %s in Kafka: %w", group, err)
@@ -235,6 +239,36 @@ func noMembers(ctx context.Context, client *kafka.Client, group string, tp check
 		}
 	}
 	return fmt.Errorf("group %s never committed an offset of %s: is -group the processors' group?", group, tp)
+}
+
+// noConsumerMembers is noMembers for a group under Kafka's consumer group
+// protocol (KIP-848; kafkasource's default on Kafka 4), whose members
+// DescribeGroups does not show: Kafka answers it as a group without
+// members. ConsumerGroupDescribe does; a broker without the protocol
+// (Kafka 3.x) has no such groups, and a classic group or none is answered
+// GROUP_ID_NOT_FOUND.
+func noConsumerMembers(ctx context.Context, brokers []string, timeout time.Duration, group string) error {
+	conn := &kafkawire.GroupConn{Dialer: &kafka.Dialer{Timeout: timeout}, Brokers: brokers, GroupID: group}
+	defer conn.Close()
+	d, err := conn.Describe(ctx)
+	switch {
+	case errors.Is(err, kafkawire.ErrNoConsumerProtocol):
+		return nil
+	case err != nil:
+		return fmt.Errorf("describe group %s in Kafka (consumer group protocol): %w", group, err)
+	case kafka.Error(d.ErrorCode) == kafka.GroupIdNotFound:
+		return nil
+	case d.ErrorCode != 0:
+		return fmt.Errorf("describe group %s in Kafka (consumer group protocol): %w: %s", group, kafka.Error(d.ErrorCode), d.ErrorMessage)
+	case len(d.Members) > 0:
+		var who []string
+		for _, m := range d.Members {
+			who = append(who, fmt.Sprintf("%s (epoch %d, %d partitions)", m.MemberID, m.MemberEpoch, m.Assigned))
+		}
+		return fmt.Errorf("%w: group %s is %s with %d member(s) of the consumer group protocol: %s; stop the processors first",
+			errLive, group, d.State, len(d.Members), strings.Join(who, ", "))
+	}
+	return nil
 }
 
 // openWritable returns the storage for a command that writes.

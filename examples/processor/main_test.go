@@ -49,6 +49,6 @@ func TestGroupProtocolFlag(t *testing.T) {
 	c, err = parse([]string{"-group-protocol", "consumer", "-group-instance-id", "processor-0"}, noEnv)
 	require.NoError(t, err)
 	assert.Equal(t, "processor-0", c.groupInstanceID)
-	_, err = parse([]string{"-group-instance-id", "processor-0"}, noEnv)
+	_, err = parse([]string{"-group-protocol", "classic", "-group-instance-id", "processor-0"}, noEnv)
 	assert.ErrorContains(t, err, "static membership needs -group-protocol consumer (or auto)")
 }
