@@ -225,6 +225,8 @@ bench: deps
 		s=$${PIPESTATUS[0]}; [ $$s = 0 ] || status=$$s; \
 		echo "# after bench/ ($$(date -u '+%H:%M UTC')): $(LOADAVG)" >> $(BENCH_TXT); \
 	fi; \
+	(cd bench && go test -run '^$$' -bench 'DecodeEvent' -benchmem -count $(BENCH_COUNT) ./peers/sdkjob/ 2>&1) | tee -a $(BENCH_TXT); \
+	s=$${PIPESTATUS[0]}; [ $$s = 0 ] || status=$$s; \
 	go run ./harness/cmd/benchreport -o $(BENCH_OUT) -peers $(BENCH_OUT)/peers.txt $(BENCH_OUT)/bench.txt || status=1; \
 	echo "make bench: $(BENCH_OUT)/REPORT.md"; \
 	exit $$status
