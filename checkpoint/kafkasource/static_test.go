@@ -3,12 +3,12 @@ package kafkasource_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"net"
 	"path/filepath"
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -329,7 +329,9 @@ func (c *heartbeatCutConn) Write(b []byte) (int, error) {
 	// A request is written whole: size, then its API key.
 	if c.cut.Load() && len(b) >= 6 && binary.BigEndian.Uint16(b[4:6]) == 68 {
 		_ = c.Conn.Close()
-		return 0, errors.New("test: heartbeats cut")
+		// What a cut connection gives a writer: a net error, which the
+		// member retries (an error it cannot classify ends Run).
+		return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}
 	}
 	return c.Conn.Write(b)
 }
