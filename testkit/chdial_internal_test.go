@@ -13,13 +13,18 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/netfail"
 )
 
-// TestDialClickHouseRetriesUnanswered puts a listener in front of the
-// shared server that cuts the first two connections before the handshake,
-// as a server still starting does: the helpers' dial gets through on the
+// TestDialClickHouseRetriesUnanswered puts a listener in front of a
+// server that cuts the first two connections before the handshake, as a
+// server still starting does: the helpers' dial gets through on the
 // third, and an error that is an answer (a missing database) is returned
-// at once.
+// at once. A server of its own: libchdb 26.7 aborts after answering a
+// client that asked for a missing database, which took the shared server
+// down under the next test's set-up.
 func TestDialClickHouseRetriesUnanswered(t *testing.T) {
-	addr, db := ClickHouse(t)
+	if os.Getenv(EnvClickHouseAddr) != "" {
+		t.Skipf("%s is set: this test starts a server of its own", EnvClickHouseAddr)
+	}
+	addr, db := StartClickHouse(t).Addr(), "default"
 	var accepted atomic.Int32
 	p, err := netfail.NewProxy(addr, netfail.ProxyOptions{Accept: func(net.Conn) bool {
 		return accepted.Add(1) > 2 // cut the first two before the server's hello

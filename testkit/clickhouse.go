@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/ch-go"
+	"github.com/ClickHouse/ch-go/proto"
 
 	"github.com/exactlyonce/exactlyonce/internal/embedded"
 )
@@ -84,7 +85,7 @@ func NewDatabase(t testing.TB, addr string) string {
 	db := Name(t, "db")
 	ctx, cancel := setupContext(t)
 	defer cancel()
-	if err := Exec(ctx, addr, "", "CREATE DATABASE "+db); err != nil {
+	if err := createDatabase(ctx, addr, db); err != nil {
 		Unavailable(t, "clickhouse", fmt.Errorf("create database on %s: %w", addr, err))
 	}
 	t.Cleanup(func() {
@@ -109,6 +110,25 @@ func DialClickHouse(t testing.TB, addr, database string) *ch.Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// createDatabase creates db, trying again while the server answers that
+// it is shutting down after a fatal error (ABORTED): clickhouse-local
+// aborting for an earlier client (internal/embedded's doc) still answers
+// queries for a moment before it exits, and then dialClickHouse finds it
+// gone and starts it again (a CI run failed the next test's set-up so).
+func createDatabase(ctx context.Context, addr, db string) error {
+	for attempt := 1; ; attempt++ {
+		err := Exec(ctx, addr, "", "CREATE DATABASE IF NOT EXISTS "+db)
+		if err == nil || attempt == dialAttempts || !ch.IsErr(err, proto.ErrAborted) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(dialBackoff.Delay(attempt, nil)):
+		}
+	}
 }
 
 // Exec runs one statement (DDL, INSERT ... SELECT, SYSTEM ...) on the
