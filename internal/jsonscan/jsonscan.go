@@ -136,20 +136,10 @@ func (s *scanner) object(out []byte, keep Fields, depth int) ([]byte, bool) {
 	}
 	kept := 0
 	for {
-		if !s.next('"') {
-			return out, false
-		}
-		start := s.i
-		escaped, ok := s.str()
+		name, escaped, ok := s.memberName()
 		if !ok {
 			return out, false
 		}
-		name := s.b[start:s.i]
-		if s.space(); !s.next(':') {
-			return out, false
-		}
-		s.i++
-		s.space()
 		sub, keepIt := Fields(nil), false
 		if reduce {
 			sub, keepIt = s.lookup(keep, name, escaped)
@@ -173,21 +163,48 @@ func (s *scanner) object(out []byte, keep Fields, depth int) ([]byte, bool) {
 		if !ok {
 			return out, false
 		}
-		s.space()
-		switch {
-		case s.next(','):
-			s.i++
-			s.space()
-		case s.next('}'):
-			s.i++
-			if reduce {
+		if end, ok := s.memberEnd(); !ok || end {
+			if end && reduce {
 				out = append(out, '}')
 			}
-			return out, true
-		default:
-			return out, false
+			return out, ok
 		}
 	}
+}
+
+// memberName reads an object member's quoted name and the colon after it,
+// leaving s at its value. ok is false where the object is malformed.
+func (s *scanner) memberName() (quoted []byte, escaped, ok bool) {
+	if !s.next('"') {
+		return nil, false, false
+	}
+	start := s.i
+	if escaped, ok = s.str(); !ok {
+		return nil, false, false
+	}
+	quoted = s.b[start:s.i]
+	if s.space(); !s.next(':') {
+		return nil, false, false
+	}
+	s.i++
+	s.space()
+	return quoted, escaped, true
+}
+
+// memberEnd reads what follows an object member's value: a comma, after
+// which another member comes, or the closing brace (end).
+func (s *scanner) memberEnd() (end, ok bool) {
+	s.space()
+	switch {
+	case s.next(','):
+		s.i++
+		s.space()
+		return false, true
+	case s.next('}'):
+		s.i++
+		return true, true
+	}
+	return false, false
 }
 
 // lookup finds the member whose quoted name is quoted in keep, as

@@ -66,20 +66,10 @@ func (s *scanner) members(member func(name, value []byte) error) (first error, o
 		return nil, true
 	}
 	for {
-		if !s.next('"') {
-			return first, false
-		}
-		start := s.i
-		escaped, ok := s.str()
+		quoted, escaped, ok := s.memberName()
 		if !ok {
 			return first, false
 		}
-		quoted := s.b[start:s.i]
-		if s.space(); !s.next(':') {
-			return first, false
-		}
-		s.i++
-		s.space()
 		v := s.i
 		if !s.value(1) {
 			return first, false
@@ -91,16 +81,8 @@ func (s *scanner) members(member func(name, value []byte) error) (first error, o
 			}
 			first = member(name, s.b[v:s.i])
 		}
-		s.space()
-		switch {
-		case s.next(','):
-			s.i++
-			s.space()
-		case s.next('}'):
-			s.i++
-			return first, true
-		default:
-			return first, false
+		if end, ok := s.memberEnd(); !ok || end {
+			return first, ok
 		}
 	}
 }
