@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -46,8 +45,8 @@ func (s *Source) runClassic(ctx context.Context) error {
 	)
 	wg.Go(func() { _ = s.coord.Run(runCtx) })
 	var nextErr error
-	var failingSince time.Time
-	for failures := 0; ; {
+	var failures groupFailures
+	for {
 		gen, err := cg.Next(runCtx)
 		if err != nil {
 			if runCtx.Err() != nil {
@@ -56,11 +55,8 @@ func (s *Source) runClassic(ctx context.Context) error {
 			// kafka-go reports every failed join or sync through Next and
 			// then tries again itself, after a backoff. A rebalance that
 			// another member started, or a coordinator that moved, is routine.
-			if failures++; failures == 1 {
-				failingSince = time.Now()
-			}
-			if retryableGroupError(err) && (failures < maxGroupFailures || time.Since(failingSince) < minGroupOutage) {
-				s.log.Warn("kafkasource: consumer group: retrying", "err", err, "failures", failures)
+			if failures.retry(err) {
+				s.log.Warn("kafkasource: consumer group: retrying", "err", err, "failures", failures.n)
 				continue
 			}
 			nextErr = fmt.Errorf("kafkasource: consumer group: %w", err)
@@ -69,7 +65,7 @@ func (s *Source) runClassic(ctx context.Context) error {
 			}
 			break
 		}
-		failures = 0
+		failures = groupFailures{}
 		s.generationStarted(gen, &wg)
 		for topic, as := range gen.Assignments {
 			for _, a := range as {

@@ -142,7 +142,7 @@ func (m *member) loop(ctx context.Context) error {
 	// is retried (up to maxGroupFailures and minGroupOutage), anything
 	// else (a certificate the Dialer does not trust, a failed SASL
 	// login) fails Run at once, as it does under the classic protocol.
-	failures, failingSince := 0, time.Time{}
+	var failures groupFailures
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -151,7 +151,7 @@ func (m *member) loop(ctx context.Context) error {
 		s.log.Debug("kafkasource: heartbeat", "member", m.id, "epoch", res.MemberEpoch, "code", res.ErrorCode,
 			"message", res.ErrorMessage, "assignment", res.HasAssignment, "err", err)
 		if err == nil {
-			failures = 0
+			failures = groupFailures{}
 		}
 		var wait time.Duration
 		switch {
@@ -165,13 +165,10 @@ func (m *member) loop(ctx context.Context) error {
 		case errors.Is(err, kafkawire.ErrNoTopicRegex):
 			return fmt.Errorf("kafkasource: group %q: Group.TopicRegex: %w", s.group.ID, err)
 		case err != nil:
-			if failures++; failures == 1 {
-				failingSince = time.Now()
-			}
-			if !retryableGroupError(err) || failures >= maxGroupFailures && time.Since(failingSince) >= minGroupOutage {
+			if !failures.retry(err) {
 				return fmt.Errorf("kafkasource: consumer group %q: %w", s.group.ID, err)
 			}
-			s.log.Warn("kafkasource: consumer group heartbeat failed; retrying", "err", err, "failures", failures)
+			s.log.Warn("kafkasource: consumer group heartbeat failed; retrying", "err", err, "failures", failures.n)
 			wait = s.opts.HeartbeatInterval
 		case res.ErrorCode == 0:
 			lastOK, unreleasedSince = time.Now(), time.Time{}

@@ -233,6 +233,24 @@ const (
 	minGroupOutage   = 2 * time.Minute
 )
 
+// groupFailures counts consecutive consumer-group errors, for both
+// protocols' loops: reset after a success, and asked whether to ride out
+// the next error.
+type groupFailures struct {
+	n     int
+	since time.Time // the first of the run
+}
+
+// retry counts err and reports whether Run rides it out: a retryable
+// error, unless there were maxGroupFailures of them over at least
+// minGroupOutage.
+func (f *groupFailures) retry(err error) bool {
+	if f.n++; f.n == 1 {
+		f.since = time.Now()
+	}
+	return retryableGroupError(err) && (f.n < maxGroupFailures || time.Since(f.since) < minGroupOutage)
+}
+
 // retryableGroupError reports whether a consumer-group error is one that
 // rejoining the group resolves: a rebalance in progress, a stale generation
 // or member, a coordinator that moved or a broken connection.

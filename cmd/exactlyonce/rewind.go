@@ -105,11 +105,12 @@ func runRewind(ctx context.Context, args []string, env func(string) string, stdo
 	}
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(strings.Split(*brokers, ",")...), Timeout: *timeout, Transport: tr}
+	bs := strings.Split(*brokers, ",")
+	client := &kafka.Client{Addr: kafka.TCP(bs...), Timeout: *timeout, Transport: tr}
 	if err := inLog(ctx, client, tp, target.NextOffset); err != nil {
 		return err
 	}
-	if err := noMembers(ctx, client, strings.Split(*brokers, ","), *group, tp); err != nil {
+	if err := noMembers(ctx, client, bs, *group, tp); err != nil {
 		return err
 	}
 	if *yes && len(out.Deleted) > 0 {
@@ -129,7 +130,7 @@ func runRewind(ctx context.Context, args []string, env func(string) string, stdo
 				return fmt.Errorf("delete checkpoint %d: %w (the checkpoints newer than it are gone; run rewind again)", f.ID, err)
 			}
 		}
-		if err := noMembers(ctx, client, strings.Split(*brokers, ","), *group, tp); err != nil {
+		if err := noMembers(ctx, client, bs, *group, tp); err != nil {
 			return fmt.Errorf("%w: a processor joined while rewinding and may have restored a deleted checkpoint: stop it and run rewind again", err)
 		}
 	}
