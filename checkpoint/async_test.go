@@ -25,7 +25,8 @@ type asyncCounter struct {
 
 	mu        sync.Mutex
 	notified  []checkpoint.ID
-	cancelled int // pending parts that saw their context end
+	notifyErr error // what CheckpointCompleted returns
+	cancelled int   // pending parts that saw their context end
 }
 
 var _ checkpoint.AsyncParticipant = (*asyncCounter)(nil)
@@ -57,7 +58,7 @@ func (c *asyncCounter) CheckpointCompleted(_ context.Context, id checkpoint.ID) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.notified = append(c.notified, id)
-	return nil
+	return c.notifyErr
 }
 
 func (c *asyncCounter) notifications() []checkpoint.ID {
@@ -103,6 +104,38 @@ func TestBeginDoesNotWaitForThePendingPart(t *testing.T) {
 	cp, err = coord.Store().Latest(ctx, p0)
 	require.NoError(t, err)
 	assert.Equal(t, binary.BigEndian.AppendUint64(nil, 15), cp.States["a"])
+}
+
+// TestOffsetCommittedAfterNotification: the group offset moves only after
+// the asynchronous participants were told the checkpoint completed (a
+// kafkasink committed its transaction), so it never passes output that can
+// still abort; when the notification fails, the file stays written and
+// the offset stays where it was.
+func TestOffsetCommittedAfterNotification(t *testing.T) {
+	ctx := context.Background()
+	coord := newCoord(t, checkpoint.NewMemoryStorage(), checkpoint.Options{})
+	a := newAsyncCounter()
+	task, err := coord.Attach(ctx, p0, map[string]checkpoint.Participant{"a": a})
+	require.NoError(t, err)
+	defer task.Detach()
+
+	var seen []checkpoint.ID
+	commit := func(_ context.Context, next int64) error { seen = a.notifications(); return nil }
+	a.release <- nil
+	require.NoError(t, task.Checkpoint(ctx, nil, 5, checkpoint.Meta{}, commit))
+	assert.Equal(t, []checkpoint.ID{1}, seen, "offset committed before the participant was notified")
+
+	a.notifyErr = errors.New("transaction commit failed")
+	committed := false
+	a.release <- nil
+	require.NoError(t, task.Begin(ctx, nil, 9, checkpoint.Meta{}, func(context.Context, int64) error { committed = true; return nil }))
+	var cerr *checkpoint.Error
+	require.ErrorAs(t, task.Wait(ctx), &cerr)
+	assert.Equal(t, "notify", cerr.Op)
+	assert.False(t, committed, "offset committed although the participant's commit failed")
+	cp, err := coord.Store().Latest(ctx, p0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), cp.NextOffset, "the checkpoint is written before the notification")
 }
 
 // TestPendingPartFailureAborts: a pending part's error writes nothing,

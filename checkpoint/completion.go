@@ -99,13 +99,6 @@ func (t *Task) complete(ctx context.Context, cp *Checkpoint, pending map[string]
 	t.lastCompleted = cp.Created
 	t.completedID = id
 	t.mu.Unlock()
-	if commit != nil {
-		if err := commit(ctx, cp.NextOffset); err != nil {
-			c.commits.Add(ctx, 1, at)
-			c.log.WarnContext(ctx, "checkpoint: offset commit failed after completed checkpoint",
-				"partition", t.p.String(), "id", id, "next_offset", cp.NextOffset, "err", err)
-		}
-	}
 	for name, o := range t.objects {
 		var refs []string
 		for _, r := range cp.Objects {
@@ -118,6 +111,20 @@ func (t *Task) complete(ctx context.Context, cp *Checkpoint, pending map[string]
 	for name := range pending {
 		if err := t.participants[name].CheckpointCompleted(ctx, id); err != nil {
 			return &Error{Partition: t.p, ID: id, Participant: name, Op: "notify", Err: err}
+		}
+	}
+	// The group offset moves after the notifications, as Kafka's own
+	// exactly-once moves it inside the transaction: a two-phase-commit
+	// sink (kafkasink) has committed the checkpoint's output by now. The
+	// other order left a window (a pause between the commit and the
+	// notification, past the transaction's timeout) in which the group
+	// offset passed output the broker then aborted; the restore falls
+	// back past that checkpoint, and the offset went backwards.
+	if commit != nil {
+		if err := commit(ctx, cp.NextOffset); err != nil {
+			c.commits.Add(ctx, 1, at)
+			c.log.WarnContext(ctx, "checkpoint: offset commit failed after completed checkpoint",
+				"partition", t.p.String(), "id", id, "next_offset", cp.NextOffset, "err", err)
 		}
 	}
 	if t.objects != nil {

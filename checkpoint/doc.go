@@ -250,6 +250,13 @@
 //     completed checkpoint. With the asynchronous part this still holds:
 //     the commit runs after the file's save in the same goroutine, and one
 //     checkpoint of a chain is pending at a time, so commits move forward.
+//     The commit also follows the AsyncParticipants' CheckpointCompleted,
+//     as Kafka's exactly-once commits offsets inside the transaction: the
+//     group offset never passes output a kafkasink has yet to commit, so a
+//     transaction the broker aborts under a paused process does not leave
+//     the offset ahead of the checkpoint the restore falls back to. (A
+//     participant notified at the next barrier, one without SnapshotAsync
+//     or under Options.Synchronous, is notified after the commit.)
 //   - Every checkpoint's states reflect exactly the records before its
 //     NextOffset: restoring it and reading from NextOffset processes every
 //     record at least once and every record's effect on state exactly once.

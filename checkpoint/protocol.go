@@ -43,16 +43,18 @@ func (t *Task) Checkpoint(ctx context.Context, b *Barrier, nextOffset int64, met
 //     asynchronous sink's last insert), ask every Expirer whether its
 //     snapshot is still good (an error wrapping ErrExpired aborts), then
 //     write the checkpoint atomically to the Store (fsyncs included).
-//  3. commit(ctx, nextOffset), if commit is not nil: the source moves the
+//  3. Notify the AsyncParticipants with CheckpointCompleted (a kafkasink
+//     commits its transaction); the others are notified in step 1 of the
+//     next checkpoint (or by Checkpoint).
+//  4. commit(ctx, nextOffset), if commit is not nil: the source moves the
 //     consumer group's offset, only while its generation is current. A
 //     commit error is logged and counted, not returned: the checkpoint, not
-//     the group offset, is the truth.
-//  4. Notify the AsyncParticipants with CheckpointCompleted; the others
-//     are notified in step 1 of the next checkpoint (or by Checkpoint).
-//     Then delete objects no retained checkpoint needs.
+//     the group offset, is the truth. Then delete objects no retained
+//     checkpoint needs.
 //
-// A failure in 1 or 2 aborts: nothing is written, no offset moves. A
-// failure in step 1 is returned by Begin; one in 2 (or 4) is returned by
+// A failure in 1 or 2 aborts: nothing is written, no offset moves; one in
+// 3 leaves the file written and the offset where it was. A failure in
+// step 1 is returned by Begin; one in 2 (or 3) is returned by
 // Wait, sent on Failures and reaches the barrier's Trigger caller; the next
 // Begin returns it too. Either way the chain must restart from its last
 // completed checkpoint. An error wrapping ErrDeclined skips the checkpoint

@@ -94,7 +94,9 @@
 // exactly the windows the input makes (computed from the input alone: per
 // key, sessions by gap merging, and the count of every hopping window); no partition is stuck (once faults stop, the run reads its
 // input to the end and the group's offset reaches it); a committed group
-// offset never passes the newest saved checkpoint. A checkpoint saved
+// offset never passes the newest saved checkpoint, nor one whose
+// transaction is not committed yet (else a restore that falls back past
+// an aborted one moves the offset back). A checkpoint saved
 // naming a transaction the broker had already aborted is recorded as a
 // note (Result.Notes), not a violation: what it costs shows in the outputs.
 //

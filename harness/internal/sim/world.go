@@ -124,6 +124,7 @@ type proc struct {
 	next        int64
 	ended       bool // EndInput was called
 	final       bool // a checkpoint begun after EndInput completed
+	savedTxn    int  // the transaction its newest saved checkpoint names
 
 	dd    *dedup.Deduplicator
 	op    *window.Operator[int, uint64, uint64] // sessions
@@ -342,6 +343,12 @@ func (p *proc) commit(ctx context.Context, next int64) error {
 	if next > w.newest {
 		w.violate(KindInvariant, "checkpoint", "offset %d committed beyond the newest saved checkpoint's %d", next, w.newest)
 	}
+	if t := w.broker.txnOf(p.savedTxn); t != nil && t.state != txnCommitted {
+		// The restore falls back past a checkpoint whose transaction
+		// aborts, and the group's offset would go back.
+		w.violate(KindInvariant, "checkpoint", "offset %d committed while its checkpoint's transaction %d is %v",
+			next, t.seq, t.state)
+	}
 	w.committed = next
 	w.logf("proc %d: committed offset %d", p.n, next)
 	return nil
@@ -357,7 +364,9 @@ func (w *world) saved(p *proc, data []byte) {
 	w.newest = max(w.newest, cp.NextOffset)
 	w.broker.advance() // the broker aborts on its own clock, not when asked
 	var st txSinkState
+	p.savedTxn = 0
 	if b, ok := cp.States["kafka"]; ok && jsonUnmarshal(b, &st) == nil && st.Txn != nil {
+		p.savedTxn = st.Txn.Seq
 		if t := w.broker.txnOf(st.Txn.Seq); t != nil && t.state == txnAborted {
 			// Not a violation by itself: the fix of breach 1 cannot rule it
 			// out (a pause between its Expired check and the write) and
