@@ -71,6 +71,24 @@ func (d *Pipeline) auditChecks() ([]chaudit.Source, []audit.Check, map[devmetric
 }
 
 // auditReport reads the counts and compares them by the hour.
+// auditRetrying takes the audit's report, again after a failure until
+// deadline: the audit only reads, and on a loaded machine a ClickHouse
+// that restarted after an abort, or a Kafka busy with a restart, can let
+// a dial or a fetch time out once.
+func (d *Pipeline) auditRetrying(ctx context.Context, sources []chaudit.Source, checks []audit.Check, deadline time.Time) (*audit.Report, error) {
+	for {
+		rep, err := d.auditReport(ctx, sources, checks)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return rep, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 func (d *Pipeline) auditReport(ctx context.Context, sources []chaudit.Source, checks []audit.Check) (*audit.Report, error) {
 	opts := ch.Options{Address: d.Servers.ClickHouseAddr}
 	from, to := time.Unix(0, 0), time.Now().Add(100*365*24*time.Hour)
@@ -117,7 +135,7 @@ func (d *Pipeline) RunAudit(ctx context.Context, want Expected) (*audit.Report, 
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var err error
-		if rep, err = d.auditReport(ctx, sources, checks); err != nil {
+		if rep, err = d.auditRetrying(ctx, sources, checks, deadline); err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
 		wrong = wrong[:0]
@@ -139,7 +157,7 @@ func (d *Pipeline) RunAudit(ctx context.Context, want Expected) (*audit.Report, 
 		// The naive joints' counts settle as fast; one more look.
 		time.Sleep(2 * time.Second)
 		var err error
-		if rep, err = d.auditReport(ctx, sources, checks); err != nil {
+		if rep, err = d.auditRetrying(ctx, sources, checks, time.Now().Add(30*time.Second)); err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
 	}

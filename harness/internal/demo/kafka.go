@@ -148,13 +148,29 @@ func ScanTopic(ctx context.Context, brokers []string, topic string, partitions i
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
 	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
-	for p := range partitions {
-		for offset := int64(0); ; {
-			resp, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: offset,
+	fetch := func(p int, offset int64) (resp *kafka.FetchResponse, err error) {
+		// A few tries: on a loaded machine a broker can let one fetch run
+		// past the client's timeout.
+		for try := 0; try < 5 && ctx.Err() == nil; try++ {
+			resp, err = cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: offset,
 				MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 50 * time.Millisecond})
 			if err == nil {
 				err = resp.Error
 			}
+			if err == nil {
+				return resp, nil
+			}
+			tr.CloseIdleConnections()
+			Sleep(ctx, nil, time.Second)
+		}
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, err
+	}
+	for p := range partitions {
+		for offset := int64(0); ; {
+			resp, err := fetch(p, offset)
 			if err != nil {
 				return err
 			}
