@@ -124,6 +124,7 @@ func TestChaos(t *testing.T) {
 			cfg.Seed, cfg.Dir, cfg.Stdout, cfg.Binaries = seed, t.TempDir(), testWriter{t}, binaries(t)
 			cfg.JSON = filepath.Join(cfg.Dir, "chaos.json")
 			cfg.History = filepath.Join(cfg.Dir, "history.jsonl")
+			keepOnFailure(t, cfg.Dir, seed)
 			res, err := Run(ctx, cfg)
 			require.NoError(t, err)
 			assert.True(t, res.Pass)
@@ -240,6 +241,7 @@ func TestChaosOnYourServers(t *testing.T) {
 
 	cfg := Config{Events: 1000, FaultsPerKind: 1, Seed: uint64(time.Now().UnixNano()),
 		Dir: t.TempDir(), Stdout: testWriter{t}, Binaries: binaries(t)}
+	keepOnFailure(t, cfg.Dir, cfg.Seed)
 	res, err := Run(ctx, cfg)
 	require.NoError(t, err, "seed %d", cfg.Seed)
 	assert.True(t, res.Pass)

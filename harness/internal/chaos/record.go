@@ -268,6 +268,17 @@ func (c *chaos) checkHistory(ctx context.Context) error {
 	}
 	res.History = c.cfg.History
 	if len(res.HistoryFindings) > 0 {
+		dir := c.cfg.Dir
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		files, err := dumpPartitions(ctx, c.d.Servers.Brokers, res.HistoryFindings, dir)
+		if len(files) > 0 {
+			c.say("the Kafka partitions the history's findings name, batch by batch as the broker holds them: %s", strings.Join(files, " "))
+		}
+		if err != nil {
+			c.say("chaos: dumping the partitions the findings name: %v", err)
+		}
 		if res.History == "" {
 			path := filepath.Join(os.TempDir(), fmt.Sprintf("exactlyonce-chaos-history-%d.jsonl", c.cfg.Seed))
 			f, err := os.Create(path)
