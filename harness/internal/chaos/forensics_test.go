@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -36,6 +37,17 @@ func TestDumpPartitions(t *testing.T) {
 			require.NoError(t, tp.Abort(ctx))
 		}
 	}
+
+	// The coordinator writes a transaction's markers after EndTxn returned.
+	require.Eventually(t, func() bool {
+		conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, 0)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		end, err := conn.ReadLastOffset()
+		return err == nil && end == 4
+	}, time.Minute, 50*time.Millisecond, "the abort marker")
 
 	files, err := dumpPartitions(ctx, brokers, []history.Finding{
 		{Checker: history.AbortedRead, Table: "kafka." + topic, Partition: 0},
