@@ -54,8 +54,17 @@ func superviseClickHouse(t *testing.T) *supervisedClickHouse {
 // restart count stood at since. A client that failed at once waits a
 // moment for the supervisor's next poll.
 func (s *supervisedClickHouse) restartedSince(since int64) bool {
-	time.Sleep(200 * time.Millisecond)
-	return s.restarts.Load() != since || s.Crashed() != nil
+	// Up to 5 s: beside another make test (load up to 65) a client failed
+	// on the server's death before 200 ms let the supervisor see it.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if s.restarts.Load() != since || s.Crashed() != nil {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // env is a chEnv on database db whose count dials anew for every query, so
