@@ -70,7 +70,8 @@
 // chain, restores it from the partition's newest checkpoint, and reads the
 // partition from the checkpoint's offset with a fetcher of its own.
 // Barriers from the coordinator arrive between records (see package
-// checkpoint); after a completed checkpoint the chain commits its offset
+// checkpoint); after a completed checkpoint, once its sinks were told (a
+// kafkasink's transaction committed), the chain commits its offset
 // with Generation.CommitOffsets, which the broker refuses for a stale
 // generation, and only while the generation's context is live. Per-partition
 // order is kept: one goroutine processes one partition.
