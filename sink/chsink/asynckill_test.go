@@ -261,8 +261,9 @@ func TestAsyncKilled(t *testing.T) {
 			// connection it cut fails, and a deployment's supervisor
 			// starts it again: so does this one, from the same state. A
 			// failure without a server restart still fails the test.
-			if err != nil && attempt < 3 && srv.restartedSince(restarts) {
+			if err != nil && attempt < 5 && srv.restartedSince(restarts) {
 				t.Logf("processor failed while the server restarted; starting it again: %v: %s", err, b)
+				srv.awaitServing(t) // not into the same restart's closed port
 				continue
 			}
 			require.NoError(t, err, "processor: %s", b)

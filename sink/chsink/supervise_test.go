@@ -21,7 +21,8 @@ import (
 // and their verdict must not depend on the server surviving that.
 type supervisedClickHouse struct {
 	*testkit.ClickHouseServer
-	restarts atomic.Int64
+	restarts  atomic.Int64 // exits the supervisor noticed
+	restarted atomic.Int64 // restarts it finished, whether or not they succeeded
 }
 
 // superviseClickHouse starts the server and its supervisor, which polls
@@ -39,6 +40,7 @@ func superviseClickHouse(t *testing.T) *supervisedClickHouse {
 				if _, err := s.EnsureRunning(ctx); err != nil {
 					t.Logf("clickhouse restart: %v", err)
 				}
+				s.restarted.Add(1)
 			}
 			select {
 			case <-ctx.Done():
@@ -63,6 +65,18 @@ func (s *supervisedClickHouse) restartedSince(since int64) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// awaitServing waits up to two minutes until no restart is under way and
+// the server runs, so a client started again after a crash does not meet
+// the same crash's closed port.
+func (s *supervisedClickHouse) awaitServing(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for s.restarted.Load() != s.restarts.Load() || s.Crashed() != nil {
+		require.True(t, time.Now().Before(deadline), "clickhouse did not come back")
 		time.Sleep(50 * time.Millisecond)
 	}
 }
