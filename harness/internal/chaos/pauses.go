@@ -97,25 +97,32 @@ func (c *chaos) groupMembers(ctx context.Context) []string {
 
 // holdFrozen keeps a frozen processor stopped for hold, watching the
 // group; it reports whether a member left the group meanwhile (the frozen
-// one expired) and after how long. The members are taken half a session
-// timeout into the freeze, when the frozen one cannot have expired yet, so
-// that a member that left before (the group in flux after another fault)
-// does not count. A coordinator slow to expire the member (a loaded
-// machine: two freezes of 8.7 s over a 6 s session timeout went unseen
-// in one CI run) keeps the process frozen longer, up to twice hold: the
-// fault is the member dropped while frozen, not a given length.
-func (c *chaos) holdFrozen(ctx context.Context, hold time.Duration) (bool, time.Duration) {
+// one expired) and after how long. The members it watches are stable, the
+// group seen just before the freeze, or better a snapshot asked half a
+// session timeout into the freeze and answered before three quarters of
+// it, when the frozen member cannot have expired yet: a member that was
+// leaving anyway (the group in flux after another fault) is gone by then
+// and does not count. A later answer does not replace them: at load 80,
+// with a 2 s session timeout, the snapshot came after the frozen member
+// was fenced, so it never saw it leave and reported the fault as missed.
+// A coordinator slow to expire the member (two freezes of 8.7 s over a
+// 6 s session timeout went unseen in one CI run) keeps the process frozen
+// longer, up to twice hold: the fault is the member dropped while frozen,
+// not a given length.
+func (c *chaos) holdFrozen(ctx context.Context, hold time.Duration, stable []string) (bool, time.Duration) {
 	start := time.Now()
 	deadline, limit := start.Add(hold), start.Add(2*hold)
-	var before []string
+	timeout := c.sessionTimeoutDuration()
+	before := stable
 	for time.Now().Before(limit) && (time.Now().Before(deadline) || ctx.Err() == nil) {
 		time.Sleep(100 * time.Millisecond)
+		asked := time.Since(start)
 		now := c.groupMembers(ctx)
 		if now == nil {
 			continue
 		}
-		if before == nil {
-			if time.Since(start) >= c.sessionTimeoutDuration()/2 {
+		if time.Since(start) < timeout*3/4 {
+			if asked >= timeout/2 {
 				before = now
 			}
 			continue
@@ -149,7 +156,8 @@ func (c *chaos) pauseProcessor(ctx context.Context, inCheckpoint bool, between f
 	// may still be starting (restoring its chain) and not have joined,
 	// and freezing it drops no member (two freezes of 15 s and 17 s over a
 	// 6 s session timeout "kept every member" in a CI rehearsal).
-	if _, err := awaitAssigned(ctx, sup, c.d.Topic, c.cfg.Partitions, nil, 30*time.Second); err != nil {
+	stable, err := awaitAssigned(ctx, sup, c.d.Topic, c.cfg.Partitions, nil, 30*time.Second)
+	if err != nil {
 		c.cfg.Logger.Info("chaos: pausing a processor before every instance is a member", "err", err)
 	}
 	tmp := c.tempFiles()
@@ -177,7 +185,7 @@ func (c *chaos) pauseProcessor(ctx context.Context, inCheckpoint bool, between f
 			}
 		}
 		frozenAt := time.Now()
-		expired, after := c.holdFrozen(ctx, hold)
+		expired, after := c.holdFrozen(ctx, hold, stable)
 		_ = cmd.Process.Signal(syscall.SIGCONT) // a process killed meanwhile ignores it
 		frozen := time.Since(frozenAt).Round(time.Millisecond)
 		what := fmt.Sprintf("processor pid %d frozen for %v (session timeout %v), continued", cmd.Process.Pid,
