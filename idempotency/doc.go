@@ -166,11 +166,13 @@
 //
 // What it does not promise: exactly one side effect per delivery. The store
 // can forget a key (TTL, eviction, a Redis restart), a side effect can
-// outlive its claim (a store without [Extender], a gateway that dies), and
-// a publish can be written twice by a client without idempotence (kafkapub's
-// plain Publisher retrying, or its redelivery after PendingTTL). Each of those produces a duplicate, never a loss; the side effect
-// carries the delivery id, and the stream processor's deduplicator (package
-// dedup) drops the copy. This layer is the cheap first filter, and the
+// outlive its claim (a store without [Extender], a gateway that dies, or
+// one stalled for more than two thirds of PendingTTL, as the claim is
+// extended every third of it), and a publish can be written twice by a
+// client without idempotence (kafkapub's plain Publisher retrying, or its
+// redelivery after PendingTTL). Each of those produces a duplicate, never
+// a loss; the side effect carries the delivery id, and the stream
+// processor's deduplicator (package dedup) drops the copy. This layer is the cheap first filter, and the
 // guarantee that nothing is acknowledged before it is durable.
 //
 // All Store implementations and the Handler are safe for concurrent use.

@@ -63,7 +63,10 @@ func TestHandlerExtendsClaimWhileEffectRuns(t *testing.T) {
 	pub := &published{hook: func(idempotency.Delivery) { started <- struct{}{}; <-finish }}
 	h, _ := newMemHandler(t, pub, idempotency.Options{
 		ReadTimeout: 100 * time.Millisecond, AnswerTimeout: 200 * time.Millisecond,
-		SideEffectTimeout: 150 * time.Millisecond, StoreTimeout: 100 * time.Millisecond, PendingTTL: 300 * time.Millisecond,
+		// The claim is extended every PendingTTL/3: 1.5 s tolerates a
+		// 1 s stall of the process, which a loaded make test reached
+		// (with 300 ms, a second side effect ran).
+		SideEffectTimeout: 150 * time.Millisecond, StoreTimeout: 100 * time.Millisecond, PendingTTL: 1500 * time.Millisecond,
 	})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -78,8 +81,8 @@ func TestHandlerExtendsClaimWhileEffectRuns(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, r.StatusCode, "answered at the deadline")
 	assert.True(t, r.Close, "the connection closes after a 503 whose side effect runs on")
 
-	for range 4 { // 4 × 250 ms: past PendingTTL thrice
-		time.Sleep(250 * time.Millisecond)
+	for range 4 { // 4 × 1.2 s: past PendingTTL thrice
+		time.Sleep(1200 * time.Millisecond)
 		r, body := post(t, srv.URL, "k1", `{"a":1}`)
 		assert.Equal(t, http.StatusServiceUnavailable, r.StatusCode, body)
 	}
