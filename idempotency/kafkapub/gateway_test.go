@@ -56,12 +56,14 @@ func newGatewayOn(t *testing.T, rdb *redis.Client, scripter redis.Scripter, brok
 	t.Cleanup(func() { _ = g.rdb.Close() })
 	store, err := redisstore.New(scripter, redisstore.Options{Prefix: g.prefix})
 	require.NoError(t, err)
-	publish := newPublisher(t, brokers, g.topic, kafkapub.Options{}).Publish
+	var publish idempotency.Func
 	if idempotent {
 		p, err := kafkapub.NewIdempotent(context.Background(), brokers, g.topic, kafkapub.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, p.Close()) })
 		publish = p.Publish
+	} else {
+		publish = newPublisher(t, brokers, g.topic, kafkapub.Options{}).Publish
 	}
 	opts.Provider = idempotency.GitHub()
 	opts.Provider.Partition = nil // these tests' payloads are not whole GitHub events
